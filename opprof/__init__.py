@@ -1,0 +1,34 @@
+"""opprof: see where the time goes inside custom operators of an asynchronous operator engine.
+
+``import opprof as mx`` gives MXNet's imperative API (``mx.nd``, ``mx.autograd``,
+``mx.operator``) on a Python dependency engine, so MXNet custom-operator code runs unchanged.
+"""
+
+from __future__ import annotations
+
+from . import autograd, engine, operator, random
+from . import ndarray as nd
+from .context import Context, cpu, current_context, gpu
+from .engine import get_engine, set_engine
+from .ndarray import NDArray
+
+ndarray = nd
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Context",
+    "NDArray",
+    "autograd",
+    "cpu",
+    "current_context",
+    "engine",
+    "get_engine",
+    "gpu",
+    "nd",
+    "ndarray",
+    "operator",
+    "random",
+    "set_engine",
+    "__version__",
+]

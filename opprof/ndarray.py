@@ -1,0 +1,605 @@
+"""NDArray: a NumPy buffer plus an engine var; every operator on it is one engine push.
+
+Shapes and dtypes are worked out when an operator is *pushed*, so a bad shape raises at the line
+that caused it, naming the operator; the arithmetic itself runs later on an engine thread, and
+``asnumpy()``/``wait_to_read()`` wait for it. This is MXNet's imperative model, with MXNet's
+operator names (``_plus_scalar``, ``elemwise_add``, ``broadcast_mul``...), so traces read alike.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Sequence
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from . import autograd as _ag
+from . import ops as _ops
+from . import random as random  # noqa: PLC0414 - mx.nd.random, as in MXNet
+from .context import Context, cpu
+from .engine import Var, get_engine
+from .ops import OperatorError
+
+__all__ = [
+    "NDArray",
+    "OperatorError",
+    "array",
+    "empty",
+    "zeros",
+    "ones",
+    "full",
+    "arange",
+    "zeros_like",
+    "ones_like",
+    "waitall",
+    "dot",
+    "transpose",
+    "reshape",
+    "sum",
+    "mean",
+    "add_n",
+    "maximum",
+    "minimum",
+    "abs",
+    "exp",
+    "log",
+    "sqrt",
+    "tanh",
+    "sigmoid",
+    "relu",
+    "negative",
+    "Custom",
+    "random",
+]
+
+_DEFAULT_DTYPE = np.dtype(np.float32)
+_SCALAR_TYPES = (numbers.Number, np.generic)
+
+
+class NDArray:
+    """An n-dimensional array whose operators run asynchronously on the engine."""
+
+    __slots__ = ("_data", "_var", "_grad", "_grad_req", "_node", "__weakref__")
+    # Make NumPy defer to our reflected operators (np.float32(2) * x -> x.__rmul__).
+    __array_priority__ = 1000.0
+
+    def __init__(self, data: np.ndarray, var: Var | None = None) -> None:
+        self._data = data
+        self._var = var if var is not None else Var()
+        self._grad: NDArray | None = None
+        self._grad_req = "null"
+        self._node: tuple[Any, int] | None = None
+
+    # ------------------------------------------------------------------ metadata (no waiting)
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._data.shape
+
+    @property
+    def dtype(self) -> type:
+        return self._data.dtype.type
+
+    @property
+    def size(self) -> int:
+        return self._data.size
+
+    @property
+    def ndim(self) -> int:
+        return self._data.ndim
+
+    @property
+    def context(self) -> Context:
+        return cpu()
+
+    ctx = context
+
+    @property
+    def var(self) -> Var:
+        """The engine var that orders every op touching this array's data."""
+        return self._var
+
+    @property
+    def grad(self) -> NDArray | None:
+        return self._grad
+
+    @property
+    def T(self) -> NDArray:  # noqa: N802 - MXNet's name
+        return transpose(self)
+
+    def __len__(self) -> int:
+        if not self._data.ndim:
+            raise TypeError("len() of a 0-d NDArray")
+        return self._data.shape[0]
+
+    # ------------------------------------------------------------------ synchronisation
+    def wait_to_read(self) -> None:
+        """Block until every pending write to this array is done; raise its error if one failed."""
+        get_engine().wait_for_var(self._var)
+
+    def asnumpy(self) -> np.ndarray:
+        """A NumPy copy of the value, after the ops that write it have run."""
+        self.wait_to_read()
+        return self._data.copy()
+
+    def asscalar(self) -> Any:
+        if self._data.size != 1:
+            raise ValueError(f"asscalar needs an array of size 1, this one has shape {self.shape}")
+        return self.asnumpy().reshape(())[()]
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        a = self.asnumpy()
+        return a if dtype is None else a.astype(dtype)
+
+    def __repr__(self) -> str:
+        try:
+            body = str(self.asnumpy())
+        except Exception as e:  # noqa: BLE001 - repr must not raise
+            body = f"<failed: {type(e).__name__}: {e}>"
+        return f"\n{body}\n<NDArray {'x'.join(map(str, self.shape))} @cpu(0)>"
+
+    def __bool__(self) -> bool:
+        if self._data.size != 1:
+            raise ValueError("the truth value of an NDArray with more than one element is ambiguous")
+        return bool(self.asnumpy())
+
+    def __float__(self) -> float:
+        return float(self.asscalar())
+
+    def __int__(self) -> int:
+        return int(self.asscalar())
+
+    # ------------------------------------------------------------------ copies, views, grads
+    def copy(self) -> NDArray:
+        return _invoke(_COPY, (self,), {})
+
+    def copyto(self, other: NDArray | Context) -> NDArray:
+        if isinstance(other, Context):
+            return self.copy()
+        if other.shape != self.shape:
+            raise OperatorError(f"copyto: shape {self.shape} does not match target shape {other.shape}")
+        return _invoke(_COPYTO, (self,), {}, out=other)
+
+    def as_in_context(self, ctx: Context) -> NDArray:
+        return self
+
+    def astype(self, dtype: Any, copy: bool = True) -> NDArray:
+        dt = np.dtype(dtype)
+        if dt == self._data.dtype and not copy:
+            return self
+        out = NDArray(np.empty(self.shape, dt))
+        return _invoke(_COPY, (self,), {}, out=out, allow_new_dtype=True)
+
+    def detach(self) -> NDArray:
+        """The same data and var, cut out of the autograd graph."""
+        return NDArray(self._data, self._var)
+
+    def attach_grad(self, grad_req: str = "write", stype: Any = None) -> None:
+        """Make this array a leaf whose gradient ``backward`` writes into ``self.grad``."""
+        _ag._check_req(grad_req)
+        self._grad = zeros(self.shape, dtype=self._data.dtype)
+        self._grad_req = grad_req
+        self._node = None
+
+    def backward(self, out_grad: NDArray | None = None, retain_graph: bool = False, train_mode: bool = True) -> None:
+        _ag.backward([self], [out_grad], retain_graph=retain_graph, train_mode=train_mode)
+
+    def _accumulate_grad(self, g: NDArray) -> None:
+        assert self._grad is not None
+        if self._grad_req == "add":
+            _invoke(_ELEMWISE_ADD, (self._grad, g), {}, out=self._grad)
+        else:
+            _invoke(_COPYTO, (g,), {}, out=self._grad)
+
+    # ------------------------------------------------------------------ indexing
+    def __getitem__(self, key: Any) -> NDArray:
+        key = _basic_key(key)
+        if key == (slice(None),) or key == ():
+            return self
+        if _ag.is_recording() and _ag.requires_grad(self):
+            return _invoke(_SLICE, (self,), {"key": key})
+        return self._view(key)
+
+    def _view(self, key: tuple[Any, ...]) -> NDArray:
+        try:
+            view = self._data[key + (Ellipsis,)]
+        except IndexError as e:
+            raise IndexError(f"index {key!r} is invalid for an NDArray of shape {self.shape}: {e}") from None
+        # A basic slice is a view on the same buffer, so it shares the var (as in MXNet).
+        return NDArray(view, self._var)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        key = _basic_key(key)
+        full = key == (slice(None),) or key == ()
+        target = self if full else self._view(key)
+        if isinstance(value, NDArray):
+            if value._var is target._var and value._data is target._data:
+                return  # x[:] = x (what `dst[:] += src` ends with): nothing to copy
+            if value.shape != target.shape:
+                try:
+                    np.broadcast_shapes(value.shape, target.shape)
+                except ValueError:
+                    raise OperatorError(f"cannot assign an array of shape {value.shape} to a slice of shape {target.shape}") from None
+            _invoke(_COPYTO if full else _SLICE_ASSIGN, (value,), {}, out=target, check_shape=False)
+        elif isinstance(value, _SCALAR_TYPES):
+            _invoke(_SET_VALUE if full else _SLICE_ASSIGN_SCALAR, (), {"value": value}, out=target, check_shape=False)
+        else:
+            self.__setitem__(key, array(np.asarray(value), dtype=self._data.dtype))
+
+    # ------------------------------------------------------------------ arithmetic
+    def __add__(self, other: Any) -> NDArray:
+        return _arith(self, other, "add", "_plus_scalar", "_plus_scalar")
+
+    def __radd__(self, other: Any) -> NDArray:
+        return _arith(self, other, "add", "_plus_scalar", "_plus_scalar", reflected=True)
+
+    def __sub__(self, other: Any) -> NDArray:
+        return _arith(self, other, "sub", "_minus_scalar", "_rminus_scalar")
+
+    def __rsub__(self, other: Any) -> NDArray:
+        return _arith(self, other, "sub", "_minus_scalar", "_rminus_scalar", reflected=True)
+
+    def __mul__(self, other: Any) -> NDArray:
+        return _arith(self, other, "mul", "_mul_scalar", "_mul_scalar")
+
+    def __rmul__(self, other: Any) -> NDArray:
+        return _arith(self, other, "mul", "_mul_scalar", "_mul_scalar", reflected=True)
+
+    def __truediv__(self, other: Any) -> NDArray:
+        return _arith(self, other, "div", "_div_scalar", "_rdiv_scalar")
+
+    def __rtruediv__(self, other: Any) -> NDArray:
+        return _arith(self, other, "div", "_div_scalar", "_rdiv_scalar", reflected=True)
+
+    def __pow__(self, other: Any) -> NDArray:
+        return _arith(self, other, "power", "_power_scalar", "_rpower_scalar")
+
+    def __rpow__(self, other: Any) -> NDArray:
+        return _arith(self, other, "power", "_power_scalar", "_rpower_scalar", reflected=True)
+
+    def __iadd__(self, other: Any) -> NDArray:
+        return _arith(self, other, "add", "_plus_scalar", "_plus_scalar", out=self)
+
+    def __isub__(self, other: Any) -> NDArray:
+        return _arith(self, other, "sub", "_minus_scalar", "_rminus_scalar", out=self)
+
+    def __imul__(self, other: Any) -> NDArray:
+        return _arith(self, other, "mul", "_mul_scalar", "_mul_scalar", out=self)
+
+    def __itruediv__(self, other: Any) -> NDArray:
+        return _arith(self, other, "div", "_div_scalar", "_rdiv_scalar", out=self)
+
+    def __neg__(self) -> NDArray:
+        return _invoke(_ops.OPS["negative"], (self,), {})
+
+    def __pos__(self) -> NDArray:
+        return self
+
+    def __abs__(self) -> NDArray:
+        return _invoke(_ops.OPS["abs"], (self,), {})
+
+    __hash__ = object.__hash__
+
+    # ------------------------------------------------------------------ methods mirroring nd.*
+    def reshape(self, *shape: Any, **kwargs: Any) -> NDArray:
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        if "shape" in kwargs:
+            shape = tuple(kwargs.pop("shape"))
+        if kwargs:
+            raise TypeError(f"reshape got unexpected arguments {sorted(kwargs)}")
+        return reshape(self, shape)
+
+    def transpose(self, axes: Sequence[int] | None = None) -> NDArray:
+        return transpose(self, axes)
+
+    def sum(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> NDArray:
+        return sum(self, axis=axis, keepdims=keepdims)
+
+    def mean(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> NDArray:
+        return mean(self, axis=axis, keepdims=keepdims)
+
+    def dot(self, other: NDArray, transpose_a: bool = False, transpose_b: bool = False) -> NDArray:
+        return dot(self, other, transpose_a, transpose_b)
+
+    def abs(self) -> NDArray:
+        return abs(self)
+
+    def exp(self) -> NDArray:
+        return exp(self)
+
+    def log(self) -> NDArray:
+        return log(self)
+
+    def sqrt(self) -> NDArray:
+        return sqrt(self)
+
+    def tanh(self) -> NDArray:
+        return tanh(self)
+
+    def sigmoid(self) -> NDArray:
+        return sigmoid(self)
+
+    def relu(self) -> NDArray:
+        return relu(self)
+
+
+# ---------------------------------------------------------------------------- op invocation
+def _invoke(
+    op: _ops.OpDef,
+    inputs: Sequence[NDArray],
+    attrs: dict[str, Any],
+    out: NDArray | None = None,
+    *,
+    check_shape: bool = True,
+    allow_new_dtype: bool = False,
+) -> NDArray:
+    """Infer the output, allocate it, push ``op`` to the engine and record it for autograd."""
+    datas = [x._data for x in inputs]
+    shape, dtype = op.infer(op.name, [d.shape for d in datas], [d.dtype for d in datas], attrs)
+    if out is None:
+        out = NDArray(np.empty(shape, dtype))
+    else:
+        if check_shape and out._data.shape != shape:
+            raise OperatorError(f"{op.name}: result shape {shape} does not fit the output of shape {out.shape}")
+        if _ag._state.recording and _ag.requires_grad(out):
+            raise OperatorError(
+                f"{op.name}: in-place operations (+=, -=, x[:]=, ...) on an array in the autograd "
+                "graph are not supported while recording"
+            )
+    ovar = out._var
+    reads = [x._var for x in inputs if x._var is not ovar]
+    get_engine().push(partial(op.forward, datas, out._data, attrs), reads, (ovar,), op.name)
+    if _ag._state.recording and op.backward is not None and inputs:
+        _ag.record_node(op.name, inputs, (out,), partial(_push_backward, op, tuple(inputs), out, attrs))
+    return out
+
+
+def _push_backward(op: _ops.OpDef, inputs: tuple[NDArray, ...], out: NDArray, attrs: dict[str, Any], ograds: list[NDArray]) -> list[NDArray | None]:
+    """Push ``_backward_<op>``: one engine op computing the gradient of every input that needs it."""
+    g = ograds[0]
+    grads = [NDArray(np.empty(x.shape, x._data.dtype)) if _ag.requires_grad(x) else None for x in inputs]
+    in_datas = [x._data for x in inputs]
+    bufs = [gr._data if gr is not None else None for gr in grads]
+    out_data, g_data = out._data, g._data
+    backward = op.backward
+    assert backward is not None
+
+    def run() -> None:
+        for buf, res in zip(bufs, backward(in_datas, out_data, g_data, attrs), strict=True):
+            if buf is not None:
+                np.copyto(buf, res, casting="unsafe")
+
+    reads = [x._var for x in inputs] + [out._var, g._var]
+    get_engine().push(run, reads, [gr._var for gr in grads if gr is not None], "_backward_" + op.name)
+    return grads
+
+
+def _sum_grads(grads: list[NDArray]) -> NDArray | None:
+    if not grads:
+        return None
+    if len(grads) == 1:
+        return grads[0]
+    return add_n(*grads)
+
+
+def _basic_key(key: Any) -> tuple[Any, ...]:
+    if not isinstance(key, tuple):
+        key = (key,)
+    for k in key:
+        if not (k is Ellipsis or k is None or isinstance(k, (slice, numbers.Integral))):
+            raise TypeError(f"only basic indexing (ints, slices, ..., None) is supported, got {type(k).__name__}")
+    return key
+
+
+def _as_scalar(x: Any) -> bool:
+    return isinstance(x, _SCALAR_TYPES) and not isinstance(x, (complex, np.complexfloating))
+
+
+def _arith(
+    x: NDArray,
+    other: Any,
+    stem: str,
+    scalar_op: str,
+    rscalar_op: str,
+    *,
+    reflected: bool = False,
+    out: NDArray | None = None,
+) -> NDArray:
+    if _as_scalar(other):
+        op = _ops.OPS[rscalar_op if reflected else scalar_op]
+        return _invoke(op, (x,), {"scalar": other}, out=out)
+    if isinstance(other, np.ndarray):
+        other = array(other, dtype=other.dtype)
+    if not isinstance(other, NDArray):
+        return NotImplemented
+    a, b = (other, x) if reflected else (x, other)
+    name = (_ELEMWISE_NAMES[stem] if a.shape == b.shape else "broadcast_" + stem)
+    return _invoke(_ops.OPS[name], (a, b), {}, out=out)
+
+
+_ELEMWISE_NAMES = {
+    "add": "elemwise_add",
+    "sub": "elemwise_sub",
+    "mul": "elemwise_mul",
+    "div": "elemwise_div",
+    "power": "_power",
+    "maximum": "_maximum",
+    "minimum": "_minimum",
+}
+
+
+def _assign_forward(ins: Sequence[np.ndarray], out: np.ndarray, a: dict[str, Any]) -> None:
+    np.copyto(out, ins[0] if ins else a["value"], casting="unsafe")
+
+
+_COPY = _ops.OPS["_copy"]
+_COPYTO = _ops.OPS["_copyto"]
+_SLICE = _ops.OPS["slice"]
+_ELEMWISE_ADD = _ops.OPS["elemwise_add"]
+_SET_VALUE = _ops.register("_set_value", _assign_forward, None, lambda n, s, d, a: ((), np.dtype(np.float64)), arity=0)
+_SLICE_ASSIGN = _ops.register("_slice_assign", _assign_forward, None, lambda n, s, d, a: (s[0], d[0]), arity=1)
+_SLICE_ASSIGN_SCALAR = _ops.register("_slice_assign_scalar", _assign_forward, None, lambda n, s, d, a: ((), np.dtype(np.float64)), arity=0)
+
+
+# ---------------------------------------------------------------------------- creation
+def _shape(shape: int | Sequence[int]) -> tuple[int, ...]:
+    if isinstance(shape, numbers.Integral):
+        shape = (int(shape),)
+    shape = tuple(int(n) for n in shape)
+    if any(n < 0 for n in shape):
+        raise ValueError(f"shape {shape} has a negative dimension")
+    return shape
+
+
+def _dtype(dtype: Any) -> np.dtype:
+    return _DEFAULT_DTYPE if dtype is None else np.dtype(dtype)
+
+
+def _create(name: str, shape: Any, dtype: Any, **attrs: Any) -> NDArray:
+    op = _ops.OPS[name]
+    attrs.update(shape=_shape(shape), dtype=_dtype(dtype))
+    return _invoke(op, (), attrs)
+
+
+def array(source: Any, ctx: Context | None = None, dtype: Any = None) -> NDArray:
+    """A new array holding a copy of ``source`` (float32 unless ``source`` is a NumPy array)."""
+    if isinstance(source, NDArray):
+        return source.astype(dtype if dtype is not None else source._data.dtype)
+    if dtype is None:
+        dtype = source.dtype if isinstance(source, np.ndarray) else _DEFAULT_DTYPE
+    try:
+        data = np.array(source, dtype=dtype)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"cannot make an NDArray from {type(source).__name__}: {e}") from None
+    return NDArray(data)
+
+
+def empty(shape: Any, ctx: Context | None = None, dtype: Any = None) -> NDArray:
+    return NDArray(np.empty(_shape(shape), _dtype(dtype)))
+
+
+def zeros(shape: Any, ctx: Context | None = None, dtype: Any = None, **kwargs: Any) -> NDArray:
+    return _create("_zeros", shape, dtype)
+
+
+def ones(shape: Any, ctx: Context | None = None, dtype: Any = None, **kwargs: Any) -> NDArray:
+    return _create("_ones", shape, dtype)
+
+
+def full(shape: Any, val: Any, ctx: Context | None = None, dtype: Any = None, **kwargs: Any) -> NDArray:
+    return _create("_full", shape, dtype, value=val)
+
+
+def arange(start: float, stop: float | None = None, step: float = 1.0, repeat: int = 1, ctx: Context | None = None, dtype: Any = None) -> NDArray:
+    if stop is None:
+        start, stop = 0, start
+    if step == 0:
+        raise ValueError("arange: step must not be 0")
+    if repeat != 1:
+        base = arange(start, stop, step, dtype=dtype).asnumpy()
+        return array(np.repeat(base, repeat), dtype=_dtype(dtype))
+    n = max(0, int(np.ceil((stop - start) / step)))
+    return _create("_arange", n, dtype, start=start, stop=stop, step=step)
+
+
+def zeros_like(x: NDArray) -> NDArray:
+    return zeros(x.shape, dtype=x._data.dtype)
+
+
+def ones_like(x: NDArray) -> NDArray:
+    return ones(x.shape, dtype=x._data.dtype)
+
+
+def waitall() -> None:
+    """Wait for every pushed op; raise the first error that no other wait has raised yet."""
+    get_engine().wait_for_all()
+
+
+# ---------------------------------------------------------------------------- functions
+def _unary_fn(name: str) -> Any:
+    op = _ops.OPS[name]
+
+    def fn(data: NDArray, out: NDArray | None = None) -> NDArray:
+        return _invoke(op, (_check_nd(name, data),), {}, out=out)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"Elementwise ``{name}``: one engine push named ``{name}``."
+    return fn
+
+
+def _check_nd(name: str, x: Any) -> NDArray:
+    if not isinstance(x, NDArray):
+        raise TypeError(f"{name}: expected an NDArray, got {type(x).__name__}")
+    return x
+
+
+abs = _unary_fn("abs")  # noqa: A001 - MXNet's name
+exp = _unary_fn("exp")
+log = _unary_fn("log")
+sqrt = _unary_fn("sqrt")
+tanh = _unary_fn("tanh")
+sigmoid = _unary_fn("sigmoid")
+relu = _unary_fn("relu")
+negative = _unary_fn("negative")
+
+
+def dot(lhs: NDArray, rhs: NDArray, transpose_a: bool = False, transpose_b: bool = False, out: NDArray | None = None) -> NDArray:
+    attrs = {"transpose_a": bool(transpose_a), "transpose_b": bool(transpose_b)}
+    return _invoke(_ops.OPS["dot"], (_check_nd("dot", lhs), _check_nd("dot", rhs)), attrs, out=out)
+
+
+def transpose(data: NDArray, axes: Sequence[int] | None = None) -> NDArray:
+    attrs = {"axes": None if axes is None or len(axes) == 0 else tuple(int(a) for a in axes)}
+    return _invoke(_ops.OPS["transpose"], (_check_nd("transpose", data),), attrs)
+
+
+def reshape(data: NDArray, shape: Sequence[int]) -> NDArray:
+    return _invoke(_ops.OPS["Reshape"], (_check_nd("Reshape", data),), {"shape": tuple(int(n) for n in shape)})
+
+
+def sum(data: NDArray, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> NDArray:  # noqa: A001
+    return _invoke(_ops.OPS["sum"], (_check_nd("sum", data),), {"axis": _axis(axis), "keepdims": bool(keepdims)})
+
+
+def mean(data: NDArray, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> NDArray:
+    return _invoke(_ops.OPS["mean"], (_check_nd("mean", data),), {"axis": _axis(axis), "keepdims": bool(keepdims)})
+
+
+def _axis(axis: int | Sequence[int] | None) -> int | tuple[int, ...] | None:
+    if axis is None or isinstance(axis, numbers.Integral):
+        return None if axis is None else int(axis)
+    return tuple(int(a) for a in axis)
+
+
+def add_n(*args: NDArray, out: NDArray | None = None) -> NDArray:
+    if not args:
+        raise OperatorError("add_n: needs at least one array")
+    return _invoke(_ops.OPS["add_n"], tuple(_check_nd("add_n", a) for a in args), {}, out=out)
+
+
+def _binary_fn(stem: str) -> Any:
+    def fn(lhs: Any, rhs: Any) -> NDArray:
+        if isinstance(lhs, NDArray) and isinstance(rhs, NDArray):
+            name = _ELEMWISE_NAMES[stem] if lhs.shape == rhs.shape else "broadcast_" + stem
+            return _invoke(_ops.OPS[name], (lhs, rhs), {})
+        if isinstance(lhs, NDArray) and _as_scalar(rhs):
+            return _invoke(_ops.OPS[f"_{stem}_scalar"], (lhs,), {"scalar": rhs})
+        if isinstance(rhs, NDArray) and _as_scalar(lhs):
+            return _invoke(_ops.OPS[f"_{stem}_scalar"], (rhs,), {"scalar": lhs})
+        raise TypeError(f"{stem}: expected NDArrays or scalars, got {type(lhs).__name__} and {type(rhs).__name__}")
+
+    fn.__name__ = fn.__qualname__ = stem
+    return fn
+
+
+maximum = _binary_fn("maximum")
+minimum = _binary_fn("minimum")
+
+
+def Custom(*inputs: NDArray, op_type: str, **kwargs: Any) -> NDArray | list[NDArray]:  # noqa: N802 - MXNet's name
+    """Invoke the custom operator registered as ``op_type`` (see :mod:`opprof.operator`)."""
+    from .operator import invoke_custom
+
+    return invoke_custom(inputs, op_type, kwargs)

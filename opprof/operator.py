@@ -1,0 +1,284 @@
+"""Custom operators written in Python, with MXNet's API and MXNet's execution model.
+
+An invocation of ``nd.Custom(x, op_type="MyAddOne")`` goes through these steps:
+
+1. One **async** engine op, named by the op type, reads the inputs and writes the outputs.
+2. When it runs, it hands the Python body to the engine's custom-op worker pool and returns, so an
+   engine worker never waits on user Python.
+3. The custom-op worker calls ``forward()`` with NDArrays that share memory with the real inputs and
+   outputs but carry **fresh vars**: sub-operators pushed by ``forward()`` depend only on each
+   other, not on the outputs that the still-running custom op holds (that would deadlock).
+4. While the Python runs, :func:`current_invocation` tells who is pushing (the profiler names
+   sub-ops ``MyAddOne::_plus_scalar`` from it).
+5. After ``forward()`` returns (or raises), the worker pushes ``Dummy_Wait``: it writes every fresh
+   var, so it runs after every sub-operator, and completes the custom op, releasing the outputs to
+   the ops waiting for them. An error from ``forward()`` or from a sub-operator becomes the error
+   of the outputs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import autograd as _ag
+from .context import Context, cpu
+from .engine import Engine, Var, get_engine
+from .ndarray import NDArray, OperatorError
+
+__all__ = ["CustomOp", "CustomOpProp", "register", "get_all_registered_operators", "current_invocation", "Invocation"]
+
+_REGISTRY: dict[str, type[CustomOpProp]] = {}
+_invocation_ids = itertools.count(1)
+_tls = threading.local()
+
+
+class CustomOp:
+    """Base class for the Python body of a custom operator."""
+
+    def forward(self, is_train: bool, req: Sequence[str], in_data: Sequence[NDArray], out_data: Sequence[NDArray], aux: Sequence[NDArray]) -> None:
+        raise NotImplementedError(f"{type(self).__name__}.forward is not implemented")
+
+    def backward(
+        self,
+        req: Sequence[str],
+        out_grad: Sequence[NDArray],
+        in_data: Sequence[NDArray],
+        out_data: Sequence[NDArray],
+        in_grad: Sequence[NDArray],
+        aux: Sequence[NDArray],
+    ) -> None:
+        raise NotImplementedError(f"{type(self).__name__}.backward is not implemented")
+
+    def assign(self, dst: NDArray, req: str, src: NDArray | np.ndarray | float) -> None:
+        """Store ``src`` into ``dst`` as the request says: overwrite, accumulate, or nothing."""
+        if req == "null":
+            return
+        if req in ("write", "inplace"):
+            dst[:] = src
+        elif req == "add":
+            dst[:] += src
+        else:
+            raise ValueError(f"assign: req must be 'write', 'inplace', 'add' or 'null', got {req!r}")
+
+
+class CustomOpProp:
+    """Describes a custom operator: its inputs, outputs, shapes, types and how to create it."""
+
+    def __init__(self, need_top_grad: bool = True) -> None:
+        self.need_top_grad_ = need_top_grad
+
+    def list_arguments(self) -> list[str]:
+        return ["data"]
+
+    def list_outputs(self) -> list[str]:
+        return ["output"]
+
+    def list_auxiliary_states(self) -> list[str]:
+        return []
+
+    def infer_shape(self, in_shape: list[tuple[int, ...]]) -> tuple[Any, ...]:
+        return in_shape, [in_shape[0]] * len(self.list_outputs()), [in_shape[0]] * len(self.list_auxiliary_states())
+
+    def infer_type(self, in_type: list[Any]) -> tuple[Any, ...]:
+        return in_type, [in_type[0]] * len(self.list_outputs()), [in_type[0]] * len(self.list_auxiliary_states())
+
+    def declare_backward_dependency(self, out_grad: list[int], in_data: list[int], out_data: list[int]) -> list[int]:
+        deps: list[int] = []
+        if self.need_top_grad_:
+            deps.extend(out_grad)
+        deps.extend(in_data)
+        deps.extend(out_data)
+        return deps
+
+    def create_operator(self, ctx: Context, in_shapes: list[tuple[int, ...]], in_dtypes: list[Any]) -> CustomOp:
+        raise NotImplementedError(f"{type(self).__name__}.create_operator is not implemented")
+
+
+def register(reg_name: str) -> Callable[[type[CustomOpProp]], type[CustomOpProp]]:
+    """Class decorator: make a :class:`CustomOpProp` subclass available as ``op_type=reg_name``."""
+    if not isinstance(reg_name, str) or not reg_name or "::" in reg_name:
+        raise ValueError(f"custom operator name must be a non-empty string without '::', got {reg_name!r}")
+
+    def deco(prop_cls: type[CustomOpProp]) -> type[CustomOpProp]:
+        if not (isinstance(prop_cls, type) and issubclass(prop_cls, CustomOpProp)):
+            raise TypeError(f"@register({reg_name!r}) must decorate a CustomOpProp subclass, got {prop_cls!r}")
+        _REGISTRY[reg_name] = prop_cls
+        return prop_cls
+
+    return deco
+
+
+def get_all_registered_operators() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+@dataclass(frozen=True, slots=True)
+class Invocation:
+    """One run of a custom operator's ``forward`` or ``backward``: what pushes made inside it belong to."""
+
+    op_type: str
+    id: int
+    backward: bool
+
+    @property
+    def name(self) -> str:
+        return f"_backward_{self.op_type}" if self.backward else self.op_type
+
+
+def current_invocation() -> Invocation | None:
+    """The custom-op invocation whose Python is running on this thread, if any."""
+    return getattr(_tls, "invocation", None)
+
+
+# ---------------------------------------------------------------------------- invocation
+def _shapes(what: str, op_type: str, got: Any, n: int) -> list[tuple[int, ...]]:
+    try:
+        shapes = [tuple(int(d) for d in s) for s in got]
+    except TypeError:
+        raise OperatorError(f"Custom op {op_type!r}: infer_shape must return lists of shapes for {what}, got {got!r}") from None
+    if len(shapes) != n:
+        raise OperatorError(f"Custom op {op_type!r}: infer_shape returned {len(shapes)} {what} shapes, expected {n}")
+    return shapes
+
+
+def _prop(op_type: str, kwargs: dict[str, Any]) -> CustomOpProp:
+    try:
+        prop_cls = _REGISTRY[op_type]
+    except KeyError:
+        known = ", ".join(sorted(_REGISTRY)) or "none"
+        raise OperatorError(
+            f"Custom op {op_type!r} is not registered (registered: {known}); "
+            "decorate its CustomOpProp with @opprof.operator.register"
+        ) from None
+    # MXNet hands every keyword argument to the prop as a string; ported props expect that.
+    return prop_cls(**{k: str(v) for k, v in kwargs.items()})
+
+
+def invoke_custom(inputs: Sequence[NDArray], op_type: str, kwargs: dict[str, Any]) -> NDArray | list[NDArray]:
+    """Push one invocation of a registered custom operator (``nd.Custom``)."""
+    for x in inputs:
+        if not isinstance(x, NDArray):
+            raise TypeError(f"Custom op {op_type!r}: inputs must be NDArrays, got {type(x).__name__}")
+    prop = _prop(op_type, kwargs)
+    args = prop.list_arguments()
+    outs = prop.list_outputs()
+    aux_names = prop.list_auxiliary_states()
+    if len(inputs) != len(args) + len(aux_names):
+        raise OperatorError(
+            f"Custom op {op_type!r} takes {len(args)} input(s) {args}"
+            + (f" and {len(aux_names)} auxiliary state(s) {aux_names}" if aux_names else "")
+            + f", got {len(inputs)}"
+        )
+    data, aux = list(inputs[: len(args)]), list(inputs[len(args) :])
+    inferred = prop.infer_shape([x.shape for x in data])
+    if not isinstance(inferred, (tuple, list)) or len(inferred) not in (2, 3):
+        raise OperatorError(f"Custom op {op_type!r}: infer_shape must return (in_shapes, out_shapes[, aux_shapes]), got {inferred!r}")
+    in_shapes = _shapes("input", op_type, inferred[0], len(args))
+    out_shapes = _shapes("output", op_type, inferred[1], len(outs))
+    for name, x, s in zip(args, data, in_shapes, strict=True):
+        if x.shape != s:
+            raise OperatorError(f"Custom op {op_type!r}: input {name!r} has shape {x.shape} but infer_shape expects {s}")
+    types = prop.infer_type([x._data.dtype for x in data])
+    out_dtypes = [np.dtype(t) for t in types[1]]
+    if len(out_dtypes) != len(outs):
+        raise OperatorError(f"Custom op {op_type!r}: infer_type returned {len(out_dtypes)} output types, expected {len(outs)}")
+
+    op = prop.create_operator(cpu(), in_shapes, [x._data.dtype for x in data])
+    if not isinstance(op, CustomOp):
+        raise OperatorError(f"Custom op {op_type!r}: create_operator must return a CustomOp, got {type(op).__name__}")
+    outputs = [NDArray(np.zeros(s, t)) for s, t in zip(out_shapes, out_dtypes, strict=True)]
+    is_train = _ag.is_training()
+
+    def body(fresh_in: list[NDArray], fresh_out: list[NDArray], fresh_aux: list[NDArray]) -> None:
+        op.forward(is_train, ["write"] * len(outputs), fresh_in, fresh_out, fresh_aux)
+
+    _push_invocation(op_type, False, data, outputs, aux, body)
+
+    if _ag.is_recording():
+        _ag.record_node(op_type, data, outputs, _backward_pusher(op_type, op, data, outputs, aux))
+    return outputs[0] if len(outputs) == 1 else outputs
+
+
+def _backward_pusher(op_type: str, op: CustomOp, data: list[NDArray], outputs: list[NDArray], aux: list[NDArray]) -> Callable[[list[NDArray]], list[NDArray | None]]:
+    def push_backward(ograds: list[NDArray]) -> list[NDArray | None]:
+        in_grads = [NDArray(np.zeros(x.shape, x._data.dtype)) for x in data]
+        n_og, n_in, n_out = len(ograds), len(data), len(outputs)
+
+        def body(fresh_in: list[NDArray], fresh_out: list[NDArray], fresh_aux: list[NDArray]) -> None:
+            og = fresh_in[:n_og]
+            ins = fresh_in[n_og : n_og + n_in]
+            outs = fresh_in[n_og + n_in : n_og + n_in + n_out]
+            op.backward(["write"] * n_in, og, ins, outs, fresh_out, fresh_aux)
+
+        _push_invocation(op_type, True, [*ograds, *data, *outputs], in_grads, aux, body)
+        return list(in_grads)
+
+    return push_backward
+
+
+def _fresh(xs: Sequence[NDArray]) -> list[NDArray]:
+    # Same memory, new var: the custom op's Python sees its arrays without their dependencies.
+    return [NDArray(x._data, Var()) for x in xs]
+
+
+def _push_invocation(
+    op_type: str,
+    backward: bool,
+    reads: list[NDArray],
+    writes: list[NDArray],
+    aux: list[NDArray],
+    body: Callable[[list[NDArray], list[NDArray], list[NDArray]], None],
+) -> None:
+    engine = get_engine()
+    inv = Invocation(op_type, next(_invocation_ids), backward)
+    write_vars = [x._var for x in writes] + [x._var for x in aux]
+    read_vars = [x._var for x in reads if x._var not in write_vars]
+
+    def start(on_complete: Callable[..., None]) -> None:
+        engine.run_custom(lambda: _run_python(engine, inv, reads, writes, aux, body, on_complete))
+
+    engine.push_async(start, read_vars, write_vars, inv.name, info=inv)
+
+
+def _run_python(
+    engine: Engine,
+    inv: Invocation,
+    reads: list[NDArray],
+    writes: list[NDArray],
+    aux: list[NDArray],
+    body: Callable[[list[NDArray], list[NDArray], list[NDArray]], None],
+    on_complete: Callable[..., None],
+) -> None:
+    """The custom-op worker's part: run the Python, then push Dummy_Wait to finish the invocation."""
+    fresh_in, fresh_out, fresh_aux = _fresh(reads), _fresh(writes), _fresh(aux)
+    error: BaseException | None = None
+    prev_inv = getattr(_tls, "invocation", None)
+    _tls.invocation = inv
+    # Nothing inside a custom op's Python is recorded for autograd (as in MXNet).
+    prev_rec = _ag.set_recording(False)
+    try:
+        try:
+            body(fresh_in, fresh_out, fresh_aux)
+        except BaseException as e:  # noqa: BLE001 - becomes the error of the op's outputs
+            error = e
+        fresh_vars = [x._var for x in itertools.chain(fresh_in, fresh_out, fresh_aux)]
+
+        def dummy_wait() -> None:
+            err = error
+            if err is None:
+                err = next((v.exception for v in fresh_vars if v.exception is not None), None)
+            on_complete(err)
+
+        try:
+            engine.push(dummy_wait, (), fresh_vars, "Dummy_Wait", no_skip=True, info=inv)
+        except BaseException as e:  # noqa: BLE001 - never leave the custom op hanging
+            on_complete(error or e)
+    finally:
+        _ag.set_recording(prev_rec)
+        _tls.invocation = prev_inv

@@ -1,0 +1,49 @@
+"""Random arrays whose values do not depend on which engine, or how many threads, ran them.
+
+Each random op draws its seed when it is *pushed*, from one seeded sequence, so the values depend
+only on push order; the threaded engine may run the ops in any order and still match the naive one.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from .context import Context
+    from .ndarray import NDArray
+
+__all__ = ["seed", "uniform", "normal"]
+
+_lock = threading.Lock()
+_seeds = np.random.SeedSequence(0)
+_counter = 0
+
+
+def seed(seed_state: int, ctx: Any = "all") -> None:
+    """Restart the sequence of per-op seeds (``mx.random.seed``)."""
+    global _seeds, _counter
+    with _lock:
+        _seeds = np.random.SeedSequence(int(seed_state))
+        _counter = 0
+
+
+def _next_seed() -> tuple[int, ...]:
+    global _counter
+    with _lock:
+        _counter += 1
+        return (int(_seeds.entropy), _counter)
+
+
+def uniform(low: float = 0.0, high: float = 1.0, shape: Any = (1,), dtype: Any = None, ctx: Context | None = None, **kwargs: Any) -> NDArray:
+    from .ndarray import _create
+
+    return _create("_random_uniform", shape, dtype, low=float(low), high=float(high), seed=_next_seed())
+
+
+def normal(loc: float = 0.0, scale: float = 1.0, shape: Any = (1,), dtype: Any = None, ctx: Context | None = None, **kwargs: Any) -> NDArray:
+    from .ndarray import _create
+
+    return _create("_random_normal", shape, dtype, loc=float(loc), scale=float(scale), seed=_next_seed())
