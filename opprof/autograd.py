@@ -95,7 +95,7 @@ def predict_mode() -> contextmanager:  # type: ignore[valid-type]
 class Node:
     """One recorded operator: its inputs, outputs and how to push its backward."""
 
-    __slots__ = ("name", "inputs", "outputs", "backward")
+    __slots__ = ("backward", "inputs", "name", "outputs")
 
     def __init__(
         self,

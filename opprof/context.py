@@ -6,7 +6,7 @@ from __future__ import annotations
 class Context:
     """Where an array lives. Only ``cpu`` exists; ``gpu`` is refused with a clear message."""
 
-    __slots__ = ("device_type", "device_id")
+    __slots__ = ("device_id", "device_type")
 
     def __init__(self, device_type: str = "cpu", device_id: int = 0) -> None:
         if device_type != "cpu":

@@ -52,7 +52,7 @@ class Var:
     The fields are engine-private state, mutated only under the engine's lock.
     """
 
-    __slots__ = ("id", "name", "_queue", "_running_reads", "_writing", "exception", "deleted")
+    __slots__ = ("_queue", "_running_reads", "_writing", "deleted", "exception", "id", "name")
 
     def __init__(self, name: str | None = None) -> None:
         self.id = next(_var_ids)
@@ -72,7 +72,7 @@ class Var:
 class _Opr:
     """One pushed operation and the number of vars it still waits for."""
 
-    __slots__ = ("fn", "reads", "writes", "name", "wait", "is_async", "no_skip", "done", "info")
+    __slots__ = ("done", "fn", "info", "is_async", "name", "no_skip", "reads", "wait", "writes")
 
     def __init__(
         self,
@@ -144,7 +144,9 @@ class Engine:
         self.max_pending: float = float("inf")
         self._throttled = 0
         self._space = threading.Condition(self._lock)
-        self.observer: Any = None  # the profiler hooks in here (see opprof.profiler)
+        # Hook for the profiler (and tests): ``observer.on_push(opr)`` on the pushing thread, then
+        # ``observer.run(opr, fn, *args)`` must call ``fn(*args)`` on the executing thread.
+        self.observer: Any = None
 
     # ------------------------------------------------------------------ public API
     def new_var(self, name: str | None = None) -> Var:
@@ -259,7 +261,7 @@ class Engine:
             self._block(self._throttle)
         obs = self.observer
         if obs is not None:
-            opr.info = obs.on_push(opr)
+            obs.on_push(opr)
         with self._lock:
             self._pending += 1
             blocked = 0
@@ -308,7 +310,7 @@ class Engine:
                     obs.run(opr, opr.fn)
                 else:
                     opr.fn()
-            except BaseException as e:  # noqa: BLE001 - every error belongs to the op's outputs
+            except BaseException as e:
                 error = e
                 if opr.is_async and opr.done:
                     # on_complete already ran; the late error still must not vanish.
@@ -539,8 +541,7 @@ class ThreadedEngine(Engine):
         self.custom_workers = max(1, custom_workers if custom_workers is not None else max(2, cpus))
         self._ready: SimpleQueue[_Opr | None] = SimpleQueue()
         self._threads = [
-            threading.Thread(target=self._worker, name=f"opprof-engine-{i}", daemon=True)
-            for i in range(self.workers)
+            threading.Thread(target=self._worker, name=f"opprof-engine-{i}", daemon=True) for i in range(self.workers)
         ]
         for t in self._threads:
             t.start()
@@ -629,9 +630,7 @@ def _set(engine: Engine | None) -> Engine | None:
     return old
 
 
-def set_engine(
-    kind: str | Engine = "threaded", *, workers: int | None = None, custom_workers: int | None = None
-) -> Engine:
+def set_engine(kind: str | Engine = "threaded", *, workers: int | None = None, custom_workers: int | None = None) -> Engine:
     """Make a new engine current; the old one finishes its work and stops its threads first.
 
     Errors that the old engine held and nobody waited for are raised here rather than lost.
@@ -652,7 +651,7 @@ def _shutdown_at_exit() -> None:
     if eng is not None:
         try:
             eng.shutdown()
-        except BaseException:  # noqa: BLE001 - interpreter exit must not hang or raise
+        except BaseException:
             pass
 
 

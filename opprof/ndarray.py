@@ -17,7 +17,7 @@ import numpy as np
 
 from . import autograd as _ag
 from . import ops as _ops
-from . import random as random  # noqa: PLC0414 - mx.nd.random, as in MXNet
+from . import random as random
 from .context import Context, cpu
 from .engine import Var, get_engine
 from .ops import OperatorError
@@ -61,7 +61,7 @@ _SCALAR_TYPES = (numbers.Number, np.generic)
 class NDArray:
     """An n-dimensional array whose operators run asynchronously on the engine."""
 
-    __slots__ = ("_data", "_var", "_grad", "_grad_req", "_node", "__weakref__")
+    __slots__ = ("__weakref__", "_data", "_grad", "_grad_req", "_node", "_var")
     # Make NumPy defer to our reflected operators (np.float32(2) * x -> x.__rmul__).
     __array_priority__ = 1000.0
 
@@ -105,7 +105,7 @@ class NDArray:
         return self._grad
 
     @property
-    def T(self) -> NDArray:  # noqa: N802 - MXNet's name
+    def T(self) -> NDArray:
         return transpose(self)
 
     def __len__(self) -> int:
@@ -135,7 +135,7 @@ class NDArray:
     def __repr__(self) -> str:
         try:
             body = str(self.asnumpy())
-        except Exception as e:  # noqa: BLE001 - repr must not raise
+        except Exception as e:
             body = f"<failed: {type(e).__name__}: {e}>"
         return f"\n{body}\n<NDArray {'x'.join(map(str, self.shape))} @cpu(0)>"
 
@@ -203,7 +203,7 @@ class NDArray:
 
     def _view(self, key: tuple[Any, ...]) -> NDArray:
         try:
-            view = self._data[key + (Ellipsis,)]
+            view = self._data[key if Ellipsis in key else (*key, Ellipsis)]  # never a NumPy scalar
         except IndexError as e:
             raise IndexError(f"index {key!r} is invalid for an NDArray of shape {self.shape}: {e}") from None
         # A basic slice is a view on the same buffer, so it shares the var (as in MXNet).
@@ -220,7 +220,9 @@ class NDArray:
                 try:
                     np.broadcast_shapes(value.shape, target.shape)
                 except ValueError:
-                    raise OperatorError(f"cannot assign an array of shape {value.shape} to a slice of shape {target.shape}") from None
+                    raise OperatorError(
+                        f"cannot assign an array of shape {value.shape} to a slice of shape {target.shape}"
+                    ) from None
             _invoke(_COPYTO if full else _SLICE_ASSIGN, (value,), {}, out=target, check_shape=False)
         elif isinstance(value, _SCALAR_TYPES):
             _invoke(_SET_VALUE if full else _SLICE_ASSIGN_SCALAR, (), {"value": value}, out=target, check_shape=False)
@@ -356,7 +358,9 @@ def _invoke(
     return out
 
 
-def _push_backward(op: _ops.OpDef, inputs: tuple[NDArray, ...], out: NDArray, attrs: dict[str, Any], ograds: list[NDArray]) -> list[NDArray | None]:
+def _push_backward(
+    op: _ops.OpDef, inputs: tuple[NDArray, ...], out: NDArray, attrs: dict[str, Any], ograds: list[NDArray]
+) -> list[NDArray | None]:
     """Push ``_backward_<op>``: one engine op computing the gradient of every input that needs it."""
     g = ograds[0]
     grads = [NDArray(np.empty(x.shape, x._data.dtype)) if _ag.requires_grad(x) else None for x in inputs]
@@ -415,7 +419,7 @@ def _arith(
     if not isinstance(other, NDArray):
         return NotImplemented
     a, b = (other, x) if reflected else (x, other)
-    name = (_ELEMWISE_NAMES[stem] if a.shape == b.shape else "broadcast_" + stem)
+    name = _ELEMWISE_NAMES[stem] if a.shape == b.shape else "broadcast_" + stem
     return _invoke(_ops.OPS[name], (a, b), {}, out=out)
 
 
@@ -440,7 +444,9 @@ _SLICE = _ops.OPS["slice"]
 _ELEMWISE_ADD = _ops.OPS["elemwise_add"]
 _SET_VALUE = _ops.register("_set_value", _assign_forward, None, lambda n, s, d, a: ((), np.dtype(np.float64)), arity=0)
 _SLICE_ASSIGN = _ops.register("_slice_assign", _assign_forward, None, lambda n, s, d, a: (s[0], d[0]), arity=1)
-_SLICE_ASSIGN_SCALAR = _ops.register("_slice_assign_scalar", _assign_forward, None, lambda n, s, d, a: ((), np.dtype(np.float64)), arity=0)
+_SLICE_ASSIGN_SCALAR = _ops.register(
+    "_slice_assign_scalar", _assign_forward, None, lambda n, s, d, a: ((), np.dtype(np.float64)), arity=0
+)
 
 
 # ---------------------------------------------------------------------------- creation
@@ -492,7 +498,9 @@ def full(shape: Any, val: Any, ctx: Context | None = None, dtype: Any = None, **
     return _create("_full", shape, dtype, value=val)
 
 
-def arange(start: float, stop: float | None = None, step: float = 1.0, repeat: int = 1, ctx: Context | None = None, dtype: Any = None) -> NDArray:
+def arange(
+    start: float, stop: float | None = None, step: float = 1.0, repeat: int = 1, ctx: Context | None = None, dtype: Any = None
+) -> NDArray:
     if stop is None:
         start, stop = 0, start
     if step == 0:
@@ -535,7 +543,7 @@ def _check_nd(name: str, x: Any) -> NDArray:
     return x
 
 
-abs = _unary_fn("abs")  # noqa: A001 - MXNet's name
+abs = _unary_fn("abs")
 exp = _unary_fn("exp")
 log = _unary_fn("log")
 sqrt = _unary_fn("sqrt")
@@ -559,7 +567,7 @@ def reshape(data: NDArray, shape: Sequence[int]) -> NDArray:
     return _invoke(_ops.OPS["Reshape"], (_check_nd("Reshape", data),), {"shape": tuple(int(n) for n in shape)})
 
 
-def sum(data: NDArray, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> NDArray:  # noqa: A001
+def sum(data: NDArray, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> NDArray:
     return _invoke(_ops.OPS["sum"], (_check_nd("sum", data),), {"axis": _axis(axis), "keepdims": bool(keepdims)})
 
 
@@ -598,7 +606,7 @@ maximum = _binary_fn("maximum")
 minimum = _binary_fn("minimum")
 
 
-def Custom(*inputs: NDArray, op_type: str, **kwargs: Any) -> NDArray | list[NDArray]:  # noqa: N802 - MXNet's name
+def Custom(*inputs: NDArray, op_type: str, **kwargs: Any) -> NDArray | list[NDArray]:
     """Invoke the custom operator registered as ``op_type`` (see :mod:`opprof.operator`)."""
     from .operator import invoke_custom
 

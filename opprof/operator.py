@@ -41,7 +41,9 @@ _tls = threading.local()
 class CustomOp:
     """Base class for the Python body of a custom operator."""
 
-    def forward(self, is_train: bool, req: Sequence[str], in_data: Sequence[NDArray], out_data: Sequence[NDArray], aux: Sequence[NDArray]) -> None:
+    def forward(
+        self, is_train: bool, req: Sequence[str], in_data: Sequence[NDArray], out_data: Sequence[NDArray], aux: Sequence[NDArray]
+    ) -> None:
         raise NotImplementedError(f"{type(self).__name__}.forward is not implemented")
 
     def backward(
@@ -178,7 +180,9 @@ def invoke_custom(inputs: Sequence[NDArray], op_type: str, kwargs: dict[str, Any
     data, aux = list(inputs[: len(args)]), list(inputs[len(args) :])
     inferred = prop.infer_shape([x.shape for x in data])
     if not isinstance(inferred, (tuple, list)) or len(inferred) not in (2, 3):
-        raise OperatorError(f"Custom op {op_type!r}: infer_shape must return (in_shapes, out_shapes[, aux_shapes]), got {inferred!r}")
+        raise OperatorError(
+            f"Custom op {op_type!r}: infer_shape must return (in_shapes, out_shapes[, aux_shapes]), got {inferred!r}"
+        )
     in_shapes = _shapes("input", op_type, inferred[0], len(args))
     out_shapes = _shapes("output", op_type, inferred[1], len(outs))
     for name, x, s in zip(args, data, in_shapes, strict=True):
@@ -205,7 +209,9 @@ def invoke_custom(inputs: Sequence[NDArray], op_type: str, kwargs: dict[str, Any
     return outputs[0] if len(outputs) == 1 else outputs
 
 
-def _backward_pusher(op_type: str, op: CustomOp, data: list[NDArray], outputs: list[NDArray], aux: list[NDArray]) -> Callable[[list[NDArray]], list[NDArray | None]]:
+def _backward_pusher(
+    op_type: str, op: CustomOp, data: list[NDArray], outputs: list[NDArray], aux: list[NDArray]
+) -> Callable[[list[NDArray]], list[NDArray | None]]:
     def push_backward(ograds: list[NDArray]) -> list[NDArray | None]:
         in_grads = [NDArray(np.zeros(x.shape, x._data.dtype)) for x in data]
         n_og, n_in, n_out = len(ograds), len(data), len(outputs)
@@ -265,7 +271,7 @@ def _run_python(
     try:
         try:
             body(fresh_in, fresh_out, fresh_aux)
-        except BaseException as e:  # noqa: BLE001 - becomes the error of the op's outputs
+        except BaseException as e:
             error = e
         fresh_vars = [x._var for x in itertools.chain(fresh_in, fresh_out, fresh_aux)]
 
@@ -277,7 +283,7 @@ def _run_python(
 
         try:
             engine.push(dummy_wait, (), fresh_vars, "Dummy_Wait", no_skip=True, info=inv)
-        except BaseException as e:  # noqa: BLE001 - never leave the custom op hanging
+        except BaseException as e:
             on_complete(error or e)
     finally:
         _ag.set_recording(prev_rec)

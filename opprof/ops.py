@@ -69,9 +69,7 @@ def broadcast_shape(name: str, shapes: Sequence[Shape], dtypes: Sequence[np.dtyp
     try:
         shape = np.broadcast_shapes(*shapes)
     except ValueError:
-        raise OperatorError(
-            f"{name}: shapes {' and '.join(map(str, shapes))} cannot be broadcast together"
-        ) from None
+        raise OperatorError(f"{name}: shapes {' and '.join(map(str, shapes))} cannot be broadcast together") from None
     return shape, np.result_type(*dtypes)
 
 
@@ -89,7 +87,12 @@ def unbroadcast(g: np.ndarray, shape: Shape) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- scalar ops
-def _scalar(name: str, fn: Callable[..., Any], grad: Callable[[np.ndarray, np.ndarray, np.ndarray, Any], np.ndarray], reverse: bool = False) -> None:
+def _scalar(
+    name: str,
+    fn: Callable[..., Any],
+    grad: Callable[[np.ndarray, np.ndarray, np.ndarray, Any], np.ndarray],
+    reverse: bool = False,
+) -> None:
     if reverse:
 
         def forward(ins: Sequence[np.ndarray], out: np.ndarray, a: Attrs) -> None:
@@ -214,8 +217,7 @@ def _dot_infer(name: str, shapes: Sequence[Shape], dtypes: Sequence[np.dtype], a
         raise OperatorError(f"dot: only 1-D and 2-D inputs are supported, got shapes {shapes[0]} and {shapes[1]}")
     if sa[-1] != sb[0]:
         raise OperatorError(
-            f"dot: shapes {shapes[0]} and {shapes[1]} are not aligned "
-            f"({sa[-1]} columns on the left, {sb[0]} rows on the right)"
+            f"dot: shapes {shapes[0]} and {shapes[1]} are not aligned ({sa[-1]} columns on the left, {sb[0]} rows on the right)"
         )
     return sa[:-1] + sb[1:], np.result_type(*dtypes)
 
@@ -328,13 +330,17 @@ def _reduce_backward(scale_by_count: bool) -> Backward:
 
 register(
     "sum",
-    lambda ins, out, a: np.copyto(out, np.sum(ins[0], axis=_reduce_axes(a, ins[0].ndim), keepdims=bool(a.get("keepdims"))), casting="unsafe"),
+    lambda ins, out, a: np.copyto(
+        out, np.sum(ins[0], axis=_reduce_axes(a, ins[0].ndim), keepdims=bool(a.get("keepdims"))), casting="unsafe"
+    ),
     _reduce_backward(False),
     _reduce_infer,
 )
 register(
     "mean",
-    lambda ins, out, a: np.copyto(out, np.mean(ins[0], axis=_reduce_axes(a, ins[0].ndim), keepdims=bool(a.get("keepdims"))), casting="unsafe"),
+    lambda ins, out, a: np.copyto(
+        out, np.mean(ins[0], axis=_reduce_axes(a, ins[0].ndim), keepdims=bool(a.get("keepdims"))), casting="unsafe"
+    ),
     _reduce_backward(True),
     _reduce_infer,
 )
@@ -370,14 +376,18 @@ register(
 )
 register(
     "_random_uniform",
-    lambda ins, out, a: np.copyto(out, np.random.default_rng(a["seed"]).uniform(a["low"], a["high"], out.shape), casting="unsafe"),
+    lambda ins, out, a: np.copyto(
+        out, np.random.default_rng(a["seed"]).uniform(a["low"], a["high"], out.shape), casting="unsafe"
+    ),
     None,
     lambda n, s, d, a: (a["shape"], a["dtype"]),
     arity=0,
 )
 register(
     "_random_normal",
-    lambda ins, out, a: np.copyto(out, np.random.default_rng(a["seed"]).normal(a["loc"], a["scale"], out.shape), casting="unsafe"),
+    lambda ins, out, a: np.copyto(
+        out, np.random.default_rng(a["seed"]).normal(a["loc"], a["scale"], out.shape), casting="unsafe"
+    ),
     None,
     lambda n, s, d, a: (a["shape"], a["dtype"]),
     arity=0,

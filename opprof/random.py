@@ -37,13 +37,17 @@ def _next_seed() -> tuple[int, ...]:
         return (int(_seeds.entropy), _counter)
 
 
-def uniform(low: float = 0.0, high: float = 1.0, shape: Any = (1,), dtype: Any = None, ctx: Context | None = None, **kwargs: Any) -> NDArray:
+def uniform(
+    low: float = 0.0, high: float = 1.0, shape: Any = (1,), dtype: Any = None, ctx: Context | None = None, **kwargs: Any
+) -> NDArray:
     from .ndarray import _create
 
     return _create("_random_uniform", shape, dtype, low=float(low), high=float(high), seed=_next_seed())
 
 
-def normal(loc: float = 0.0, scale: float = 1.0, shape: Any = (1,), dtype: Any = None, ctx: Context | None = None, **kwargs: Any) -> NDArray:
+def normal(
+    loc: float = 0.0, scale: float = 1.0, shape: Any = (1,), dtype: Any = None, ctx: Context | None = None, **kwargs: Any
+) -> NDArray:
     from .ndarray import _create
 
     return _create("_random_normal", shape, dtype, loc=float(loc), scale=float(scale), seed=_next_seed())
