@@ -52,7 +52,7 @@ class Var:
     The fields are engine-private state, mutated only under the engine's lock.
     """
 
-    __slots__ = ("_queue", "_running_reads", "_writing", "deleted", "exception", "id", "name")
+    __slots__ = ("_cleared_at", "_queue", "_running_reads", "_writing", "deleted", "exception", "id", "name")
 
     def __init__(self, name: str | None = None) -> None:
         self.id = next(_var_ids)
@@ -62,6 +62,9 @@ class Var:
         self._running_reads = 0
         self._writing = False
         self.exception: BaseException | None = None
+        # Set when a wait has raised ``exception``: ops pushed from then on no longer see it,
+        # while ops pushed earlier (and still queued) are skipped as they would have been.
+        self._cleared_at: int | None = None
         self.deleted = False
 
     def __repr__(self) -> str:
@@ -72,7 +75,7 @@ class Var:
 class _Opr:
     """One pushed operation and the number of vars it still waits for."""
 
-    __slots__ = ("done", "fn", "info", "is_async", "name", "no_skip", "reads", "wait", "writes")
+    __slots__ = ("done", "fn", "info", "is_async", "name", "no_skip", "reads", "seq", "wait", "writes")
 
     def __init__(
         self,
@@ -92,6 +95,7 @@ class _Opr:
         self.is_async = is_async
         self.no_skip = no_skip
         self.done = False
+        self.seq = 0  # push order, set under the engine lock
         # Free slot for the layers above (the profiler records who pushed the op here).
         self.info = info
 
@@ -133,6 +137,7 @@ class Engine:
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._pending = 0  # ops pushed and not yet complete
+        self._seq = 0  # ops pushed so far
         self._idle_waiters = 0
         # Errors not yet raised to the user, in the order they happened, and the vars holding them.
         self._errors: dict[int, BaseException] = {}
@@ -192,10 +197,9 @@ class Engine:
         if not quiet:
             self._wait_for_op(var)
         with self._lock:
-            exc = var.exception
+            exc = var.exception if var._cleared_at is None else None
             if exc is not None:
-                var.exception = None
-                self._failed_vars.discard(var)
+                var._cleared_at = self._seq + 1
                 self._errors.pop(id(exc), None)
         if exc is not None:
             raise exc
@@ -203,12 +207,18 @@ class Engine:
     def wait_for_all(self) -> None:
         """Block until every pushed op is done; raise the first error no wait has raised yet."""
         self._forbid_wait_in_op("wait_for_all")
+        if getattr(_tls, "custom_pool", None) is not None or getattr(_tls, "async_body", False):
+            raise EngineError(
+                "wait_for_all (mx.nd.waitall) was called inside a custom operator's Python; it would "
+                "wait for that operator itself. Wait on the arrays you need (asnumpy, wait_to_read) instead."
+            )
         self._wait_idle()
         with self._lock:
             errors = list(self._errors.values())
             self._errors.clear()
             for v in self._failed_vars:
                 v.exception = None
+                v._cleared_at = None
             self._failed_vars.clear()
         if errors:
             raise errors[0]
@@ -264,6 +274,8 @@ class Engine:
             obs.on_push(opr)
         with self._lock:
             self._pending += 1
+            self._seq += 1
+            opr.seq = self._seq
             blocked = 0
             for v in opr.reads:
                 if v._writing or v._queue:
@@ -288,15 +300,11 @@ class Engine:
         """Run one ready op on the current thread; return the ops its completion made ready."""
         error: BaseException | None = None
         if not opr.no_skip:
-            for v in opr.reads:
-                if v.exception is not None:
+            seq = opr.seq
+            for v in itertools.chain(opr.reads, opr.writes):
+                if v.exception is not None and (v._cleared_at is None or seq < v._cleared_at):
                     error = v.exception
                     break
-            else:
-                for v in opr.writes:
-                    if v.exception is not None:
-                        error = v.exception
-                        break
         if error is None:
             obs = self.observer
             try:
@@ -328,6 +336,7 @@ class Engine:
         self._errors.setdefault(id(error), error)
         for v in writes:
             v.exception = error
+            v._cleared_at = None
             self._failed_vars.add(v)
 
     def _complete(self, opr: _Opr, error: BaseException | None) -> list[_Opr]:
@@ -344,6 +353,11 @@ class Engine:
                     self._release(v, ready)
             for v in opr.writes:
                 v._writing = False
+                if error is None and v.exception is not None and not opr.no_skip:
+                    # A successful write after the error was raised: the var holds good data again.
+                    v.exception = None
+                    v._cleared_at = None
+                    self._failed_vars.discard(v)
                 self._release(v, ready)
             self._pending -= 1
             if self._pending == 0 and self._idle_waiters:
@@ -430,12 +444,16 @@ class NaiveEngine(Engine):
         ready = [opr]
         while ready:
             nxt = ready.pop(0)
-            if not nxt.is_async:
+            prev_async = getattr(_tls, "async_body", False)
+            if nxt.is_async:
+                _tls.async_body = True
+            else:
                 _tls.engine_worker = self
             try:
                 ready.extend(self._execute(nxt))
             finally:
                 _tls.engine_worker = prev
+                _tls.async_body = prev_async
 
     def __init__(self) -> None:
         super().__init__()

@@ -211,6 +211,11 @@ class NDArray:
 
     def __setitem__(self, key: Any, value: Any) -> None:
         key = _basic_key(key)
+        if _ag._state.recording and _ag.requires_grad(self):
+            raise OperatorError(
+                "in-place operations (+=, -=, x[:]=, x[i]=, ...) on an array in the autograd graph "
+                "are not supported while recording"
+            )
         full = key == (slice(None),) or key == ()
         target = self if full else self._view(key)
         if isinstance(value, NDArray):

@@ -247,14 +247,17 @@ register("dot", _dot_forward, _dot_backward, _dot_infer, arity=2)
 # ----------------------------------------------------------------------------- shape ops
 def _axes(a: Attrs, ndim: int) -> tuple[int, ...]:
     axes = a.get("axes")
-    return tuple(reversed(range(ndim))) if axes is None else tuple(axes)
+    return tuple(reversed(range(ndim))) if axes is None else tuple(ax % ndim for ax in axes)
 
 
 def _transpose_infer(name: str, shapes: Sequence[Shape], dtypes: Sequence[np.dtype], a: Attrs) -> tuple[Shape, np.dtype]:
     (shape,) = shapes
+    given = a.get("axes")
+    if given is not None and (
+        any(not -len(shape) <= ax < len(shape) for ax in given) or sorted(_axes(a, len(shape))) != list(range(len(shape)))
+    ):
+        raise OperatorError(f"transpose: axes {tuple(given)} are not a permutation of the {len(shape)} axes of shape {shape}")
     axes = _axes(a, len(shape))
-    if sorted(ax % max(len(shape), 1) for ax in axes) != list(range(len(shape))):
-        raise OperatorError(f"transpose: axes {axes} are not a permutation of the {len(shape)} axes of shape {shape}")
     return tuple(shape[ax] for ax in axes), dtypes[0]
 
 
@@ -307,6 +310,8 @@ def _reduce_infer(name: str, shapes: Sequence[Shape], dtypes: Sequence[np.dtype]
         bad = [ax for ax in axes if not -len(shape) <= ax < len(shape)]
         if bad:
             raise OperatorError(f"{name}: axis {bad[0]} is out of range for shape {shape}")
+        if len({ax % len(shape) for ax in axes}) != len(axes):
+            raise OperatorError(f"{name}: axis {tuple(axes)} repeats an axis of shape {shape}")
     probe = np.empty(shape, dtype=np.bool_)  # shape arithmetic only; no data is read
     return np.sum(probe, axis=_reduce_axes(a, len(shape)), keepdims=bool(a.get("keepdims"))).shape, dtypes[0]
 
