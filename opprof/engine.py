@@ -267,8 +267,8 @@ class Engine:
         return r, w
 
     def _push(self, opr: _Opr) -> None:
-        if self._pending >= self.max_pending and getattr(_tls, "engine_worker", None) is None:
-            self._block(self._throttle)
+        if self._pending >= self.max_pending and self._may_throttle():
+            self._throttle()
         obs = self.observer
         if obs is not None:
             obs.on_push(opr)
@@ -385,6 +385,12 @@ class Engine:
             opr.wait -= 1
             if opr.wait == 0:
                 ready.append(opr)
+
+    @staticmethod
+    def _may_throttle() -> bool:
+        # Only a user's own thread waits for the backlog to shrink. Engine workers never block, and
+        # a custom op's Python must not: the backlog may be exactly the ops waiting for it to finish.
+        return getattr(_tls, "engine_worker", None) is None and getattr(_tls, "custom_pool", None) is None
 
     def _throttle(self) -> None:
         with self._lock:

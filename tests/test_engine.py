@@ -1062,3 +1062,28 @@ def test_naive_engine_runs_custom_tasks_inline():
     ran = []
     e.run_custom(lambda: ran.append(threading.current_thread()))
     assert ran == [threading.current_thread()]
+
+
+@pytest.mark.timeout(60)
+def test_back_pressure_never_blocks_a_custom_ops_python() -> None:
+    """A chain of custom ops longer than max_pending: the backlog is exactly the ops waiting for the
+    custom op whose Python is pushing, so throttling that Python would deadlock."""
+    import opprof as mx
+
+    class AddOne(mx.operator.CustomOp):
+        def forward(self, is_train, req, in_data, out_data, aux):
+            self.assign(out_data[0], req[0], in_data[0] + 1)
+
+    @mx.operator.register("BackPressureAddOne")
+    class AddOneProp(mx.operator.CustomOpProp):
+        def create_operator(self, ctx, in_shapes, in_dtypes):
+            return AddOne()
+
+    mx.set_engine(ThreadedEngine(workers=2, custom_workers=1, max_pending=4))
+    try:
+        a = mx.nd.ones((3, 3))
+        for _ in range(200):
+            a = mx.nd.Custom(a, op_type="BackPressureAddOne")
+        assert a.asnumpy()[0, 0] == 201
+    finally:
+        mx.set_engine("threaded")
