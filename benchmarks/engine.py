@@ -15,15 +15,12 @@ import argparse
 import os
 import platform
 import statistics
-import sys
 import time
 from collections.abc import Callable
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-import opprof as mx  # noqa: E402
+import opprof as mx
 
 MXNET_PER_OP_US = 22.0  # MXNet 1.9.1 Python API, this kind of machine (see the issue)
 MXNET_CUSTOM_US = 1000.0
@@ -101,7 +98,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
 
-    print(f"# opprof engine benchmark: {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs, numpy {np.__version__}")
+    machine = f"Python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs"
+    print(f"# opprof engine benchmark: {machine}, numpy {np.__version__}")
     print(f"# medians of {args.repeats} runs; chain of {args.ops} ops, {args.calls} custom-op calls\n")
     rows: list[tuple[str, float, str]] = []
     for n in (10, 100):
@@ -110,7 +108,8 @@ def main() -> None:
         for kind in ("threaded", "naive"):
             mx.set_engine(kind)
             us = median_us(lambda n=n: engine_chain(n, args.ops), args.ops, args.repeats)
-            rows.append((f"{kind} a = a + 1, {n}x{n}", us, f"{us / base:.2f}x numpy, {MXNET_PER_OP_US / us:.1f}x cheaper than MXNet"))
+            note = f"{us / base:.2f}x numpy, {MXNET_PER_OP_US / us:.1f}x cheaper than MXNet"
+            rows.append((f"{kind} a = a + 1, {n}x{n}", us, note))
     for kind in ("threaded", "naive"):
         mx.set_engine(kind)
         us = median_us(lambda: custom_forward(args.calls), args.calls, args.repeats)
