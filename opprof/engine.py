@@ -41,6 +41,9 @@ __all__ = [
 
 _var_ids = itertools.count(1)
 
+#: ``info`` of the engine's own bookkeeping ops (the token a wait pushes); profilers skip them.
+INTERNAL = object()
+
 
 class EngineError(RuntimeError):
     """Misuse of the engine that would otherwise deadlock or corrupt state."""
@@ -75,7 +78,7 @@ class Var:
 class _Opr:
     """One pushed operation and the number of vars it still waits for."""
 
-    __slots__ = ("done", "fn", "info", "is_async", "name", "no_skip", "reads", "seq", "wait", "writes")
+    __slots__ = ("done", "fn", "info", "is_async", "name", "no_skip", "prof", "reads", "seq", "wait", "writes")
 
     def __init__(
         self,
@@ -96,6 +99,7 @@ class _Opr:
         self.no_skip = no_skip
         self.done = False
         self.seq = 0  # push order, set under the engine lock
+        self.prof: Any = None  # what a profiler noted at push time
         # Free slot for the layers above (the profiler records who pushed the op here).
         self.info = info
 
@@ -150,7 +154,8 @@ class Engine:
         self._throttled = 0
         self._space = threading.Condition(self._lock)
         # Hook for the profiler (and tests): ``observer.on_push(opr)`` on the pushing thread, then
-        # ``observer.run(opr, fn, *args)`` must call ``fn(*args)`` on the executing thread.
+        # ``observer.run(opr, fn, *args)`` must call ``fn(*args)`` on the executing thread. An
+        # observer with ``clock()`` and ``on_wait(name, t0, t1)`` also hears of blocking waits.
         self.observer: Any = None
 
     # ------------------------------------------------------------------ public API
@@ -192,10 +197,14 @@ class Engine:
     def wait_for_var(self, var: Var) -> None:
         """Block until every write pushed so far to ``var`` is done; raise its error if it failed."""
         self._forbid_wait_in_op("wait_for_var")
+        obs = self.observer if hasattr(self.observer, "on_wait") else None
+        t0 = obs.clock() if obs is not None else 0
         with self._lock:
             quiet = not var._writing and not var._queue
         if not quiet:
             self._wait_for_op(var)
+        if obs is not None:
+            obs.on_wait("WaitForVar", t0, obs.clock())
         with self._lock:
             exc = var.exception if var._cleared_at is None else None
             if exc is not None:
@@ -212,7 +221,11 @@ class Engine:
                 "wait_for_all (mx.nd.waitall) was called inside a custom operator's Python; it would "
                 "wait for that operator itself. Wait on the arrays you need (asnumpy, wait_to_read) instead."
             )
+        obs = self.observer if hasattr(self.observer, "on_wait") else None
+        t0 = obs.clock() if obs is not None else 0
         self._wait_idle()
+        if obs is not None:
+            obs.on_wait("WaitForAll", t0, obs.clock())
         with self._lock:
             errors = list(self._errors.values())
             self._errors.clear()
@@ -403,7 +416,7 @@ class Engine:
 
     def _wait_for_op(self, var: Var) -> None:
         done = threading.Event()
-        self.push(done.set, (var,), (), "WaitForVar", no_skip=True)
+        self.push(done.set, (var,), (), "WaitForVar", no_skip=True, info=INTERNAL)
         self._block(done.wait)
 
     def _wait_idle(self) -> None:

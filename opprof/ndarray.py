@@ -381,7 +381,7 @@ def _push_backward(
                 np.copyto(buf, res, casting="unsafe")
 
     reads = [x._var for x in inputs] + [out._var, g._var]
-    get_engine().push(run, reads, [gr._var for gr in grads if gr is not None], "_backward_" + op.name)
+    get_engine().push(run, reads, [gr._var for gr in grads if gr is not None], "_backward_" + op.name.lstrip("_"))
     return grads
 
 

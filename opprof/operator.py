@@ -268,17 +268,24 @@ def _run_python(
     _tls.invocation = inv
     # Nothing inside a custom op's Python is recorded for autograd (as in MXNet).
     prev_rec = _ag.set_recording(False)
+    obs = engine.observer
+    on_python = getattr(obs, "on_python", None)
+    t0 = obs.clock() if on_python is not None else 0
     try:
         try:
             body(fresh_in, fresh_out, fresh_aux)
-        except BaseException as e:
+        except BaseException as e:  # becomes the error of the op's outputs
             error = e
+        if on_python is not None:
+            on_python(inv, t0, obs.clock())
         fresh_vars = [x._var for x in itertools.chain(fresh_in, fresh_out, fresh_aux)]
 
         def dummy_wait() -> None:
             err = error
             if err is None:
                 err = next((v.exception for v in fresh_vars if v.exception is not None), None)
+            if err is not None and hasattr(engine.observer, "on_error"):
+                engine.observer.on_error(inv, err)
             on_complete(err)
 
         try:

@@ -149,7 +149,7 @@ def check_grad(
     with record_pushes() as rec:
         loss.backward()
     if op is not None:
-        assert f"_backward_{op}" in rec.backward_names, rec.names
+        assert f"_backward_{op.lstrip('_')}" in rec.backward_names, rec.names
     expected = numeric_grads(f, arrays, w)
     got = [x.grad.asnumpy() for x in xs]
     for i, (g, e) in enumerate(zip(got, expected, strict=True)):
@@ -443,7 +443,7 @@ def test_backward_pushes_one_named_op_per_node() -> None:
         z = mx.nd.sum(y)
     with record_pushes() as rec:
         z.backward()
-    assert rec.backward_names == ["_backward_sum", "_backward__plus_scalar", "_backward_exp", "_backward__mul_scalar"]
+    assert rec.backward_names == ["_backward_sum", "_backward_plus_scalar", "_backward_exp", "_backward_mul_scalar"]
 
 
 def test_backward_names_for_two_input_op() -> None:
@@ -513,7 +513,7 @@ def test_grad_req_add_pushes_an_add() -> None:
         y = x * 2
     with record_pushes() as rec:
         y.backward()
-    assert rec.backward_names == ["_backward__mul_scalar"]
+    assert rec.backward_names == ["_backward_mul_scalar"]
     assert rec.names[-1] == "elemwise_add"
 
 
