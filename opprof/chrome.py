@@ -1,0 +1,212 @@
+"""Trace <-> Chrome Trace Event JSON, the format Perfetto and chrome://tracing open.
+
+Export writes, with timestamps in microseconds relative to the trace start (fractional, so
+nanoseconds survive):
+
+* ``M`` metadata: the process name and every thread's real name and sort order (small int tids);
+* one ``X`` slice per span on its thread (a custom-op ``parent`` crosses threads, so it has none);
+* per custom-op invocation, a nestable async track (``b``/``e`` sharing the invocation id) holding
+  the parent and, properly nested inside it, its python span, waits, ``Dummy_Wait`` and every
+  sub-op that fits without crossing a sibling (the rest stay on their thread, linked by a flow);
+* flow events (``s``/``f``) from the push inside a custom op's Python to the sub-op's slice.
+
+``load`` reads such a file back losslessly (``otherData.opprof`` carries what Chrome has no field for).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from .trace import CounterSample, Flow, Instant, Span, ThreadInfo, Trace, dumps_json, open_maybe_gzip
+
+__all__ = ["to_chrome", "from_chrome", "save", "load", "TraceFormatError"]
+
+PID = 0
+
+
+class TraceFormatError(ValueError):
+    """A trace file that cannot be read; the message names the file, the problem and where."""
+
+
+def _us(ns: int, t0: int) -> float:
+    return (ns - t0) / 1e3
+
+
+def _async_children(parent: Span, family: list[Span]) -> list[Span]:
+    """The children that nest properly inside ``parent`` on one async track (greedy, by start)."""
+    kept: list[Span] = []
+    stack: list[Span] = [parent]
+    for s in sorted(family, key=lambda s: (s.start, -s.end)):
+        if s is parent:
+            continue
+        while len(stack) > 1 and stack[-1].end <= s.start:
+            stack.pop()
+        if s.start >= stack[-1].start and s.end <= stack[-1].end:
+            kept.append(s)
+            stack.append(s)
+    return kept
+
+
+def to_chrome(trace: Trace) -> dict[str, Any]:
+    """The Chrome Trace Event JSON object for ``trace``."""
+    t0 = min((s.start for s in trace.spans), default=0)
+    t0 = min([t0, *(f.src_ts for f in trace.flows), *(i.ts for i in trace.instants), *(c.ts for c in trace.counters)])
+    events: list[dict[str, Any]] = [
+        {"ph": "M", "name": "process_name", "pid": PID, "tid": 0, "args": {"name": trace.metadata.get("process_name", "opprof")}}
+    ]
+    for i, t in enumerate(trace.threads):
+        events.append({"ph": "M", "name": "thread_name", "pid": PID, "tid": t.tid, "args": {"name": t.name}})
+        events.append({"ph": "M", "name": "thread_sort_index", "pid": PID, "tid": t.tid, "args": {"sort_index": i}})
+
+    families: dict[int, list[Span]] = {}
+    for s in trace.spans:
+        inv = s.invocation
+        if inv is not None:
+            families.setdefault(inv, []).append(s)
+        if s.role == "parent":
+            continue
+        ev: dict[str, Any] = {
+            "ph": "X",
+            "name": s.name,
+            "cat": s.cat,
+            "pid": PID,
+            "tid": s.tid,
+            "ts": _us(s.start, t0),
+            "dur": s.dur / 1e3,
+        }
+        if s.args:
+            ev["args"] = s.args
+        events.append(ev)
+
+    for inv, family in families.items():
+        parent = next((s for s in family if s.role == "parent"), None)
+        if parent is None:
+            continue
+        for s in (parent, *_async_children(parent, family)):
+            common = {"name": s.name, "cat": "custom_op", "id": inv, "pid": PID, "tid": parent.tid}
+            events.append({**common, "ph": "b", "ts": _us(s.start, t0), "args": s.args or {}})
+            events.append({**common, "ph": "e", "ts": _us(s.end, t0)})
+
+    for f in trace.flows:
+        common = {"name": f.name, "cat": f.cat, "id": f.id, "pid": PID}
+        events.append({**common, "ph": "s", "tid": f.src_tid, "ts": _us(f.src_ts, t0)})
+        events.append({**common, "ph": "f", "bp": "e", "tid": f.dst_tid, "ts": _us(f.dst_ts, t0)})
+
+    for i in trace.instants:
+        ev = {"ph": "i", "s": "t", "name": i.name, "cat": i.cat, "pid": PID, "tid": i.tid, "ts": _us(i.ts, t0)}
+        if i.args:
+            ev["args"] = i.args
+        events.append(ev)
+    for c in trace.counters:
+        events.append({"ph": "C", "name": c.name, "pid": PID, "tid": 0, "ts": _us(c.ts, t0), "args": c.values})
+
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ns",
+        "otherData": {"opprof": {"t0_ns": t0, "metadata": trace.metadata, "flows": [list(_flow_tuple(f)) for f in trace.flows]}},
+    }
+
+
+def _flow_tuple(f: Flow) -> tuple[Any, ...]:
+    return (f.id, f.name, f.cat, f.src_tid, f.src_ts, f.dst_tid, f.dst_ts)
+
+
+def save(trace: Trace, path: str | os.PathLike[str]) -> None:
+    """Write ``trace`` as Chrome trace JSON; gzipped when ``path`` ends in ``.gz``."""
+    data = dumps_json(to_chrome(trace))
+    with open_maybe_gzip(path, "wb") as f:
+        f.write(data)
+
+
+def load(path: str | os.PathLike[str]) -> Trace:
+    """Read a Chrome trace JSON file (``.json`` or ``.json.gz``)."""
+    try:
+        with open_maybe_gzip(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise TraceFormatError(f"{path}: cannot read: {e}") from None
+    if not raw.strip():
+        raise TraceFormatError(f"{path}: the file is empty")
+    try:
+        obj = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise TraceFormatError(f"{path}: not valid JSON: {e}") from None
+    try:
+        return from_chrome(obj)
+    except TraceFormatError as e:
+        raise TraceFormatError(f"{path}: {e}") from None
+
+
+def _ns(value: Any, t0: int, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TraceFormatError(f"{where}: timestamp {value!r} is not a number")
+    return t0 + round(value * 1e3)
+
+
+def from_chrome(obj: Any) -> Trace:
+    """Build a :class:`Trace` from a Chrome trace object (dict with ``traceEvents``, or a list)."""
+    if isinstance(obj, dict):
+        events = obj.get("traceEvents")
+        other = obj.get("otherData") or {}
+    else:
+        events, other = obj, {}
+    if not isinstance(events, list):
+        raise TraceFormatError("expected a JSON list of events or an object with a 'traceEvents' list")
+    ours = other.get("opprof") if isinstance(other, dict) else None
+    t0 = int(ours["t0_ns"]) if ours else 0
+    names: dict[int, str] = {}
+    order: dict[int, int] = {}
+    spans: list[Span] = []
+    parents: dict[int, Span] = {}
+    instants: list[Instant] = []
+    counters: list[CounterSample] = []
+    open_b: dict[tuple[int, Any], list[dict[str, Any]]] = {}
+    for i, ev in enumerate(events):
+        where = f"event {i}"
+        if not isinstance(ev, dict):
+            raise TraceFormatError(f"{where}: expected an object, got {type(ev).__name__}")
+        ph = ev.get("ph")
+        tid = ev.get("tid", 0)
+        if ph == "M":
+            if ev.get("name") == "thread_name":
+                names[tid] = str((ev.get("args") or {}).get("name", ""))
+            elif ev.get("name") == "thread_sort_index":
+                order[tid] = int((ev.get("args") or {}).get("sort_index", 0))
+        elif ph == "X":
+            start = _ns(ev.get("ts"), t0, where)
+            dur = ev.get("dur", 0)
+            end = start + round(dur * 1e3) if isinstance(dur, (int, float)) else start
+            if end < start:
+                raise TraceFormatError(f"{where}: negative duration {dur!r}")
+            spans.append(Span(str(ev.get("name", "")), str(ev.get("cat", "")), tid, start, end, ev.get("args") or None))
+        elif ph == "b" and ev.get("cat") == "custom_op":
+            open_b.setdefault((tid, ev.get("id")), []).append(ev)
+        elif ph == "e" and ev.get("cat") == "custom_op":
+            stack = open_b.get((tid, ev.get("id")))
+            if stack:
+                b = stack.pop()
+                args = b.get("args") or {}
+                if args.get("role") == "parent":
+                    parents[args["invocation"]] = Span(
+                        str(b.get("name", "")),
+                        "custom",
+                        tid,
+                        _ns(b.get("ts"), t0, where),
+                        _ns(ev.get("ts"), t0, where),
+                        dict(args),
+                    )
+        elif ph in ("i", "I"):
+            instants.append(
+                Instant(str(ev.get("name", "")), str(ev.get("cat", "")), tid, _ns(ev.get("ts"), t0, where), ev.get("args"))
+            )
+        elif ph == "C":
+            counters.append(CounterSample(str(ev.get("name", "")), _ns(ev.get("ts"), t0, where), dict(ev.get("args") or {})))
+    spans.extend(parents.values())
+    spans.sort(key=lambda s: (s.start, -s.end))
+    tids = sorted({*names, *(s.tid for s in spans)}, key=lambda t: (order.get(t, 1 << 30), t))
+    threads = [ThreadInfo(t, names.get(t) or f"thread {t}") for t in tids]
+    flows = [Flow(*f) for f in ours.get("flows", [])] if ours else []
+    meta = dict(ours.get("metadata", {})) if ours else {"producer": "chrome-json"}
+    return Trace(threads=threads, spans=spans, instants=instants, counters=counters, flows=flows, metadata=meta)
