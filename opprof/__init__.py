@@ -6,11 +6,12 @@
 
 from __future__ import annotations
 
-from . import autograd, engine, operator, random
+from . import autograd, engine, operator, profiler, random, trace
 from . import ndarray as nd
 from .context import Context, cpu, current_context, gpu
 from .engine import get_engine, set_engine
 from .ndarray import NDArray
+from .profiler import Profiler, profile
 
 ndarray = nd
 
@@ -28,6 +29,10 @@ __all__ = [
     "nd",
     "ndarray",
     "operator",
+    "profile",
+    "profiler",
+    "Profiler",
+    "trace",
     "random",
     "set_engine",
     "__version__",

@@ -25,12 +25,12 @@ from typing import Any
 
 from .engine import INTERNAL, Engine, get_engine
 from .operator import Invocation, current_invocation
-from .trace import Flow, Span, ThreadInfo, Trace, split_invocation
+from .trace import CounterSample, Flow, Instant, Span, ThreadInfo, Trace, split_invocation
 
 __all__ = ["Recorder", "ProfilerError"]
 
 # Kinds of record (first field of each tuple).
-_OP, _WAIT, _PYTHON, _ERROR = 0, 1, 2, 3
+_OP, _WAIT, _PYTHON, _ERROR, _USER, _INSTANT, _COUNTER = 0, 1, 2, 3, 4, 5, 6
 
 
 class ProfilerError(RuntimeError):
@@ -124,6 +124,25 @@ class Recorder:
         assert buf is not None
         buf.append((_ERROR, 0, 0, inv, f"{type(error).__name__}: {error}"))
 
+    def on_user_span(self, name: str, cat: str, t0: int, t1: int) -> None:
+        """A span the user marked (``mx.profiler.Task``/``Frame``/``Event``)."""
+        if self._admit():
+            buf = self._buf()
+            assert buf is not None
+            buf.append((_USER, t0, t1, name, cat))
+
+    def on_instant(self, name: str, cat: str, ts: int) -> None:
+        if self._admit():
+            buf = self._buf()
+            assert buf is not None
+            buf.append((_INSTANT, ts, ts, name, cat))
+
+    def on_counter(self, name: str, ts: int, value: float) -> None:
+        if self._admit():
+            buf = self._buf()
+            assert buf is not None
+            buf.append((_COUNTER, ts, ts, name, value))
+
     @property
     def events(self) -> int:
         return sum(len(b) for _, _, b in self._buffers)
@@ -141,6 +160,8 @@ class Recorder:
         errors: dict[Invocation, str] = {}
         children: dict[Invocation, list[Span]] = {}
         pending_flows: list[tuple[Span, int, int]] = []
+        instants: list[Instant] = []
+        counters: list[CounterSample] = []
 
         def child(inv: Invocation, name: str, tid: int, t0: int, t1: int, role: str) -> Span:
             s = Span(f"{inv.name}::{name}", "custom", tid, t0, t1, {"op_type": inv.op_type, "role": role})
@@ -165,7 +186,9 @@ class Recorder:
                         spans.append(Span(name, "operator", tid, t0, t1))
                         continue
                     spans.append(s)
-                    pending_flows.append((s, prof[1], prof[0]))
+                    if s.args is not None and s.args["role"] == "subop":
+                        # Sub-ops are pushed inside the Python span: the arrow starts there.
+                        pending_flows.append((s, prof[1], prof[0]))
                 elif kind == _WAIT:
                     _, t0, t1, name, inv = rec
                     if inv is not None:
@@ -177,6 +200,12 @@ class Recorder:
                     spans.append(child(inv, "pure_python", tid, t0, t1, "python"))
                 elif kind == _ERROR:
                     errors[rec[3]] = rec[4]
+                elif kind == _USER:
+                    spans.append(Span(rec[3], rec[4], tid, rec[1], rec[2]))
+                elif kind == _INSTANT:
+                    instants.append(Instant(rec[3], rec[4], tid, rec[1]))
+                elif kind == _COUNTER:
+                    counters.append(CounterSample(rec[3], rec[1], {rec[3]: rec[4]}))
 
         # Families: number invocations 1..n in start order; drop any the cap left incomplete.
         complete = sorted((inv for inv in starts if inv in ends), key=lambda inv: starts[inv][0])
@@ -225,4 +254,6 @@ class Recorder:
         }
         if metadata:
             meta.update(metadata)
-        return Trace(threads=threads, spans=spans, flows=flows, metadata=meta)
+        instants.sort(key=lambda i: i.ts)
+        counters.sort(key=lambda c: c.ts)
+        return Trace(threads=threads, spans=spans, flows=flows, instants=instants, counters=counters, metadata=meta)
