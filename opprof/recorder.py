@@ -21,10 +21,12 @@ import itertools
 import threading
 import time
 from collections.abc import Callable
+from threading import get_ident as _get_ident
 from typing import Any
 
 from .engine import INTERNAL, Engine, get_engine
 from .operator import Invocation, current_invocation
+from .operator import _tls as _op_tls
 from .trace import CounterSample, Flow, Instant, Span, ThreadInfo, Trace, split_invocation
 
 __all__ = ["Recorder", "ProfilerError"]
@@ -70,14 +72,16 @@ class Recorder:
         self.t_stop = self.clock()
 
     # ------------------------------------------------------------------ hot path
-    def _buf(self) -> list[tuple[Any, ...]] | None:
+    # Every call here runs once per engine op, so each attribute lookup counts: thread identity is
+    # the C-level ``get_ident()`` (mapped to a small tid at build time), and a thread's buffer is
+    # found with one thread-local lookup.
+    def _buf(self) -> list[tuple[Any, ...]]:
         try:
             return self._local.buf
         except AttributeError:
             buf: list[tuple[Any, ...]] = []
             with self._lock:
                 self._buffers.append((threading.get_ident(), threading.current_thread().name, buf))
-                self._local.tid = len(self._buffers)
             self._local.buf = buf
             return buf
 
@@ -85,10 +89,8 @@ class Recorder:
         return self.recording and next(self._count) < self.max_events
 
     def on_push(self, opr: Any) -> None:
-        if not self.recording or opr.info is INTERNAL:
-            return
-        self._buf()
-        opr.prof = (self.clock(), self._local.tid, current_invocation())
+        if self.recording and opr.info is not INTERNAL:
+            opr.prof = (self.clock(), _get_ident(), getattr(_op_tls, "invocation", None))
 
     def run(self, opr: Any, fn: Callable[..., Any], *args: Any) -> None:
         prof = opr.prof
@@ -101,46 +103,42 @@ class Recorder:
             fn(*args)
         finally:
             t1 = clock()
-            if self._admit():
-                buf = self._buf()
-                assert buf is not None
+            if self.recording and next(self._count) < self.max_events:
+                try:
+                    buf = self._local.buf
+                except AttributeError:
+                    buf = self._buf()
                 buf.append((_OP, t0, t1, opr.name, opr.info, prof, opr.is_async))
 
     def on_wait(self, name: str, t0: int, t1: int) -> None:
         if self._admit():
             buf = self._buf()
-            assert buf is not None
             buf.append((_WAIT, t0, t1, name, current_invocation()))
 
     def on_python(self, inv: Invocation, t0: int, t1: int) -> None:
         # Never dropped by the cap: a family without its python span would be incomplete.
         if self.recording:
             buf = self._buf()
-            assert buf is not None
             buf.append((_PYTHON, t0, t1, inv))
 
     def on_error(self, inv: Invocation, error: BaseException) -> None:
         buf = self._buf()
-        assert buf is not None
         buf.append((_ERROR, 0, 0, inv, f"{type(error).__name__}: {error}"))
 
     def on_user_span(self, name: str, cat: str, t0: int, t1: int) -> None:
         """A span the user marked (``mx.profiler.Task``/``Frame``/``Event``)."""
         if self._admit():
             buf = self._buf()
-            assert buf is not None
             buf.append((_USER, t0, t1, name, cat))
 
     def on_instant(self, name: str, cat: str, ts: int) -> None:
         if self._admit():
             buf = self._buf()
-            assert buf is not None
             buf.append((_INSTANT, ts, ts, name, cat))
 
     def on_counter(self, name: str, ts: int, value: float) -> None:
         if self._admit():
             buf = self._buf()
-            assert buf is not None
             buf.append((_COUNTER, ts, ts, name, value))
 
     @property
@@ -151,8 +149,9 @@ class Recorder:
     def build(self, metadata: dict[str, Any] | None = None) -> Trace:
         """Turn the raw records into a validated-shape :class:`Trace` (call after the work is done)."""
         with self._lock:
-            buffers = list(self._buffers)
+            buffers = sorted(self._buffers, key=lambda b: _thread_order(b[1]))
         threads = [ThreadInfo(i + 1, name) for i, (_, name, _) in enumerate(buffers)]
+        tid_of = {ident: i + 1 for i, (ident, _, _) in enumerate(buffers)}
         spans: list[Span] = []
         flows: list[Flow] = []
         starts: dict[Invocation, tuple[int, int]] = {}
@@ -186,9 +185,10 @@ class Recorder:
                         spans.append(Span(name, "operator", tid, t0, t1))
                         continue
                     spans.append(s)
-                    if s.args is not None and s.args["role"] == "subop":
+                    src_tid = tid_of.get(prof[1])
+                    if s.args is not None and s.args["role"] == "subop" and src_tid is not None:
                         # Sub-ops are pushed inside the Python span: the arrow starts there.
-                        pending_flows.append((s, prof[1], prof[0]))
+                        pending_flows.append((s, src_tid, prof[0]))
                 elif kind == _WAIT:
                     _, t0, t1, name, inv = rec
                     if inv is not None:
@@ -257,3 +257,12 @@ class Recorder:
         instants.sort(key=lambda i: i.ts)
         counters.sort(key=lambda c: c.ts)
         return Trace(threads=threads, spans=spans, flows=flows, instants=instants, counters=counters, metadata=meta)
+
+
+def _thread_order(name: str) -> tuple[int, int, str]:
+    """Main thread first, then engine workers, then custom-op workers, each in number order."""
+    for rank, prefix in enumerate(("MainThread", "opprof-engine-", "opprof-custom-"), start=0):
+        if name.startswith(prefix):
+            tail = name[len(prefix) :]
+            return (rank, int(tail) if tail.isdigit() else 0, name)
+    return (3, 0, name)
