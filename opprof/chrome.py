@@ -15,11 +15,10 @@ nanoseconds survive):
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
-from .trace import CounterSample, Flow, Instant, Span, ThreadInfo, Trace, dumps_json, open_maybe_gzip
+from .trace import CounterSample, Flow, Instant, Span, ThreadInfo, Trace, dumps_json, loads_json, open_maybe_gzip
 
 __all__ = ["to_chrome", "from_chrome", "save", "load", "TraceFormatError"]
 
@@ -130,8 +129,8 @@ def load(path: str | os.PathLike[str]) -> Trace:
     if not raw.strip():
         raise TraceFormatError(f"{path}: the file is empty")
     try:
-        obj = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        obj = loads_json(raw)
+    except ValueError as e:  # JSONDecodeError, orjson.JSONDecodeError and UnicodeDecodeError
         raise TraceFormatError(f"{path}: not valid JSON: {e}") from None
     try:
         return from_chrome(obj)

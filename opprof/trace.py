@@ -389,5 +389,13 @@ def dumps_json(obj: Any) -> bytes:
     return orjson.dumps(obj)
 
 
+def loads_json(data: bytes) -> Any:
+    try:
+        import orjson
+    except ImportError:
+        return json.loads(data)
+    return orjson.loads(data)
+
+
 def open_maybe_gzip(path: str | os.PathLike[str], mode: str) -> Any:
     return gzip.open(path, mode) if str(path).endswith(".gz") else open(path, mode)
