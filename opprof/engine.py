@@ -650,8 +650,12 @@ def make_engine(kind: str = "threaded", *, workers: int | None = None, custom_wo
 
 
 def get_engine() -> Engine:
-    """The engine that NDArray operations push to (made from ``OPPROF_ENGINE`` on first use)."""
-    eng = _current
+    """The engine that NDArray operations push to (made from ``OPPROF_ENGINE`` on first use).
+
+    Inside a custom op's Python it is the engine running that op, even if ``set_engine`` has
+    since made another engine current: the op's sub-ops and its ``Dummy_Wait`` must share one.
+    """
+    eng = getattr(_tls, "bound_engine", None) or _current
     if eng is None:
         with _current_lock:
             if _current is None:
@@ -659,6 +663,13 @@ def get_engine() -> Engine:
             eng = _current
     assert eng is not None
     return eng
+
+
+def bind_thread(engine: Engine | None) -> Engine | None:
+    """Make this thread push to ``engine`` (``None``: the current engine); return the previous binding."""
+    prev = getattr(_tls, "bound_engine", None)
+    _tls.bound_engine = engine
+    return prev
 
 
 def _set(engine: Engine | None) -> Engine | None:

@@ -28,7 +28,7 @@ import numpy as np
 
 from . import autograd as _ag
 from .context import Context, cpu
-from .engine import Engine, Var, get_engine
+from .engine import Engine, Var, bind_thread, get_engine
 from .ndarray import NDArray, OperatorError
 
 __all__ = ["CustomOp", "CustomOpProp", "register", "get_all_registered_operators", "current_invocation", "Invocation"]
@@ -167,6 +167,9 @@ def invoke_custom(inputs: Sequence[NDArray], op_type: str, kwargs: dict[str, Any
     for x in inputs:
         if not isinstance(x, NDArray):
             raise TypeError(f"Custom op {op_type!r}: inputs must be NDArrays, got {type(x).__name__}")
+    kwargs = dict(kwargs)
+    kwargs.pop("name", None)  # MXNet's symbol name; not a property of the op
+    out = kwargs.pop("out", None)
     prop = _prop(op_type, kwargs)
     args = prop.list_arguments()
     outs = prop.list_outputs()
@@ -196,7 +199,10 @@ def invoke_custom(inputs: Sequence[NDArray], op_type: str, kwargs: dict[str, Any
     op = prop.create_operator(cpu(), in_shapes, [x._data.dtype for x in data])
     if not isinstance(op, CustomOp):
         raise OperatorError(f"Custom op {op_type!r}: create_operator must return a CustomOp, got {type(op).__name__}")
-    outputs = [NDArray(np.zeros(s, t)) for s, t in zip(out_shapes, out_dtypes, strict=True)]
+    if out is None:
+        outputs = [NDArray(np.zeros(s, t)) for s, t in zip(out_shapes, out_dtypes, strict=True)]
+    else:
+        outputs = _check_out(op_type, out, out_shapes)
     is_train = _ag.is_training()
 
     def body(fresh_in: list[NDArray], fresh_out: list[NDArray], fresh_aux: list[NDArray]) -> None:
@@ -207,6 +213,16 @@ def invoke_custom(inputs: Sequence[NDArray], op_type: str, kwargs: dict[str, Any
     if _ag.is_recording():
         _ag.record_node(op_type, data, outputs, _backward_pusher(op_type, op, data, outputs, aux))
     return outputs[0] if len(outputs) == 1 else outputs
+
+
+def _check_out(op_type: str, out: Any, shapes: list[tuple[int, ...]]) -> list[NDArray]:
+    outs = [out] if isinstance(out, NDArray) else list(out)
+    if len(outs) != len(shapes) or not all(isinstance(o, NDArray) for o in outs):
+        raise OperatorError(f"Custom op {op_type!r}: out= must be {len(shapes)} NDArray(s)")
+    for o, s in zip(outs, shapes, strict=True):
+        if o.shape != s:
+            raise OperatorError(f"Custom op {op_type!r}: out= has shape {o.shape}, the op produces {s}")
+    return outs
 
 
 def _backward_pusher(
@@ -266,6 +282,7 @@ def _run_python(
     error: BaseException | None = None
     prev_inv = getattr(_tls, "invocation", None)
     _tls.invocation = inv
+    prev_engine = bind_thread(engine)
     # Nothing inside a custom op's Python is recorded for autograd (as in MXNet).
     prev_rec = _ag.set_recording(False)
     obs = engine.observer
@@ -295,3 +312,4 @@ def _run_python(
     finally:
         _ag.set_recording(prev_rec)
         _tls.invocation = prev_inv
+        bind_thread(prev_engine)
