@@ -103,7 +103,6 @@ def to_chrome(trace: Trace) -> dict[str, Any]:
 
     return {
         "traceEvents": events,
-        "displayTimeUnit": "ns",
         "otherData": {"opprof": {"t0_ns": t0, "metadata": trace.metadata, "flows": [list(_flow_tuple(f)) for f in trace.flows]}},
     }
 

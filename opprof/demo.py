@@ -1,24 +1,22 @@
 """The built-in workload: a small regression model with two custom operators, trained a few steps.
 
-``python -m opprof.demo`` (what ``make demo`` runs) trains it on the current engine and prints the
-loss per step and which engine ops ran, by name, so the custom operators and their sub-operators
-can be seen. The same workload is what the profiler, the widget and the benchmarks look at.
+``python -m opprof.demo`` (what ``make demo`` runs) trains it under the profiler and prints the
+loss per step, the busiest ops and, per custom operator, how its wall time splits into python,
+sub-operators and waiting; the Chrome trace goes to ``opprof-demo/trace.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-import threading
 import time
-from collections import Counter
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
 import opprof as mx
-from opprof.operator import current_invocation
+from opprof.report import custom_op_summary
 
 
 class ScaledTanh(mx.operator.CustomOp):
@@ -72,24 +70,6 @@ class RowSquaredErrorProp(mx.operator.CustomOpProp):
         return RowSquaredError()
 
 
-class _OpCounter:
-    """Counts engine pushes by display name (``Type::op`` inside a custom op's Python)."""
-
-    def __init__(self) -> None:
-        self.counts: Counter[str] = Counter()
-        self._lock = threading.Lock()
-
-    def on_push(self, opr: Any) -> None:
-        inv = current_invocation()
-        # The custom op itself is pushed from outside its Python; everything pushed inside is its own.
-        name = opr.name if inv is None else f"{inv.name}::{opr.name}"
-        with self._lock:
-            self.counts[name] += 1
-
-    def run(self, opr: Any, fn: Callable[..., Any], *args: Any) -> None:
-        fn(*args)
-
-
 def train(steps: int = 5, batch: int = 64, features: int = 8, outputs: int = 4, seed: int = 0) -> list[float]:
     """Train the demo model for ``steps`` SGD steps; return the mean loss of each step."""
     rng = np.random.default_rng(seed)
@@ -115,33 +95,53 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=20, help="training steps (default 20)")
     parser.add_argument("--engine", choices=["threaded", "naive"], default="threaded")
     parser.add_argument("--threads", type=int, default=None, help="engine worker threads (default: CPU count)")
+    parser.add_argument("--out", default="opprof-demo", help="directory for trace.json (default ./opprof-demo)")
+    parser.add_argument("--top", type=int, default=12, help="rows of the per-op table (default 12)")
     args = parser.parse_args(argv)
     if args.steps < 1:
         parser.error("--steps must be at least 1")
+    if args.threads is not None and args.threads < 1:
+        parser.error("--threads must be at least 1")
 
-    engine = mx.set_engine(args.engine, workers=args.threads) if args.engine == "threaded" else mx.set_engine("naive")
-    counter = _OpCounter()
-    engine.observer = counter
+    if args.engine == "threaded":
+        mx.set_engine("threaded", workers=args.threads)
+    else:
+        mx.set_engine("naive")
     t0 = time.perf_counter()
-    try:
+    with mx.profile() as prof:
         losses = train(args.steps)
-        mx.nd.waitall()
-    finally:
-        engine.observer = None
     elapsed = time.perf_counter() - t0
+    trace = prof.trace
+    assert trace is not None
 
-    print(f"opprof demo: {args.steps} training steps on the {engine.kind} engine in {elapsed * 1e3:.1f} ms")
+    print(f"opprof demo: {args.steps} training steps on the {mx.get_engine().kind} engine in {elapsed * 1e3:.1f} ms")
     for i, loss in enumerate(losses):
         if i < 3 or i == len(losses) - 1:
             print(f"  step {i + 1:3d}  loss {loss:.5f}")
         elif i == 3:
             print("  ...")
-    print(f"\n{sum(counter.counts.values())} engine ops pushed, by name:")
-    width = max(len(n) for n in counter.counts)
-    for name, n in sorted(counter.counts.items(), key=lambda kv: (-kv[1], kv[0])):
-        print(f"  {name:<{width}}  {n:6d}")
-    if losses[-1] >= losses[0]:
-        print("warning: the loss did not go down", file=sys.stderr)
+
+    problems = trace.validate()
+    print(f"\ntrace: {len(trace.spans)} spans on {len(trace.threads)} threads, {len(trace.flows)} flows; ", end="")
+    print("valid" if not problems else f"{len(problems)} problems, first: {problems[0]}")
+    rows = trace.stats()[: args.top]
+    width = max(len(r.name) for r in rows)
+    print(f"\ntop {len(rows)} by total time:")
+    for r in rows:
+        print(f"  {r.name:<{width}}  {r.count:5d} x  total {r.total_ns / 1e6:8.3f} ms  avg {r.avg_ns / 1e3:8.1f} us")
+    print("\ncustom operators, where the wall time went:")
+    for s in custom_op_summary(trace.custom_ops()):
+        print(
+            f"  {s.name:<28} {s.calls:4d} calls  wall {s.wall_ns / 1e6:8.3f} ms = python {100 * s.python_ns / s.wall_ns:5.1f}%"
+            f" + sub-ops {100 * s.subops_ns / s.wall_ns:5.1f}% + waiting {100 * s.waiting_ns / s.wall_ns:5.1f}%"
+        )
+
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, "trace.json")
+    trace.save(path)
+    print(f"\nChrome trace written to {path}: open it in https://ui.perfetto.dev or chrome://tracing")
+    if problems or losses[-1] >= losses[0]:
+        print("error: invalid trace or the loss did not go down", file=sys.stderr)
         return 1
     return 0
 

@@ -33,6 +33,7 @@ __all__ = ["Recorder", "ProfilerError"]
 
 # Kinds of record (first field of each tuple).
 _OP, _WAIT, _PYTHON, _ERROR, _USER, _INSTANT, _COUNTER = 0, 1, 2, 3, 4, 5, 6
+_PLAIN_PUSH = (0, 0, None)  # (push time, pushing thread, invocation) of a push outside custom ops
 
 
 class ProfilerError(RuntimeError):
@@ -90,7 +91,9 @@ class Recorder:
 
     def on_push(self, opr: Any) -> None:
         if self.recording and opr.info is not INTERNAL:
-            opr.prof = (self.clock(), _get_ident(), getattr(_op_tls, "invocation", None))
+            inv = getattr(_op_tls, "invocation", None)
+            # Only a push inside a custom op's Python needs its time and thread (for its flow arrow).
+            opr.prof = _PLAIN_PUSH if inv is None else (self.clock(), _get_ident(), inv)
 
     def run(self, opr: Any, fn: Callable[..., Any], *args: Any) -> None:
         prof = opr.prof
@@ -205,7 +208,7 @@ class Recorder:
                 elif kind == _INSTANT:
                     instants.append(Instant(rec[3], rec[4], tid, rec[1]))
                 elif kind == _COUNTER:
-                    counters.append(CounterSample(rec[3], rec[1], {rec[3]: rec[4]}))
+                    counters.append(CounterSample(rec[3], rec[1], {"value": rec[4]}))
 
         # Families: number invocations 1..n in start order; drop any the cap left incomplete.
         complete = sorted((inv for inv in starts if inv in ends), key=lambda inv: starts[inv][0])
