@@ -16,6 +16,7 @@ nanoseconds survive):
 from __future__ import annotations
 
 import os
+import zlib
 from typing import Any
 
 from .trace import CounterSample, Flow, Instant, Span, ThreadInfo, Trace, dumps_json, loads_json, open_maybe_gzip
@@ -123,7 +124,7 @@ def load(path: str | os.PathLike[str]) -> Trace:
     try:
         with open_maybe_gzip(path, "rb") as f:
             raw = f.read()
-    except OSError as e:
+    except (OSError, EOFError, zlib.error) as e:  # gzip: truncated, or not gzip at all
         raise TraceFormatError(f"{path}: cannot read: {e}") from None
     if not raw.strip():
         raise TraceFormatError(f"{path}: the file is empty")
@@ -145,6 +146,16 @@ def _ns(value: Any, t0: int, where: str) -> int:
 
 def from_chrome(obj: Any) -> Trace:
     """Build a :class:`Trace` from a Chrome trace object (dict with ``traceEvents``, or a list)."""
+    try:
+        return _from_chrome(obj)
+    except TraceFormatError:
+        raise
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        where = getattr(e, "opprof_where", "trace header")
+        raise TraceFormatError(f"{where}: malformed field: {type(e).__name__}: {e}") from None
+
+
+def _from_chrome(obj: Any) -> Trace:
     if isinstance(obj, dict):
         events = obj.get("traceEvents")
         other = obj.get("otherData") or {}
@@ -163,44 +174,77 @@ def from_chrome(obj: Any) -> Trace:
     open_b: dict[tuple[int, Any], list[dict[str, Any]]] = {}
     for i, ev in enumerate(events):
         where = f"event {i}"
-        if not isinstance(ev, dict):
-            raise TraceFormatError(f"{where}: expected an object, got {type(ev).__name__}")
-        ph = ev.get("ph")
-        tid = ev.get("tid", 0)
-        if ph == "M":
-            if ev.get("name") == "thread_name":
-                names[tid] = str((ev.get("args") or {}).get("name", ""))
-            elif ev.get("name") == "thread_sort_index":
-                order[tid] = int((ev.get("args") or {}).get("sort_index", 0))
-        elif ph == "X":
-            start = _ns(ev.get("ts"), t0, where)
-            dur = ev.get("dur", 0)
-            end = start + round(dur * 1e3) if isinstance(dur, (int, float)) else start
-            if end < start:
-                raise TraceFormatError(f"{where}: negative duration {dur!r}")
-            spans.append(Span(str(ev.get("name", "")), str(ev.get("cat", "")), tid, start, end, ev.get("args") or None))
-        elif ph == "b" and ev.get("cat") == "custom_op":
-            open_b.setdefault((tid, ev.get("id")), []).append(ev)
-        elif ph == "e" and ev.get("cat") == "custom_op":
-            stack = open_b.get((tid, ev.get("id")))
-            if stack:
-                b = stack.pop()
-                args = b.get("args") or {}
-                if args.get("role") == "parent":
-                    parents[args["invocation"]] = Span(
-                        str(b.get("name", "")),
-                        "custom",
-                        tid,
-                        _ns(b.get("ts"), t0, where),
-                        _ns(ev.get("ts"), t0, where),
-                        dict(args),
-                    )
-        elif ph in ("i", "I"):
-            instants.append(
-                Instant(str(ev.get("name", "")), str(ev.get("cat", "")), tid, _ns(ev.get("ts"), t0, where), ev.get("args"))
-            )
-        elif ph == "C":
-            counters.append(CounterSample(str(ev.get("name", "")), _ns(ev.get("ts"), t0, where), dict(ev.get("args") or {})))
+        try:
+            _read_event(ev, where, t0, names, order, spans, parents, instants, counters, open_b)
+        except TraceFormatError:
+            raise
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            e.opprof_where = where  # type: ignore[union-attr]
+            raise
+    return _assemble(names, order, spans, parents, instants, counters, ours)
+
+
+def _read_event(
+    ev: Any,
+    where: str,
+    t0: int,
+    names: dict[int, str],
+    order: dict[int, int],
+    spans: list[Span],
+    parents: dict[int, Span],
+    instants: list[Instant],
+    counters: list[CounterSample],
+    open_b: dict[tuple[int, Any], list[dict[str, Any]]],
+) -> None:
+    if not isinstance(ev, dict):
+        raise TraceFormatError(f"{where}: expected an object, got {type(ev).__name__}")
+    ph = ev.get("ph")
+    tid = ev.get("tid", 0)
+    if ph == "M":
+        if ev.get("name") == "thread_name":
+            names[tid] = str((ev.get("args") or {}).get("name", ""))
+        elif ev.get("name") == "thread_sort_index":
+            order[tid] = int((ev.get("args") or {}).get("sort_index", 0))
+    elif ph == "X":
+        start = _ns(ev.get("ts"), t0, where)
+        dur = ev.get("dur", 0)
+        end = start + round(dur * 1e3) if isinstance(dur, (int, float)) else start
+        if end < start:
+            raise TraceFormatError(f"{where}: negative duration {dur!r}")
+        spans.append(Span(str(ev.get("name", "")), str(ev.get("cat", "")), tid, start, end, ev.get("args") or None))
+    elif ph == "b" and ev.get("cat") == "custom_op":
+        open_b.setdefault((tid, ev.get("id")), []).append(ev)
+    elif ph == "e" and ev.get("cat") == "custom_op":
+        stack = open_b.get((tid, ev.get("id")))
+        if stack:
+            b = stack.pop()
+            args = b.get("args") or {}
+            if args.get("role") == "parent":
+                parents[args["invocation"]] = Span(
+                    str(b.get("name", "")),
+                    "custom",
+                    tid,
+                    _ns(b.get("ts"), t0, where),
+                    _ns(ev.get("ts"), t0, where),
+                    dict(args),
+                )
+    elif ph in ("i", "I"):
+        instants.append(
+            Instant(str(ev.get("name", "")), str(ev.get("cat", "")), tid, _ns(ev.get("ts"), t0, where), ev.get("args"))
+        )
+    elif ph == "C":
+        counters.append(CounterSample(str(ev.get("name", "")), _ns(ev.get("ts"), t0, where), dict(ev.get("args") or {})))
+
+
+def _assemble(
+    names: dict[int, str],
+    order: dict[int, int],
+    spans: list[Span],
+    parents: dict[int, Span],
+    instants: list[Instant],
+    counters: list[CounterSample],
+    ours: Any,
+) -> Trace:
     spans.extend(parents.values())
     spans.sort(key=lambda s: (s.start, -s.end))
     tids = sorted({*names, *(s.tid for s in spans)}, key=lambda t: (order.get(t, 1 << 30), t))

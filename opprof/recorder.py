@@ -21,7 +21,6 @@ import itertools
 import threading
 import time
 from collections.abc import Callable
-from threading import get_ident as _get_ident
 from typing import Any
 
 from .engine import INTERNAL, Engine, get_engine
@@ -93,7 +92,9 @@ class Recorder:
         if self.recording and opr.info is not INTERNAL:
             inv = getattr(_op_tls, "invocation", None)
             # Only a push inside a custom op's Python needs its time and thread (for its flow arrow).
-            opr.prof = _PLAIN_PUSH if inv is None else (self.clock(), _get_ident(), inv)
+            # The pusher is named by its buffer, not its thread ident: Linux reuses the ident of a
+            # finished thread, which would move the arrow to another thread.
+            opr.prof = _PLAIN_PUSH if inv is None else (self.clock(), self._buf(), inv)
 
     def run(self, opr: Any, fn: Callable[..., Any], *args: Any) -> None:
         prof = opr.prof
@@ -154,7 +155,7 @@ class Recorder:
         with self._lock:
             buffers = sorted(self._buffers, key=lambda b: _thread_order(b[1]))
         threads = [ThreadInfo(i + 1, name) for i, (_, name, _) in enumerate(buffers)]
-        tid_of = {ident: i + 1 for i, (ident, _, _) in enumerate(buffers)}
+        tid_of = {id(buf): i + 1 for i, (_, _, buf) in enumerate(buffers)}
         spans: list[Span] = []
         flows: list[Flow] = []
         starts: dict[Invocation, tuple[int, int]] = {}
@@ -188,7 +189,7 @@ class Recorder:
                         spans.append(Span(name, "operator", tid, t0, t1))
                         continue
                     spans.append(s)
-                    src_tid = tid_of.get(prof[1])
+                    src_tid = tid_of.get(id(prof[1]))
                     if s.args is not None and s.args["role"] == "subop" and src_tid is not None:
                         # Sub-ops are pushed inside the Python span: the arrow starts there.
                         pending_flows.append((s, src_tid, prof[0]))
@@ -210,8 +211,10 @@ class Recorder:
                 elif kind == _COUNTER:
                     counters.append(CounterSample(rec[3], rec[1], {"value": rec[4]}))
 
-        # Families: number invocations 1..n in start order; drop any the cap left incomplete.
-        complete = sorted((inv for inv in starts if inv in ends), key=lambda inv: starts[inv][0])
+        # Families: number invocations 1..n in start order; drop any that the cap or a pause left
+        # without its start, its Python or its Dummy_Wait (a partial family would mislead).
+        has_python = {inv for inv, kids in children.items() if any(k.args and k.args["role"] == "python" for k in kids)}
+        complete = sorted((inv for inv in starts if inv in ends and inv in has_python), key=lambda inv: starts[inv][0])
         ids = {inv: i for i, inv in enumerate(complete, start=1)}
         incomplete = {inv for inv in children if inv not in ids}
         if incomplete:

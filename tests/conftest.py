@@ -1,0 +1,115 @@
+"""Shared test helpers."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+
+# ---------------------------------------------------------------------------- Chrome trace checks
+def _ns(us: float) -> int:
+    """A Chrome timestamp (microseconds, fractional) back to integer nanoseconds."""
+    return round(us * 1000)
+
+
+def _laminar(intervals: list[tuple[int, int, str]]) -> list[str]:
+    """Intervals that cross without nesting (neither disjoint nor one inside the other)."""
+    out = []
+    stack: list[tuple[int, int, str]] = []
+    for a, b, name in sorted(intervals, key=lambda x: (x[0], -x[1])):
+        while stack and stack[-1][1] <= a:
+            stack.pop()
+        if stack and b > stack[-1][1]:
+            out.append(f"{name!r} [{a}, {b}] crosses {stack[-1][2]!r} [{stack[-1][0]}, {stack[-1][1]}]")
+            continue
+        stack.append((a, b, name))
+    return out
+
+
+def chrome_problems(obj: dict[str, Any]) -> list[str]:
+    """What is broken in a Chrome Trace Event object, checked with integer-ns arithmetic.
+
+    * no ``B``/``E`` events; every tid a small non-negative int;
+    * ``X`` slices nest properly on each tid, and every tid with a slice or flow has ``thread_name``;
+    * async ``b``/``e`` per id, read in time order: every ``e`` closes the most recent open ``b`` of
+      the same name (as Perfetto matches them; ends at one timestamp may come in any order), every
+      ``b`` is closed, and the resulting intervals nest;
+    * every flow ``s`` has exactly one ``f`` with its id, not earlier in time.
+    """
+    problems: list[str] = []
+    events = obj["traceEvents"]
+    named: set[int] = set()
+    x_by_tid: dict[int, list[tuple[int, int, str]]] = defaultdict(list)
+    async_by_id: dict[Any, list[tuple[int, int, dict[str, Any]]]] = defaultdict(list)
+    starts: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+    finishes: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+    used_tids: set[int] = set()
+    for i, ev in enumerate(events):
+        ph = ev.get("ph")
+        tid = ev.get("tid")
+        if isinstance(tid, bool) or not isinstance(tid, int) or not 0 <= tid < 1_000_000:
+            problems.append(f"event {i} ({ph} {ev.get('name')!r}): tid {tid!r} is not a small int")
+            continue
+        if ph in ("B", "E"):
+            problems.append(f"event {i}: {ph} event {ev.get('name')!r} (expected X slices)")
+        elif ph == "M" and ev.get("name") == "thread_name":
+            if (ev.get("args") or {}).get("name"):
+                named.add(tid)
+        elif ph == "X":
+            a = _ns(ev["ts"])
+            b = a + _ns(ev["dur"])
+            if b < a:
+                problems.append(f"event {i}: X {ev['name']!r} has negative duration")
+            x_by_tid[tid].append((a, b, ev["name"]))
+            used_tids.add(tid)
+        elif ph in ("b", "e"):
+            async_by_id[(ev.get("cat"), ev.get("id"))].append((_ns(ev["ts"]), i, ev))
+        elif ph == "s":
+            starts[ev.get("id")].append(ev)
+            used_tids.add(tid)
+        elif ph == "f":
+            finishes[ev.get("id")].append(ev)
+            used_tids.add(tid)
+
+    for tid, spans in x_by_tid.items():
+        problems.extend(f"tid {tid}: {p}" for p in _laminar(spans))
+    for tid in sorted(used_tids - named):
+        problems.append(f"tid {tid} has events but no thread_name metadata")
+
+    for key, evs in async_by_id.items():
+        evs.sort(key=lambda x: (x[0], x[1]))  # time, then file order
+        stack: list[tuple[int, dict[str, Any]]] = []
+        intervals: list[tuple[int, int, str]] = []
+        for ts, i, ev in evs:
+            if ev["ph"] == "b":
+                stack.append((ts, ev))
+                continue
+            idx = next((k for k in range(len(stack) - 1, -1, -1) if stack[k][1].get("name") == ev.get("name")), None)
+            if idx is None:
+                problems.append(f"async {key}: event {i} 'e' {ev.get('name')!r} at {ts} has no open 'b'")
+                continue
+            t_b, b = stack.pop(idx)
+            intervals.append((t_b, ts, str(b.get("name"))))
+        for t_b, b in stack:
+            problems.append(f"async {key}: 'b' {b.get('name')!r} at {t_b} is never closed")
+        problems.extend(f"async {key}: {p}" for p in _laminar(intervals))
+
+    for fid, ss in starts.items():
+        fs = finishes.get(fid, [])
+        if len(ss) != 1 or len(fs) != 1:
+            problems.append(f"flow {fid}: {len(ss)} 's' and {len(fs)} 'f' events, expected one each")
+            continue
+        if _ns(fs[0]["ts"]) < _ns(ss[0]["ts"]):
+            problems.append(f"flow {fid}: 'f' at {fs[0]['ts']} is before its 's' at {ss[0]['ts']}")
+    for fid in finishes.keys() - starts.keys():
+        problems.append(f"flow {fid}: 'f' without 's'")
+    return problems
+
+
+@pytest.fixture(scope="session")
+def check_chrome() -> Callable[..., list[str]]:
+    """``check_chrome(obj)``: the problems :func:`chrome_problems` finds (empty: well formed)."""
+    return chrome_problems
