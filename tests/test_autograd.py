@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pytest
+from helpers import PushRecorder, both_engines, record_pushes  # noqa: F401 - both_engines is an autouse fixture
 
 import opprof as mx
 from opprof import ops as registry
@@ -20,49 +20,6 @@ ag = mx.autograd
 # ---------------------------------------------------------------------------- fixtures and helpers
 
 
-@pytest.fixture(params=["naive", "threaded"], autouse=True)
-def engine(request: pytest.FixtureRequest) -> Iterator[Any]:
-    """Run every test on the naive engine and on a 2-worker threaded engine."""
-    if request.param == "naive":
-        eng = mx.set_engine("naive")
-    else:
-        eng = mx.set_engine("threaded", workers=2)
-    try:
-        yield eng
-    finally:
-        mx.set_engine("threaded")
-
-
-class PushRecorder:
-    """An engine observer that remembers the name of every pushed op (and still runs it)."""
-
-    def __init__(self) -> None:
-        self.names: list[str] = []
-
-    def on_push(self, opr: Any) -> None:
-        self.names.append(opr.name)
-
-    def run(self, opr: Any, fn: Callable[..., Any], *args: Any) -> Any:
-        return fn(*args)
-
-    @property
-    def backward_names(self) -> list[str]:
-        return [n for n in self.names if n.startswith("_backward_")]
-
-
-@contextmanager
-def record_pushes() -> Iterator[PushRecorder]:
-    eng = mx.get_engine()
-    rec = PushRecorder()
-    prev = eng.observer
-    eng.observer = rec
-    try:
-        yield rec
-    finally:
-        try:
-            mx.nd.waitall()
-        finally:
-            eng.observer = prev
 
 
 def nd64(a: Any) -> Any:

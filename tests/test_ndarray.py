@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
+from helpers import PushRecorder, both_engines, record_pushes  # noqa: F401 - both_engines is an autouse fixture
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -16,49 +16,6 @@ import opprof as mx
 # ---------------------------------------------------------------------------- fixtures and helpers
 
 
-@pytest.fixture(params=["naive", "threaded"], autouse=True)
-def engine(request: pytest.FixtureRequest) -> Iterator[Any]:
-    """Run every test on the naive engine and on a 2-worker threaded engine."""
-    if request.param == "naive":
-        eng = mx.set_engine("naive")
-    else:
-        eng = mx.set_engine("threaded", workers=2)
-    try:
-        yield eng
-    finally:
-        mx.set_engine("threaded")
-
-
-class PushRecorder:
-    """An engine observer that remembers every pushed op (and still runs it)."""
-
-    def __init__(self) -> None:
-        self.oprs: list[Any] = []
-
-    def on_push(self, opr: Any) -> None:
-        self.oprs.append(opr)
-
-    def run(self, opr: Any, fn: Callable[..., Any], *args: Any) -> Any:
-        return fn(*args)
-
-    @property
-    def names(self) -> list[str]:
-        return [o.name for o in self.oprs]
-
-
-@contextmanager
-def record_pushes() -> Iterator[PushRecorder]:
-    eng = mx.get_engine()
-    rec = PushRecorder()
-    prev = eng.observer
-    eng.observer = rec
-    try:
-        yield rec
-    finally:
-        try:
-            mx.nd.waitall()
-        finally:
-            eng.observer = prev
 
 
 def rng(seed: int = 0) -> np.random.Generator:

@@ -1,0 +1,58 @@
+"""Test helpers shared by several test files (import as ``from helpers import ...``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+import opprof as mx
+
+
+@pytest.fixture(params=["naive", "threaded"], autouse=True)
+def both_engines(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """Run every test of the module that imports this on the naive engine and on a 2-worker threaded one."""
+    eng = mx.set_engine("naive") if request.param == "naive" else mx.set_engine("threaded", workers=2)
+    try:
+        yield eng
+    finally:
+        mx.set_engine("threaded")
+
+
+class PushRecorder:
+    """An engine observer that remembers every pushed op (and still runs it)."""
+
+    def __init__(self) -> None:
+        self.oprs: list[Any] = []
+
+    def on_push(self, opr: Any) -> None:
+        self.oprs.append(opr)
+
+    def run(self, opr: Any, fn: Callable[..., Any], *args: Any) -> Any:
+        return fn(*args)
+
+    @property
+    def names(self) -> list[str]:
+        return [o.name for o in self.oprs]
+
+    @property
+    def backward_names(self) -> list[str]:
+        return [n for n in self.names if n.startswith("_backward_")]
+
+
+@contextmanager
+def record_pushes() -> Iterator[PushRecorder]:
+    """Record the ops pushed to the current engine inside the block (waits for them at the end)."""
+    eng = mx.get_engine()
+    rec = PushRecorder()
+    prev = eng.observer
+    eng.observer = rec
+    try:
+        yield rec
+    finally:
+        try:
+            mx.nd.waitall()
+        finally:
+            eng.observer = prev
