@@ -37,3 +37,19 @@ __all__ = [
     "set_engine",
     "__version__",
 ]
+
+
+def load_ipython_extension(ipython: object) -> None:
+    """``%load_ext opprof``: register ``%%opprof``, ``%opprof_view``, ``%opprof_init``; load BokehJS."""
+    from .magics import OpprofMagics, _load_bokehjs
+
+    ipython.register_magics(OpprofMagics)  # type: ignore[attr-defined]
+    if getattr(ipython, "kernel", None) is not None:  # a notebook, not terminal IPython
+        _load_bokehjs()
+
+
+def unload_ipython_extension(ipython: object) -> None:
+    magics = ipython.magics_manager.magics  # type: ignore[attr-defined]
+    magics["cell"].pop("opprof", None)
+    magics["line"].pop("opprof_view", None)
+    magics["line"].pop("opprof_init", None)

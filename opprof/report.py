@@ -80,9 +80,12 @@ def _pct(part: int, whole: int) -> str:
     return f"{100 * part / whole:5.1f}%" if whole else "    -"
 
 
-def stats_table(traces: Sequence[Trace], sort_by: str = "total", ascending: bool = False) -> str:
-    """MXNet's ``dumps()`` layout: one table per category, then the custom-op split."""
-    rows = _sort(aggregate(traces), sort_by, ascending)
+def stats_table(traces: Sequence[Trace], sort_by: str = "total", ascending: bool = False, top: int | None = None) -> str:
+    """MXNet's ``dumps()`` layout: one table per category, then the custom-op split.
+
+    ``top`` keeps only the first ``top`` rows in the chosen order (over all categories).
+    """
+    rows = _sort(aggregate(traces), sort_by, ascending)[:top]
     lines = ["Profile Statistics:", "\tNote that times are in milliseconds (ms).", ""]
     by_cat: dict[str, list[StatRow]] = defaultdict(list)
     for r in rows:

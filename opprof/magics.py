@@ -1,0 +1,231 @@
+"""IPython front door: ``%load_ext opprof``, the ``%%opprof`` cell magic and ``%opprof_view``.
+
+The cell runs the way a plain cell does: in the user's namespace, with IPython's syntax
+transforms, its last expression's value shown as ``Out[]``, and an error raised as the cell's
+error (after the partial timeline is shown), so nbclient and CI see it. The cell is compiled and
+run here rather than through a nested ``shell.run_cell``, which swallows the error.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.display import display
+
+from . import engine as _engine
+from .profiler import Profiler
+from .report import SORT_KEYS, custom_op_summary, stats_table
+from .trace import Trace, load
+
+__all__ = ["OpprofMagics", "CellProfile", "summary_line"]
+
+
+@dataclass
+class CellProfile:
+    """What ``%%opprof`` leaves in the user namespace (``--var``, default ``_opprof``)."""
+
+    trace: Trace
+    error: BaseException | None
+    wall_s: float
+
+    def timeline(self, **options: Any) -> Any:
+        from .widget import timeline
+
+        return timeline(self.trace, **options)
+
+    def stats(self, sort_by: str = "total") -> str:
+        return stats_table([self.trace], sort_by=sort_by)
+
+    def __repr__(self) -> str:
+        return f"<CellProfile: {summary_line(self.trace, self.wall_s)}>"
+
+
+def summary_line(trace: Trace, wall_s: float | None = None) -> str:
+    """One line: wall time, spans, threads, custom-op calls and their overall split."""
+    rows = trace.custom_ops()
+    parts = []
+    if wall_s is not None:
+        parts.append(f"{wall_s * 1e3:.1f} ms wall")
+    parts.append(f"{len(trace.spans)} spans on {len(trace.threads)} threads")
+    if rows:
+        wall = sum(r.wall_ns for r in rows) or 1
+        py = sum(r.python_ns for r in rows)
+        sub = sum(r.subops_ns for r in rows)
+        wait = sum(r.waiting_ns for r in rows)
+        split = f"python {100 * py / wall:.0f}% / sub-ops {100 * sub / wall:.0f}% / waiting {100 * wait / wall:.0f}%"
+        parts.append(f"{len(rows)} custom-op calls: {split}")
+    dropped = trace.metadata.get("dropped_events", 0)
+    if dropped:
+        parts.append(f"{dropped} events dropped at the cap")
+    return "opprof: " + ", ".join(parts)
+
+
+def split_table(trace: Trace) -> str:
+    """The per-custom-op-type split as a small text table."""
+    split = custom_op_summary(trace.custom_ops())
+    if not split:
+        return "(no custom operators ran in this cell)"
+    w = max(len(s.name) for s in split)
+    lines = [f"{'custom op':<{w}}  calls   wall ms  python  sub-ops  waiting"]
+    for s in split:
+        wall = s.wall_ns or 1
+        lines.append(
+            f"{s.name:<{w}}  {s.calls:5d}  {s.wall_ns / 1e6:8.3f}  {100 * s.python_ns / wall:5.1f}%  "
+            f"{100 * s.subops_ns / wall:6.1f}%  {100 * s.waiting_ns / wall:6.1f}%"
+        )
+    return "\n".join(lines)
+
+
+def _run_code(shell: Any, cell: str) -> Any:
+    """Run ``cell`` in the user namespace; return the value of a final expression (like a cell)."""
+    source = shell.transform_cell(cell)
+    tree = ast.parse(source, filename="<opprof-cell>")
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = ast.Expression(tree.body.pop().value)
+    ns = shell.user_ns
+    if tree.body:
+        exec(compile(tree, "<opprof-cell>", "exec"), ns, ns)  # running the user's cell is the point
+    if last is not None:
+        return eval(compile(last, "<opprof-cell>", "eval"), ns, ns)
+    return None
+
+
+def _engine_spec(eng: _engine.Engine) -> dict[str, Any]:
+    if isinstance(eng, _engine.ThreadedEngine):
+        return {"kind": "threaded", "workers": eng.workers, "custom_workers": eng.custom_workers}
+    return {"kind": eng.kind}
+
+
+@magics_class
+class OpprofMagics(Magics):
+    @magic_arguments()
+    @argument("--engine", choices=["threaded", "naive"], default=None, help="engine for this cell (default: the current one)")
+    @argument("--threads", type=int, default=None, metavar="N", help="engine worker threads")
+    @argument("--custom-threads", type=int, default=None, metavar="N", help="custom-op worker threads")
+    @argument("-o", "--output", default=None, metavar="PATH", help="save the trace (.json or .json.gz)")
+    @argument("--html", default=None, metavar="PATH", help="save the timeline as standalone HTML")
+    @argument("--no-widget", action="store_true", help="do not show the timeline widget")
+    @argument("--stats", nargs="?", const=20, type=int, default=None, metavar="N", help="print the top-N aggregate table")
+    @argument("--sort-by", choices=list(SORT_KEYS), default="total", help="order of the --stats table")
+    @argument("--var", default="_opprof", metavar="NAME", help="user variable for the result (default _opprof)")
+    @argument("--max-events", type=int, default=5_000_000, metavar="N", help="event cap (memory bound)")
+    @cell_magic
+    def opprof(self, line: str, cell: str) -> Any:
+        """Run the cell under the opprof engine and profiler, then show its timeline."""
+        args = self._parse(line)
+        shell = self.shell
+        previous = _engine.get_engine()
+        switched = args.engine is not None or args.threads is not None or args.custom_threads is not None
+        if switched:
+            kind = args.engine or previous.kind
+            if kind == "naive" and (args.threads or args.custom_threads):
+                raise UsageError(f"--threads and --custom-threads need the threaded engine\n{self.opprof.parser.format_usage()}")
+            spec = {"workers": args.threads, "custom_workers": args.custom_threads} if kind == "threaded" else {}
+            _engine.set_engine(kind, **spec)
+        prev_spec = _engine_spec(previous)
+
+        prof = Profiler(args.max_events).start()
+        error: BaseException | None = None
+        result = None
+        t0 = time.perf_counter()
+        try:
+            result = _run_code(shell, cell)
+        except BaseException as e:  # shown after the partial timeline, then re-raised
+            error = e
+        finally:
+            try:
+                prof.stop()
+            except BaseException as e:
+                error = error or e
+            wall = time.perf_counter() - t0
+            if switched:
+                _engine.set_engine(prev_spec.pop("kind"), **prev_spec)
+        trace = prof.trace
+        assert trace is not None
+        profile = CellProfile(trace, error, wall)
+        shell.user_ns[args.var] = profile
+        self._report(profile, args)
+        if error is not None:
+            raise error
+        return result
+
+    @line_magic
+    def opprof_view(self, line: str) -> None:
+        """Open a trace file (opprof, MXNet, PyTorch, VizTracer or any Chrome trace) in the timeline."""
+        path = line.strip().strip("'\"")
+        if not path:
+            raise UsageError("usage: %opprof_view PATH")
+        if not os.path.exists(path):
+            raise UsageError(f"%opprof_view: no such file: {path}")
+        trace = load(path)
+        print(summary_line(trace))
+        self._show(trace)
+
+    @line_magic
+    def opprof_init(self, line: str = "") -> None:
+        """Load BokehJS into this page again (after a browser reload, `%load_ext` does nothing)."""
+        _load_bokehjs(force=True)
+
+    # ------------------------------------------------------------------ helpers
+    def _parse(self, line: str) -> Any:
+        try:
+            args = parse_argstring(self.opprof, line)
+        except UsageError as e:
+            raise UsageError(f"{e}\n{self.opprof.parser.format_usage()}") from None
+        for name in ("threads", "custom_threads", "max_events", "stats"):
+            value = getattr(args, name)
+            if value is not None and value < 1:
+                raise UsageError(f"--{name.replace('_', '-')} must be at least 1\n{self.opprof.parser.format_usage()}")
+        return args
+
+    def _report(self, profile: CellProfile, args: Any) -> None:
+        trace = profile.trace
+        if args.output:
+            trace.save(args.output)
+        if args.html:
+            from .timeline import save_html
+
+            save_html(trace, args.html)
+        if not args.no_widget:
+            self._show(trace)
+        print(summary_line(trace, profile.wall_s))
+        if trace.custom_ops():
+            print(split_table(trace))
+        if args.stats is not None:
+            print(stats_table([trace], sort_by=args.sort_by, top=args.stats))
+        if args.output:
+            print(f"trace saved to {args.output}")
+        if args.html:
+            print(f"timeline saved to {args.html}")
+
+    def _show(self, trace: Trace) -> None:
+        try:
+            from .widget import timeline
+        except ImportError as e:  # bokeh/ipywidgets missing: the text summary still shows
+            print(f"(timeline unavailable: {e})")
+            return
+        display(timeline(trace))
+
+
+_bokehjs_loaded = False
+
+
+def _load_bokehjs(force: bool = False) -> None:
+    """Emit BokehJS (inline: works offline) into the page, once per kernel unless forced."""
+    global _bokehjs_loaded
+    if _bokehjs_loaded and not force:
+        return
+    try:
+        from .widget import load_bokehjs
+    except ImportError:
+        return
+    load_bokehjs()
+    _bokehjs_loaded = True

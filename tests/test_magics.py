@@ -1,0 +1,144 @@
+"""The %%opprof cell magic through a real IPython shell (no kernel, no browser)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.testing.globalipapp import get_ipython
+from IPython.utils.capture import capture_output
+
+import opprof as mx
+from opprof.engine import get_engine
+
+CUSTOM_OP = """
+import opprof as mx
+class MagicDouble(mx.operator.CustomOp):
+    def forward(self, is_train, req, in_data, out_data, aux):
+        self.assign(out_data[0], req[0], in_data[0] * 2)
+@mx.operator.register("MagicDouble")
+class MagicDoubleProp(mx.operator.CustomOpProp):
+    def create_operator(self, ctx, shapes, dtypes):
+        return MagicDouble()
+"""
+
+
+@pytest.fixture(scope="module")
+def ip() -> Any:
+    shell = get_ipython()
+    shell.run_line_magic("load_ext", "opprof")
+    shell.run_cell(CUSTOM_OP)
+    return shell
+
+
+@pytest.fixture(autouse=True)
+def no_leaks(ip: Any) -> Iterator[None]:
+    """Every test leaves no profiler attached, the engine usable and no extra opprof threads."""
+    before = {t.name for t in threading.enumerate() if t.name.startswith("opprof-")}
+    yield
+    eng = get_engine()
+    assert eng.observer is None, "a profiler was left attached to the engine"
+    eng.wait_for_all()
+    after = {t.name for t in threading.enumerate() if t.name.startswith("opprof-engine")}
+    assert len(after) <= max(len(before), eng.workers if hasattr(eng, "workers") else 0)
+
+
+def run(ip: Any, line: str, cell: str) -> tuple[Any, str]:
+    with capture_output() as out:
+        result = ip.run_cell(f"%%opprof {line}\n{cell}")
+    return result, out.stdout + out.stderr
+
+
+def test_cell_runs_in_user_namespace_and_shows_last_value(ip: Any) -> None:
+    result, out = run(ip, "--no-widget", "y = mx.nd.Custom(mx.nd.ones((3, 3)), op_type='MagicDouble')\nfloat(y.asnumpy().sum())")
+    assert result.error_in_exec is None
+    assert result.result == 18.0
+    assert ip.user_ns["y"].asnumpy()[0, 0] == 2
+    assert "1 custom-op calls" in out and "MagicDouble" in out
+    prof = ip.user_ns["_opprof"]
+    assert prof.trace.validate() == []
+    assert [r.op_type for r in prof.trace.custom_ops()] == ["MagicDouble"]
+
+
+def test_async_work_after_the_last_line_is_still_recorded(ip: Any) -> None:
+    # The cell returns before the custom op has run: the magic must wait before it stops recording.
+    result, _ = run(ip, "--no-widget --var p", "z = mx.nd.Custom(mx.nd.ones((50, 50)), op_type='MagicDouble')")
+    assert result.error_in_exec is None
+    names = {s.name for s in ip.user_ns["p"].trace.spans}
+    assert {"MagicDouble", "MagicDouble::Dummy_Wait", "MagicDouble::pure_python"} <= names
+
+
+def test_options_output_stats_engine(ip: Any, tmp_path: Path) -> None:
+    out_path = tmp_path / "cell.json.gz"
+    result, out = run(
+        ip,
+        f"--no-widget --engine naive -o {out_path} --stats 3 --sort-by count --var q --max-events 1000",
+        "(mx.nd.ones((2, 2)) + 1).asnumpy()",
+    )
+    assert result.error_in_exec is None
+    assert get_engine().kind == "threaded", "the engine chosen for one cell must not leak into the next"
+    assert ip.user_ns["q"].trace.metadata["engine"] == "naive"
+    assert mx.trace.load(out_path).spans == ip.user_ns["q"].trace.spans
+    assert "Profile Statistics" in out and f"trace saved to {out_path}" in out
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["--bogus", "--engine gpu", "--threads 0", "--threads x", "--sort-by name", "--engine naive --threads 2"],
+)
+def test_bad_options_print_usage_and_run_nothing(ip: Any, line: str) -> None:
+    ip.user_ns.pop("ran", None)
+    result, out = run(ip, line, "ran = True")
+    assert "ran" not in ip.user_ns
+    assert isinstance(result.error_in_exec, UsageError)
+    assert "%opprof [--engine" in out  # the usage line
+
+
+def test_a_failing_cell_keeps_the_partial_trace_and_raises(ip: Any) -> None:
+    cell = "w = mx.nd.Custom(mx.nd.ones((2, 2)), op_type='MagicDouble')\nw.wait_to_read()\nraise ValueError('boom in cell')"
+    result, _ = run(ip, "--no-widget", cell)
+    assert isinstance(result.error_in_exec, ValueError)
+    prof = ip.user_ns["_opprof"]
+    assert prof.error is result.error_in_exec
+    assert len(prof.trace.custom_ops()) == 1 and prof.trace.validate() == []
+    # the next cell works normally
+    result, _ = run(ip, "--no-widget", "float(mx.nd.ones((2,)).sum().asscalar())")
+    assert result.result == 2.0
+
+
+def test_a_failing_custom_op_surfaces_as_the_cell_error(ip: Any) -> None:
+    ip.run_cell(
+        "class Broken(mx.operator.CustomOp):\n"
+        "    def forward(self, is_train, req, in_data, out_data, aux):\n"
+        "        raise RuntimeError('forward failed')\n"
+        "@mx.operator.register('MagicBroken')\n"
+        "class BrokenProp(mx.operator.CustomOpProp):\n"
+        "    def create_operator(self, ctx, s, d):\n"
+        "        return Broken()\n"
+    )
+    result, _ = run(ip, "--no-widget", "b = mx.nd.Custom(mx.nd.ones((2, 2)), op_type='MagicBroken')")
+    assert isinstance(result.error_in_exec, RuntimeError)
+    row = ip.user_ns["_opprof"].trace.custom_ops()[0]
+    assert row.error and "forward failed" in row.error
+
+
+def test_keyboard_interrupt_keeps_the_trace_and_the_next_cell_works(ip: Any) -> None:
+    result, _ = run(ip, "--no-widget", "a = mx.nd.ones((2, 2)) + 1\nraise KeyboardInterrupt")
+    assert isinstance(result.error_in_exec, KeyboardInterrupt)
+    assert any(s.name == "_plus_scalar" for s in ip.user_ns["_opprof"].trace.spans)
+    result, _ = run(ip, "--no-widget", "float((a * 2).asnumpy()[0, 0])")
+    assert result.result == 4.0
+
+
+def test_opprof_view_opens_a_trace_file(ip: Any, tmp_path: Path) -> None:
+    run(ip, f"--no-widget -o {tmp_path / 't.json'}", "(mx.nd.ones((2, 2)) * 3).wait_to_read()")
+    with capture_output() as out:
+        ip.run_line_magic("opprof_view", str(tmp_path / "t.json"))
+    assert "opprof:" in out.stdout
+    with capture_output() as out:
+        result = ip.run_cell(f"%opprof_view {tmp_path / 'missing.json'}")
+    assert "no such file" in out.stdout + out.stderr or result.error_in_exec is not None
