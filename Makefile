@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m opprof.demo
+	$(BIN)/opprof demo
 
 lint: $(STAMP)
 	$(BIN)/ruff check opprof tests benchmarks

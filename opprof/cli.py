@@ -1,0 +1,178 @@
+"""The ``opprof`` command: ``demo``, ``view``, ``stats`` and ``run``.
+
+Errors are one line on stderr and a non-zero exit code (2 for bad usage, 1 when the work failed),
+never a traceback, except for the user's own script under ``run``, whose traceback is theirs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import sys
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+
+from . import __version__
+from .report import SORT_KEYS, stats_json, stats_table
+
+__all__ = ["main"]
+
+
+class CommandError(Exception):
+    """A failure to report as one line."""
+
+
+def _save_html(trace: object, path: str) -> bool:
+    try:
+        from .timeline import save_html
+    except ImportError as e:
+        print(f"opprof: timeline HTML not written ({e})", file=sys.stderr)
+        return False
+    save_html(trace, path)  # type: ignore[arg-type]
+    return True
+
+
+def _load(path: str) -> object:
+    from .chrome import TraceFormatError
+    from .trace import load
+
+    if not os.path.exists(path):
+        raise CommandError(f"no such file: {path}")
+    try:
+        return load(path)
+    except TraceFormatError as e:
+        raise CommandError(str(e)) from None
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from . import demo
+
+    argv = ["--steps", str(args.steps), "--out", args.out, "--engine", args.engine]
+    if args.threads is not None:
+        argv += ["--threads", str(args.threads)]
+    code = demo.main(argv)
+    trace_path = os.path.join(args.out, "trace.json")
+    html = os.path.join(args.out, "timeline.html")
+    if os.path.exists(trace_path) and _save_html(_load(trace_path), html):
+        print(f"timeline written to {html}: open it in a browser (works offline)")
+    return code
+
+
+def cmd_view(args: argparse.Namespace) -> int:
+    from .magics import summary_line
+
+    trace = _load(args.trace)
+    out = args.output or str(Path(args.trace).with_suffix("").with_suffix("")) + ".html"
+    print(summary_line(trace))  # type: ignore[arg-type]
+    if not _save_html(trace, out):
+        return 1
+    print(f"timeline written to {out}")
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    trace = _load(args.trace)
+    if args.format == "json":
+        print(stats_json([trace], sort_by=args.sort_by))  # type: ignore[list-item]
+    else:
+        print(stats_table([trace], sort_by=args.sort_by, top=args.top))  # type: ignore[list-item]
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .magics import split_table, summary_line
+    from .profiler import Profiler
+
+    script = args.script
+    if not os.path.isfile(script):
+        raise CommandError(f"no such script: {script}")
+    sys.argv = [script, *args.args]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    prof = Profiler(args.max_events).start()
+    code = 0
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    finally:
+        try:
+            prof.stop()
+        except BaseException as e:  # an engine error nobody waited for: report it, keep the trace
+            print(f"opprof: the script left a failed operation: {type(e).__name__}: {e}", file=sys.stderr)
+            code = code or 1
+    trace = prof.trace
+    assert trace is not None
+    print(summary_line(trace), file=sys.stderr)
+    if trace.custom_ops():
+        print(split_table(trace), file=sys.stderr)
+    if args.output:
+        trace.save(args.output)
+        print(f"trace written to {args.output}", file=sys.stderr)
+    if args.html and _save_html(trace, args.html):
+        print(f"timeline written to {args.html}", file=sys.stderr)
+    return code
+
+
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="opprof", description="See where the time goes inside custom operators.")
+    p.add_argument("--version", action="version", version=f"opprof {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    d = sub.add_parser("demo", help="train the built-in two-custom-op model under the profiler")
+    d.add_argument("--out", default="opprof-demo", help="output directory (default ./opprof-demo)")
+    d.add_argument("--steps", type=_positive, default=20, help="training steps (default 20)")
+    d.add_argument("--engine", choices=["threaded", "naive"], default="threaded")
+    d.add_argument("--threads", type=_positive, default=None, help="engine worker threads")
+    d.set_defaults(func=cmd_demo)
+
+    v = sub.add_parser("view", help="write a trace file's timeline as standalone HTML")
+    v.add_argument("trace", help="trace file (.json or .json.gz; opprof, MXNet, PyTorch, VizTracer, Chrome)")
+    v.add_argument("-o", "--output", help="HTML file (default: next to the trace)")
+    v.set_defaults(func=cmd_view)
+
+    s = sub.add_parser("stats", help="print a trace file's aggregate table and custom-op split")
+    s.add_argument("trace")
+    s.add_argument("--sort-by", choices=list(SORT_KEYS), default="total")
+    s.add_argument("--top", type=_positive, default=None, help="only the first N rows")
+    s.add_argument("--format", choices=["table", "json"], default="table")
+    s.set_defaults(func=cmd_stats)
+
+    r = sub.add_parser("run", help="profile a Python script that uses opprof")
+    r.add_argument("-o", "--output", help="save the trace here (.json or .json.gz)")
+    r.add_argument("--html", help="save the timeline here")
+    r.add_argument("--max-events", type=_positive, default=5_000_000)
+    r.add_argument("script")
+    r.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
+    r.set_defaults(func=cmd_run)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except CommandError as e:
+        print(f"opprof {args.command}: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("opprof: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,100 @@
+"""The `opprof` command through a subprocess: each subcommand, --help, and bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import opprof as mx
+
+
+def opprof(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "opprof.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=timeout, check=False
+    )
+
+
+@pytest.mark.parametrize("sub", ["demo", "view", "stats", "run"])
+def test_every_command_has_help(sub: str) -> None:
+    r = opprof(sub, "--help")
+    assert r.returncode == 0 and f"usage: opprof {sub}" in r.stdout
+
+
+def test_version() -> None:
+    r = opprof("--version")
+    assert r.returncode == 0 and r.stdout.strip() == f"opprof {mx.__version__}"
+
+
+def test_demo_writes_trace_and_prints_the_split(tmp_path: Path) -> None:
+    r = opprof("demo", "--steps", "3", "--out", str(tmp_path / "out"), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "custom operators, where the wall time went" in r.stdout
+    trace = mx.trace.load(tmp_path / "out" / "trace.json")
+    assert trace.validate() == [] and len(trace.custom_ops()) == 12
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"], "no stray files outside --out"
+
+
+def test_stats_table_and_json(tmp_path: Path) -> None:
+    opprof("demo", "--steps", "2", "--out", str(tmp_path))
+    r = opprof("stats", str(tmp_path / "trace.json"), "--top", "3", "--sort-by", "count")
+    assert r.returncode == 0, r.stderr
+    assert "Profile Statistics" in r.stdout and "where the wall time went" in r.stdout
+    r = opprof("stats", str(tmp_path / "trace.json"), "--format", "json")
+    data = json.loads(r.stdout)
+    assert {c["name"] for c in data["custom_ops"]} == {
+        "ScaledTanh",
+        "_backward_ScaledTanh",
+        "RowSquaredError",
+        "_backward_RowSquaredError",
+    }
+
+
+def test_run_profiles_a_script_and_passes_its_arguments(tmp_path: Path) -> None:
+    script = tmp_path / "work.py"
+    script.write_text(
+        "import sys\nimport opprof as mx\nn = int(sys.argv[1])\na = mx.nd.ones((2, 2))\n"
+        "for _ in range(n):\n    a = a + 1\nprint('value', a.asnumpy()[0, 0])\n"
+    )
+    out = tmp_path / "t.json.gz"
+    r = opprof("run", "-o", str(out), str(script), "5")
+    assert r.returncode == 0, r.stderr
+    assert "value 6.0" in r.stdout
+    trace = mx.trace.load(out)
+    assert sum(s.name == "_plus_scalar" for s in trace.spans) == 5
+
+
+def test_run_reports_a_failing_script_and_keeps_the_trace(tmp_path: Path) -> None:
+    script = tmp_path / "bad.py"
+    script.write_text("import opprof as mx\n(mx.nd.ones((2,)) + 1).wait_to_read()\nraise SystemExit(3)\n")
+    out = tmp_path / "t.json"
+    r = opprof("run", "-o", str(out), str(script))
+    assert r.returncode == 3
+    assert any(s.name == "_plus_scalar" for s in mx.trace.load(out).spans)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["stats", "missing.json"], "no such file: missing.json"),
+        (["run", "missing.py"], "no such script: missing.py"),
+        (["demo", "--steps", "0"], "must be at least 1"),
+        (["stats", "x.json", "--sort-by", "name"], "invalid choice"),
+        (["bogus"], "invalid choice"),
+    ],
+)
+def test_bad_input_is_one_line_and_nonzero(tmp_path: Path, args: list[str], message: str) -> None:
+    r = opprof(*args, cwd=tmp_path)
+    assert r.returncode != 0
+    assert message in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_a_malformed_trace_file_names_the_file(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"traceEvents": [')
+    r = opprof("stats", str(bad))
+    assert r.returncode == 1 and str(bad) in r.stderr and "Traceback" not in r.stderr
