@@ -1,0 +1,30 @@
+"""Every demo notebook runs top to bottom in a real kernel (nbclient) with no error output."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+
+NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
+
+
+def test_there_are_notebooks() -> None:
+    names = [p.name for p in NOTEBOOKS]
+    assert "01-quickstart.ipynb" in names and "02-anatomy-of-a-custom-op.ipynb" in names
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_runs_without_errors(path: Path) -> None:
+    nb = nbformat.read(path, as_version=4)
+    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "commit notebooks without outputs"
+    client = nbclient.NotebookClient(nb, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
+    client.execute()
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
+    assert not errors, [f"{e.ename}: {e.evalue}" for e in errors]
+    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert "opprof:" in text  # every notebook profiles something and prints its summary line
