@@ -16,13 +16,15 @@ x is microseconds since the trace's first event; y grows downward (row 0 at the 
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 import numpy as np
 
-from .trace import ROLES, Trace
+from .trace import ROLES, ThreadInfo, Trace
 
-__all__ = ["Lane", "Layout", "build_layout", "visible", "ROLE_NAMES"]
+__all__ = ["Blocks", "Lane", "Layout", "ROLE_NAMES", "blocks", "build_layout", "merged_right", "visible"]
 
 #: Role codes in the ``role`` column; -1 (index of "op") is a span outside any custom op.
 ROLE_NAMES = ("op", *ROLES)
@@ -57,6 +59,7 @@ class Layout:
     lane: np.ndarray  # index into lanes
     role: np.ndarray  # code into ROLE_NAMES
     invocation: np.ndarray  # -1 outside custom ops
+    tid: np.ndarray  # the span's thread (a custom-op parent: the thread its engine op started on)
     extent: tuple[float, float] = (0.0, 1.0)
     height: float = 1.0
     meta: dict[str, int] = field(default_factory=dict)
@@ -66,46 +69,101 @@ class Layout:
 
 
 def _depths(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Nesting depth of each span on one thread (0 = outermost); input sorted by (start, -end)."""
-    depth = np.zeros(len(starts), dtype=np.int32)
-    stack: list[int] = []  # ends of the open spans
-    for i in range(len(starts)):
-        s = starts[i]
-        while stack and stack[-1] <= s:
-            stack.pop()
-        depth[i] = len(stack)
-        stack.append(ends[i])
-    return depth
+    """Nesting depth of each span on one thread (0 = outermost); input sorted by (start, -end).
+
+    Vectorised (a Python loop cost 0.7 s per million spans): for properly nested spans the depth
+    of span ``i`` is the number of earlier spans still open at its start, i.e. ``i`` minus the
+    earlier spans that ended by then. Zero-length spans at the same start come last in the sort
+    order and are not "earlier", so they are taken back out of the count of ended spans.
+    """
+    n = len(starts)
+    if not n:
+        return np.zeros(0, dtype=np.int64)
+    ended = np.searchsorted(np.sort(ends), starts, side="right")
+    zero = ends == starts
+    if zero.any():
+        z_starts = starts[zero]
+        z_upto = np.searchsorted(z_starts, starts, side="right")  # zero-length spans starting <= s_i
+        z_before = np.cumsum(zero) - zero  # zero-length spans with a smaller index
+        ended = ended - (z_upto - z_before)
+    return np.maximum(np.arange(n) - ended, 0)
 
 
 def _first_fit(starts: list[int], ends: list[int]) -> list[int]:
-    """Row per interval so that intervals in one row never overlap (input sorted by start)."""
-    row_end: list[int] = []
+    """Lowest free row per interval so that intervals in one row never overlap (input sorted by start)."""
+    busy: list[tuple[int, int]] = []  # (end, row) of rows in use
+    free: list[int] = []
     rows = []
+    n_rows = 0
     for s, e in zip(starts, ends, strict=True):
-        for r, last in enumerate(row_end):
-            if last <= s:
-                row_end[r] = e
-                rows.append(r)
-                break
+        while busy and busy[0][0] <= s:
+            heapq.heappush(free, heapq.heappop(busy)[1])
+        if free:
+            r = heapq.heappop(free)
         else:
-            row_end.append(e)
-            rows.append(len(row_end) - 1)
+            r = n_rows
+            n_rows += 1
+        heapq.heappush(busy, (e, r))
+        rows.append(r)
     return rows
+
+
+def _group_rows(inv: np.ndarray, tid: np.ndarray, first: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    """Row of each custom-op child inside its invocation's band (row 0 is the parent's).
+
+    The children are grouped by thread: one group of rows per thread the invocation touched,
+    ordered by when its work there began (so the python row comes first, then the sub-op rows),
+    with the thread's nesting depth inside the group. Spans on one thread nest properly, so no two
+    rectangles in a band overlap, and this needs only sorting, not a Python loop.
+    """
+    n = len(inv)
+    if not n:
+        return np.zeros(0, dtype=np.int64)
+    _, grp = np.unique(inv * (int(tid.max()) + 1) + tid, return_inverse=True)
+    grp = grp.ravel()
+    n_grp = int(grp.max()) + 1
+    g_start = np.full(n_grp, np.iinfo(np.int64).max)
+    np.minimum.at(g_start, grp, first)
+    g_dmin = np.full(n_grp, np.iinfo(np.int64).max)
+    np.minimum.at(g_dmin, grp, depth)
+    g_dmax = np.zeros(n_grp, dtype=np.int64)
+    np.maximum.at(g_dmax, grp, depth)
+    g_inv = np.zeros(n_grp, dtype=np.int64)
+    g_inv[grp] = inv
+    g_height = g_dmax - g_dmin + 1
+    order = np.lexsort((g_start, g_inv))  # groups by invocation, then by start
+    h = g_height[order]
+    offset_sorted = np.cumsum(h) - h  # running offset over all groups...
+    inv_sorted = g_inv[order]
+    new_inv = np.ones(n_grp, dtype=bool)
+    new_inv[1:] = inv_sorted[1:] != inv_sorted[:-1]
+    base = np.maximum.accumulate(np.where(new_inv, offset_sorted, 0))  # ...restarted per invocation
+    g_offset = np.empty(n_grp, dtype=np.int64)
+    g_offset[order] = offset_sorted - base
+    return 1 + g_offset[grp] + depth - g_dmin[grp]
 
 
 def build_layout(trace: Trace) -> Layout:
     """Place every span of ``trace`` (see the module docstring)."""
     spans = trace.spans
     n = len(spans)
-    starts = np.fromiter((s.start for s in spans), dtype=np.int64, count=n)
-    ends = np.fromiter((s.end for s in spans), dtype=np.int64, count=n)
-    tids = np.fromiter((s.tid for s in spans), dtype=np.int64, count=n)
-    roles = np.fromiter((_ROLE_CODE.get(s.role or "op", 0) for s in spans), dtype=np.int8, count=n)
-    invs = np.fromiter((s.invocation if s.invocation is not None else -1 for s in spans), dtype=np.int64, count=n)
+    # Columns through map/attrgetter: about 4x faster than generator expressions per attribute.
+    starts = np.fromiter(map(attrgetter("start"), spans), dtype=np.int64, count=n)
+    ends = np.fromiter(map(attrgetter("end"), spans), dtype=np.int64, count=n)
+    tids = np.fromiter(map(attrgetter("tid"), spans), dtype=np.int64, count=n)
+    args = list(map(attrgetter("args"), spans))
+    code = _ROLE_CODE
+    # List comprehensions then one array call: about twice as fast as np.fromiter over a generator.
+    roles = np.array([code.get(a.get("role", "op"), 0) if a else 0 for a in args], dtype=np.int8)
+    inv_list = [a.get("invocation", -1) if a else -1 for a in args]
+    try:
+        invs = np.array(inv_list, dtype=np.int64)
+    except TypeError:  # an imported trace with "invocation": null
+        invs = np.array([-1 if v is None else v for v in inv_list], dtype=np.int64)
     t0 = int(starts.min()) if n else 0
 
     row = np.full(n, -1, dtype=np.int64)
+    depth_all = np.zeros(n, dtype=np.int64)
     lane_of = np.full(n, -1, dtype=np.int32)
     y_top = np.zeros(n)
     y_bottom = np.zeros(n)
@@ -114,16 +172,22 @@ def build_layout(trace: Trace) -> Layout:
     next_row = 0
 
     # Thread lanes, in the trace's thread order; threads with no span get no lane.
-    on_thread = roles != _ROLE_CODE["parent"]
-    for t in trace.threads:
-        idx = np.nonzero(on_thread & (tids == t.tid))[0]
-        if not len(idx):
+    is_parent = roles == _ROLE_CODE["parent"]
+    on_thread = np.nonzero(~is_parent)[0]
+    on_thread = on_thread[np.lexsort((-ends[on_thread], starts[on_thread], tids[on_thread]))]
+    sorted_tids = tids[on_thread]
+    known = {t.tid for t in trace.threads}
+    extra = [ThreadInfo(int(t), f"thread {int(t)}") for t in np.unique(sorted_tids) if int(t) not in known]
+    for t in [*trace.threads, *extra]:  # an imported trace may name no thread at all
+        lo, hi = np.searchsorted(sorted_tids, [t.tid, t.tid + 1])
+        if lo == hi:
             continue
-        idx = idx[np.lexsort((-ends[idx], starts[idx]))]
+        idx = on_thread[lo:hi]
         depth = _depths(starts[idx], ends[idx])
         rows = int(depth.max()) + 1
         lane_id = len(lanes)
         lanes.append(Lane(t.name, "thread", t.tid, y, rows))
+        depth_all[idx] = depth
         row[idx] = next_row + depth
         lane_of[idx] = lane_id
         y_top[idx] = y + depth * ROW_HEIGHT + 0.05
@@ -133,46 +197,39 @@ def build_layout(trace: Trace) -> Layout:
 
     # Custom-op group: a band per invocation, packed so overlapping invocations don't collide.
     # Its children are drawn again here (they also stay on their thread lanes), as copies.
-    parents = np.nonzero(roles == _ROLE_CODE["parent"])[0]
-    copy_idx: list[int] = []
-    copy_row: list[int] = []
-    copy_top: list[float] = []
-    copy_bottom: list[float] = []
+    parents = np.nonzero(is_parent)[0]
+    copies = np.zeros(0, dtype=np.int64)
+    copy_row = np.zeros(0, dtype=np.int64)
+    copy_top = np.zeros(0)
+    copy_bottom = np.zeros(0)
     if len(parents):
         parents = parents[np.argsort(starts[parents], kind="stable")]
-        family: dict[int, list[int]] = {}
-        for i in np.nonzero((invs >= 0) & (roles != _ROLE_CODE["parent"]))[0]:
-            family.setdefault(int(invs[i]), []).append(int(i))
-        child_row: dict[int, int] = {}
-        band = 1
-        for p in parents:
-            kids = sorted(family.get(int(invs[p]), []), key=lambda i: (starts[i], -ends[i]))
-            fit = _first_fit([int(starts[i]) for i in kids], [int(ends[i]) for i in kids])
-            for i, r in zip(kids, fit, strict=True):
-                child_row[i] = r + 1
-            if kids:
-                band = max(band, 1 + max(fit) + 1)
-        slots = _first_fit([int(starts[p]) for p in parents], [int(ends[p]) for p in parents])
-        n_slots = max(slots) + 1
+        parent_invs = invs[parents]
+        kids = np.nonzero((invs >= 0) & ~is_parent & (lane_of >= 0))[0]
+        kids = kids[np.isin(invs[kids], parent_invs)]
+        kid_row = _group_rows(invs[kids], tids[kids], starts[kids], depth_all[kids])
+        band = int(kid_row.max()) + 1 if len(kids) else 1
+        slots = np.array(_first_fit(starts[parents].tolist(), ends[parents].tolist()), dtype=np.int64)
+        n_slots = int(slots.max()) + 1
         lane_id = len(lanes)
         lanes.append(Lane("custom ops", "custom", None, y, n_slots * band))
-        for p, slot in zip(parents, slots, strict=True):
-            base = slot * band
-            row[p] = next_row + base
-            lane_of[p] = lane_id
-            y_top[p] = y + base * ROW_HEIGHT + 0.02
-            y_bottom[p] = y + (base + band) * ROW_HEIGHT - 0.02
-            for i in family.get(int(invs[p]), []):
-                r = base + child_row[i]
-                copy_idx.append(i)
-                copy_row.append(next_row + r)
-                copy_top.append(y + r * ROW_HEIGHT + 0.12)
-                copy_bottom.append(y + (r + 1) * ROW_HEIGHT - 0.12)
+        base = slots * band
+        row[parents] = next_row + base
+        lane_of[parents] = lane_id
+        y_top[parents] = y + base * ROW_HEIGHT + 0.02
+        y_bottom[parents] = y + (base + band) * ROW_HEIGHT - 0.02
+        # The base row of each kid's parent, through the invocation id.
+        inv_order = np.argsort(parent_invs)
+        kid_base = base[inv_order][np.searchsorted(parent_invs[inv_order], invs[kids])]
+        r = kid_base + kid_row
+        copies = kids
+        copy_row = next_row + r
+        copy_top = y + r * ROW_HEIGHT + 0.12
+        copy_bottom = y + (r + 1) * ROW_HEIGHT - 0.12
         next_row += n_slots * band
         y += n_slots * band * ROW_HEIGHT + LANE_GAP
 
     keep = np.nonzero(lane_of >= 0)[0]
-    copies = np.array(copy_idx, dtype=np.int64)
     span_index = np.concatenate([keep, copies])
     return Layout(
         lanes=lanes,
@@ -180,34 +237,66 @@ def build_layout(trace: Trace) -> Layout:
         span_index=span_index,
         left=(starts[span_index] - t0) / 1e3,
         right=(ends[span_index] - t0) / 1e3,
-        top=np.concatenate([y_top[keep], np.array(copy_top)]),
-        bottom=np.concatenate([y_bottom[keep], np.array(copy_bottom)]),
-        row=np.concatenate([row[keep], np.array(copy_row, dtype=np.int64)]),
+        top=np.concatenate([y_top[keep], copy_top]),
+        bottom=np.concatenate([y_bottom[keep], copy_bottom]),
+        row=np.concatenate([row[keep], copy_row]),
         lane=np.concatenate([lane_of[keep], np.full(len(copies), len(lanes) - 1, dtype=np.int32)]),
         role=roles[span_index],
         invocation=invs[span_index],
+        tid=tids[span_index],
         extent=(0.0, float((ends.max() - t0) / 1e3) if n else 1.0),
         height=max(y - LANE_GAP, ROW_HEIGHT),
     )
 
 
-def visible(layout: Layout, x0: float, x1: float, pixels: int = 1200) -> tuple[np.ndarray, np.ndarray]:
+def visible(
+    layout: Layout, x0: float, x1: float, pixels: int = 1200, mask: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """What to draw for the x range ``[x0, x1]`` at ``pixels`` wide.
 
     Returns ``(items, counts)``: ``items`` are indices into the layout's columns; a span at least
     one pixel wide is drawn as itself (count 1); narrower spans in the same row and pixel column
     are merged into one block, drawn at the position of its first span, stretched to cover them
-    all (``counts`` says how many it holds). Spans off screen are left out.
+    all (``counts`` says how many it holds). Spans off screen, and those ``mask`` (a boolean per
+    layout item) leaves out, are left out.
+    """
+    b = blocks(layout, x0, x1, pixels, mask)
+    return b.items, b.counts
+
+
+@dataclass(frozen=True, slots=True)
+class Blocks:
+    """What to draw: one entry per rectangle (a span, or a block of merged sub-pixel spans)."""
+
+    items: np.ndarray  # index into the layout's columns (a merged block: its first span)
+    counts: np.ndarray  # spans in the rectangle
+    right: np.ndarray  # right edge to draw: a merged block covers all its spans and is >= 1 pixel
+    busy: np.ndarray  # total duration of the spans it holds (us)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
+def blocks(layout: Layout, x0: float, x1: float, pixels: int = 1200, mask: np.ndarray | None = None) -> Blocks:
+    """:func:`visible`, plus the right edge and the busy time of each block (for drawing and hover).
+
+    The number of rectangles is at most the spans on screen and at most about two per row and
+    pixel column, so it stays bounded however many spans the trace holds.
     """
     if x1 <= x0:
         x1 = x0 + 1e-3
     px = (x1 - x0) / max(1, pixels)
-    on = np.nonzero((layout.right >= x0) & (layout.left <= x1))[0]
-    wide = layout.right[on] - layout.left[on] >= px
+    on_screen = (layout.right >= x0) & (layout.left <= x1)
+    if mask is not None:
+        on_screen &= mask
+    on = np.nonzero(on_screen)[0]
+    width = layout.right[on] - layout.left[on]
+    wide = width >= px
     big = on[wide]
     small = on[~wide]
+    one = np.ones(len(big), dtype=np.int64)
     if not len(small):
-        return big, np.ones(len(big), dtype=np.int64)
+        return Blocks(big, one, layout.right[big], width[wide])
     col = np.floor((layout.left[small] - x0) / px).astype(np.int64)
     order = np.lexsort((layout.left[small], col, layout.row[small]))
     small = small[order]
@@ -217,8 +306,16 @@ def visible(layout: Layout, x0: float, x1: float, pixels: int = 1200) -> tuple[n
     first[1:] = (key_row[1:] != key_row[:-1]) | (key_col[1:] != key_col[:-1])
     starts = np.nonzero(first)[0]
     counts = np.diff(np.append(starts, len(small)))
-    items = np.concatenate([big, small[starts]])
-    return items, np.concatenate([np.ones(len(big), dtype=np.int64), counts])
+    right = np.maximum.reduceat(layout.right[small], starts)
+    merged = counts > 1
+    right[merged] = np.maximum(right[merged], layout.left[small[starts]][merged] + px)
+    busy = np.add.reduceat(layout.right[small] - layout.left[small], starts)
+    return Blocks(
+        np.concatenate([big, small[starts]]),
+        np.concatenate([one, counts]),
+        np.concatenate([layout.right[big], right]),
+        np.concatenate([width[wide], busy]),
+    )
 
 
 def merged_right(layout: Layout, items: np.ndarray, counts: np.ndarray, x0: float, x1: float, pixels: int = 1200) -> np.ndarray:
