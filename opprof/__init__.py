@@ -15,6 +15,22 @@ from .profiler import Profiler, profile
 
 ndarray = nd
 
+#: Public names whose modules import Bokeh/ipywidgets: loaded on first use, so `import opprof`
+#: stays light (and works without a display stack) for code that only profiles.
+_LAZY = {"timeline": ("opprof.widget", "timeline"), "save_html": ("opprof.timeline", "save_html")}
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        value = getattr(importlib.import_module(module), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'opprof' has no attribute {name!r}")
+
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -34,7 +50,9 @@ __all__ = [
     "Profiler",
     "trace",
     "random",
+    "save_html",
     "set_engine",
+    "timeline",
     "__version__",
 ]
 

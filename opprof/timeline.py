@@ -1,0 +1,619 @@
+"""Trace -> Bokeh timeline: a pure function of the trace, shared by the widget and saved HTML.
+
+:func:`build_timeline` reads only a :class:`~opprof.trace.Trace` (through :mod:`opprof.layout`),
+so an imported trace draws exactly like one of ours, and returns the Bokeh objects by name so the
+widget can drive them and tests can inspect them without a browser (as dask's
+``profile_visualize`` does). :func:`save_html` writes one standalone file with BokehJS inline.
+
+What keeps it fast at a million spans: rectangles, not spans, are drawn. :func:`opprof.layout.blocks`
+merges spans narrower than a pixel per row into counted blocks, and the columns sent to the
+browser are numeric (names and hover text go through small lookup tables), so size and draw time
+grow with the screen, not the trace.
+
+What keeps it safe: a trace's names and args are data. Tooltips use plain ``@field`` placeholders
+(Bokeh escapes them; ``{safe}`` is never used), axis labels and table cells are drawn as text.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import types
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from operator import attrgetter
+from typing import Any
+
+import numpy as np
+from bokeh.layouts import column
+from bokeh.models import (
+    BoxAnnotation,
+    BoxZoomTool,
+    ColumnDataSource,
+    CustomJS,
+    CustomJSHover,
+    CustomJSTickFormatter,
+    DataTable,
+    Div,
+    FixedTicker,
+    HoverTool,
+    Legend,
+    LegendItem,
+    LinearColorMapper,
+    NumberFormatter,
+    PanTool,
+    Range1d,
+    RangeTool,
+    ResetTool,
+    SaveTool,
+    StringFormatter,
+    TableColumn,
+    TapTool,
+    WheelZoomTool,
+)
+from bokeh.plotting import figure
+
+from .layout import ROLE_NAMES, Blocks, Layout, blocks, build_layout
+from .trace import Span, Trace, split_invocation
+
+__all__ = [
+    "ROLE_COLORS",
+    "ROLE_LABELS",
+    "Timeline",
+    "build_timeline",
+    "fmt_us",
+    "save_html",
+    "span_columns",
+]
+
+#: Legend text per role code (the order of :data:`opprof.layout.ROLE_NAMES`).
+ROLE_LABELS = {
+    "op": "regular op",
+    "parent": "custom-op parent",
+    "python": "python",
+    "subop": "sub-op",
+    "wait": "wait",
+    "dummy_wait": "Dummy_Wait",
+}
+#: Fixed colours, so a role looks the same in every trace and every session. The parent is pale
+#: because its children are drawn on top of it.
+ROLE_COLORS = {
+    "op": "#4e79a7",
+    "parent": "#f1ce63",
+    "python": "#59a14f",
+    "subop": "#b07aa1",
+    "wait": "#e15759",
+    "dummy_wait": "#333333",
+}
+_MERGED_COLORS = {
+    "op": "#a7bcd3",
+    "parent": "#f8e6b1",
+    "python": "#acd0a7",
+    "subop": "#d7bcd0",
+    "wait": "#f0abac",
+    "dummy_wait": "#999999",
+}
+#: Colour index column ``c``: role code for a span, role code + 6 for a block of merged spans.
+PALETTE = [ROLE_COLORS[r] for r in ROLE_NAMES] + [_MERGED_COLORS[r] for r in ROLE_NAMES]
+#: Outlines: the same as the fill, except a parent's, so adjacent invocations stay apart.
+LINE_PALETTE = [("#a07d1c" if r == "parent" else ROLE_COLORS[r]) for r in ROLE_NAMES] + [_MERGED_COLORS[r] for r in ROLE_NAMES]
+DETAIL_LIMIT = 100_000  # draw every span (no merging) up to this many rectangles
+_HIDDEN_ARGS = {"op_type", "role", "invocation", "backward", "python_us", "subops_us", "waiting_us"}
+
+# Microseconds to readable text, in the browser (ticks and hover) and in Python (tests, notes).
+_FMT_US_JS = """
+function fmt(us, step) {
+  const a = Math.abs(step === undefined ? us : step);
+  let unit = "s", scale = 1e6;
+  if (a < 1) { unit = "ns"; scale = 1e-3; }
+  else if (a < 1e3) { unit = "\\u00b5s"; scale = 1; }
+  else if (a < 1e6) { unit = "ms"; scale = 1e3; }
+  const v = us / scale;
+  const ref = Math.abs((step === undefined ? us : step) / scale);
+  const digits = ref === 0 ? 0 : Math.max(0, Math.min(6, 2 - Math.floor(Math.log10(ref))));
+  return v.toFixed(digits) + " " + unit;
+}
+"""
+_TICK_JS = _FMT_US_JS + "const step = ticks.length > 1 ? ticks[1] - ticks[0] : tick; return fmt(tick, step);"
+
+
+def fmt_us(us: float) -> str:
+    """``1234.5`` -> ``"1.23 ms"``: three significant digits in the largest unit below the value."""
+    a = abs(us)
+    unit, scale = ("s", 1e6) if a >= 1e6 else ("ms", 1e3) if a >= 1e3 else ("µs", 1.0) if a >= 1 else ("ns", 1e-3)
+    v = us / scale
+    digits = 0 if v == 0 else max(0, min(6, 2 - math.floor(math.log10(abs(v)))))
+    return f"{v:.{digits}f} {unit}"
+
+
+@dataclass
+class Timeline:
+    """The Bokeh objects of one timeline, by name; ``root`` is what gets shown or saved."""
+
+    trace: Trace
+    layout: Layout
+    root: Any
+    figure: Any
+    overview: Any
+    source: ColumnDataSource  # the drawn rectangles (see :func:`span_columns`)
+    names: ColumnDataSource  # lookup tables for the hover: names, thread labels, detail text
+    flows: ColumnDataSource  # flow segments of the highlighted family (filled on tap)
+    flows_all: ColumnDataSource  # flow segments of every family on screen
+    table: DataTable
+    table_source: ColumnDataSource
+    bars: Any
+    note: Div
+    tap_callback: CustomJS
+    pixels: int
+    merged: int = 0  # spans folded into blocks in the current view
+    window: tuple[float, float] = (0.0, 0.0)  # x range the current data was computed for
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def refresh(self, x0: float, x1: float, mask: np.ndarray | None = None) -> None:
+        """Recompute what is drawn for the x range ``[x0, x1]`` (level of detail) and push it."""
+        w = x1 - x0
+        lo, hi = x0 - w / 2, x1 + w / 2  # pan half a screen either way before refining again
+        b = blocks(self.layout, lo, hi, self.pixels * 2, mask)
+        data, names, flows_all = span_columns(self.trace, self.layout, b)
+        self.names.data = names
+        self.source.data = data
+        self.flows_all.data = flows_all
+        self.flows.data = _empty_flows()
+        self.source.selected.indices = []
+        self.merged = int(b.counts[b.counts > 1].sum())
+        self.window = (lo, hi)
+
+
+# ---------------------------------------------------------------------------- columns
+def _factorize(values: Sequence[str]) -> tuple[np.ndarray, list[str]]:
+    """Codes and the distinct values, in first-seen order (dict lookups beat sorting strings)."""
+    table = {v: i for i, v in enumerate(dict.fromkeys(values))}
+    codes = np.fromiter(map(table.__getitem__, values), dtype=np.int32, count=len(values))
+    return codes, list(table)
+
+
+def _parent_split(span: Span, trace: Trace) -> tuple[float, float, float]:
+    """A parent's (python, sub-ops, waiting) in us: from its args (the profiler stores them), else computed."""
+    a = span.args or {}
+    if all(k in a for k in ("python_us", "subops_us", "waiting_us")):
+        return float(a["python_us"]), float(a["subops_us"]), float(a["waiting_us"])
+    inv = a.get("invocation")
+    fam = [s for s in trace.spans if s.invocation == inv and s is not span]
+    py, sub, wait = split_invocation(span, fam)
+    return py / 1e3, sub / 1e3, wait / 1e3
+
+
+def _detail(span: Span, trace: Trace) -> str:
+    """Hover text beyond the name: a parent's split, else the span's own args."""
+    if span.role == "parent":
+        py, sub, wait = _parent_split(span, trace)
+        total = py + sub + wait or 1.0
+        return (
+            f"python {fmt_us(py)} ({100 * py / total:.0f}%) · sub-ops {fmt_us(sub)} ({100 * sub / total:.0f}%) · "
+            f"waiting {fmt_us(wait)} ({100 * wait / total:.0f}%)"
+        )
+    a = span.args
+    if not a:
+        return ""
+    text = ", ".join(f"{k}={v}" for k, v in a.items() if k not in _HIDDEN_ARGS)
+    return text if len(text) <= 200 else text[:199] + "…"
+
+
+def _empty_flows() -> dict[str, Any]:
+    return {k: np.zeros(0) for k in ("x0", "y0", "x1", "y1")}
+
+
+def _flow_segments(trace: Trace, layout: Layout, invs: np.ndarray) -> dict[str, Any]:
+    """Segments from each push (on the python span's row) to the sub-op it started, for ``invs``.
+
+    A :class:`~opprof.trace.Flow` names threads and times, not invocations, so each flow is matched
+    to the thread-lane span that starts where it arrives; only families in ``invs`` (those drawn
+    unmerged) are kept, which bounds the size of a saved file.
+    """
+    out = {k: np.zeros(0) for k in ("x0", "y0", "x1", "y1")}
+    out["inv"] = np.zeros(0, dtype=np.int32)
+    if not trace.flows or not len(invs):
+        return out
+    thread_lane = np.array([ln.kind == "thread" for ln in layout.lanes])[layout.lane]
+    fam_items = np.nonzero(thread_lane & np.isin(layout.invocation, invs))[0]
+    if not len(fam_items):
+        return out
+    start_ns = np.rint(layout.left[fam_items] * 1e3).astype(np.int64)
+    key = (layout.tid[fam_items] << 44) + start_ns
+    order = np.argsort(key)
+    key, fam_items = key[order], fam_items[order]
+    flows = trace.flows
+    n = len(flows)
+    dst = (np.fromiter(map(attrgetter("dst_tid"), flows), np.int64, n) << 44) + (
+        np.fromiter(map(attrgetter("dst_ts"), flows), np.int64, n) - layout.t0_ns
+    )
+    pos = np.minimum(np.searchsorted(key, dst), len(key) - 1)
+    hit = key[pos] == dst
+    if not hit.any():
+        return out
+    items = fam_items[pos[hit]]
+    src_tid = np.fromiter(map(attrgetter("src_tid"), flows), np.int64, n)[hit]
+    src_us = (np.fromiter(map(attrgetter("src_ts"), flows), np.int64, n)[hit] - layout.t0_ns) / 1e3
+    inv = layout.invocation[items]
+    # The source row: the family's python span on the pushing thread, else that thread's first row.
+    py = np.nonzero(thread_lane & (layout.role == ROLE_NAMES.index("python")) & np.isin(layout.invocation, inv))[0]
+    py_mid = dict(zip(layout.invocation[py].tolist(), ((layout.top[py] + layout.bottom[py]) / 2).tolist(), strict=True))
+    lane_mid = {ln.tid: ln.top + 0.5 for ln in layout.lanes if ln.kind == "thread"}
+    y0 = np.array([py_mid.get(i, lane_mid.get(t, 0.0)) for i, t in zip(inv.tolist(), src_tid.tolist(), strict=True)])
+    return {
+        "x0": src_us,
+        "y0": y0,
+        "x1": layout.left[items],
+        "y1": (layout.top[items] + layout.bottom[items]) / 2,
+        "inv": inv.astype(np.int32),
+    }
+
+
+def span_columns(trace: Trace, layout: Layout, b: Blocks) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Columns for the rectangles in ``b``: (span source data, lookup tables, flow segments).
+
+    Numeric columns travel as binary arrays; text goes through the ``names`` lookup so a name
+    repeated a million times is sent once. A merged block has ``inv`` -1 (it belongs to no single
+    family) and its ``dur`` is the busy time of the spans it holds.
+    """
+    items = b.items
+    spans = trace.spans
+    span_idx = layout.span_index[items].tolist()
+    picked = [spans[i] for i in span_idx]
+    name_code, name_list = _factorize([s.name for s in picked])
+    merged = b.counts > 1
+    single = np.nonzero(~merged)[0]
+    details: dict[str, int] = {"": 0}
+    detail_code = np.zeros(len(items), dtype=np.int32)
+    for j in single.tolist():
+        s = picked[j]
+        if s.args:
+            detail_code[j] = details.setdefault(_detail(s, trace), len(details))
+    lane_tids = [ln.tid for ln in layout.lanes if ln.kind == "thread"]
+    thread_labels = [trace.thread_name(t) for t in lane_tids]
+    tid_pos = {t: i for i, t in enumerate(lane_tids)}
+    thread_code = np.fromiter((tid_pos.get(t, -1) for t in layout.tid[items].tolist()), dtype=np.int16, count=len(items))
+    inv = layout.invocation[items].astype(np.int32)
+    inv[merged] = -1
+    data = {
+        "left": layout.left[items],
+        "right": b.right,
+        "top": layout.top[items].astype(np.float32),
+        "bottom": layout.bottom[items].astype(np.float32),
+        "dur": b.busy,
+        "c": (layout.role[items] + np.where(merged, len(ROLE_NAMES), 0)).astype(np.int8),
+        "name": name_code,
+        "thread": thread_code,
+        "detail": detail_code,
+        "inv": inv,
+        "count": b.counts.astype(np.int32),
+    }
+    n_lookup = max(len(name_list), len(thread_labels), len(details))
+
+    def pad(xs: list[str]) -> list[str]:
+        return xs + [""] * (n_lookup - len(xs))
+
+    names = {"name": pad(name_list), "thread": pad(thread_labels), "detail": pad(list(details))}
+    family_invs = np.unique(inv[inv >= 0])
+    return data, names, _flow_segments(trace, layout, family_invs)
+
+
+# ---------------------------------------------------------------------------- figures
+_TAP_JS = """
+// Highlight every span of the tapped spans' invocations (thread lanes and the custom-op band),
+// and draw the flows from each push to its sub-op.
+const inv = source.data.inv;
+const fams = new Set();
+for (const i of source.selected.indices) { if (inv[i] >= 0) fams.add(inv[i]); }
+const out = {x0: [], y0: [], x1: [], y1: []};
+if (fams.size > 0) {
+  const sel = [];
+  for (let i = 0; i < inv.length; i++) { if (fams.has(inv[i])) sel.push(i); }
+  source.selected.indices = sel;
+  const fa = flows_all.data;
+  for (let i = 0; i < fa.inv.length; i++) {
+    if (fams.has(fa.inv[i])) { out.x0.push(fa.x0[i]); out.y0.push(fa.y0[i]); out.x1.push(fa.x1[i]); out.y1.push(fa.y1[i]); }
+  }
+}
+flows.data = out;
+"""
+
+_TABLE_JS = """
+// Highlight the spans whose name is selected in the stats table.
+const wanted = new Set(table.selected.indices.map((i) => table.data.name[i]));
+const text = names.data.name, code = source.data.name, count = source.data.count;
+const sel = [];
+for (let i = 0; i < code.length; i++) { if (count[i] == 1 && wanted.has(text[code[i]])) sel.push(i); }
+source.selected.indices = sel;
+flows.data = {x0: [], y0: [], x1: [], y1: []};
+"""
+
+_NAME_HOVER_JS = """
+const i = special_vars.index, n = source.data.count[i], text = names.data.name[value];
+return n > 1 ? n + " spans merged (zoom in); first: " + text : text;
+"""
+
+
+def _hover(source: ColumnDataSource, names: ColumnDataSource) -> HoverTool:
+    lookup = {
+        col: CustomJSHover(args={"names": names}, code=f"return value < 0 ? '' : names.data.{col}[value];")
+        for col in ("thread", "detail")
+    }
+    return HoverTool(
+        tooltips=[
+            ("name", "@name{custom}"),
+            ("thread", "@thread{custom}"),
+            ("start", "@left{custom}"),
+            ("duration", "@dur{custom}"),
+            ("spans", "@count"),
+            ("detail", "@detail{custom}"),
+        ],
+        formatters={
+            "@name": CustomJSHover(args={"names": names, "source": source}, code=_NAME_HOVER_JS),
+            "@thread": lookup["thread"],
+            "@detail": lookup["detail"],
+            "@left": CustomJSHover(code=_FMT_US_JS + "return fmt(value);"),
+            "@dur": CustomJSHover(code=_FMT_US_JS + "return fmt(value);"),
+        },
+        renderers=[],
+    )
+
+
+def _style_lanes(p: Any, layout: Layout) -> None:
+    """Lane labels on the y axis (drawn as canvas text) and alternate lane shading."""
+    mids = [ln.top + ln.rows / 2 for ln in layout.lanes]
+    p.yaxis.ticker = FixedTicker(ticks=mids)
+    p.yaxis.major_label_overrides = {m: ln.label for m, ln in zip(mids, layout.lanes, strict=True)}
+    p.ygrid.grid_line_color = None
+    for k, ln in enumerate(layout.lanes):
+        if k % 2 == 0 or ln.kind == "custom":
+            p.add_layout(
+                BoxAnnotation(
+                    top=ln.top - 0.25,
+                    bottom=ln.top + ln.rows + 0.25,
+                    fill_color="#fff4d6" if ln.kind == "custom" else "#000000",
+                    fill_alpha=0.5 if ln.kind == "custom" else 0.035,
+                    line_alpha=0,
+                    level="underlay",
+                )
+            )
+
+
+def _stats_table(trace: Trace, limit: int = 500) -> tuple[ColumnDataSource, DataTable]:
+    """Aggregate stats by name, vectorised (``Trace.stats`` loops in Python: 0.75 s per 1M spans)."""
+    spans = trace.spans
+    code, names = _factorize(list(map(attrgetter("name"), spans)))
+    n = len(spans)
+    dur = np.fromiter(map(attrgetter("end"), spans), np.int64, n) - np.fromiter(map(attrgetter("start"), spans), np.int64, n)
+    k = len(names)
+    count = np.bincount(code, minlength=k)
+    total = np.bincount(code, weights=dur, minlength=k)
+    lo = np.full(k, np.iinfo(np.int64).max)
+    hi = np.zeros(k, dtype=np.int64)
+    np.minimum.at(lo, code, dur)
+    np.maximum.at(hi, code, dur)
+    top = np.argsort(-total, kind="stable")[:limit]
+    src = ColumnDataSource(
+        {
+            "name": [names[i] for i in top.tolist()],
+            "count": count[top],
+            "total_ms": total[top] / 1e6,
+            "avg_us": total[top] / np.maximum(count[top], 1) / 1e3,
+            "min_us": lo[top] / 1e3,
+            "max_us": hi[top] / 1e3,
+        }
+    )
+    num = NumberFormatter(format="0,0.000")
+    cols = [
+        TableColumn(field="name", title="name", formatter=StringFormatter(), width=260),
+        TableColumn(field="count", title="count", formatter=NumberFormatter(format="0,0"), width=70),
+        TableColumn(field="total_ms", title="total (ms)", formatter=num, width=90),
+        TableColumn(field="avg_us", title="avg (µs)", formatter=num, width=80),
+        TableColumn(field="min_us", title="min (µs)", formatter=num, width=80),
+        TableColumn(field="max_us", title="max (µs)", formatter=num, width=80),
+    ]
+    title = f"top {len(top)} of {k} names by total time" if k > len(top) else "aggregate stats"
+    table = DataTable(source=src, columns=cols, sortable=True, selectable=True, width=680, height=260, index_position=None)
+    table.name = title
+    return src, table
+
+
+def op_type_splits(trace: Trace, layout: Layout | None = None) -> dict[str, tuple[int, float, float, float]]:
+    """Per custom-op name (forward and backward apart): calls and total python, sub-ops, waiting (us).
+
+    With ``layout`` only the parents are visited (the layout knows which spans they are).
+    """
+    acc: dict[str, list[float]] = {}
+    if layout is None:
+        candidates = trace.spans
+    else:
+        parent_items = np.nonzero(layout.role == ROLE_NAMES.index("parent"))[0]
+        candidates = [trace.spans[i] for i in layout.span_index[parent_items].tolist()]
+    for s in candidates:
+        if s.args and s.args.get("role") == "parent":
+            py, sub, wait = _parent_split(s, trace)
+            a = acc.setdefault(s.name, [0, 0.0, 0.0, 0.0])
+            a[0] += 1
+            a[1] += py
+            a[2] += sub
+            a[3] += wait
+    return {k: (int(v[0]), v[1], v[2], v[3]) for k, v in acc.items()}
+
+
+def _split_bars(trace: Trace, layout: Layout, width: int) -> Any:
+    """A stacked bar per custom-op type: where its wall time went (ms)."""
+    splits = op_type_splits(trace, layout)
+    kinds = sorted(splits, key=lambda k: -sum(splits[k][1:]))[:30]
+    src = ColumnDataSource(
+        {
+            "op": kinds,
+            "calls": [splits[k][0] for k in kinds],
+            "python": [splits[k][1] / 1e3 for k in kinds],
+            "sub-ops": [splits[k][2] / 1e3 for k in kinds],
+            "waiting": [splits[k][3] / 1e3 for k in kinds],
+        }
+    )
+    p = figure(
+        y_range=list(reversed(kinds)) or ["(no custom ops)"],
+        width=width,
+        height=max(180, 90 + 26 * len(kinds)),
+        title="custom ops: where the wall time went",
+        x_axis_label="total ms",
+        tools="hover,save",
+        tooltips=[("op", "@op"), ("calls", "@calls"), ("part", "$name"), ("ms", "@$name{0,0.000}")],
+        toolbar_location="right",
+    )
+    colors = [ROLE_COLORS["python"], ROLE_COLORS["subop"], ROLE_COLORS["wait"]]
+    rs = p.hbar_stack(["python", "sub-ops", "waiting"], y="op", height=0.7, color=colors, source=src, line_color=None)
+    p.add_layout(Legend(items=[LegendItem(label=r.name, renderers=[r]) for r in rs], orientation="horizontal"), "below")
+    p.ygrid.grid_line_color = None
+    return p
+
+
+def build_timeline(
+    trace: Trace,
+    *,
+    width: int = 1000,
+    height: int | None = None,
+    detail_limit: int = DETAIL_LIMIT,
+    pixels: int | None = None,
+    backend: str = "canvas",
+    title: str | None = None,
+) -> Timeline:
+    """The timeline of ``trace``: main figure, overview strip, stats table, split bars, note.
+
+    Up to ``detail_limit`` rectangles, every span is drawn as itself; beyond, spans narrower than a
+    pixel (at ``pixels``, default twice ``width`` for HiDPI screens) are merged into counted blocks.
+    ``backend="webgl"`` draws with WebGL (faster pan on huge views in a real GPU browser; canvas
+    is the default because software GL in headless browsers is slower and logs warnings).
+    """
+    layout = build_layout(trace)
+    px = pixels or 2 * width
+    x0, x1 = layout.extent
+    pad = max((x1 - x0) * 0.01, 1e-3)
+    if len(layout) <= detail_limit:
+        idx = np.arange(len(layout))
+        order = np.lexsort((layout.left, layout.row))
+        idx = idx[order]
+        dur = layout.right[idx] - layout.left[idx]
+        b = Blocks(idx, np.ones(len(idx), dtype=np.int64), layout.right[idx], dur)
+    else:
+        b = blocks(layout, x0 - pad, x1 + pad, px)
+    data, lookup, flows_all_data = span_columns(trace, layout, b)
+    source = ColumnDataSource(data, name="spans")
+    names = ColumnDataSource(lookup, name="lookup")
+    flows_all = ColumnDataSource(flows_all_data, name="flows_all")
+    flows = ColumnDataSource(_empty_flows(), name="flows")
+
+    fig_h = height or int(min(720, max(260, 60 + 22 * layout.height)))
+    x_range = Range1d(x0 - pad, x1 + pad, bounds=(x0 - 20 * pad, x1 + 20 * pad))
+    y_range = Range1d(layout.height + 0.3, -0.3)  # row 0 at the top
+    wheel = WheelZoomTool(dimensions="width")
+    tap = CustomJS(args={"source": source, "flows": flows, "flows_all": flows_all}, code=_TAP_JS)
+    hover = _hover(source, names)
+    p = figure(
+        title=title or f"opprof timeline: {len(trace.spans):,} spans on {len(trace.threads)} threads",
+        width=width,
+        height=fig_h,
+        x_range=x_range,
+        y_range=y_range,
+        tools=[PanTool(dimensions="width"), wheel, BoxZoomTool(), ResetTool(), TapTool(callback=tap), hover, SaveTool()],
+        active_scroll=wheel,
+        output_backend=backend,
+        x_axis_label="time since trace start",
+        toolbar_location="above",
+    )
+    p.xaxis.formatter = CustomJSTickFormatter(code=_TICK_JS)
+    _style_lanes(p, layout)
+    mapper = LinearColorMapper(palette=PALETTE, low=-0.5, high=len(PALETTE) - 0.5)
+    color = {"field": "c", "transform": mapper}
+    line_mapper = LinearColorMapper(palette=LINE_PALETTE, low=-0.5, high=len(PALETTE) - 0.5)
+    r = p.quad(
+        left="left", right="right", top="top", bottom="bottom", source=source,
+        fill_color=color, line_color={"field": "c", "transform": line_mapper}, line_alpha=0.9,
+        selection_line_color="black", selection_line_width=1.5,
+        nonselection_fill_alpha=0.25, nonselection_line_alpha=0.25,
+    )  # fmt: skip
+    hover.renderers = [r]
+    p.segment(x0="x0", y0="y0", x1="x1", y1="y1", source=flows, line_color="black", line_width=1.5, line_dash="dashed")
+    legend_items = []
+    # Fixed legend entries: one off-data renderer per role (a NaN point draws nothing but its swatch).
+    nan = [float("nan")]
+    for role, fill in [*((r, ROLE_COLORS[r]) for r in ROLE_NAMES), ("merged", "#cccccc")]:
+        dummy = p.quad(left=nan, right=nan, top=nan, bottom=nan, fill_color=fill, line_color=fill)
+        legend_items.append(LegendItem(label=ROLE_LABELS.get(role, "pale: merged spans"), renderers=[dummy]))
+    p.add_layout(Legend(items=legend_items, click_policy="none", label_text_font_size="9pt"), "right")
+
+    # Overview strip: the whole trace, coarse and fixed, with a range tool driving the main x range.
+    ob = blocks(layout, x0 - pad, x1 + pad, width)
+    overview = figure(
+        width=width, height=90, x_range=Range1d(x0 - pad, x1 + pad), y_range=Range1d(layout.height + 0.3, -0.3),
+        tools="", toolbar_location=None, output_backend=backend,
+    )  # fmt: skip
+    overview.quad(
+        left=layout.left[ob.items], right=ob.right, top=layout.top[ob.items], bottom=layout.bottom[ob.items],
+        fill_color=[PALETTE[c] for c in layout.role[ob.items].tolist()], line_color=None,
+    )  # fmt: skip
+    overview.xaxis.formatter = CustomJSTickFormatter(code=_TICK_JS)
+    overview.yaxis.visible = False
+    overview.grid.grid_line_color = None
+    rt = RangeTool(x_range=x_range)
+    rt.overlay.fill_color = "navy"
+    rt.overlay.fill_alpha = 0.15
+    overview.add_tools(rt)
+
+    table_source, table = _stats_table(trace)
+    table_source.selected.js_on_change(
+        "indices", CustomJS(args={"table": table_source, "names": names, "source": source, "flows": flows}, code=_TABLE_JS)
+    )
+    bars = _split_bars(trace, layout, width)
+    n_merged = int(b.counts[b.counts > 1].sum())
+    note = Div(text=_note_text(len(layout), len(b), n_merged), render_as_text=True, width=width)
+    table_title = Div(text=table.name, render_as_text=True)
+    root = column(note, p, overview, bars, table_title, table)
+    return Timeline(
+        trace=trace, layout=layout, root=root, figure=p, overview=overview, source=source, names=names,
+        flows=flows, flows_all=flows_all, table=table, table_source=table_source, bars=bars, note=note,
+        tap_callback=tap, pixels=px, merged=n_merged, window=(x0 - pad, x1 + pad),
+    )  # fmt: skip
+
+
+def _note_text(n_items: int, n_drawn: int, n_merged: int) -> str:
+    base = "Scroll to zoom in time, drag to pan, click a span to highlight its custom-op invocation."
+    if not n_merged:
+        return base
+    return (
+        f"{n_merged:,} spans merged into blocks ({n_drawn:,} rectangles for {n_items:,}): spans narrower "
+        f"than a pixel are shown as pale counted blocks — zoom in the notebook widget (opprof.timeline) "
+        f"to see each span. {base}"
+    )
+
+
+def save_html(trace: Trace, path: str, *, title: str = "opprof timeline", **options: Any) -> Timeline:
+    """Write the timeline of ``trace`` as one standalone HTML file with BokehJS inline (opens offline)."""
+    from bokeh.embed import file_html
+    from bokeh.resources import INLINE
+
+    tl = build_timeline(trace, **options)
+    html = file_html(tl.root, INLINE, title=title)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(html)
+    return tl
+
+
+class _CallableModule(types.ModuleType):
+    """``opprof.timeline`` names both this module and the function users call.
+
+    Importing a submodule sets it as an attribute of its package, which would shadow the lazily
+    exported ``opprof.timeline()`` function whenever this module was imported first (for example
+    by ``from opprof.timeline import save_html``). Making the module callable keeps
+    ``opprof.timeline(trace)`` working in every import order.
+    """
+
+    def __call__(self, trace: Trace, **options: Any) -> Any:
+        from .widget import timeline
+
+        return timeline(trace, **options)
+
+
+sys.modules[__name__].__class__ = _CallableModule
