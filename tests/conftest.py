@@ -113,3 +113,61 @@ def chrome_problems(obj: dict[str, Any]) -> list[str]:
 def check_chrome() -> Callable[..., list[str]]:
     """``check_chrome(obj)``: the problems :func:`chrome_problems` finds (empty: well formed)."""
     return chrome_problems
+
+
+# ---------------------------------------------------------------------------- headless Chromium
+# Debian's chromium through Python playwright (never `playwright install`): the recipe of
+# shared/NOTES-jupyter.md and tests/test_perfetto.py, shared by the browser tests.
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def require_chromium(*modules: str) -> None:
+    """Skip without Chromium or playwright (and ``modules``); fail instead when ``CI`` is set."""
+    import importlib.util
+    import os
+
+    missing = []
+    if not os.access(CHROMIUM, os.X_OK):
+        missing.append(f"{CHROMIUM} (apt-get install chromium)")
+    for module in ("playwright", *modules):
+        if importlib.util.find_spec(module) is None:
+            missing.append(f"the Python package {module!r} (pip install -e '.[test]')")
+    if missing:
+        msg = "this browser test needs " + " and ".join(missing) + "; never run `playwright install`"
+        if os.environ.get("CI"):
+            pytest.fail(msg + " [CI is set, so this is a failure, not a skip]")
+        pytest.skip(msg)
+
+
+@pytest.fixture
+def chromium_page(tmp_path: Any) -> Any:
+    """``(page, console, page_errors)``: a fresh headless Chromium page; console entries are ``(type, text)``."""
+    import os
+
+    require_chromium()
+    from playwright.sync_api import sync_playwright
+
+    # Chromium writes under $HOME/.config and $HOME/.cache even with its own profile dir.
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "xdg-config"), "XDG_CACHE_HOME": str(tmp_path / "xdg-cache")}
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS, env=env, timeout=60_000)
+        try:
+            page = browser.new_page(viewport={"width": 1300, "height": 1000})
+            page.set_default_timeout(60_000)
+            console: list[tuple[str, str]] = []
+            page_errors: list[str] = []
+            page.on("console", lambda m: console.append((m.type, m.text)))
+            page.on("pageerror", lambda e: page_errors.append(str(e)))
+            yield page, console, page_errors
+        finally:
+            browser.close()

