@@ -10,24 +10,21 @@ nanoseconds survive):
   sub-op that fits without crossing a sibling (the rest stay on their thread, linked by a flow);
 * flow events (``s``/``f``) from the push inside a custom op's Python to the sub-op's slice.
 
-``load`` reads such a file back losslessly (``otherData.opprof`` carries what Chrome has no field for).
+``load`` reads such a file back losslessly (``otherData.opprof`` carries what Chrome has no field for);
+every other Chrome trace (MXNet, PyTorch, VizTracer, Chrome itself) goes to :mod:`opprof.importer`.
 """
 
 from __future__ import annotations
 
 import os
-import zlib
 from typing import Any
 
-from .trace import CounterSample, Flow, Instant, Span, ThreadInfo, Trace, dumps_json, loads_json, open_maybe_gzip
+from .importer import TraceFormatError, import_chrome, no_gc, parse_json, read_trace_file
+from .trace import CounterSample, Flow, Instant, Span, ThreadInfo, Trace, dumps_json, open_maybe_gzip
 
 __all__ = ["to_chrome", "from_chrome", "save", "load", "TraceFormatError"]
 
 PID = 0
-
-
-class TraceFormatError(ValueError):
-    """A trace file that cannot be read; the message names the file, the problem and where."""
 
 
 def _us(ns: int, t0: int) -> float:
@@ -120,22 +117,22 @@ def save(trace: Trace, path: str | os.PathLike[str]) -> None:
 
 
 def load(path: str | os.PathLike[str]) -> Trace:
-    """Read a Chrome trace JSON file (``.json`` or ``.json.gz``)."""
-    try:
-        with open_maybe_gzip(path, "rb") as f:
-            raw = f.read()
-    except (OSError, EOFError, zlib.error) as e:  # gzip: truncated, or not gzip at all
-        raise TraceFormatError(f"{path}: cannot read: {e}") from None
-    if not raw.strip():
-        raise TraceFormatError(f"{path}: the file is empty")
-    try:
-        obj = loads_json(raw)
-    except ValueError as e:  # JSONDecodeError, orjson.JSONDecodeError and UnicodeDecodeError
-        raise TraceFormatError(f"{path}: not valid JSON: {e}") from None
-    try:
-        return from_chrome(obj)
-    except TraceFormatError as e:
-        raise TraceFormatError(f"{path}: {e}") from None
+    """Read a Chrome trace JSON file (``.json`` or ``.json.gz``): opprof's own losslessly, any other
+    tool's through :mod:`opprof.importer`."""
+    raw = read_trace_file(path)
+    with no_gc():
+        obj, truncated = parse_json(raw, str(path))
+        del raw
+        if not _is_ours(obj):
+            return import_chrome(obj, str(path), truncated=truncated)
+        try:
+            return _from_ours(obj)
+        except TraceFormatError as e:
+            raise TraceFormatError(f"{path}: {e}") from None
+
+
+def _is_ours(obj: Any) -> bool:
+    return isinstance(obj, dict) and isinstance(obj.get("otherData"), dict) and "opprof" in obj["otherData"]
 
 
 def _ns(value: Any, t0: int, where: str) -> int:
@@ -146,6 +143,13 @@ def _ns(value: Any, t0: int, where: str) -> int:
 
 def from_chrome(obj: Any) -> Trace:
     """Build a :class:`Trace` from a Chrome trace object (dict with ``traceEvents``, or a list)."""
+    with no_gc():
+        if not _is_ours(obj):
+            return import_chrome(obj)
+        return _from_ours(obj)
+
+
+def _from_ours(obj: Any) -> Trace:
     try:
         return _from_chrome(obj)
     except TraceFormatError:
@@ -248,7 +252,9 @@ def _assemble(
     spans.extend(parents.values())
     spans.sort(key=lambda s: (s.start, -s.end))
     tids = sorted({*names, *(s.tid for s in spans)}, key=lambda t: (order.get(t, 1 << 30), t))
-    threads = [ThreadInfo(t, names.get(t) or f"thread {t}") for t in tids]
     flows = [Flow(*f) for f in ours.get("flows", [])] if ours else []
     meta = dict(ours.get("metadata", {})) if ours else {"producer": "chrome-json"}
+    # An imported trace keeps each thread's process (small int) in its metadata: give it back.
+    pids = {row[0]: row[1] for row in meta.get("source_threads", ()) if isinstance(row, list) and len(row) == 4}
+    threads = [ThreadInfo(t, names.get(t) or f"thread {t}", pids.get(t, 0)) for t in tids]
     return Trace(threads=threads, spans=spans, instants=instants, counters=counters, flows=flows, metadata=meta)
