@@ -145,6 +145,7 @@ class Timeline:
     note: Div
     tap_callback: CustomJS
     pixels: int
+    full_detail: bool = False  # every span drawn as itself: the view never needs refining
     merged: int = 0  # spans folded into blocks in the current view
     window: tuple[float, float] = (0.0, 0.0)  # x range the current data was computed for
     extras: dict[str, Any] = field(default_factory=dict)
@@ -153,7 +154,7 @@ class Timeline:
         """Recompute what is drawn for the x range ``[x0, x1]`` (level of detail) and push it."""
         w = x1 - x0
         lo, hi = x0 - w / 2, x1 + w / 2  # pan half a screen either way before refining again
-        b = blocks(self.layout, lo, hi, self.pixels * 2, mask)
+        b = _every_span(self.layout, mask) if self.full_detail else blocks(self.layout, lo, hi, self.pixels * 2, mask)
         data, names, flows_all = span_columns(self.trace, self.layout, b)
         self.names.data = names
         self.source.data = data
@@ -491,12 +492,9 @@ def build_timeline(
     px = pixels or 2 * width
     x0, x1 = layout.extent
     pad = max((x1 - x0) * 0.01, 1e-3)
-    if len(layout) <= detail_limit:
-        idx = np.arange(len(layout))
-        order = np.lexsort((layout.left, layout.row))
-        idx = idx[order]
-        dur = layout.right[idx] - layout.left[idx]
-        b = Blocks(idx, np.ones(len(idx), dtype=np.int64), layout.right[idx], dur)
+    full_detail = len(layout) <= detail_limit
+    if full_detail:
+        b = _every_span(layout)
     else:
         b = blocks(layout, x0 - pad, x1 + pad, px)
     data, lookup, flows_all_data = span_columns(trace, layout, b)
@@ -574,8 +572,15 @@ def build_timeline(
     return Timeline(
         trace=trace, layout=layout, root=root, figure=p, overview=overview, source=source, names=names,
         flows=flows, flows_all=flows_all, table=table, table_source=table_source, bars=bars, note=note,
-        tap_callback=tap, pixels=px, merged=n_merged, window=(x0 - pad, x1 + pad),
+        tap_callback=tap, pixels=px, full_detail=full_detail, merged=n_merged, window=(x0 - pad, x1 + pad),
     )  # fmt: skip
+
+
+def _every_span(layout: Layout, mask: np.ndarray | None = None) -> Blocks:
+    """Every (unmasked) span as its own rectangle, in row then time order."""
+    idx = np.arange(len(layout)) if mask is None else np.nonzero(mask)[0]
+    idx = idx[np.lexsort((layout.left[idx], layout.row[idx]))]
+    return Blocks(idx, np.ones(len(idx), dtype=np.int64), layout.right[idx], layout.right[idx] - layout.left[idx])
 
 
 def _note_text(n_items: int, n_drawn: int, n_merged: int) -> str:

@@ -25,12 +25,20 @@ from .trace import Trace
 __all__ = ["TimelineWidget", "load_bokehjs", "summary", "timeline"]
 
 
-def load_bokehjs() -> bool:
-    """Load BokehJS into the notebook page, inline (offline-safe); True if a kernel was there to do it.
+_loaded = False
+
+
+def load_bokehjs(once: bool = False) -> bool:
+    """Load BokehJS into the notebook page, inline (offline-safe); True if it was emitted.
 
     jupyter_bokeh's front end does not bundle BokehJS: it calls ``window.Bokeh``, so without this a
-    BokehModel cannot render, and the default CDN resources fail offline.
+    BokehModel cannot render, and the default CDN resources fail offline. Inline BokehJS is about
+    8 MB of notebook output, so :func:`timeline` emits it ``once`` per kernel; after reloading the
+    page, call ``load_bokehjs()`` again (or re-run ``%opprof_init``).
     """
+    global _loaded
+    if once and _loaded:
+        return False
     try:
         from IPython import get_ipython
     except ImportError:  # pragma: no cover - IPython is a dependency
@@ -42,6 +50,7 @@ def load_bokehjs() -> bool:
     from bokeh.resources import INLINE
 
     output_notebook(INLINE, hide_banner=True)
+    _loaded = True
     return True
 
 
@@ -72,7 +81,6 @@ class TimelineWidget(W.VBox):
         self.with_static_html = static_html
         self.timeline: Timeline = build_timeline(trace, width=width, **options)
         tl = self.timeline
-        self.full_detail = tl.merged == 0 and len(tl.source.data["left"]) == len(tl.layout)
         self._names: tuple[np.ndarray, list[str]] | None = None
         self._html: str | None = None
 
@@ -149,16 +157,13 @@ class TimelineWidget(W.VBox):
         x0, x1 = float(xr.start), float(xr.end)
         if not force and not self._needs_refine(x0, x1):
             return
-        if self.full_detail:
-            lo, hi = tl.layout.extent
-            x0, x1 = lo - (hi - lo), hi + (hi - lo)  # everything fits: one window holding it all
         tl.refresh(x0, x1, self.mask())
         self._reapply_table_selection()
         self._update_status()
 
     def _needs_refine(self, x0: float, x1: float) -> bool:
         """Idempotent: BokehJS echoes the range on first render, and small pans stay in the window."""
-        if self.full_detail or x1 <= x0:
+        if self.timeline.full_detail or x1 <= x0:
             return False
         lo, hi = self.timeline.window
         computed_w = (hi - lo) / 2  # the window is the view padded by half a view on each side
@@ -223,8 +228,8 @@ def timeline(trace: Trace, *, load_js: bool = True, **options: Any) -> TimelineW
     Options: ``width`` (px), ``height``, ``detail_limit`` (draw every span up to this many
     rectangles), ``backend`` ("canvas" or "webgl"), ``title``, ``static_html`` (add an offline
     HTML copy to the output for viewers without widgets; default True). In a kernel, BokehJS is
-    loaded inline first unless ``load_js=False``.
+    loaded inline first (once per kernel; see :func:`load_bokehjs`) unless ``load_js=False``.
     """
     if load_js:
-        load_bokehjs()
+        load_bokehjs(once=True)
     return TimelineWidget(trace, **options)
