@@ -414,7 +414,9 @@ def _stats_table(trace: Trace, limit: int = 500) -> tuple[ColumnDataSource, Data
         TableColumn(field="max_us", title="max (µs)", formatter=num, width=80),
     ]
     title = f"top {len(top)} of {k} names by total time" if k > len(top) else "aggregate stats"
-    table = DataTable(source=src, columns=cols, sortable=True, selectable=True, width=680, height=260, index_position=None)
+    table = DataTable(
+        source=src, columns=cols, sortable=True, reorderable=False, selectable=True, width=680, height=260, index_position=None
+    )
     table.name = title
     return src, table
 
@@ -588,9 +590,9 @@ def _note_text(n_items: int, n_drawn: int, n_merged: int) -> str:
     if not n_merged:
         return base
     return (
-        f"{n_merged:,} spans merged into blocks ({n_drawn:,} rectangles for {n_items:,}): spans narrower "
-        f"than a pixel are shown as pale counted blocks — zoom in the notebook widget (opprof.timeline) "
-        f"to see each span. {base}"
+        f"{n_merged:,} of {n_items:,} span rectangles are merged ({n_drawn:,} drawn; a custom-op child is drawn on "
+        f"its thread and in the band): spans narrower than a pixel are shown as pale counted blocks — zoom in "
+        f"the notebook widget (opprof.timeline) to see each span. {base}"
     )
 
 
