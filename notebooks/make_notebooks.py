@@ -12,8 +12,8 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 HERE = Path(__file__).parent
 
-CUSTOM_OP = '''import time
-import numpy as np
+CUSTOM_OP = '''import numpy as np
+
 import opprof as mx
 
 
@@ -78,7 +78,7 @@ quickstart = [
     new_code_cell("_opprof.trace.validate()  # [] : properly nested, every family complete"),
     new_markdown_cell("Save the trace for Perfetto / chrome://tracing, or the timeline as a standalone HTML file:"),
     new_code_cell(
-        "import tempfile, os\n"
+        "import os\nimport tempfile\n\n"
         "out = tempfile.mkdtemp()\n"
         "_opprof.trace.save(os.path.join(out, 'trace.json'))\n"
         "sorted(os.listdir(out))"
@@ -174,6 +174,44 @@ anatomy = [
     ),
 ]
 
+others = [
+    new_markdown_cell(
+        "# Traces from other tools\n\n"
+        "opprof's timeline, stats and custom-op split read only its trace model, so they work on traces that "
+        "other profilers wrote too. `data/` holds small traces made by the real tools (the scripts that made "
+        "them are in the repository's `tests/data/`)."
+    ),
+    new_code_cell("%load_ext opprof\nimport opprof as mx"),
+    new_markdown_cell(
+        "## MXNet 1.9.1\n\n"
+        "The profiler that shipped with MXNet: B/E pairs (some interleaving), 64-bit thread ids, no thread names, "
+        "no parent span per custom-op call, and a completion op named `MyAddOne::`. opprof maps the threads to "
+        "small named lanes and recovers custom-op families from the `Type::op` names as far as the data allows:"
+    ),
+    new_code_cell("%opprof_view data/mxnet-1.9.1-custom-op.json"),
+    new_code_cell(
+        "mxt = mx.trace.load('data/mxnet-1.9.1-custom-op.json')\n"
+        "recovery = mxt.metadata['custom_op_recovery']\n"
+        "print('invocations recovered:', recovery['recovered'])\n"
+        "for reason in recovery['unrecoverable']:\n"
+        "    print('-', reason)"
+    ),
+    new_markdown_cell(
+        "`validate()` says where the MXNet data falls short of opprof's invariants (for example, no completion "
+        "op closes an invocation):"
+    ),
+    new_code_cell("problems = mxt.validate()\nprint(len(problems), 'problems, e.g.:')\nprint(*problems[:3], sep='\\n')"),
+    new_markdown_cell("## PyTorch 2.13 (`torch.profiler`, a custom autograd Function)"),
+    new_code_cell("%opprof_view data/torch-2.13-custom-function.json"),
+    new_code_cell(
+        "tt = mx.trace.load('data/torch-2.13-custom-function.json')\n"
+        "for row in tt.stats()[:8]:\n"
+        "    print(f'{row.name[:50]:50s} {row.count:4d} x {row.total_ns / 1e3:9.1f} us')"
+    ),
+    new_markdown_cell("## VizTracer 1.1 (several threads)"),
+    new_code_cell("%opprof_view data/viztracer-1.1-threads.json"),
+]
+
 
 def write(name: str, cells: list) -> None:
     nb = new_notebook(cells=cells)
@@ -184,3 +222,4 @@ def write(name: str, cells: list) -> None:
 if __name__ == "__main__":
     write("01-quickstart.ipynb", quickstart)
     write("02-anatomy-of-a-custom-op.ipynb", anatomy)
+    write("03-traces-from-other-tools.ipynb", others)
