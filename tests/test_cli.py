@@ -98,3 +98,16 @@ def test_a_malformed_trace_file_names_the_file(tmp_path: Path) -> None:
     bad.write_text('{"traceEvents": [')
     r = opprof("stats", str(bad))
     assert r.returncode == 1 and str(bad) in r.stderr and "Traceback" not in r.stderr
+
+
+def test_view_writes_a_standalone_timeline(tmp_path: Path) -> None:
+    opprof("demo", "--steps", "2", "--out", str(tmp_path))
+    assert (tmp_path / "timeline.html").exists(), "opprof demo writes the timeline too"
+    out = tmp_path / "view.html"
+    r = opprof("view", str(tmp_path / "trace.json"), "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    html = out.read_text()
+    assert "cdn.bokeh.org" not in html and "Bokeh" in html  # inline BokehJS: opens offline
+    assert f"timeline written to {out}" in r.stdout
+    r = opprof("view", str(tmp_path / "trace.json"))  # default: next to the trace
+    assert r.returncode == 0 and (tmp_path / "trace.html").exists()
