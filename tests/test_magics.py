@@ -142,3 +142,14 @@ def test_opprof_view_opens_a_trace_file(ip: Any, tmp_path: Path) -> None:
     with capture_output() as out:
         result = ip.run_cell(f"%opprof_view {tmp_path / 'missing.json'}")
     assert "no such file" in out.stdout + out.stderr or result.error_in_exec is not None
+
+
+def test_the_timeline_widget_is_displayed(ip: Any, tmp_path: Path) -> None:
+    html = tmp_path / "t.html"
+    with capture_output() as out:
+        result = ip.run_cell(f"%%opprof --html {html}\nmx.nd.Custom(mx.nd.ones((2, 2)), op_type='MagicDouble').wait_to_read()")
+    assert result.error_in_exec is None
+    bundles = [o.data for o in out.outputs]
+    assert any("application/vnd.jupyter.widget-view+json" in b for b in bundles), [list(b) for b in bundles]
+    assert any("text/html" in b for b in bundles)  # static fallback where widgets cannot render
+    assert html.exists() and "MagicDouble" in html.read_text()
