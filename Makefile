@@ -23,8 +23,15 @@ lint: $(STAMP)
 test: lint
 	$(BIN)/python -m pytest
 
+# The whole suite, one table (benchmarks/RESULTS.md keeps the latest); BENCH_ARGS="--quick" for a smoke run.
 bench: $(STAMP)
-	$(BIN)/python benchmarks/engine.py
+	$(BIN)/python -c 'import dask' 2>/dev/null || $(BIN)/python -m pip install --quiet -e '.[bench]'
+	$(BIN)/python -m benchmarks $(BENCH_ARGS)
+
+.PHONY: bench-peers
+bench-peers: $(STAMP)
+	$(BIN)/python -c 'import dask' 2>/dev/null || $(BIN)/python -m pip install --quiet -e '.[bench]'
+	$(BIN)/python -m benchmarks --peers $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache .hypothesis .ruff_cache

@@ -1,29 +1,39 @@
 """Engine cost per op and per custom-op invocation, as ratios measured in one run.
 
-Run: ``python benchmarks/engine.py`` (or ``make bench``). Every figure is the median of
-``--repeats`` interleaved runs, so a noisy neighbour slows all variants alike; read the ratios.
+Run: ``python benchmarks/engine.py`` (or ``make bench`` for the whole suite). Every figure is the
+median of ``--repeats`` interleaved runs, so a noisy neighbour slows all variants alike; read the
+ratios.
 
 * chain: ``a = a + 1`` repeated ``--ops`` times then ``waitall()``, on 10x10 and 100x100 float32,
   through the threaded and the naive engine, against plain NumPy doing the same.
 * custom op: a trivial custom op (one ``_plus_scalar`` sub-op, then ``assign``), forward only
   and forward + backward, per invocation.
+
+Goals (issue 7): per small op cheaper than MXNet 1.9.1's; a custom-op invocation at least 4x
+cheaper than MXNet's. MXNet's figures are measured in the same run by ``python -m benchmarks
+--peers`` and passed in; otherwise the issue's reference figures for this kind of machine are used
+and the table says so.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import platform
-import statistics
 import time
-from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 import opprof as mx
 
-MXNET_PER_OP_US = 22.0  # MXNet 1.9.1 Python API, this kind of machine (see the issue)
-MXNET_CUSTOM_US = 1000.0
+try:
+    from benchmarks.common import Row, interleaved, print_rows, progress
+except ImportError:  # run as a script: python benchmarks/engine.py
+    from common import Row, interleaved, print_rows, progress  # type: ignore[no-redef]
+
+SECTION = "Engine"
+# MXNet 1.9.1's Python API on this kind of machine (2 cores), from the issue; used when MXNet was
+# not measured in this run.
+MXNET_REFERENCE = {"op_10": 22.0, "op_100": 22.0, "custom_fwd": 1000.0}
 
 
 class _AddOne(mx.operator.CustomOp):
@@ -87,8 +97,81 @@ def custom_forward_backward(calls: int) -> float:
     return dt
 
 
-def median_us(fn: Callable[[], float], per: int, repeats: int) -> float:
-    return statistics.median(fn() for _ in range(repeats)) / per * 1e6
+def _on(kind: str, fn: Any) -> Any:
+    """``fn`` run on engine ``kind`` (each call switches, so interleaved cases may differ in engine)."""
+
+    def run() -> float:
+        mx.set_engine(kind)
+        return fn()
+
+    return run
+
+
+def mxnet_figure(mxnet: dict[str, float] | None, key: str) -> tuple[float | None, str]:
+    """MXNet's figure for ``key`` and where it comes from: this run, or the issue's reference."""
+    if mxnet and key in mxnet:
+        return mxnet[key], "measured"
+    if key in MXNET_REFERENCE:
+        return MXNET_REFERENCE[key], "issue's reference"
+    return None, ""
+
+
+def rows(quick: bool = False, repeats: int | None = None, mxnet: dict[str, float] | None = None) -> list[Row]:
+    ops, calls = (2_000, 200) if quick else (20_000, 2_000)
+    return measure(ops, calls, repeats or (1 if quick else 5), mxnet)
+
+
+def measure(ops: int, calls: int, repeats: int, mxnet: dict[str, float] | None = None) -> list[Row]:
+    out: list[Row] = []
+    try:
+        for n in (10, 100):
+            progress(f"engine: {ops} ops of a = a + 1 on {n}x{n}, numpy / threaded / naive, {repeats} rounds")
+            cases = {"numpy": lambda n=n: numpy_chain(n, ops)}
+            for kind in ("threaded", "naive"):
+                cases[kind] = _on(kind, lambda n=n: engine_chain(n, ops))
+            us = {k: v / ops * 1e6 for k, v in interleaved(cases, repeats).items()}
+            out.append(Row(SECTION, f"NumPy `x + 1`, {n}x{n}", us["numpy"], "µs/op", "1.00x NumPy", key=f"numpy_{n}"))
+            ref, source = mxnet_figure(mxnet, f"op_{n}")
+            for kind in ("threaded", "naive"):
+                ratio = f"{us[kind] / us['numpy']:.1f}x NumPy"
+                goal, met = "", None
+                if ref is not None:
+                    ratio += f"; MXNet/opprof {ref / us[kind]:.2f}x"
+                    goal, met = f"< MXNet's {ref:.1f} µs ({source})", us[kind] < ref
+                out.append(
+                    Row(SECTION, f"{kind} engine `a = a + 1`, {n}x{n}", us[kind], "µs/op", ratio, goal, met, f"{kind}_{n}")
+                )
+
+        progress(f"engine: {calls} trivial custom-op calls, forward and forward+backward, {repeats} rounds")
+        cases = {}
+        for kind in ("threaded", "naive"):
+            cases[f"{kind}_fwd"] = _on(kind, lambda: custom_forward(calls))
+            cases[f"{kind}_fwdbwd"] = _on(kind, lambda: custom_forward_backward(calls))
+        us = {k: v / calls * 1e6 for k, v in interleaved(cases, repeats).items()}
+        for kind in ("threaded", "naive"):
+            for part, label in (("fwd", "forward"), ("fwdbwd", "forward + backward")):
+                value = us[f"{kind}_{part}"]
+                ref, source = mxnet_figure(mxnet, f"custom_{part}")
+                ratio, goal, met = "", "", None
+                if ref is not None:
+                    ratio = f"MXNet/opprof {ref / value:.1f}x (MXNet {ref:,.0f} µs, {source})"
+                    if kind == "threaded":
+                        goal, met = "≥ 4x cheaper than MXNet", ref / value >= 4
+                out.append(
+                    Row(
+                        SECTION,
+                        f"trivial custom op, {kind}, {label}",
+                        value,
+                        "µs/call",
+                        ratio,
+                        goal,
+                        met,
+                        f"custom_{kind}_{part}",
+                    )
+                )
+    finally:
+        mx.set_engine("threaded")
+    return out
 
 
 def main() -> None:
@@ -97,31 +180,9 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=2_000)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-
-    machine = f"Python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs"
-    print(f"# opprof engine benchmark: {machine}, numpy {np.__version__}")
-    print(f"# medians of {args.repeats} runs; chain of {args.ops} ops, {args.calls} custom-op calls\n")
-    rows: list[tuple[str, float, str]] = []
-    for n in (10, 100):
-        base = median_us(lambda n=n: numpy_chain(n, args.ops), args.ops, args.repeats)
-        rows.append((f"numpy x + 1, {n}x{n}", base, "1.00x numpy"))
-        for kind in ("threaded", "naive"):
-            mx.set_engine(kind)
-            us = median_us(lambda n=n: engine_chain(n, args.ops), args.ops, args.repeats)
-            note = f"{us / base:.2f}x numpy, {MXNET_PER_OP_US / us:.1f}x cheaper than MXNet"
-            rows.append((f"{kind} a = a + 1, {n}x{n}", us, note))
-    for kind in ("threaded", "naive"):
-        mx.set_engine(kind)
-        us = median_us(lambda: custom_forward(args.calls), args.calls, args.repeats)
-        rows.append((f"{kind} custom op, forward", us, f"{MXNET_CUSTOM_US / us:.1f}x cheaper than MXNet (goal >= 4x)"))
-        us = median_us(lambda: custom_forward_backward(args.calls), args.calls, args.repeats)
-        rows.append((f"{kind} custom op, forward+backward", us, ""))
-    mx.set_engine("threaded")
-
-    width = max(len(r[0]) for r in rows)
-    print(f"{'case':<{width}}  {'us/op':>9}  ratio")
-    for name, us, note in rows:
-        print(f"{name:<{width}}  {us:9.2f}  {note}")
+    print_rows(
+        f"opprof engine benchmark, medians of {args.repeats} interleaved runs", measure(args.ops, args.calls, args.repeats)
+    )
 
 
 if __name__ == "__main__":

@@ -1,10 +1,16 @@
-"""Load time and peak memory for 1,000,000-event traces: opprof's own format and a foreign B/E one.
+"""Trace export and load at 1,000,000 spans: time, file size and peak memory.
 
-Run: ``.venv/bin/python benchmarks/load.py [--events N] [--repeat R]``. Each case is loaded R times
-in a fresh subprocess (so one run's garbage does not inflate the next one's peak); prints medians of
-the wall time of ``opprof.trace.load`` and of the peak RSS growth during it (``VmHWM`` - ``VmRSS``),
-and the peak traced Python memory (``tracemalloc``, a separate run: tracing slows Python, so its
-time is not used).
+Run: ``python benchmarks/load.py [--events N] [--repeats R]`` (or ``make bench`` for the whole
+suite). Each measurement runs in a fresh subprocess, so one run's garbage does not inflate the
+next one's peak; rounds are interleaved and the table gives medians of the wall time and of the
+peak RSS growth during the call (``VmHWM`` reset before it, less ``VmRSS`` before it). With
+``--traced``, also the peak traced Python memory of a load (``tracemalloc``, a separate run:
+tracing slows Python, so its time is not used).
+
+Cases: N plain op spans (one ``X`` slice each, as in an op-only profile); N spans shaped like the
+profiler's (custom-op families with args, async tracks and flows: :mod:`opprof.synthetic`); and a
+foreign file of N ``B``/``E`` events with 64-bit tids (MXNet-like), loaded through the importer.
+Goal (issue 7): exporting 1M spans takes <= 3 s.
 """
 
 from __future__ import annotations
@@ -19,21 +25,14 @@ import tempfile
 
 import orjson
 
+try:
+    from benchmarks.common import Row, print_rows, progress
+except ImportError:  # run as a script: python benchmarks/load.py
+    from common import Row, print_rows, progress  # type: ignore[no-redef]
+
+SECTION = "Trace"
+EXPORT_GOAL_S = 3.0
 THREADS = 8
-
-
-def own_trace(path: str, n: int) -> None:
-    """n spans from the trace model, saved by opprof (X slices + otherData)."""
-    from opprof.trace import Span, ThreadInfo, Trace
-
-    per = n // THREADS
-    spans = []
-    for t in range(THREADS):
-        base = t * 7
-        for k in range(per):
-            start = base + k * 2000
-            spans.append(Span(f"op{k % 50}", "operator", t, start, start + 1500, None))
-    Trace(threads=[ThreadInfo(t, f"engine-{t}") for t in range(THREADS)], spans=spans).save(path)
 
 
 def foreign_be_trace(path: str, n: int) -> None:
@@ -54,57 +53,113 @@ def foreign_be_trace(path: str, n: int) -> None:
 
 
 CHILD = r"""
-import json, resource, sys, time, tracemalloc, warnings
+import json, sys, time, tracemalloc, warnings
 warnings.simplefilter("ignore")
-from opprof.trace import load
-path, mode = sys.argv[1], sys.argv[2]
-if mode == "tracemalloc":
-    tracemalloc.start()
-    t = load(path)
-    print(json.dumps({"traced_peak": tracemalloc.get_traced_memory()[1], "spans": len(t.spans)}))
-else:
-    def status(field):  # kB; VmHWM is this process's own peak (ru_maxrss keeps the parent's across exec)
-        try:
-            with open("/proc/self/status") as f:
-                return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
-        except (OSError, StopIteration):
-            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+from opprof.trace import Span, ThreadInfo, Trace, load
+mode, path, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+
+def status(field):  # kB; VmHWM is this process's own peak (ru_maxrss keeps the parent's across exec)
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+    except (OSError, StopIteration):
+        return 0
+
+def measured(fn):
+    try:  # reset VmHWM to the current RSS, so the peak is this call's
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
     before = status("VmRSS")
     t0 = time.perf_counter()
-    t = load(path)
+    out = fn()
     dt = time.perf_counter() - t0
-    after = status("VmHWM")
-    print(json.dumps({"seconds": dt, "rss_growth": (after - before) * 1024, "spans": len(t.spans)}))
+    return out, {"seconds": dt, "peak_growth": (status("VmHWM") - before) * 1024}
+
+if mode == "export-ops":
+    threads = 8
+    per = n // threads
+    spans = [Span(f"op{k % 50}", "operator", t, t * 7 + k * 2000, t * 7 + k * 2000 + 1500, None)
+             for t in range(threads) for k in range(per)]
+    trace = Trace(threads=[ThreadInfo(t, f"engine-{t}") for t in range(threads)], spans=spans)
+    _, result = measured(lambda: trace.save(path))
+    result["spans"] = len(trace.spans)
+elif mode == "export-profile":
+    from opprof.synthetic import synthetic_trace
+    trace = synthetic_trace(n)
+    _, result = measured(lambda: trace.save(path))
+    result["spans"] = len(trace.spans)
+elif mode == "load-traced":
+    tracemalloc.start()
+    t = load(path)
+    result = {"traced_peak": tracemalloc.get_traced_memory()[1], "spans": len(t.spans)}
+else:
+    t, result = measured(lambda: load(path))
+    result["spans"] = len(t.spans)
+print(json.dumps(result))
 """
 
 
-def measure(path: str, mode: str) -> dict[str, float]:
-    out = subprocess.run([sys.executable, "-c", CHILD, path, mode], check=True, capture_output=True, text=True)
+def child(mode: str, path: str, n: int) -> dict[str, float]:
+    out = subprocess.run([sys.executable, "-c", CHILD, mode, path, str(n)], check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--events", type=int, default=1_000_000)
-    ap.add_argument("--repeat", type=int, default=3)
-    args = ap.parse_args()
+def rows(quick: bool = False, repeats: int | None = None) -> list[Row]:
+    return measure(20_000 if quick else 1_000_000, repeats or (1 if quick else 3))
+
+
+def measure(n: int, repeats: int, traced: bool = False) -> list[Row]:
+    out: list[Row] = []
     with tempfile.TemporaryDirectory() as tmp:
-        cases = {"opprof X slices": os.path.join(tmp, "own.json"), "foreign B/E, 64-bit tids": os.path.join(tmp, "be.json")}
-        own_trace(cases["opprof X slices"], args.events)
-        foreign_be_trace(cases["foreign B/E, 64-bit tids"], args.events)
-        head = f"{'case':28} {'events':>9} {'file MB':>8} {'spans':>9} {'load s':>7} {'RSS MB':>7} {'traced MB':>9}"
-        print(f"{head}  (medians of {args.repeat})")
-        for name, path in cases.items():
-            with open(path, "rb") as f:
-                n_events = len(orjson.loads(f.read())["traceEvents"])
-            runs = [measure(path, "time") for _ in range(args.repeat)]
-            traced = measure(path, "tracemalloc")
-            secs = statistics.median(r["seconds"] for r in runs)
-            rss = statistics.median(r["rss_growth"] for r in runs) / 2**20
-            print(
-                f"{name:28} {n_events:>9,} {os.path.getsize(path) / 2**20:>8.0f} {runs[0]['spans']:>9,} "
-                f"{secs:>7.2f} {rss:>7.0f} {traced['traced_peak'] / 2**20:>9.0f}"
+        ops, profile, foreign = (os.path.join(tmp, f) for f in ("ops.json", "profile.json", "foreign.json"))
+        progress(f"trace: writing a foreign B/E file of {n:,} events")
+        foreign_be_trace(foreign, n)
+        steps = [
+            ("export-ops", ops, "export"),
+            ("load", ops, "load"),
+            ("export-profile", profile, "export"),
+            ("load", profile, "load"),
+            ("load", foreign, "load"),
+        ]
+        runs: list[list[dict[str, float]]] = [[] for _ in steps]
+        for r in range(repeats):
+            progress(f"trace: export and load of {n:,} spans in subprocesses, round {r + 1}/{repeats}")
+            for i, (mode, path, _) in enumerate(steps):
+                runs[i].append(child(mode, path, n))
+        what = {
+            ops: "op spans (X slices)",
+            profile: "spans shaped like a profile (families, flows)",
+            foreign: "B/E events, foreign",
+        }
+        for (mode, path, verb), results in zip(steps, runs, strict=True):
+            secs = statistics.median(r["seconds"] for r in results)
+            peak = statistics.median(r["peak_growth"] for r in results) / 2**20
+            spans = int(results[0]["spans"])
+            count = f"{n:,}" if path == foreign else f"{spans:,}"
+            detail = f"{os.path.getsize(path) / 1e6:.0f} MB file; peak RSS +{peak:,.0f} MB"
+            if path == foreign:
+                detail += f" ({spans:,} spans)"
+            if traced and verb == "load":
+                detail += f"; traced peak {child('load-traced', path, n)['traced_peak'] / 2**20:,.0f} MB"
+            goal, met = "", None
+            if verb == "export":
+                goal = f"≤ {EXPORT_GOAL_S:.0f} s at 1M spans"
+                met = secs <= EXPORT_GOAL_S if spans >= 1_000_000 else None
+            out.append(
+                Row(SECTION, f"{verb} {count} {what[path]}", secs, "s", detail, goal, met, f"{mode}_{os.path.basename(path)}")
             )
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=1_000_000)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--traced", action="store_true", help="also the peak traced Python memory of each load")
+    args = ap.parse_args()
+    print_rows(f"opprof trace export and load, medians of {args.repeats}", measure(args.events, args.repeats, args.traced))
 
 
 if __name__ == "__main__":
