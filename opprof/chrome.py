@@ -48,6 +48,11 @@ def _async_children(parent: Span, family: list[Span]) -> list[Span]:
 
 def to_chrome(trace: Trace) -> dict[str, Any]:
     """The Chrome Trace Event JSON object for ``trace``."""
+    with no_gc():  # millions of small acyclic dicts: collections would only walk them
+        return _to_chrome(trace)
+
+
+def _to_chrome(trace: Trace) -> dict[str, Any]:
     t0 = min((s.start for s in trace.spans), default=0)
     t0 = min([t0, *(f.src_ts for f in trace.flows), *(i.ts for i in trace.instants), *(c.ts for c in trace.counters)])
     events: list[dict[str, Any]] = [
@@ -57,39 +62,63 @@ def to_chrome(trace: Trace) -> dict[str, Any]:
         events.append({"ph": "M", "name": "thread_name", "pid": PID, "tid": t.tid, "args": {"name": t.name}})
         events.append({"ph": "M", "name": "thread_sort_index", "pid": PID, "tid": t.tid, "args": {"sort_index": i}})
 
+    # The hot loop (one pass per span) reads fields directly: no properties, no helper calls.
+    append = events.append
     families: dict[int, list[Span]] = {}
+    parents: dict[int, Span] = {}
     for s in trace.spans:
-        inv = s.invocation
-        if inv is not None:
-            families.setdefault(inv, []).append(s)
-        if s.role == "parent":
-            continue
-        ev: dict[str, Any] = {
+        args = s.args
+        if args:
+            inv = args.get("invocation")
+            if inv is not None:
+                family = families.get(inv)
+                if family is None:
+                    families[inv] = family = []
+                family.append(s)
+            if args.get("role") == "parent":
+                if inv is not None:
+                    parents.setdefault(inv, s)
+                continue
+        ev = {
             "ph": "X",
             "name": s.name,
             "cat": s.cat,
             "pid": PID,
             "tid": s.tid,
-            "ts": _us(s.start, t0),
-            "dur": s.dur / 1e3,
+            "ts": (s.start - t0) / 1e3,
+            "dur": (s.end - s.start) / 1e3,
         }
-        if s.args:
-            ev["args"] = s.args
-        events.append(ev)
+        if args:
+            ev["args"] = args
+        append(ev)
 
     for inv, family in families.items():
-        parent = next((s for s in family if s.role == "parent"), None)
+        parent = parents.get(inv)
         if parent is None:
             continue
+        tid = parent.tid
         for s in (parent, *_async_children(parent, family)):
-            common = {"name": s.name, "cat": "custom_op", "id": inv, "pid": PID, "tid": parent.tid}
-            events.append({**common, "ph": "b", "ts": _us(s.start, t0), "args": s.args or {}})
-            events.append({**common, "ph": "e", "ts": _us(s.end, t0)})
+            name = s.name
+            append(
+                {
+                    "name": name,
+                    "cat": "custom_op",
+                    "id": inv,
+                    "pid": PID,
+                    "tid": tid,
+                    "ph": "b",
+                    "ts": (s.start - t0) / 1e3,
+                    "args": s.args or {},
+                }
+            )
+            append({"name": name, "cat": "custom_op", "id": inv, "pid": PID, "tid": tid, "ph": "e", "ts": (s.end - t0) / 1e3})
 
     for f in trace.flows:
-        common = {"name": f.name, "cat": f.cat, "id": f.id, "pid": PID}
-        events.append({**common, "ph": "s", "tid": f.src_tid, "ts": _us(f.src_ts, t0)})
-        events.append({**common, "ph": "f", "bp": "e", "tid": f.dst_tid, "ts": _us(f.dst_ts, t0)})
+        name, cat, fid = f.name, f.cat, f.id
+        append({"name": name, "cat": cat, "id": fid, "pid": PID, "ph": "s", "tid": f.src_tid, "ts": (f.src_ts - t0) / 1e3})
+        append(
+            {"name": name, "cat": cat, "id": fid, "pid": PID, "ph": "f", "bp": "e", "tid": f.dst_tid, "ts": (f.dst_ts - t0) / 1e3}
+        )
 
     for i in trace.instants:
         ev = {"ph": "i", "s": "t", "name": i.name, "cat": i.cat, "pid": PID, "tid": i.tid, "ts": _us(i.ts, t0)}
@@ -111,7 +140,8 @@ def _flow_tuple(f: Flow) -> tuple[Any, ...]:
 
 def save(trace: Trace, path: str | os.PathLike[str]) -> None:
     """Write ``trace`` as Chrome trace JSON; gzipped when ``path`` ends in ``.gz``."""
-    data = dumps_json(to_chrome(trace))
+    with no_gc():
+        data = dumps_json(_to_chrome(trace))
     with open_maybe_gzip(path, "wb") as f:
         f.write(data)
 
