@@ -68,10 +68,18 @@ def status_kb(field: str) -> int:
         return 0
 
 
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
 def machine() -> str:
     return (
-        f"Python {platform.python_version()}, NumPy {np.__version__}, {platform.machine()}, "
-        f"{os.cpu_count()} CPUs, {platform.system()} {platform.release()}, {time.strftime('%Y-%m-%d')}"
+        f"Python {platform.python_version()}, NumPy {np.__version__}, {os.cpu_count()} CPUs ({_cpu_model()}, "
+        f"{platform.machine()}), {platform.system()} {platform.release()}, {time.strftime('%Y-%m-%d')}"
     )
 
 
