@@ -78,7 +78,7 @@ class Var:
 class _Opr:
     """One pushed operation and the number of vars it still waits for."""
 
-    __slots__ = ("done", "fn", "info", "is_async", "name", "no_skip", "prof", "reads", "seq", "wait", "writes")
+    __slots__ = ("dispatched", "done", "fn", "info", "is_async", "name", "no_skip", "prof", "reads", "seq", "wait", "writes")
 
     def __init__(
         self,
@@ -98,6 +98,7 @@ class _Opr:
         self.is_async = is_async
         self.no_skip = no_skip
         self.done = False
+        self.dispatched = False  # handed to _dispatch (set before anything can interrupt it)
         self.seq = 0  # push order, set under the engine lock
         self.prof: Any = None  # what a profiler noted at push time
         # Free slot for the layers above (the profiler records who pushed the op here).
@@ -285,26 +286,62 @@ class Engine:
         obs = self.observer
         if obs is not None:
             obs.on_push(opr)
-        with self._lock:
-            self._pending += 1
-            self._seq += 1
-            opr.seq = self._seq
-            blocked = 0
-            for v in opr.reads:
+        # A KeyboardInterrupt reaches the main thread between bytecodes, so it can land in the
+        # middle of what follows. An op left half-registered or never dispatched would hang every
+        # later wait, so an interrupted push is finished first (MXNet's push, one C call, is never
+        # cut short either) and the interrupt raised after it.
+        n = 0  # vars registered so far: reads, then writes
+        blocked = 0
+        try:
+            with self._lock:
+                try:
+                    self._pending += 1
+                    self._seq += 1
+                    opr.seq = self._seq
+                    for v in opr.reads:
+                        if v._writing or v._queue:
+                            blocked += 1
+                            v._queue.append((opr, False))
+                        else:
+                            v._running_reads += 1
+                        n += 1
+                    for v in opr.writes:
+                        if v._writing or v._running_reads or v._queue:
+                            blocked += 1
+                            v._queue.append((opr, True))
+                        else:
+                            v._writing = True
+                        n += 1
+                    opr.wait = blocked
+                except BaseException:
+                    if opr.seq:
+                        blocked = opr.wait = self._register_rest(opr, n)
+                    raise
+            if blocked == 0:
+                self._dispatch(opr)
+        except BaseException:
+            if opr.seq and blocked == 0 and not opr.dispatched:
+                self._dispatch(opr)
+            raise
+
+    @staticmethod
+    def _register_rest(opr: _Opr, n: int) -> int:
+        """Register ``opr`` on its vars from the ``n``-th on (after an interrupt); return how many block it."""
+        vars_ = opr.reads + opr.writes
+        if n < len(vars_) and vars_[n]._queue and vars_[n]._queue[-1][0] is opr:
+            n += 1  # interrupted right after queuing on this var
+        for i in range(n, len(vars_)):
+            v = vars_[i]
+            if i < len(opr.reads):
                 if v._writing or v._queue:
                     v._queue.append((opr, False))
-                    blocked += 1
                 else:
                     v._running_reads += 1
-            for v in opr.writes:
-                if v._writing or v._running_reads or v._queue:
-                    v._queue.append((opr, True))
-                    blocked += 1
-                else:
-                    v._writing = True
-            opr.wait = blocked
-        if blocked == 0:
-            self._dispatch(opr)
+            elif v._writing or v._running_reads or v._queue:
+                v._queue.append((opr, True))
+            else:
+                v._writing = True
+        return sum(any(o is opr for o, _ in v._queue) for v in vars_)
 
     def _dispatch(self, opr: _Opr) -> None:
         raise NotImplementedError
@@ -459,6 +496,7 @@ class NaiveEngine(Engine):
     kind = "naive"
 
     def _dispatch(self, opr: _Opr) -> None:
+        opr.dispatched = True
         prev = getattr(_tls, "engine_worker", None)
         ready = [opr]
         while ready:
@@ -585,6 +623,7 @@ class ThreadedEngine(Engine):
         self._custom = _CustomPool(self.custom_workers, "opprof-custom-")
 
     def _dispatch(self, opr: _Opr) -> None:
+        opr.dispatched = True  # nothing can interrupt between this and the put
         self._ready.put(opr)
 
     def _worker(self) -> None:
