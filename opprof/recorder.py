@@ -52,6 +52,7 @@ class Recorder:
         self._lock = threading.Lock()
         self._count = itertools.count()
         self.recording = True  # False while paused
+        self.full = False  # an event was dropped at the cap
         self.engine: Engine | None = None
         self.t_start = clock()
         self.t_stop: int | None = None
@@ -86,7 +87,12 @@ class Recorder:
             return buf
 
     def _admit(self) -> bool:
-        return self.recording and next(self._count) < self.max_events
+        if not self.recording:
+            return False
+        if next(self._count) < self.max_events:
+            return True
+        self.full = True
+        return False
 
     def on_push(self, opr: Any) -> None:
         if self.recording and opr.info is not INTERNAL:
@@ -107,12 +113,15 @@ class Recorder:
             fn(*args)
         finally:
             t1 = clock()
-            if self.recording and next(self._count) < self.max_events:
-                try:
-                    buf = self._local.buf
-                except AttributeError:
-                    buf = self._buf()
-                buf.append((_OP, t0, t1, opr.name, opr.info, prof, opr.is_async))
+            if self.recording:
+                if next(self._count) < self.max_events:
+                    try:
+                        buf = self._local.buf
+                    except AttributeError:
+                        buf = self._buf()
+                    buf.append((_OP, t0, t1, opr.name, opr.info, prof, opr.is_async))
+                else:
+                    self.full = True
 
     def on_wait(self, name: str, t0: int, t1: int) -> None:
         if self._admit():
@@ -120,14 +129,17 @@ class Recorder:
             buf.append((_WAIT, t0, t1, name, current_invocation()))
 
     def on_python(self, inv: Invocation, t0: int, t1: int) -> None:
-        # Never dropped by the cap: a family without its python span would be incomplete.
-        if self.recording:
+        # Takes no slot under the cap (its family's Dummy_Wait, recorded after it, may still fit),
+        # but once the cap is reached the family is incomplete anyway: keeping it would let memory
+        # grow with every custom-op call.
+        if self.recording and not self.full:
             buf = self._buf()
             buf.append((_PYTHON, t0, t1, inv))
 
     def on_error(self, inv: Invocation, error: BaseException) -> None:
-        buf = self._buf()
-        buf.append((_ERROR, 0, 0, inv, f"{type(error).__name__}: {error}"))
+        if not self.full:
+            buf = self._buf()
+            buf.append((_ERROR, 0, 0, inv, f"{type(error).__name__}: {error}"))
 
     def on_user_span(self, name: str, cat: str, t0: int, t1: int) -> None:
         """A span the user marked (``mx.profiler.Task``/``Frame``/``Event``)."""

@@ -692,7 +692,9 @@ def test_event_cap_drops_incomplete_invocations(engine: Engine, check_chrome: Ca
     assert check_chrome(to_chrome(trace)) == []
     complete = len(trace.families())
     assert md["incomplete_invocations"] > 0
-    assert complete + md["incomplete_invocations"] == 30
+    # Invocations wholly past the cap left no record at all (not even their python span: that
+    # would let memory grow with every call); they are among the dropped events.
+    assert complete + md["incomplete_invocations"] <= 30
     assert sorted(trace.families()) == list(range(1, complete + 1))
     for s in trace.spans:
         if s.role is not None:

@@ -19,6 +19,7 @@ import pytest
 import opprof as mx
 from opprof import nd
 from opprof.engine import Engine, get_engine
+from opprof.magics import summary_line
 from opprof.profiler import Profiler
 
 pytestmark = pytest.mark.timeout(60)
@@ -152,3 +153,40 @@ def test_keyboard_interrupt_while_pushing_never_leaves_a_half_pushed_op() -> Non
     finally:
         restore_engine()
     assert opprof_threads() <= before | {f"opprof-engine-{i}" for i in range(2)}
+
+
+# ---------------------------------------------------------------------------- load
+class Twice(mx.operator.CustomOp):
+    def forward(self, is_train, req, in_data, out_data, aux):
+        self.assign(out_data[0], req[0], in_data[0] * 2)
+
+    def backward(self, req, out_grad, in_data, out_data, in_grad, aux):
+        self.assign(in_grad[0], req[0], out_grad[0] * 2)
+
+
+@mx.operator.register("RelTwice")
+class TwiceProp(mx.operator.CustomOpProp):
+    def create_operator(self, ctx, shapes, dtypes):
+        return Twice()
+
+
+def test_the_event_cap_bounds_what_custom_ops_record(engine: Engine) -> None:
+    """Past the cap, custom-op calls record nothing: their python spans and errors once grew without bound."""
+    x = nd.ones((2, 2))
+    x.wait_to_read()
+    prof = Profiler(max_events=10).start()
+    rec = prof._recorder
+    assert rec is not None
+    try:
+        for _ in range(200):
+            y = nd.Custom(x, op_type="RelTwice")
+        y.wait_to_read()
+        buffered = rec.events
+    finally:
+        trace = prof.stop()
+    # Capped records, plus python spans that take no slot: each needs its family's start, which does.
+    assert buffered <= 2 * 10, f"{buffered} records buffered with max_events=10"
+    assert trace.validate() == []
+    md = trace.metadata
+    assert md["dropped_events"] > 500 and len(trace.custom_ops()) <= 2
+    assert f"{md['dropped_events']} events dropped at the cap" in summary_line(trace)
