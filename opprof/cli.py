@@ -24,6 +24,25 @@ class CommandError(Exception):
     """A failure to report as one line."""
 
 
+def output_path_problem(path: str) -> str | None:
+    """Why ``path`` cannot be written (checked before any work runs), or ``None``."""
+    parent = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        return f"{path} is a directory"
+    if not os.path.isdir(parent):
+        return f"no such directory: {parent}"
+    if not os.access(parent, os.W_OK):
+        return f"cannot write in {parent}"
+    return None
+
+
+def _check_outputs(**paths: str | None) -> None:
+    for option, path in paths.items():
+        problem = path and output_path_problem(path)
+        if problem:
+            raise CommandError(f"--{option}: {problem}")
+
+
 def _save_html(trace: object, path: str) -> bool:
     try:
         from .timeline import save_html
@@ -63,8 +82,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_view(args: argparse.Namespace) -> int:
     from .magics import summary_line
 
-    trace = _load(args.trace)
     out = args.output or str(Path(args.trace).with_suffix("").with_suffix("")) + ".html"
+    _check_outputs(output=out)
+    trace = _load(args.trace)
     print(summary_line(trace))  # type: ignore[arg-type]
     if not _save_html(trace, out):
         return 1
@@ -88,6 +108,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     script = args.script
     if not os.path.isfile(script):
         raise CommandError(f"no such script: {script}")
+    _check_outputs(output=args.output, html=args.html)  # before the script runs, not after
     sys.argv = [script, *args.args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     prof = Profiler(args.max_events).start()
@@ -168,6 +189,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except CommandError as e:
         print(f"opprof {args.command}: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:  # a file that could not be written after all (disk full, permissions)
+        print(f"opprof {args.command}: {e.strerror or e}: {e.filename or ''}".rstrip(": "), file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("opprof: interrupted", file=sys.stderr)

@@ -9,6 +9,7 @@ run here rather than through a nested ``shell.run_cell``, which swallows the err
 from __future__ import annotations
 
 import ast
+import keyword
 import os
 import time
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import display
 
 from . import engine as _engine
+from .cli import output_path_problem
 from .profiler import Profiler
 from .report import SORT_KEYS, custom_op_summary, stats_table
 from .trace import Trace, load
@@ -180,10 +182,18 @@ class OpprofMagics(Magics):
             args = parse_argstring(self.opprof, line)
         except UsageError as e:
             raise UsageError(f"{e}\n{self.opprof.parser.format_usage()}") from None
+        usage = self.opprof.parser.format_usage()
         for name in ("threads", "custom_threads", "max_events", "stats"):
             value = getattr(args, name)
             if value is not None and value < 1:
-                raise UsageError(f"--{name.replace('_', '-')} must be at least 1\n{self.opprof.parser.format_usage()}")
+                raise UsageError(f"--{name.replace('_', '-')} must be at least 1\n{usage}")
+        # Checked before the cell runs: a cell must not run only for its trace to have nowhere to go.
+        for name in ("output", "html"):
+            problem = getattr(args, name) and output_path_problem(getattr(args, name))
+            if problem:
+                raise UsageError(f"--{name}: {problem}\n{usage}")
+        if not args.var.isidentifier() or keyword.iskeyword(args.var):
+            raise UsageError(f"--var must be a Python name, got {args.var!r}\n{usage}")
         return args
 
     def _report(self, profile: CellProfile, args: Any) -> None:

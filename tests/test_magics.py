@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from IPython.core.error import UsageError
-from IPython.testing.globalipapp import get_ipython
+from IPython.testing import globalipapp
 from IPython.utils.capture import capture_output
 
 import opprof as mx
@@ -29,7 +29,8 @@ class MagicDoubleProp(mx.operator.CustomOpProp):
 
 @pytest.fixture(scope="module")
 def ip() -> Any:
-    shell = get_ipython()
+    globalipapp.start_ipython()  # once per process (another module may have started it)
+    shell = globalipapp.get_ipython()
     shell.run_line_magic("load_ext", "opprof")
     shell.run_cell(CUSTOM_OP)
     return shell

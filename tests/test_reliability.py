@@ -6,21 +6,26 @@ the default engine is restored afterwards; opprof's own threads must be back to 
 
 from __future__ import annotations
 
-import _thread
+import itertools
+import signal
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import nullcontext
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import opprof as mx
 from opprof import nd
 from opprof.engine import Engine, get_engine
 from opprof.magics import summary_line
-from opprof.profiler import Profiler
+from opprof.profiler import Profiler, profile
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -86,13 +91,17 @@ def assert_engine_works() -> None:
 
 # ---------------------------------------------------------------------------- interrupts
 def _interrupt_main_when(condition: Callable[[], bool], fired: threading.Event, timeout: float = 10.0) -> threading.Thread:
-    """Deliver KeyboardInterrupt to the main thread once ``condition()`` holds (polled, no fixed sleep)."""
+    """Deliver KeyboardInterrupt to the main thread once ``condition()`` holds (polled, no fixed sleep).
+
+    A real SIGINT sent to the main thread, as Ctrl-C is: ``_thread.interrupt_main()`` only sets a
+    flag, which does not wake a thread blocked on a lock.
+    """
 
     def run() -> None:
         deadline = time.monotonic() + timeout
         while not condition() and time.monotonic() < deadline:
             time.sleep(0.0005)
-        _thread.interrupt_main()
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
         fired.set()
 
     t = threading.Thread(target=run, daemon=True, name="test-interrupter")
@@ -190,3 +199,456 @@ def test_the_event_cap_bounds_what_custom_ops_record(engine: Engine) -> None:
     md = trace.metadata
     assert md["dropped_events"] > 500 and len(trace.custom_ops()) <= 2
     assert f"{md['dropped_events']} events dropped at the cap" in summary_line(trace)
+
+
+LOAD_SCRIPT = r"""
+import json, sys
+import opprof as mx
+from opprof import nd
+from opprof.profiler import profile
+
+def hwm_kb():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM"):
+            return int(line.split()[1])
+
+cap = int(sys.argv[1])
+mx.set_engine("threaded", workers=2)
+a = nd.ones((4,))
+a.wait_to_read()
+out = {"start_kb": hwm_kb()}
+# Phase 1: a quarter of the ops, through profile().
+with profile(max_events=cap) as p:
+    for _ in range(int(sys.argv[2])):
+        a = a + 1
+out["small"] = {"hwm_kb": hwm_kb(), "spans": len(p.trace.spans), "dropped": p.trace.metadata["dropped_events"]}
+del p
+# Phase 2: all of them, through MXNet's API; dumps() must say what was dropped.
+mx.profiler.set_config(max_events=cap)
+mx.profiler.set_state("run")
+for _ in range(int(sys.argv[3])):
+    a = a + 1
+mx.profiler.set_state("stop")
+t = mx.profiler.last_trace()
+out["big"] = {"hwm_kb": hwm_kb(), "spans": len(t.spans), "dropped": t.metadata["dropped_events"], "valid": t.validate() == []}
+out["dumps"] = [line for line in mx.profiler.dumps().splitlines() if "dropped" in line]
+out["value"] = float(a.asnumpy()[0])
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_million_ops_under_an_event_cap_stay_in_bounded_memory(tmp_path: Any) -> None:
+    """1,000,000 ops with max_events=100,000: peak memory is that of 250,000 ops, not four times it.
+
+    Uncapped, each recorded op costs ~170 bytes (a tuple and two ints): 750,000 more ops would be
+    ~130 MB more. Measured peak RSS (VmHWM) in a fresh process: the growth stays under 25 MB.
+    """
+    import json
+    import subprocess
+
+    cap, small, big = 100_000, 250_000, 1_000_000
+    r = subprocess.run(
+        [sys.executable, "-c", LOAD_SCRIPT, str(cap), str(small), str(big)],
+        capture_output=True, text=True, timeout=170, cwd=tmp_path, check=False,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    print(f"\npeak RSS: start {out['start_kb'] / 1024:.0f} MB, after {small:,} ops {out['small']['hwm_kb'] / 1024:.0f} MB, "
+          f"after {big:,} ops {out['big']['hwm_kb'] / 1024:.0f} MB (cap {cap:,})")  # fmt: skip
+    assert out["value"] == 1 + small + big
+    assert out["small"]["spans"] == out["big"]["spans"] == cap
+    assert out["small"]["dropped"] == small + 1 - cap  # every op and the final WaitForAll
+    assert out["big"]["dropped"] == big + 1 - cap and out["big"]["valid"]
+    assert out["dumps"] == [f"WARNING: {big + 1 - cap} events were dropped at the event cap (max_events); totals are incomplete."]
+    growth_mb = (out["big"]["hwm_kb"] - out["small"]["hwm_kb"]) / 1024
+    assert growth_mb < 25, f"peak memory grew by {growth_mb:.0f} MB from {small:,} to {big:,} ops under the same cap"
+    assert out["big"]["hwm_kb"] - out["start_kb"] < 200 * 1024, "more than 200 MB for a 100,000-event cap"
+
+
+def test_profiling_from_several_python_threads_gives_a_valid_trace(engine: Engine) -> None:
+    """Four user threads push ops, custom ops (with backward) and waits at once, under one profiler."""
+    n_threads, rounds = 4, 15
+    start = threading.Barrier(n_threads)
+    errors: list[BaseException] = []
+
+    def work(seed: int) -> None:
+        try:
+            x = nd.array(np.full((3, 3), seed, dtype=np.float32))
+            x.attach_grad()
+            start.wait(10)
+            for i in range(rounds):
+                with mx.autograd.record() if i % 3 == 0 else nullcontext():
+                    y = nd.Custom(x * 0.5 + 1, op_type="RelTwice")
+                if i % 3 == 0:
+                    y.backward()
+                assert np.allclose(y.asnumpy(), 2 * (seed * 0.5 + 1))
+        except BaseException as e:
+            errors.append(e)
+
+    with profile() as prof:
+        threads = [threading.Thread(target=work, args=(k,), name=f"user-{k}") for k in range(n_threads)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+    assert errors == [] and not any(t.is_alive() for t in threads)
+    trace = prof.trace
+    assert trace is not None and trace.validate() == []
+    assert trace.metadata["dropped_events"] == trace.metadata["incomplete_invocations"] == 0
+    rows = trace.custom_ops()
+    assert sum(not r.backward for r in rows) == n_threads * rounds
+    assert sum(r.backward for r in rows) == n_threads * len(range(0, rounds, 3))
+    names = {t.tid: t.name for t in trace.threads}
+    waits = [s for s in trace.spans if s.name == "WaitForVar" and s.role is None]
+    assert {names[s.tid] for s in waits} == {f"user-{k}" for k in range(n_threads)}, "each thread's waits on its own lane"
+
+
+# ---------------------------------------------------------------------------- fault injection
+class Injected(Exception):
+    """The failure a random program injects; its message is a unique tag."""
+
+
+def inject_failure(tag: str) -> None:
+    raise Injected(tag)
+
+
+class Faulty(mx.operator.CustomOp):
+    """A sub-op first, then maybe a failure: in the Python itself or in a sub-op it pushes."""
+
+    def __init__(self, fail: str, tag: str) -> None:
+        self.fail, self.tag = fail, tag
+
+    def _body(self, stage: str, src: Any, dst: Any, req: str) -> None:
+        z = src + 1  # a sub-op that succeeds
+        if self.fail == stage:
+            inject_failure(self.tag)
+        if self.fail == stage + "_subop":
+            t = nd.zeros(z.shape)
+            get_engine().push(lambda: inject_failure(self.tag), (z.var,), (t.var,), "FailingSubop")
+            z = t
+        self.assign(dst, req, z - 1)
+
+    def forward(self, is_train, req, in_data, out_data, aux):
+        self._body("forward", in_data[0], out_data[0], req[0])
+
+    def backward(self, req, out_grad, in_data, out_data, in_grad, aux):
+        self._body("backward", out_grad[0], in_grad[0], req[0])
+
+
+@mx.operator.register("RelFaulty")
+class FaultyProp(mx.operator.CustomOpProp):
+    def __init__(self, fail: str = "", tag: str = "") -> None:
+        super().__init__()
+        self.fail, self.tag = fail, tag
+
+    def create_operator(self, ctx, shapes, dtypes):
+        return Faulty(self.fail, self.tag)
+
+
+CUSTOM_FAULTS = ["", "", "forward", "forward_subop", "backward", "backward_subop"]
+PLAIN_STEP = st.one_of(
+    st.just(("scalar",)),
+    st.just(("wait",)),
+    st.sampled_from(CUSTOM_FAULTS).map(lambda f: ("custom", f)),
+    st.booleans().map(lambda fail: ("callback", fail)),
+)
+RECORD_STEP = st.one_of(st.just(("scalar",)), st.sampled_from(CUSTOM_FAULTS).map(lambda f: ("custom", f)))
+FAULT_PROGRAM = st.lists(
+    st.one_of(
+        st.tuples(st.just("plain"), st.lists(PLAIN_STEP, min_size=1, max_size=6)),
+        st.tuples(st.just("record"), st.lists(RECORD_STEP, min_size=1, max_size=5)),
+    ),
+    min_size=1,
+    max_size=4,
+)
+
+
+class Model:
+    """What the program must do: which value holds which error, what fired, what a wait raised."""
+
+    def __init__(self) -> None:
+        self.tags = (f"fault-{i}" for i in itertools.count(1))
+        self.fired: set[str] = set()
+        self.raised: set[str] = set()
+        self.custom_faults: dict[str, str] = {}  # tag -> "forward" / "backward" ...
+
+
+def expect_raise(exc: BaseException | None, tag: str | None) -> None:
+    if tag is None:
+        assert exc is None, f"unexpected {exc!r}"
+        return
+    assert isinstance(exc, Injected) and str(exc) == tag, f"expected Injected({tag!r}), got {exc!r}"
+    assert "inject_failure" in frames(exc), f"the raising frame is lost: {frames(exc)}"
+
+
+def run_faulty_program(program: list[Any], m: Model, x: Any) -> None:
+    eng = get_engine()
+    for mode, steps in program:
+        poison: str | None = None  # the error the current value holds
+        backward_faults: list[str] = []
+        with mx.autograd.record() if mode == "record" else nullcontext():
+            cur = x
+            for step in steps:
+                if step[0] == "scalar":
+                    cur = cur * 0.5 + 1
+                elif step[0] == "custom":
+                    fail, tag = step[1], next(m.tags)
+                    cur = nd.Custom(cur, op_type="RelFaulty", fail=fail, tag=tag)
+                    if poison is None and fail.startswith("forward"):
+                        poison = tag
+                        m.fired.add(tag)
+                        m.custom_faults[tag] = fail
+                    if fail.startswith("backward"):
+                        backward_faults.append(tag)
+                        m.custom_faults.setdefault(tag, fail)
+                elif step[0] == "wait":
+                    try:
+                        cur.wait_to_read()
+                        err = None
+                    except Injected as e:
+                        err = e
+                    expect_raise(err, poison)
+                    if poison is not None:
+                        m.raised.add(poison)
+                    poison = None  # raising the error cleared it
+                else:  # a user's own engine op, maybe failing
+                    tag = next(m.tags)
+                    side = nd.zeros(cur.shape)
+                    fn = (lambda t=tag: inject_failure(t)) if step[1] else (lambda: None)
+                    eng.push(fn, (cur.var,), (side.var,), "user_callback")
+                    try:
+                        side.wait_to_read()
+                        err = None
+                    except Injected as e:
+                        err = e
+                    expected = poison if poison is not None else (tag if step[1] else None)
+                    expect_raise(err, expected)
+                    if expected is not None:
+                        m.fired.add(expected)
+                        m.raised.add(expected)
+            if mode == "record":
+                loss = cur * 2
+        if mode == "record":
+            loss.backward()
+            # Backward runs only on a clean forward; then the last failing backward fires first
+            # and every gradient op after it is skipped.
+            for tag in backward_faults:
+                if poison is None and tag == backward_faults[-1]:
+                    m.fired.add(tag)
+                else:
+                    m.custom_faults.pop(tag)
+    for tag in [t for t in m.custom_faults if t not in m.fired]:
+        del m.custom_faults[tag]
+
+
+@settings(max_examples=110, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(program=FAULT_PROGRAM)
+def test_random_programs_with_random_faults(engine: Engine, program: Any) -> None:
+    """Faults in forward, backward, sub-ops and user engine ops, on both engines under the profiler.
+
+    Each surfaces at the wait the model predicts, with the raising frame in its traceback; the
+    trace is valid and every failed invocation keeps its whole family with the error on the parent;
+    the engine works afterwards (the fixture checks no thread leaked).
+    """
+    x = nd.array(np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3))
+    x.attach_grad()
+    x.wait_to_read()
+    m = Model()
+    final: BaseException | None = None
+    prof = Profiler()
+    try:
+        with profile() as prof:
+            run_faulty_program(program, m, x)
+    except Injected as e:
+        final = e
+    if final is not None:
+        assert str(final) in m.fired and "inject_failure" in frames(final)
+    if m.fired - m.raised:
+        assert final is not None, f"errors {m.fired - m.raised} were never raised"
+    assert get_engine().pending == 0
+
+    trace = prof.trace
+    assert trace is not None
+    assert trace.validate() == []
+    assert trace.metadata["dropped_events"] == trace.metadata["incomplete_invocations"] == 0
+    failed = {}
+    for spans in trace.families().values():
+        (parent,) = [s for s in spans if s.role == "parent"]
+        error = (parent.args or {}).get("error")
+        if error is not None:
+            failed[error] = {s.role for s in spans}
+    assert set(failed) == {f"Injected: {t}" for t in m.custom_faults}
+    for roles in failed.values():
+        assert roles >= {"parent", "python", "subop", "dummy_wait"}
+    assert_engine_works()
+
+
+# ---------------------------------------------------------------------------- more interrupts
+def _gated_push(gate: threading.Event, started: threading.Event) -> Any:
+    """An array written by a user op that blocks until ``gate`` is set."""
+    out = nd.zeros((2, 2))
+
+    def blocked() -> None:
+        started.set()
+        if not gate.wait(20):
+            raise TimeoutError("gate never opened")
+        out._data[:] = 7
+
+    get_engine().push(blocked, (), (out.var,), "Gated")
+    return out
+
+
+def test_keyboard_interrupt_while_waiting_returns_control_and_keeps_the_trace(engine: Engine) -> None:
+    gate, started, fired = threading.Event(), threading.Event(), threading.Event()
+    prof = Profiler().start()
+    try:
+        # Threaded: the main thread blocks in the wait. Naive: the op runs inline, so the interrupt
+        # lands inside it and becomes its error, raised at the same wait.
+        _interrupt_main_when(lambda: started.is_set() and (engine.kind == "naive" or _main_blocked()), fired)
+        with pytest.raises(KeyboardInterrupt):
+            out = _gated_push(gate, started)
+            out.wait_to_read()
+        _absorb_late_interrupt(fired)
+    finally:
+        gate.set()
+        trace = prof.stop()
+    assert trace.validate() == []
+    assert any(s.name == "Gated" for s in trace.spans)
+    assert engine.pending == 0
+    assert_engine_works()
+
+
+class Interrupted(mx.operator.CustomOp):
+    def forward(self, is_train, req, in_data, out_data, aux):
+        _ = in_data[0] + 1
+        raise KeyboardInterrupt
+
+
+@mx.operator.register("RelInterrupted")
+class InterruptedProp(mx.operator.CustomOpProp):
+    def create_operator(self, ctx, shapes, dtypes):
+        return Interrupted()
+
+
+def test_keyboard_interrupt_inside_a_custom_ops_python(engine: Engine) -> None:
+    """It becomes the op's error: raised at the wait, the family kept with the error named."""
+    x = nd.ones((2, 2))
+    with pytest.raises(KeyboardInterrupt):
+        with profile() as prof:
+            nd.Custom(x, op_type="RelInterrupted").wait_to_read()
+    trace = prof.trace
+    assert trace is not None and trace.validate() == []
+    (row,) = trace.custom_ops()
+    assert row.error == "KeyboardInterrupt: "
+    assert {s.role for s in trace.families()[row.invocation]} >= {"parent", "python", "subop", "dummy_wait"}
+    assert engine.pending == 0
+    assert_engine_works()
+
+
+# ---------------------------------------------------------------------------- %%opprof
+@pytest.fixture(scope="module")
+def ip() -> Any:
+    from IPython.testing import globalipapp
+
+    globalipapp.start_ipython()  # once per process; after it, get_ipython() is the real one
+    shell = globalipapp.get_ipython()
+    shell.run_line_magic("load_ext", "opprof")
+    shell.user_ns["mx"] = mx
+    return shell
+
+
+def run_cell(ip: Any, source: str) -> Any:
+    from IPython.utils.capture import capture_output
+
+    with capture_output():
+        return ip.run_cell(source)
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("-o /nonexistent-dir/t.json", "no such directory"),
+        ("--html /nonexistent-dir/t.html", "no such directory"),
+        ("-o .", "is a directory"),
+        ("--var 'not a name'", "--var must be a Python name"),
+        ("--var class", "--var must be a Python name"),
+        ("--max-events 0", "must be at least 1"),
+        ("--stats -3", "must be at least 1"),
+        ("--engine naive --custom-threads 2", "need the threaded engine"),
+    ],
+)
+def test_magic_rejects_bad_options_before_the_cell_runs(ip: Any, line: str, message: str) -> None:
+    from IPython.core.error import UsageError
+    from IPython.utils.capture import capture_output
+
+    ip.user_ns.pop("ran", None)
+    engine_before, threads_before = get_engine(), opprof_threads()
+    with capture_output() as out:
+        result = ip.run_cell(f"%%opprof {line}\nran = True")
+    assert isinstance(result.error_in_exec, UsageError)
+    assert message in str(result.error_in_exec) and "%opprof [--engine" in out.stdout + out.stderr
+    assert "ran" not in ip.user_ns, "the cell ran although its options were rejected"
+    assert get_engine() is engine_before and get_engine().observer is None and opprof_threads() == threads_before
+
+
+# ---------------------------------------------------------------------------- the command line
+def cli(*args: str, cwd: Path) -> Any:
+    import subprocess
+
+    return subprocess.run(
+        [sys.executable, "-m", "opprof.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=120, check=False
+    )
+
+
+SCRIPT = "import opprof as mx\nopen('ran.txt', 'w').close()\n(mx.nd.ones((2, 2)) + 1).wait_to_read()\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "-o", "/nonexistent-dir/t.json", "s.py"], "--output: no such directory: /nonexistent-dir"),
+        (["run", "--html", "/nonexistent-dir/t.html", "s.py"], "--html: no such directory: /nonexistent-dir"),
+        (["run", "-o", ".", "s.py"], "--output: . is a directory"),
+        (["view", "t.json", "-o", "/nonexistent-dir/v.html"], "no such directory"),
+        (["stats", "."], "cannot read"),
+        (["view", "s.py"], "not valid JSON"),
+        (["run", "--max-events", "-5", "s.py"], "must be at least 1"),
+        (["stats", "t.json", "--top", "x"], "expected a whole number"),
+        (["demo", "--out", "/proc/opprof-demo", "--steps", "1"], "opprof demo: "),
+    ],
+)
+def test_cli_bad_arguments_fail_in_one_line_before_any_work(tmp_path: Path, args: list[str], message: str) -> None:
+    (tmp_path / "s.py").write_text(SCRIPT)
+    (tmp_path / "t.json").write_text('{"traceEvents": []}')
+    r = cli(*args, cwd=tmp_path)
+    assert r.returncode in (1, 2) and message in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+    assert not (tmp_path / "ran.txt").exists(), "the script ran although its output could not be written"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.py", "t.json"], "a file was written"
+
+
+# ---------------------------------------------------------------------------- files only where asked
+def test_no_stray_files_by_default(ip: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The profiler, mx.profiler, the magic and `opprof run`/`stats` write nothing unless told where."""
+    (tmp_path / "s.py").write_text(SCRIPT)
+    monkeypatch.chdir(tmp_path)
+    restore_engine()
+    with profile():
+        nd.Custom(nd.ones((2, 2)), op_type="RelTwice").wait_to_read()
+    mx.profiler.set_state("run")
+    (nd.ones((2,)) * 2).wait_to_read()
+    mx.profiler.set_state("stop")
+    assert "Profile Statistics" in mx.profiler.dumps(reset=True)
+    result = run_cell(ip, "%%opprof --stats 3\nmx.nd.Custom(mx.nd.ones((2, 2)), op_type='RelTwice').wait_to_read()")
+    assert result.error_in_exec is None
+    for args in (["run", "s.py"], ["stats", "--help"]):
+        assert cli(*args, cwd=tmp_path).returncode == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ran.txt", "s.py"]
+    # Where asked, exactly there.
+    (tmp_path / "out").mkdir()
+    assert cli("run", "-o", "out/t.json.gz", "--html", "out/t.html", "s.py", cwd=tmp_path).returncode == 0
+    assert cli("stats", "out/t.json.gz", cwd=tmp_path).returncode == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "ran.txt", "s.py"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["t.html", "t.json.gz"]
