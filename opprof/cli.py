@@ -103,7 +103,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from .magics import split_table, summary_line
-    from .profiler import Profiler
+    from .profiler import INTERRUPT_GRACE_S, Profiler
 
     script = args.script
     if not os.path.isfile(script):
@@ -113,16 +113,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     prof = Profiler(args.max_events).start()
     code = 0
+    interrupted = False
     try:
         runpy.run_path(script, run_name="__main__")
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except KeyboardInterrupt:
+        print("opprof run: interrupted; keeping what was recorded", file=sys.stderr)
+        code, interrupted = 130, True
     except BaseException:
         traceback.print_exc()
         code = 1
     finally:
         try:
-            prof.stop()
+            prof.stop(wait=INTERRUPT_GRACE_S if interrupted else True)
         except BaseException as e:  # an engine error nobody waited for: report it, keep the trace
             print(f"opprof: the script left a failed operation: {type(e).__name__}: {e}", file=sys.stderr)
             code = code or 1

@@ -22,7 +22,7 @@ from IPython.display import display
 
 from . import engine as _engine
 from .cli import output_path_problem
-from .profiler import Profiler
+from .profiler import INTERRUPT_GRACE_S, Profiler
 from .report import SORT_KEYS, custom_op_summary, stats_table
 from .trace import Trace, load
 
@@ -144,7 +144,8 @@ class OpprofMagics(Magics):
             error = e
         finally:
             try:
-                prof.stop()
+                # After Ctrl-C, wait only briefly: the work still queued may be what hung.
+                prof.stop(wait=INTERRUPT_GRACE_S if isinstance(error, KeyboardInterrupt) else True)
             except BaseException as e:
                 error = error or e
             wall = time.perf_counter() - t0

@@ -8,6 +8,7 @@ the :class:`~opprof.trace.Trace`.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -34,6 +35,10 @@ __all__ = [
     "set_config",
     "set_state",
 ]
+
+
+#: After Ctrl-C, how long stopping waits for queued work before it keeps what it has (seconds).
+INTERRUPT_GRACE_S = 1.0
 
 
 class Profiler:
@@ -64,11 +69,12 @@ class Profiler:
         if self._recorder is not None:
             self._recorder.recording = True
 
-    def stop(self, wait: bool = True) -> Trace:
+    def stop(self, wait: bool | float = True) -> Trace:
         """Wait for the engine, stop recording and build the trace.
 
         An error that the final wait raises is kept in ``self.error`` and raised after the trace is
-        built, so the trace of a failed run is never lost.
+        built, so the trace of a failed run is never lost. ``wait`` as a number of seconds waits at
+        most that long and raises nothing (after Ctrl-C: the queued work may be what hung).
         """
         rec = self._recorder
         if rec is None:
@@ -77,7 +83,11 @@ class Profiler:
             return self.trace
         self.error = None
         try:
-            if wait and rec.engine is not None:
+            if wait is not True and wait and rec.engine is not None:
+                deadline = time.monotonic() + float(wait)
+                while rec.engine.pending and time.monotonic() < deadline:
+                    time.sleep(0.001)
+            elif wait and rec.engine is not None:
                 rec.engine.wait_for_all()
         except BaseException as e:
             self.error = e
@@ -99,9 +109,9 @@ def profile(max_events: int = 5_000_000, path: str | os.PathLike[str] | None = N
     prof = Profiler(max_events).start()
     try:
         yield prof
-    except BaseException:
+    except BaseException as e:
         try:
-            prof.stop()
+            prof.stop(wait=INTERRUPT_GRACE_S if isinstance(e, KeyboardInterrupt) else True)
         except BaseException:
             pass  # the block's own error is the one to report
         raise

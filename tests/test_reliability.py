@@ -566,6 +566,44 @@ def run_cell(ip: Any, source: str) -> Any:
         return ip.run_cell(source)
 
 
+def test_magic_interrupted_while_the_cell_waits_or_the_magic_waits(ip: Any) -> None:
+    """Ctrl-C in the cell's wait, then in the magic's own final wait: control returns, the partial
+    trace is kept, and the next cell works."""
+    restore_engine()
+    for where in ("cell", "magic"):
+        gate, started, fired = threading.Event(), threading.Event(), threading.Event()
+        ip.user_ns.update(gated=lambda g=gate, s=started: _gated_push(g, s))
+        cell = "out = gated()\nout.wait_to_read()" if where == "cell" else "out = gated()"
+        _interrupt_main_when(lambda s=started: s.is_set() and _main_blocked(), fired)
+        try:
+            result = run_cell(ip, f"%%opprof --no-widget\n{cell}")
+            _absorb_late_interrupt(fired)
+        finally:
+            gate.set()
+        assert isinstance(result.error_in_exec, KeyboardInterrupt), (where, result.error_in_exec)
+        prof = ip.user_ns["_opprof"]
+        assert isinstance(prof.error, KeyboardInterrupt) and prof.trace.validate() == [], where
+        assert get_engine().observer is None
+        result = run_cell(ip, "%%opprof --no-widget\nfloat(out.asnumpy()[0, 0] + (mx.nd.ones((1,)) * 2).asscalar())")
+        assert result.error_in_exec is None and result.result == 9.0, where
+
+
+def test_magic_interrupted_while_pushing(ip: Any) -> None:
+    restore_engine()
+    eng = get_engine()
+    fired = threading.Event()
+    target = eng._seq + 3000
+    _interrupt_main_when(lambda: eng._seq >= target, fired)
+    result = run_cell(ip, "%%opprof --no-widget\na = mx.nd.ones((2,))\nfor _ in range(10**6):\n    a = a + 1")
+    _absorb_late_interrupt(fired)
+    assert isinstance(result.error_in_exec, KeyboardInterrupt)
+    trace = ip.user_ns["_opprof"].trace
+    assert trace.validate() == [] and sum(s.name == "_plus_scalar" for s in trace.spans) >= 2000
+    result = run_cell(ip, "%%opprof --no-widget\nfloat((a * 0).asnumpy().sum())")
+    assert result.error_in_exec is None and result.result == 0.0
+    assert eng.pending == 0
+
+
 @pytest.mark.parametrize(
     ("line", "message"),
     [
@@ -652,3 +690,24 @@ def test_no_stray_files_by_default(ip: Any, tmp_path: Path, monkeypatch: pytest.
     assert cli("stats", "out/t.json.gz", cwd=tmp_path).returncode == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "ran.txt", "s.py"]
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["t.html", "t.json.gz"]
+
+
+def test_profile_block_interrupted_with_work_stuck_returns_control(engine: Engine) -> None:
+    """Ctrl-C out of ``with profile()`` while an op is stuck: the block exits after a short grace,
+    not when the stuck op ends, and the trace of what finished is kept."""
+    gate, started = threading.Event(), threading.Event()
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        with profile() as prof:
+            (nd.ones((2,)) + 1).wait_to_read()
+            if engine.kind == "threaded":
+                _gated_push(gate, started)
+                started.wait(10)
+            raise KeyboardInterrupt
+    elapsed = time.monotonic() - t0
+    gate.set()
+    assert elapsed < 10, f"the interrupted block took {elapsed:.1f} s to give control back"
+    trace = prof.trace
+    assert trace is not None and trace.validate() == []
+    assert any(s.name == "_plus_scalar" for s in trace.spans)
+    assert_engine_works()
