@@ -142,11 +142,31 @@ def current_invocation() -> Invocation | None:
 def _shapes(what: str, op_type: str, got: Any, n: int) -> list[tuple[int, ...]]:
     try:
         shapes = [tuple(int(d) for d in s) for s in got]
-    except TypeError:
+    except (TypeError, ValueError):
         raise OperatorError(f"Custom op {op_type!r}: infer_shape must return lists of shapes for {what}, got {got!r}") from None
     if len(shapes) != n:
         raise OperatorError(f"Custom op {op_type!r}: infer_shape returned {len(shapes)} {what} shapes, expected {n}")
+    if any(d < 0 for s in shapes for d in s):
+        raise OperatorError(f"Custom op {op_type!r}: infer_shape returned a negative dimension for {what}: {got!r}")
     return shapes
+
+
+def _names(op_type: str, method: str, got: Any) -> list[str]:
+    if not isinstance(got, (list, tuple)) or not all(isinstance(n, str) for n in got):
+        raise OperatorError(f"Custom op {op_type!r}: {method} must return a list of names, got {got!r}")
+    return list(got)
+
+
+def _dtypes(op_type: str, got: Any, n: int) -> list[np.dtype]:
+    if not isinstance(got, (tuple, list)) or len(got) not in (2, 3):
+        raise OperatorError(f"Custom op {op_type!r}: infer_type must return (in_types, out_types[, aux_types]), got {got!r}")
+    try:
+        dtypes = [np.dtype(t) for t in got[1]]
+    except TypeError as e:
+        raise OperatorError(f"Custom op {op_type!r}: infer_type returned an output type that is not a dtype: {e}") from None
+    if len(dtypes) != n:
+        raise OperatorError(f"Custom op {op_type!r}: infer_type returned {len(dtypes)} output types, expected {n}")
+    return dtypes
 
 
 def _prop(op_type: str, kwargs: dict[str, Any]) -> CustomOpProp:
@@ -171,9 +191,9 @@ def invoke_custom(inputs: Sequence[NDArray], op_type: str, kwargs: dict[str, Any
     kwargs.pop("name", None)  # MXNet's symbol name; not a property of the op
     out = kwargs.pop("out", None)
     prop = _prop(op_type, kwargs)
-    args = prop.list_arguments()
-    outs = prop.list_outputs()
-    aux_names = prop.list_auxiliary_states()
+    args = _names(op_type, "list_arguments", prop.list_arguments())
+    outs = _names(op_type, "list_outputs", prop.list_outputs())
+    aux_names = _names(op_type, "list_auxiliary_states", prop.list_auxiliary_states())
     if len(inputs) != len(args) + len(aux_names):
         raise OperatorError(
             f"Custom op {op_type!r} takes {len(args)} input(s) {args}"
@@ -191,10 +211,7 @@ def invoke_custom(inputs: Sequence[NDArray], op_type: str, kwargs: dict[str, Any
     for name, x, s in zip(args, data, in_shapes, strict=True):
         if x.shape != s:
             raise OperatorError(f"Custom op {op_type!r}: input {name!r} has shape {x.shape} but infer_shape expects {s}")
-    types = prop.infer_type([x._data.dtype for x in data])
-    out_dtypes = [np.dtype(t) for t in types[1]]
-    if len(out_dtypes) != len(outs):
-        raise OperatorError(f"Custom op {op_type!r}: infer_type returned {len(out_dtypes)} output types, expected {len(outs)}")
+    out_dtypes = _dtypes(op_type, prop.infer_type([x._data.dtype for x in data]), len(outs))
 
     op = prop.create_operator(cpu(), in_shapes, [x._data.dtype for x in data])
     if not isinstance(op, CustomOp):
@@ -216,7 +233,7 @@ def invoke_custom(inputs: Sequence[NDArray], op_type: str, kwargs: dict[str, Any
 
 
 def _check_out(op_type: str, out: Any, shapes: list[tuple[int, ...]]) -> list[NDArray]:
-    outs = [out] if isinstance(out, NDArray) else list(out)
+    outs = [out] if isinstance(out, NDArray) else list(out) if isinstance(out, (list, tuple)) else []
     if len(outs) != len(shapes) or not all(isinstance(o, NDArray) for o in outs):
         raise OperatorError(f"Custom op {op_type!r}: out= must be {len(shapes)} NDArray(s)")
     for o, s in zip(outs, shapes, strict=True):

@@ -711,3 +711,72 @@ def test_profile_block_interrupted_with_work_stuck_returns_control(engine: Engin
     assert trace is not None and trace.validate() == []
     assert any(s.name == "_plus_scalar" for s in trace.spans)
     assert_engine_works()
+
+
+# ---------------------------------------------------------------------------- bad input
+def _prop(name: str, **methods: Any) -> str:
+    class Identity(mx.operator.CustomOp):
+        def forward(self, is_train, req, in_data, out_data, aux):
+            self.assign(out_data[0], req[0], in_data[0])
+
+    attrs = {"create_operator": lambda self, ctx, shapes, dtypes: Identity(), **methods}
+    mx.operator.register(name)(type(name + "Prop", (mx.operator.CustomOpProp,), attrs))
+    return name
+
+
+BAD_PROPS = {
+    "shape-not-a-number": ({"infer_shape": lambda self, s: (s, [("a", "b")], [])}, "infer_shape must return lists of shapes"),
+    "shape-negative": ({"infer_shape": lambda self, s: (s, [(-1, 3)], [])}, "negative dimension"),
+    "shape-none": ({"infer_shape": lambda self, s: None}, "infer_shape must return (in_shapes, out_shapes"),
+    "shape-count": ({"infer_shape": lambda self, s: (s, [s[0], s[0]], [])}, "infer_shape returned 2 output shapes, expected 1"),
+    "shape-input": ({"infer_shape": lambda self, s: ([(9, 9)], [s[0]], [])}, "has shape (2, 3) but infer_shape expects (9, 9)"),
+    "type-none": ({"infer_type": lambda self, t: None}, "infer_type must return (in_types, out_types"),
+    "type-bogus": ({"infer_type": lambda self, t: (t, ["bogus"], [])}, "not a dtype"),
+    "type-count": ({"infer_type": lambda self, t: (t, [t[0], t[0]], [])}, "infer_type returned 2 output types, expected 1"),
+    "args-string": ({"list_arguments": lambda self: "data"}, "list_arguments must return a list of names"),
+    "outputs-none": ({"list_outputs": lambda self: None}, "list_outputs must return a list of names"),
+    "create-none": ({"create_operator": lambda self, c, s, d: None}, "create_operator must return a CustomOp"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_PROPS))
+def test_custom_op_props_returning_wrong_things_are_named_and_push_nothing(engine: Engine, case: str) -> None:
+    methods, message = BAD_PROPS[case]
+    op_type = _prop(f"RelBad-{case}", **methods)
+    x = nd.ones((2, 3))
+    x.wait_to_read()
+    seq = engine._seq
+    with pytest.raises(mx.nd.OperatorError, match=f"Custom op '{op_type}'") as info:
+        nd.Custom(x, op_type=op_type)
+    assert message in str(info.value)
+    assert engine._seq == seq and engine.pending == 0, "a rejected custom op pushed something"
+    assert_engine_works()
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (lambda x: x + nd.array(np.ones((3, 2))), mx.nd.OperatorError, "broadcast_add: shapes (2, 3) and (3, 2)"),
+        (lambda x: nd.dot(x, x), mx.nd.OperatorError, "dot: shapes (2, 3) and (2, 3) are not aligned"),
+        (lambda x: x.reshape((7,)), mx.nd.OperatorError, "cannot reshape (2, 3)"),
+        (lambda x: x.transpose((0, 0)), mx.nd.OperatorError, "not a permutation"),
+        (lambda x: x.__setitem__(slice(None), np.ones(5)), mx.nd.OperatorError, "cannot assign an array of shape (5,)"),
+        (lambda x: x + "a", TypeError, "unsupported operand"),
+        (lambda x: nd.Custom(x, op_type="RelTwice", out=5), mx.nd.OperatorError, "out= must be 1 NDArray"),
+        (lambda x: nd.Custom(x.asnumpy(), op_type="RelTwice"), TypeError, "inputs must be NDArrays"),
+        (lambda x: nd.Custom(x, op_type="RelNoSuchOp"), mx.nd.OperatorError, "is not registered"),
+        (lambda x: nd.array(["a"]), TypeError, "cannot make an NDArray"),
+        (lambda x: nd.ones((2,), dtype="bogus"), TypeError, "bogus"),
+    ],
+)
+def test_operators_given_wrong_shapes_or_types_fail_at_the_call_and_push_nothing(
+    engine: Engine, call: Callable[[Any], Any], error: type, message: str
+) -> None:
+    x = nd.ones((2, 3))
+    x.wait_to_read()
+    seq = engine._seq
+    with pytest.raises(error) as info:
+        call(x)
+    assert message in str(info.value)
+    assert engine._seq == seq and engine.pending == 0, "a rejected operator pushed something"
+    assert_engine_works()
