@@ -7,6 +7,7 @@ the :class:`~opprof.trace.Trace`.
 
 from __future__ import annotations
 
+import numbers
 import os
 import time
 from collections.abc import Iterator
@@ -149,12 +150,16 @@ def set_config(**kwargs: Any) -> None:
             raise ValueError(f"set_config: unknown option {key!r}; valid options: {', '.join(sorted(_CONFIG_KEYS))}")
         if kind is bool and not isinstance(value, (bool, int)):
             raise TypeError(f"set_config: {key} must be True or False, got {value!r}")
-        if kind in (int, float) and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        if kind in (int, float) and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
             raise TypeError(f"set_config: {key} must be a number, got {value!r}")
         if kind is str and not isinstance(value, (str, os.PathLike)):
             raise TypeError(f"set_config: {key} must be a string, got {value!r}")
-        if key == "max_events" and value < 1:
-            raise ValueError(f"set_config: max_events must be at least 1, got {value}")
+        if key == "max_events" and (not isinstance(value, numbers.Integral) or value < 1):
+            raise ValueError(f"set_config: max_events must be a whole number at least 1, got {value!r}")
+        if key == "dump_period" and not value >= 0:
+            raise ValueError(f"set_config: dump_period must be at least 0 seconds, got {value!r}")
+        if key == "filename" and not os.fspath(value):
+            raise ValueError("set_config: filename must not be empty")
     _config.update(kwargs)
 
 

@@ -780,3 +780,29 @@ def test_operators_given_wrong_shapes_or_types_fail_at_the_call_and_push_nothing
     assert message in str(info.value)
     assert engine._seq == seq and engine.pending == 0, "a rejected operator pushed something"
     assert_engine_works()
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [
+        ({"bogus": 1}, ValueError, "unknown option 'bogus'"),
+        ({"max_events": 0}, ValueError, "max_events must be a whole number at least 1"),
+        ({"max_events": 1.5}, ValueError, "max_events must be a whole number"),
+        ({"max_events": float("nan")}, ValueError, "max_events must be a whole number"),
+        ({"max_events": "10"}, TypeError, "max_events must be a number"),
+        ({"max_events": True}, TypeError, "max_events must be a number"),
+        ({"dump_period": -1}, ValueError, "dump_period must be at least 0"),
+        ({"filename": ""}, ValueError, "filename must not be empty"),
+        ({"filename": None}, TypeError, "filename must be a string"),
+        ({"profile_all": "yes"}, TypeError, "profile_all must be True or False"),
+        ({"max_events": 10, "profile_all": "yes"}, TypeError, "profile_all"),
+    ],
+)
+def test_set_config_rejects_bad_keys_and_values_and_changes_nothing(options: dict[str, Any], error: type, message: str) -> None:
+    before = dict(mx.profiler._config)
+    with pytest.raises(error, match=message):
+        mx.profiler.set_config(**options)
+    assert mx.profiler._config == before, "a rejected set_config changed the configuration"
+    mx.profiler.set_config(max_events=np.int64(7))  # NumPy integers are whole numbers too
+    assert mx.profiler._config["max_events"] == 7
+    mx.profiler.set_config(max_events=before["max_events"])
