@@ -90,11 +90,14 @@ def assert_engine_works() -> None:
 
 
 # ---------------------------------------------------------------------------- interrupts
-def _interrupt_main_when(condition: Callable[[], bool], fired: threading.Event, timeout: float = 10.0) -> threading.Thread:
+def _interrupt_main_when(
+    condition: Callable[[], bool], fired: threading.Event, timeout: float = 10.0, until: threading.Event | None = None
+) -> threading.Thread:
     """Deliver KeyboardInterrupt to the main thread once ``condition()`` holds (polled, no fixed sleep).
 
     A real SIGINT sent to the main thread, as Ctrl-C is: ``_thread.interrupt_main()`` only sets a
-    flag, which does not wake a thread blocked on a lock.
+    flag, which does not wake a thread blocked on a lock. With ``until``, it is sent again every few
+    ms until that is set: an interrupt that lands in a GC callback (hypothesis installs one) is lost.
     """
 
     def run() -> None:
@@ -102,6 +105,8 @@ def _interrupt_main_when(condition: Callable[[], bool], fired: threading.Event, 
         while not condition() and time.monotonic() < deadline:
             time.sleep(0.0005)
         signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        while until is not None and not until.wait(0.005):
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
         fired.set()
 
     t = threading.Thread(target=run, daemon=True, name="test-interrupter")
@@ -140,15 +145,15 @@ def test_keyboard_interrupt_while_pushing_never_leaves_a_half_pushed_op() -> Non
             a = nd.ones((2, 2))
             a.wait_to_read()
             target = eng._seq + int(rng.integers(1, 400))  # interrupt after that many pushes
-            fired = threading.Event()
+            fired, caught = threading.Event(), threading.Event()
             prof = Profiler(max_events=50_000).start()
             try:
-                _interrupt_main_when(lambda t=target: eng._seq >= t, fired)
+                _interrupt_main_when(lambda t=target: eng._seq >= t, fired, until=caught)
                 for _ in range(200_000):
                     a = a + 1
                     b = a * 2
             except KeyboardInterrupt:
-                pass
+                caught.set()
             _absorb_late_interrupt(fired)
             err = wait_or_fail(eng.wait_for_all)
             assert err is None, f"trial {trial}: {err!r}"
@@ -591,10 +596,12 @@ def test_magic_interrupted_while_the_cell_waits_or_the_magic_waits(ip: Any) -> N
 def test_magic_interrupted_while_pushing(ip: Any) -> None:
     restore_engine()
     eng = get_engine()
-    fired = threading.Event()
+    fired, caught = threading.Event(), threading.Event()
     target = eng._seq + 3000
-    _interrupt_main_when(lambda: eng._seq >= target, fired)
-    result = run_cell(ip, "%%opprof --no-widget\na = mx.nd.ones((2,))\nfor _ in range(10**6):\n    a = a + 1")
+    _interrupt_main_when(lambda: eng._seq >= target, fired, until=caught)
+    ip.user_ns["caught"] = caught
+    cell = "a = mx.nd.ones((2,))\ntry:\n    for _ in range(10**6):\n        a = a + 1\nfinally:\n    caught.set()"
+    result = run_cell(ip, f"%%opprof --no-widget\n{cell}")
     _absorb_late_interrupt(fired)
     assert isinstance(result.error_in_exec, KeyboardInterrupt)
     trace = ip.user_ns["_opprof"].trace
@@ -806,3 +813,51 @@ def test_set_config_rejects_bad_keys_and_values_and_changes_nothing(options: dic
     mx.profiler.set_config(max_events=np.int64(7))  # NumPy integers are whole numbers too
     assert mx.profiler._config["max_events"] == 7
     mx.profiler.set_config(max_events=before["max_events"])
+
+
+# ---------------------------------------------------------------------------- trace content is data
+EVIL = "</script><script>window.__pwned=1</script><img src=x onerror=alert(1)>"
+CODE = "__import__('os').system('touch pwned')"
+
+
+def test_hostile_names_stay_text_in_html_stats_and_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from opprof.report import stats_json, stats_table
+    from opprof.timeline import save_html
+
+    monkeypatch.chdir(tmp_path)
+    events = [
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": EVIL}},
+        {"ph": "X", "name": EVIL, "cat": CODE, "pid": 1, "tid": 1, "ts": 0, "dur": 5, "args": {CODE: EVIL}},
+        {"ph": "X", "name": CODE, "cat": "op", "pid": 1, "tid": 1, "ts": 1, "dur": 2},
+    ]
+    (tmp_path / "evil.json").write_text(json.dumps({"traceEvents": events}))
+    trace = mx.trace.load(tmp_path / "evil.json")
+    assert {s.name for s in trace.spans} == {EVIL, CODE}
+    save_html(trace, str(tmp_path / "evil.html"))
+    html = (tmp_path / "evil.html").read_text()
+    for needle in ("</script><script>window.__pwned", "<img src=x"):  # escaped, inside JSON data only
+        assert needle not in html, f"{needle!r} reached the HTML unescaped"
+    table = stats_table([trace])
+    assert EVIL in table and CODE in table  # shown as the literal text it is
+    cats = json.loads(stats_json([trace]))["categories"]
+    assert EVIL in cats[CODE] and CODE in cats["op"]
+    r = cli("stats", "evil.json", cwd=tmp_path)
+    assert r.returncode == 0 and CODE in r.stdout
+    assert not (tmp_path / "pwned").exists(), "a name in a trace file was run as code"
+
+
+def test_no_eval_exec_or_pickle_on_trace_data() -> None:
+    """Only the magic runs code (the user's own cell); nothing unpickles or evaluates file content."""
+    import re
+
+    root = Path(mx.__file__).parent
+    found = []
+    for path in sorted(root.glob("*.py")):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#", 1)[0]
+            if re.search(r"\b(pickle|marshal|shelve|dill)\b|\byaml\.load\b|(?<![\w.])(eval|exec)\(|__import__\(", code):
+                found.append(f"{path.name}:{n}: {line.strip()}")
+    cell_runner = [f for f in found if f.startswith("magics.py") and "<opprof-cell>" in f]
+    assert len(cell_runner) == 2 and set(found) == set(cell_runner), found
