@@ -28,54 +28,16 @@ pytestmark = pytest.mark.timeout(60)
 REPO_ROOT = Path(__file__).resolve().parents[1]
 MXNET_SCRIPT_NAME = "mxnet-1.9.1-custom-op.py"
 
-# The script that produced traces/mxnet-1.9.1-custom-op.json with real MXNet, verbatim. The test
-# prefers the shared copy next to the repository and falls back to this one.
-MXNET_SCRIPT = """\
-import mxnet as mx, numpy as np, time, json, sys
-class MyAddOne(mx.operator.CustomOp):
-    def forward(self, is_train, req, in_data, out_data, aux):
-        x = in_data[0]
-        y = x.asnumpy()          # pure python / numpy part
-        y = np.tanh(y) * 2
-        z = mx.nd.array(y) + 1   # sub-operators
-        z = z * 3
-        self.assign(out_data[0], req[0], z)
-    def backward(self, req, out_grad, in_data, out_data, in_grad, aux):
-        g = out_grad[0] * 3
-        self.assign(in_grad[0], req[0], g)
-@mx.operator.register("MyAddOne")
-class MyAddOneProp(mx.operator.CustomOpProp):
-    def __init__(self): super().__init__(need_top_grad=True)
-    def list_arguments(self): return ['data']
-    def list_outputs(self): return ['output']
-    def infer_shape(self, in_shape): return in_shape, [in_shape[0]], []
-    def create_operator(self, ctx, shapes, dtypes): return MyAddOne()
-
-mx.profiler.set_config(profile_all=True, aggregate_stats=True, filename='mx_trace.json')
-a = mx.nd.ones((100,100)); a.attach_grad()
-mx.profiler.set_state('run')
-for i in range(3):
-    with mx.autograd.record():
-        b = mx.nd.Custom(a, op_type='MyAddOne')
-        c = b * 2
-    c.backward()
-    b2 = a + 1
-mx.nd.waitall()
-mx.profiler.set_state('stop')
-mx.profiler.dump()
-print(mx.profiler.dumps())
-"""
-
 
 def _mxnet_script_text() -> str:
     for candidate in (
         os.environ.get("OPPROF_MXNET_SCRIPT"),
         REPO_ROOT.parent / "shared" / "traces" / MXNET_SCRIPT_NAME,
-        REPO_ROOT / "traces" / MXNET_SCRIPT_NAME,
+        REPO_ROOT / "tests" / "data" / MXNET_SCRIPT_NAME,  # the repository's verbatim copy
     ):
         if candidate and Path(candidate).is_file():
             return Path(candidate).read_text()
-    return MXNET_SCRIPT
+    raise FileNotFoundError(f"{MXNET_SCRIPT_NAME} is missing from tests/data")
 
 
 def _port_to_opprof(text: str) -> str:
