@@ -56,3 +56,25 @@ def record_pushes() -> Iterator[PushRecorder]:
             mx.nd.waitall()
         finally:
             eng.observer = prev
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now (for a test server)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def stop_process(proc: Any, grace_s: float = 10) -> None:
+    """Terminate a test server by its PID, then kill it if it lingers past ``grace_s``."""
+    import subprocess
+
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)

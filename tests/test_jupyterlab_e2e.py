@@ -14,7 +14,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -25,28 +24,12 @@ from typing import Any
 
 import pytest
 from conftest import require_chromium
+from helpers import free_port, stop_process
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(240)]
 
 NOTEBOOKS = Path(__file__).parent.parent / "notebooks"
 NOTEBOOK = "01-quickstart.ipynb"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """Terminate the server by its PID (it shuts its kernels down), then kill it if it lingers."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
 
 
 @pytest.fixture
@@ -74,7 +57,7 @@ def lab_url(tmp_path: Path) -> Iterator[str]:
         "IPYTHONDIR": str(tmp_path / "ipython"),
     }
     env.pop("JUPYTER_PATH", None)
-    port = _free_port()
+    port = free_port()
     cmd = [
         sys.executable,
         "-m",
@@ -116,7 +99,7 @@ def lab_url(tmp_path: Path) -> Iterator[str]:
             time.sleep(0.3)
         yield url
     finally:
-        _stop(proc)
+        stop_process(proc, grace_s=20)
         log.close()
 
 

