@@ -16,18 +16,29 @@ Errors: an exception raised by an op is stored on every var the op writes. Ops t
 var are skipped and pass the same exception object on to the vars they write. The exception is
 raised (with its original traceback) at the next wait on an affected var, or at ``wait_for_all``.
 Raising it clears it, so the engine and the arrays stay usable afterwards - as in MXNet.
+
+Ctrl-C: the bookkeeping (registering, completing and dispatching ops) is shielded by
+:mod:`opprof.interrupts`, so an interrupt never leaves an op half-registered; user code an op runs
+goes through :func:`~opprof.interrupts.call_user` and stays interruptible. Blocking waits use a
+plain lock as a gate (acquired in C, atomically), never a Condition on the engine lock: an interrupt
+inside ``Condition.wait`` can leave the lock it guards released while its owner thinks it holds it.
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
 import itertools
 import os
+import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from queue import SimpleQueue
 from typing import Any
+
+from . import interrupts as _guard
+from .interrupts import call_user
 
 __all__ = [
     "Var",
@@ -115,7 +126,13 @@ class _Completion:
         self._opr = opr
 
     def __call__(self, error: BaseException | None = None) -> None:
-        self._engine._finish(self._opr, error, from_worker=False)
+        try:
+            self._engine._finish(self._opr, error, from_worker=False)
+        except KeyboardInterrupt:
+            _guard.merge_deferred()
+            raise
+        if _guard.deferred is not None:
+            _guard.raise_deferred(sys._getframe(1))
 
 
 _tls = threading.local()
@@ -133,6 +150,20 @@ def _normalise(vars_: Iterable[Var] | None) -> tuple[Var, ...]:
     return tuple(out)
 
 
+def _entry_point(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A public wait: a KeyboardInterrupt leaving it takes any Ctrl-C held back meanwhile with it."""
+
+    @functools.wraps(method)
+    def entry(*args: Any) -> Any:
+        try:
+            return method(*args)
+        except KeyboardInterrupt:
+            _guard.merge_deferred()
+            raise
+
+    return entry
+
+
 class Engine:
     """Dependency tracking shared by every engine; subclasses decide where ready ops run."""
 
@@ -140,10 +171,10 @@ class Engine:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._idle = threading.Condition(self._lock)
         self._pending = 0  # ops pushed and not yet complete
         self._seq = 0  # ops pushed so far
-        self._idle_waiters = 0
+        # Locked gates of threads waiting for no op to be pending; released (under the lock) then.
+        self._idle_gates: list[threading.Lock] = []
         # Errors not yet raised to the user, in the order they happened, and the vars holding them.
         self._errors: dict[int, BaseException] = {}
         self._failed_vars: set[Var] = set()
@@ -152,8 +183,7 @@ class Engine:
         # ahead without bound allocates every output at once (20,000 pushed 100x100 adds are 800
         # MB of fresh pages, which made each op ~15x slower) instead of reusing warm buffers.
         self.max_pending: float = float("inf")
-        self._throttled = 0
-        self._space = threading.Condition(self._lock)
+        self._space_gates: list[threading.Lock] = []  # throttled pushers, released when the backlog halves
         # Hook for the profiler (and tests): ``observer.on_push(opr)`` on the pushing thread, then
         # ``observer.run(opr, fn, *args)`` must call ``fn(*args)`` on the executing thread. An
         # observer with ``clock()`` and ``on_wait(name, t0, t1)`` also hears of blocking waits.
@@ -177,9 +207,10 @@ class Engine:
         """Run ``fn()`` once every earlier conflicting op on ``reads``/``writes`` has finished.
 
         ``no_skip`` ops run even when a var they touch holds an error (waits and completions need
-        that); other ops are skipped and pass the error on to the vars they write.
+        that), and Ctrl-C never cuts them short; other ops are skipped and pass the error on to the
+        vars they write.
         """
-        self._push(_Opr(fn, *self._check(reads, writes), name, False, no_skip, info))
+        self._submit(_Opr(fn, *self._check(reads, writes), name, False, no_skip, info))
 
     def push_async(
         self,
@@ -193,8 +224,19 @@ class Engine:
     ) -> None:
         """Like :meth:`push`, but ``fn(on_complete)`` returns at once and the op is complete only
         when ``on_complete()`` (or ``on_complete(error)``) is called, from any thread."""
-        self._push(_Opr(fn, *self._check(reads, writes), name, True, no_skip, info))
+        self._submit(_Opr(fn, *self._check(reads, writes), name, True, no_skip, info))
 
+    def _submit(self, opr: _Opr) -> None:
+        """Push ``opr``; then deliver a Ctrl-C that the bookkeeping held back (see opprof.interrupts)."""
+        try:
+            self._push(opr)
+        except KeyboardInterrupt:
+            _guard.merge_deferred()
+            raise
+        if _guard.deferred is not None:
+            _guard.raise_deferred(sys._getframe(2))  # the caller of push/push_async
+
+    @_entry_point
     def wait_for_var(self, var: Var) -> None:
         """Block until every write pushed so far to ``var`` is done; raise its error if it failed."""
         self._forbid_wait_in_op("wait_for_var")
@@ -206,6 +248,8 @@ class Engine:
             self._wait_for_op(var)
         if obs is not None:
             obs.on_wait("WaitForVar", t0, obs.clock())
+        if _guard.deferred is not None:  # a Ctrl-C held back by the bookkeeping above; before the
+            _guard.raise_deferred(sys._getframe(2))  # var's error is taken, so that is not lost
         with self._lock:
             exc = var.exception if var._cleared_at is None else None
             if exc is not None:
@@ -214,6 +258,7 @@ class Engine:
         if exc is not None:
             raise exc
 
+    @_entry_point
     def wait_for_all(self) -> None:
         """Block until every pushed op is done; raise the first error no wait has raised yet."""
         self._forbid_wait_in_op("wait_for_all")
@@ -227,6 +272,8 @@ class Engine:
         self._wait_idle()
         if obs is not None:
             obs.on_wait("WaitForAll", t0, obs.clock())
+        if _guard.deferred is not None:
+            _guard.raise_deferred(sys._getframe(2))
         with self._lock:
             errors = list(self._errors.values())
             self._errors.clear()
@@ -281,15 +328,18 @@ class Engine:
         return r, w
 
     def _push(self, opr: _Opr) -> None:
+        handler = _guard.getsignal(_guard.SIGINT)
+        if handler is not _guard.on_sigint and handler is not _guard.skip:
+            _guard.install()
         if self._pending >= self.max_pending and self._may_throttle():
             self._throttle()
         obs = self.observer
         if obs is not None:
             obs.on_push(opr)
-        # A KeyboardInterrupt reaches the main thread between bytecodes, so it can land in the
-        # middle of what follows. An op left half-registered or never dispatched would hang every
-        # later wait, so an interrupted push is finished first (MXNet's push, one C call, is never
-        # cut short either) and the interrupt raised after it.
+        # A KeyboardInterrupt reaches the main thread between bytecodes. This function is shielded
+        # (see opprof.interrupts), but a program with its own SIGINT handler is not, so an
+        # interrupted push is still finished first (MXNet's push, one C call, is never cut short
+        # either) and the interrupt raised after it.
         n = 0  # vars registered so far: reads, then writes
         blocked = 0
         try:
@@ -347,7 +397,12 @@ class Engine:
         raise NotImplementedError
 
     def _execute(self, opr: _Opr) -> list[_Opr]:
-        """Run one ready op on the current thread; return the ops its completion made ready."""
+        """Run one ready op on the current thread; return the ops its completion made ready.
+
+        The op's function is user code, called through ``call_user`` so that Ctrl-C stays live in
+        it; everything around it is bookkeeping that must not be cut short. ``no_skip`` ops (waits,
+        ``Dummy_Wait``, deletes) are bookkeeping themselves: an interrupt must not stop them.
+        """
         error: BaseException | None = None
         if not opr.no_skip:
             seq = opr.seq
@@ -360,14 +415,19 @@ class Engine:
             try:
                 if opr.is_async:
                     if obs is not None:
-                        obs.run(opr, opr.fn, _Completion(self, opr))
+                        obs.run(opr, call_user, opr.fn, _Completion(self, opr))
                     else:
-                        opr.fn(_Completion(self, opr))
+                        call_user(opr.fn, _Completion(self, opr))
                     return []
-                if obs is not None:
-                    obs.run(opr, opr.fn)
+                if opr.no_skip:  # the engine's own completions and waits: bookkeeping, not user code
+                    if obs is not None:
+                        obs.run(opr, opr.fn)
+                    else:
+                        opr.fn()
+                elif obs is not None:
+                    obs.run(opr, call_user, opr.fn)
                 else:
-                    opr.fn()
+                    call_user(opr.fn)
             except BaseException as e:
                 error = e
                 if opr.is_async and opr.done:
@@ -410,10 +470,10 @@ class Engine:
                     self._failed_vars.discard(v)
                 self._release(v, ready)
             self._pending -= 1
-            if self._pending == 0 and self._idle_waiters:
-                self._idle.notify_all()
-            if self._throttled and self._pending <= self.max_pending // 2:
-                self._space.notify_all()
+            if self._idle_gates and self._pending == 0:
+                _open(self._idle_gates)
+            if self._space_gates and self._pending <= self.max_pending // 2:
+                _open(self._space_gates)
         return ready
 
     @staticmethod
@@ -443,42 +503,40 @@ class Engine:
         return getattr(_tls, "engine_worker", None) is None and getattr(_tls, "custom_pool", None) is None
 
     def _throttle(self) -> None:
-        with self._lock:
-            self._throttled += 1
-            try:
-                while self._pending > self.max_pending // 2:
-                    self._space.wait()
-            finally:
-                self._throttled -= 1
+        self._wait_until(self._space_gates, lambda: self._pending <= self.max_pending // 2)
 
     def _wait_for_op(self, var: Var) -> None:
-        done = threading.Event()
-        self.push(done.set, (var,), (), "WaitForVar", no_skip=True, info=INTERNAL)
-        self._block(done.wait)
+        gate = _closed_gate()
+        self.push(gate.release, (var,), (), "WaitForVar", no_skip=True, info=INTERNAL)
+        self._block(gate.acquire)
 
     def _wait_idle(self) -> None:
         """Block until no op is pending."""
+        self._wait_until(self._idle_gates, lambda: self._pending == 0)
 
-        def wait() -> None:
+    def _wait_until(self, gates: list[threading.Lock], satisfied: Callable[[], bool]) -> None:
+        """Block until ``satisfied()`` (checked under the lock); ``_complete`` opens ``gates`` then."""
+        gate = _closed_gate()
+        with self._lock:
+            if satisfied():
+                return
+            gates.append(gate)
+        try:
+            self._block(gate.acquire)
+        finally:
             with self._lock:
-                self._idle_waiters += 1
-                try:
-                    while self._pending:
-                        self._idle.wait()
-                finally:
-                    self._idle_waiters -= 1
-
-        self._block(wait)
+                if gate in gates:  # interrupted: nobody needs to open it any more
+                    gates.remove(gate)
 
     def _block(self, wait: Callable[[], Any]) -> None:
         """Block the calling thread; a blocked custom-op worker is replaced so work can go on."""
         pool = getattr(_tls, "custom_pool", None)
         if pool is None:
-            wait()
+            call_user(wait)
             return
         pool.blocked(+1)
         try:
-            wait()
+            call_user(wait)
         finally:
             pool.blocked(-1)
 
@@ -514,7 +572,7 @@ class NaiveEngine(Engine):
 
     def __init__(self) -> None:
         super().__init__()
-        self._async_done: dict[int, threading.Event] = {}
+        self._async_done: dict[int, threading.Lock] = {}
 
     def _push(self, opr: _Opr) -> None:
         super()._push(opr)
@@ -524,15 +582,26 @@ class NaiveEngine(Engine):
             with self._lock:
                 if opr.done:
                     return
-                done = self._async_done[id(opr)] = threading.Event()
-            self._block(done.wait)
+                gate = self._async_done[id(opr)] = _closed_gate()
+            self._block(gate.acquire)
 
     def _finish(self, opr: _Opr, error: BaseException | None, from_worker: bool) -> None:
         super()._finish(opr, error, from_worker)
         with self._lock:
-            done = self._async_done.pop(id(opr), None)
-        if done is not None:
-            done.set()
+            gate = self._async_done.pop(id(opr), None)
+        if gate is not None:
+            gate.release()
+
+    def _record_error(self, writes: tuple[Var, ...], error: BaseException) -> None:
+        super()._record_error(writes, error)
+        if isinstance(error, KeyboardInterrupt) and threading.current_thread() is threading.main_thread():
+            # Ops run inline here, so Ctrl-C can land inside one. The op fails with it (its family,
+            # its dependents), then the push that ran it raises it at once, as a synchronous call
+            # would, instead of letting the user's loop run on. Raised, it is not raised again.
+            self._errors.pop(id(error), None)
+            for v in writes:
+                v._cleared_at = self._seq + 1
+            _guard.defer(error)
 
     def run_custom(self, task: Callable[[], None]) -> None:
         task()
@@ -659,7 +728,41 @@ class ThreadedEngine(Engine):
             for t in self._threads:
                 t.join()
             self._custom.close()
+        if _guard.deferred is not None:
+            _guard.raise_deferred(sys._getframe(1))
 
+
+def _closed_gate() -> threading.Lock:
+    gate = threading.Lock()
+    gate.acquire()
+    return gate
+
+
+def _open(gates: list[threading.Lock]) -> None:
+    for gate in gates:
+        gate.release()
+    gates.clear()
+
+
+# The engine's bookkeeping: a Ctrl-C that lands in it (on the main thread) waits until it is done.
+_guard.protect(
+    _Completion.__call__,
+    Engine._push,
+    Engine._register_rest,
+    Engine._execute,
+    Engine._finish,
+    Engine._record_error,
+    Engine._complete,
+    Engine._release,
+    Engine._throttle,
+    Engine._wait_until,
+    Engine._block,
+    NaiveEngine._dispatch,
+    NaiveEngine._push,
+    NaiveEngine._finish,
+    NaiveEngine._record_error,
+    ThreadedEngine._dispatch,
+)
 
 # ---------------------------------------------------------------------------- current engine
 _current: Engine | None = None

@@ -18,6 +18,7 @@ An invocation of ``nd.Custom(x, op_type="MyAddOne")`` goes through these steps:
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 from collections.abc import Callable, Sequence
@@ -27,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from . import autograd as _ag
+from . import interrupts as _guard
 from .context import Context, cpu
 from .engine import Engine, Var, bind_thread, get_engine
 from .ndarray import NDArray, OperatorError
@@ -279,10 +281,13 @@ def _push_invocation(
     write_vars = [x._var for x in writes] + [x._var for x in aux]
     read_vars = [x._var for x in reads if x._var not in write_vars]
 
-    def start(on_complete: Callable[..., None]) -> None:
-        engine.run_custom(lambda: _run_python(engine, inv, reads, writes, aux, body, on_complete))
+    run_python = functools.partial(_run_python, engine, inv, reads, writes, aux, body)
+    engine.push_async(functools.partial(_start, engine, run_python), read_vars, write_vars, inv.name, info=inv)
 
-    engine.push_async(start, read_vars, write_vars, inv.name, info=inv)
+
+def _start(engine: Engine, run_python: Callable[[Callable[..., None]], None], on_complete: Callable[..., None]) -> None:
+    """The async op: hand the Python to the custom-op pool (the naive engine runs it right here)."""
+    engine.run_custom(functools.partial(run_python, on_complete))
 
 
 def _run_python(
@@ -307,21 +312,13 @@ def _run_python(
     t0 = obs.clock() if on_python is not None else 0
     try:
         try:
-            body(fresh_in, fresh_out, fresh_aux)
+            _guard.call_user(body, fresh_in, fresh_out, fresh_aux)
         except BaseException as e:  # becomes the error of the op's outputs
             error = e
         if on_python is not None:
             on_python(inv, t0, obs.clock())
         fresh_vars = [x._var for x in itertools.chain(fresh_in, fresh_out, fresh_aux)]
-
-        def dummy_wait() -> None:
-            err = error
-            if err is None:
-                err = next((v.exception for v in fresh_vars if v.exception is not None), None)
-            if err is not None and hasattr(engine.observer, "on_error"):
-                engine.observer.on_error(inv, err)
-            on_complete(err)
-
+        dummy_wait = functools.partial(_dummy_wait, engine, inv, error, fresh_vars, on_complete)
         try:
             engine.push(dummy_wait, (), fresh_vars, "Dummy_Wait", no_skip=True, info=inv)
         except BaseException as e:
@@ -330,3 +327,20 @@ def _run_python(
         _ag.set_recording(prev_rec)
         _tls.invocation = prev_inv
         bind_thread(prev_engine)
+
+
+def _dummy_wait(
+    engine: Engine, inv: Invocation, error: BaseException | None, fresh_vars: list[Var], on_complete: Callable[..., None]
+) -> None:
+    """The op that ends an invocation once every sub-op on its arrays is done: complete it."""
+    err = error
+    if err is None:
+        err = next((v.exception for v in fresh_vars if v.exception is not None), None)
+    if err is not None and hasattr(engine.observer, "on_error"):
+        engine.observer.on_error(inv, err)
+    on_complete(err)
+
+
+# The machinery around the user's forward/backward: a Ctrl-C landing in it (possible on the naive
+# engine, which runs it inline on the main thread) waits until the invocation is complete.
+_guard.protect(_start, _run_python, _dummy_wait)
