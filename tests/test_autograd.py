@@ -20,6 +20,8 @@ ag = mx.autograd
 # ---------------------------------------------------------------------------- fixtures and helpers
 
 
+
+
 def nd64(a: Any) -> Any:
     return mx.nd.array(np.asarray(a, dtype=np.float64))
 

@@ -16,6 +16,8 @@ import opprof as mx
 # ---------------------------------------------------------------------------- fixtures and helpers
 
 
+
+
 def rng(seed: int = 0) -> np.random.Generator:
     return np.random.default_rng(seed)
 
