@@ -17,9 +17,10 @@ every other Chrome trace (MXNet, PyTorch, VizTracer, Chrome itself) goes to :mod
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Iterator
 from typing import Any
 
-from .importer import TraceFormatError, import_chrome, no_gc, parse_json, read_trace_file
+from .importer import TraceFormatError, _loads, import_chrome, no_gc, parse_json, read_trace_file
 from .trace import CounterSample, Flow, Instant, Span, ThreadInfo, Trace, dumps_json, open_maybe_gzip
 
 __all__ = ["to_chrome", "from_chrome", "save", "load", "TraceFormatError"]
@@ -49,12 +50,27 @@ def _async_children(parent: Span, family: list[Span]) -> list[Span]:
 def to_chrome(trace: Trace) -> dict[str, Any]:
     """The Chrome Trace Event JSON object for ``trace``."""
     with no_gc():  # millions of small acyclic dicts: collections would only walk them
-        return _to_chrome(trace)
+        t0 = _origin(trace)
+        events = [ev for chunk in _event_chunks(trace, t0) for ev in chunk]
+        return {"traceEvents": events, "otherData": _other_data(trace, t0)}
 
 
-def _to_chrome(trace: Trace) -> dict[str, Any]:
+#: Events per chunk when saving: each chunk is serialised and freed before the next is built, so a
+#: 1M-span save never holds its ~2.5M event dicts (about 1 GB) at once, and reuses warm memory.
+CHUNK = 50_000
+
+
+def _origin(trace: Trace) -> int:
     t0 = min((s.start for s in trace.spans), default=0)
-    t0 = min([t0, *(f.src_ts for f in trace.flows), *(i.ts for i in trace.instants), *(c.ts for c in trace.counters)])
+    return min([t0, *(f.src_ts for f in trace.flows), *(i.ts for i in trace.instants), *(c.ts for c in trace.counters)])
+
+
+def _other_data(trace: Trace, t0: int) -> dict[str, Any]:
+    return {"opprof": {"t0_ns": t0, "metadata": trace.metadata, "flows": [list(_flow_tuple(f)) for f in trace.flows]}}
+
+
+def _event_chunks(trace: Trace, t0: int) -> Iterator[list[dict[str, Any]]]:
+    """The trace's events, in lists of about ``CHUNK``."""
     events: list[dict[str, Any]] = [
         {"ph": "M", "name": "process_name", "pid": PID, "tid": 0, "args": {"name": trace.metadata.get("process_name", "opprof")}}
     ]
@@ -62,7 +78,7 @@ def _to_chrome(trace: Trace) -> dict[str, Any]:
         events.append({"ph": "M", "name": "thread_name", "pid": PID, "tid": t.tid, "args": {"name": t.name}})
         events.append({"ph": "M", "name": "thread_sort_index", "pid": PID, "tid": t.tid, "args": {"sort_index": i}})
 
-    # The hot loop (one pass per span) reads fields directly: no properties, no helper calls.
+    # The hot loops (one pass per span) read fields directly: no properties, no helper calls.
     append = events.append
     families: dict[int, list[Span]] = {}
     parents: dict[int, Span] = {}
@@ -91,6 +107,10 @@ def _to_chrome(trace: Trace) -> dict[str, Any]:
         if args:
             ev["args"] = args
         append(ev)
+        if len(events) >= CHUNK:
+            yield events
+            events = []
+            append = events.append
 
     for inv, family in families.items():
         parent = parents.get(inv)
@@ -112,6 +132,10 @@ def _to_chrome(trace: Trace) -> dict[str, Any]:
                 }
             )
             append({"name": name, "cat": "custom_op", "id": inv, "pid": PID, "tid": tid, "ph": "e", "ts": (s.end - t0) / 1e3})
+        if len(events) >= CHUNK:
+            yield events
+            events = []
+            append = events.append
 
     for f in trace.flows:
         name, cat, fid = f.name, f.cat, f.id
@@ -119,31 +143,52 @@ def _to_chrome(trace: Trace) -> dict[str, Any]:
         append(
             {"name": name, "cat": cat, "id": fid, "pid": PID, "ph": "f", "bp": "e", "tid": f.dst_tid, "ts": (f.dst_ts - t0) / 1e3}
         )
+        if len(events) >= CHUNK:
+            yield events
+            events = []
+            append = events.append
 
     for i in trace.instants:
         ev = {"ph": "i", "s": "t", "name": i.name, "cat": i.cat, "pid": PID, "tid": i.tid, "ts": _us(i.ts, t0)}
         if i.args:
             ev["args"] = i.args
-        events.append(ev)
+        append(ev)
     for c in trace.counters:
-        events.append({"ph": "C", "name": c.name, "pid": PID, "tid": 0, "ts": _us(c.ts, t0), "args": c.values})
-
-    return {
-        "traceEvents": events,
-        "otherData": {"opprof": {"t0_ns": t0, "metadata": trace.metadata, "flows": [list(_flow_tuple(f)) for f in trace.flows]}},
-    }
+        append({"ph": "C", "name": c.name, "pid": PID, "tid": 0, "ts": _us(c.ts, t0), "args": c.values})
+    yield events
 
 
 def _flow_tuple(f: Flow) -> tuple[Any, ...]:
     return (f.id, f.name, f.cat, f.src_tid, f.src_ts, f.dst_tid, f.dst_ts)
 
 
+#: How a saved file starts. Its events come in chunks, one chunk per line: JSON never has a raw
+#: newline inside a string, so every newline in the file separates two chunks and :func:`load` can
+#: parse one chunk at a time (peak memory of one chunk, not of the whole file's parsed objects).
+_CHUNKED_HEAD = b'{"traceEvents":[\n'
+_CHUNKED_TAIL = b'],"otherData":'
+
+
 def save(trace: Trace, path: str | os.PathLike[str]) -> None:
-    """Write ``trace`` as Chrome trace JSON; gzipped when ``path`` ends in ``.gz``."""
-    with no_gc():
-        data = dumps_json(_to_chrome(trace))
-    with open_maybe_gzip(path, "wb") as f:
-        f.write(data)
+    """Write ``trace`` as Chrome trace JSON; gzipped when ``path`` ends in ``.gz``.
+
+    The same JSON as ``dumps_json(to_chrome(trace))`` but for newlines between chunks of events,
+    written chunk by chunk.
+    """
+    with no_gc(), open_maybe_gzip(path, "wb") as f:
+        t0 = _origin(trace)
+        f.write(_CHUNKED_HEAD)
+        sep = b""
+        for chunk in _event_chunks(trace, t0):
+            if chunk:
+                data = dumps_json(chunk)
+                f.write(sep)
+                f.write(memoryview(data)[1:-1])  # the chunk's items, without its brackets
+                sep = b",\n"
+            del chunk
+        f.write(b"\n" + _CHUNKED_TAIL)
+        f.write(dumps_json(_other_data(trace, t0)))
+        f.write(b"}")
 
 
 def load(path: str | os.PathLike[str]) -> Trace:
@@ -151,23 +196,59 @@ def load(path: str | os.PathLike[str]) -> Trace:
     tool's through :mod:`opprof.importer`."""
     raw = read_trace_file(path)
     with no_gc():
+        if raw.startswith(_CHUNKED_HEAD):
+            trace = _load_chunked(raw, str(path))
+            if trace is not None:
+                return trace
         obj, truncated = parse_json(raw, str(path))
         del raw
         if not _is_ours(obj):
             return import_chrome(obj, str(path), truncated=truncated)
         try:
-            return _from_ours(obj)
+            return _from_ours_obj(obj)
         except TraceFormatError as e:
             raise TraceFormatError(f"{path}: {e}") from None
+
+
+def _load_chunked(raw: bytes, path: str) -> Trace | None:
+    """Read a file :func:`save` wrote, a chunk (line) at a time; None if it is not laid out so."""
+    last = raw.rfind(b"\n")
+    tail = raw[last + 1 :].rstrip()
+    if not tail.startswith(_CHUNKED_TAIL):
+        return None  # cut short, or edited: the whole-file parser says what is wrong
+    try:
+        other = _loads(b"{" + tail[2:])["otherData"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(other, dict) or "opprof" not in other:
+        return None
+
+    def chunks() -> Iterator[list[Any]]:
+        start = len(_CHUNKED_HEAD)
+        while start < last:
+            end = raw.find(b"\n", start, last)
+            end = last if end < 0 else end
+            line = raw[start:end].rstrip().rstrip(b",")
+            start = end + 1
+            if line:
+                try:
+                    yield _loads(b"[" + line + b"]")
+                except ValueError as e:
+                    raise TraceFormatError(f"not valid JSON at byte {start}: {e}") from None
+
+    try:
+        return _from_ours(chunks(), other)
+    except TraceFormatError as e:
+        raise TraceFormatError(f"{path}: {e}") from None
 
 
 def _is_ours(obj: Any) -> bool:
     return isinstance(obj, dict) and isinstance(obj.get("otherData"), dict) and "opprof" in obj["otherData"]
 
 
-def _ns(value: Any, t0: int, where: str) -> int:
+def _ns(value: Any, t0: int, i: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TraceFormatError(f"{where}: timestamp {value!r} is not a number")
+        raise TraceFormatError(f"event {i}: timestamp {value!r} is not a number")
     return t0 + round(value * 1e3)
 
 
@@ -176,12 +257,19 @@ def from_chrome(obj: Any) -> Trace:
     with no_gc():
         if not _is_ours(obj):
             return import_chrome(obj)
-        return _from_ours(obj)
+        return _from_ours_obj(obj)
 
 
-def _from_ours(obj: Any) -> Trace:
+def _from_ours_obj(obj: Any) -> Trace:
+    events = obj.get("traceEvents")
+    if not isinstance(events, list):
+        raise TraceFormatError("expected a JSON list of events or an object with a 'traceEvents' list")
+    return _from_ours([events], obj["otherData"])
+
+
+def _from_ours(event_chunks: Iterable[list[Any]], other: dict[str, Any]) -> Trace:
     try:
-        return _from_chrome(obj)
+        return _from_chrome(event_chunks, other)
     except TraceFormatError:
         raise
     except (ValueError, KeyError, TypeError, AttributeError) as e:
@@ -189,15 +277,8 @@ def _from_ours(obj: Any) -> Trace:
         raise TraceFormatError(f"{where}: malformed field: {type(e).__name__}: {e}") from None
 
 
-def _from_chrome(obj: Any) -> Trace:
-    if isinstance(obj, dict):
-        events = obj.get("traceEvents")
-        other = obj.get("otherData") or {}
-    else:
-        events, other = obj, {}
-    if not isinstance(events, list):
-        raise TraceFormatError("expected a JSON list of events or an object with a 'traceEvents' list")
-    ours = other.get("opprof") if isinstance(other, dict) else None
+def _from_chrome(event_chunks: Iterable[list[Any]], other: dict[str, Any]) -> Trace:
+    ours = other.get("opprof")
     t0 = int(ours["t0_ns"]) if ours else 0
     names: dict[int, str] = {}
     order: dict[int, int] = {}
@@ -206,21 +287,36 @@ def _from_chrome(obj: Any) -> Trace:
     instants: list[Instant] = []
     counters: list[CounterSample] = []
     open_b: dict[tuple[int, Any], list[dict[str, Any]]] = {}
-    for i, ev in enumerate(events):
-        where = f"event {i}"
-        try:
-            _read_event(ev, where, t0, names, order, spans, parents, instants, counters, open_b)
-        except TraceFormatError:
-            raise
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
-            e.opprof_where = where  # type: ignore[union-attr]
-            raise
+    add_span = spans.append
+    i = -1
+    for events in event_chunks:
+        for ev in events:
+            i += 1
+            # The bulk of a file: a well-formed X slice, read inline. Anything else (or anything
+            # odd about it) takes the careful path, which names the event when it is wrong.
+            if type(ev) is dict and ev.get("ph") == "X":
+                ts, dur = ev.get("ts"), ev.get("dur", 0)
+                tt, td = type(ts), type(dur)
+                if (tt is float or tt is int) and (td is float or td is int) and dur >= 0:
+                    start = t0 + round(ts * 1e3)
+                    end = start + round(dur * 1e3)
+                    name, cat, args = str(ev.get("name", "")), str(ev.get("cat", "")), ev.get("args") or None
+                    add_span(Span(name, cat, ev.get("tid", 0), start, end, args))
+                    continue
+            try:
+                _read_event(ev, i, t0, names, order, spans, parents, instants, counters, open_b)
+            except TraceFormatError:
+                raise
+            except (ValueError, KeyError, TypeError, AttributeError) as e:
+                e.opprof_where = f"event {i}"  # type: ignore[union-attr]
+                raise
+        del events
     return _assemble(names, order, spans, parents, instants, counters, ours)
 
 
 def _read_event(
     ev: Any,
-    where: str,
+    i: int,
     t0: int,
     names: dict[int, str],
     order: dict[int, int],
@@ -231,7 +327,7 @@ def _read_event(
     open_b: dict[tuple[int, Any], list[dict[str, Any]]],
 ) -> None:
     if not isinstance(ev, dict):
-        raise TraceFormatError(f"{where}: expected an object, got {type(ev).__name__}")
+        raise TraceFormatError(f"event {i}: expected an object, got {type(ev).__name__}")
     ph = ev.get("ph")
     tid = ev.get("tid", 0)
     if ph == "M":
@@ -240,11 +336,11 @@ def _read_event(
         elif ev.get("name") == "thread_sort_index":
             order[tid] = int((ev.get("args") or {}).get("sort_index", 0))
     elif ph == "X":
-        start = _ns(ev.get("ts"), t0, where)
+        start = _ns(ev.get("ts"), t0, i)
         dur = ev.get("dur", 0)
         end = start + round(dur * 1e3) if isinstance(dur, (int, float)) else start
         if end < start:
-            raise TraceFormatError(f"{where}: negative duration {dur!r}")
+            raise TraceFormatError(f"event {i}: negative duration {dur!r}")
         spans.append(Span(str(ev.get("name", "")), str(ev.get("cat", "")), tid, start, end, ev.get("args") or None))
     elif ph == "b" and ev.get("cat") == "custom_op":
         open_b.setdefault((tid, ev.get("id")), []).append(ev)
@@ -258,16 +354,14 @@ def _read_event(
                     str(b.get("name", "")),
                     "custom",
                     tid,
-                    _ns(b.get("ts"), t0, where),
-                    _ns(ev.get("ts"), t0, where),
+                    _ns(b.get("ts"), t0, i),
+                    _ns(ev.get("ts"), t0, i),
                     dict(args),
                 )
     elif ph in ("i", "I"):
-        instants.append(
-            Instant(str(ev.get("name", "")), str(ev.get("cat", "")), tid, _ns(ev.get("ts"), t0, where), ev.get("args"))
-        )
+        instants.append(Instant(str(ev.get("name", "")), str(ev.get("cat", "")), tid, _ns(ev.get("ts"), t0, i), ev.get("args")))
     elif ph == "C":
-        counters.append(CounterSample(str(ev.get("name", "")), _ns(ev.get("ts"), t0, where), dict(ev.get("args") or {})))
+        counters.append(CounterSample(str(ev.get("name", "")), _ns(ev.get("ts"), t0, i), dict(ev.get("args") or {})))
 
 
 def _assemble(

@@ -20,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from opprof import chrome
 from opprof.chrome import TraceFormatError, from_chrome, to_chrome
 from opprof.trace import CounterSample, Flow, Instant, Span, StatRow, ThreadInfo, Trace, load, split_invocation, validate
 
@@ -474,6 +475,53 @@ def test_round_trip_keeps_every_nanosecond(tmp_path: Path, spans: list[tuple[str
 def test_from_chrome_round_trip_without_a_file() -> None:
     t = rich_trace()
     assert_same_trace(t, from_chrome(json.loads(json.dumps(to_chrome(t)))))
+
+
+@pytest.fixture
+def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(chrome, "CHUNK", 5)
+
+
+def test_save_writes_chunks_that_load_reads_one_at_a_time(
+    tmp_path: Path, small_chunks: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file is the export's JSON (newlines between chunks aside), and loading it never parses it whole."""
+    t = rich_trace()
+    path = tmp_path / "t.json"
+    t.save(path)
+    raw = path.read_bytes()
+    assert raw.count(b"\n") >= 5, "several chunks"
+    assert json.loads(raw) == json.loads(json.dumps(to_chrome(t)))
+
+    def whole_file_parse(*args: Any) -> Any:
+        raise AssertionError("parsed the whole file")
+
+    monkeypatch.setattr(chrome, "parse_json", whole_file_parse)
+    back = load(path)
+    assert_same_trace(t, back)
+    assert back.custom_ops() == t.custom_ops()
+
+
+def test_a_bad_event_in_a_saved_chunk_is_named_with_the_file(tmp_path: Path, small_chunks: None) -> None:
+    path = tmp_path / "t.json"
+    rich_trace().save(path)
+    lines = path.read_bytes().split(b"\n")
+    lines[3] = re.sub(rb'"ts":[0-9.]+', b'"ts":"soon"', lines[3], count=1)
+    path.write_bytes(b"\n".join(lines))
+    with pytest.raises(TraceFormatError, match=r"event 1[5-9]: timestamp 'soon' is not a number") as err:
+        load(path)
+    assert str(path) in str(err.value)
+
+
+def test_broken_json_inside_a_saved_chunk_is_an_error_naming_the_file(tmp_path: Path, small_chunks: None) -> None:
+    path = tmp_path / "t.json"
+    rich_trace().save(path)
+    lines = path.read_bytes().split(b"\n")
+    lines[2] = lines[2].replace(b"}", b"", 1)
+    path.write_bytes(b"\n".join(lines))
+    with pytest.raises(TraceFormatError, match="not valid JSON") as err:
+        load(path)
+    assert str(path) in str(err.value)
 
 
 @pytest.fixture
