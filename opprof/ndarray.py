@@ -165,7 +165,7 @@ class NDArray:
         return self
 
     def astype(self, dtype: Any, copy: bool = True) -> NDArray:
-        dt = np.dtype(dtype)
+        dt = _numeric(dtype)
         if dt == self._data.dtype and not copy:
             return self
         out = NDArray(np.empty(self.shape, dt))
@@ -465,7 +465,34 @@ def _shape(shape: int | Sequence[int]) -> tuple[int, ...]:
 
 
 def _dtype(dtype: Any) -> np.dtype:
-    return _DEFAULT_DTYPE if dtype is None else np.dtype(dtype)
+    return _DEFAULT_DTYPE if dtype is None else _numeric(dtype)
+
+
+_KIND_NAMES = {
+    "c": "complex numbers",
+    "U": "strings",
+    "S": "bytes",
+    "O": "Python objects",
+    "M": "datetimes",
+    "m": "timedeltas",
+    "V": "records",
+}
+
+
+def _numeric(dtype: Any) -> np.dtype:
+    """The dtype, if an NDArray can hold it: numbers and bools, as in MXNet.
+
+    Checked where arrays are made, so that a string or object array fails here, with its dtype
+    named, rather than at the first operator with NumPy's words.
+    """
+    try:
+        dt = np.dtype(dtype)
+    except TypeError as e:
+        raise TypeError(f"{dtype!r} is not a dtype: {e}") from None
+    if dt.kind not in "biuf":
+        what = _KIND_NAMES.get(dt.kind, "non-numeric data")
+        raise TypeError(f"NDArrays hold numbers (bool, int, uint, float), not {what} (dtype {dt})")
+    return dt
 
 
 def _create(name: str, shape: Any, dtype: Any, **attrs: Any) -> NDArray:
@@ -480,6 +507,7 @@ def array(source: Any, ctx: Context | None = None, dtype: Any = None) -> NDArray
         return source.astype(dtype if dtype is not None else source._data.dtype)
     if dtype is None:
         dtype = source.dtype if isinstance(source, np.ndarray) else _DEFAULT_DTYPE
+    dtype = _numeric(dtype)
     try:
         data = np.array(source, dtype=dtype)
     except (TypeError, ValueError) as e:

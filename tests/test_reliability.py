@@ -800,6 +800,10 @@ def test_custom_op_props_returning_wrong_things_are_named_and_push_nothing(engin
         (lambda x: nd.Custom(x, op_type="RelNoSuchOp"), mx.nd.OperatorError, "is not registered"),
         (lambda x: nd.array(["a"]), TypeError, "cannot make an NDArray"),
         (lambda x: nd.ones((2,), dtype="bogus"), TypeError, "bogus"),
+        (lambda x: nd.array(np.array(["a", "b"])), TypeError, "not strings (dtype <U1)"),
+        (lambda x: nd.array(np.array([1 + 2j])), TypeError, "not complex numbers"),
+        (lambda x: nd.zeros((2,), dtype=object), TypeError, "not Python objects"),
+        (lambda x: x.astype("datetime64[s]"), TypeError, "not datetimes"),
     ],
 )
 def test_operators_given_wrong_shapes_or_types_fail_at_the_call_and_push_nothing(
