@@ -279,15 +279,8 @@ def _from_ours(event_chunks: Iterable[list[Any]], other: dict[str, Any]) -> Trac
 
 def _from_chrome(event_chunks: Iterable[list[Any]], other: dict[str, Any]) -> Trace:
     ours = other.get("opprof")
-    t0 = int(ours["t0_ns"]) if ours else 0
-    names: dict[int, str] = {}
-    order: dict[int, int] = {}
-    spans: list[Span] = []
-    parents: dict[int, Span] = {}
-    instants: list[Instant] = []
-    counters: list[CounterSample] = []
-    open_b: dict[tuple[int, Any], list[dict[str, Any]]] = {}
-    add_span = spans.append
+    reader = _OwnEventReader(int(ours["t0_ns"]) if ours else 0)
+    t0, add_span, read = reader.t0, reader.spans.append, reader.read
     i = -1
     for events in event_chunks:
         for ev in events:
@@ -304,81 +297,74 @@ def _from_chrome(event_chunks: Iterable[list[Any]], other: dict[str, Any]) -> Tr
                     add_span(Span(name, cat, ev.get("tid", 0), start, end, args))
                     continue
             try:
-                _read_event(ev, i, t0, names, order, spans, parents, instants, counters, open_b)
+                read(ev, i)
             except TraceFormatError:
                 raise
             except (ValueError, KeyError, TypeError, AttributeError) as e:
                 e.opprof_where = f"event {i}"  # type: ignore[union-attr]
                 raise
         del events
-    return _assemble(names, order, spans, parents, instants, counters, ours)
+    return reader.trace(ours)
 
 
-def _read_event(
-    ev: Any,
-    i: int,
-    t0: int,
-    names: dict[int, str],
-    order: dict[int, int],
-    spans: list[Span],
-    parents: dict[int, Span],
-    instants: list[Instant],
-    counters: list[CounterSample],
-    open_b: dict[tuple[int, Any], list[dict[str, Any]]],
-) -> None:
-    if not isinstance(ev, dict):
-        raise TraceFormatError(f"event {i}: expected an object, got {type(ev).__name__}")
-    ph = ev.get("ph")
-    tid = ev.get("tid", 0)
-    if ph == "M":
-        if ev.get("name") == "thread_name":
-            names[tid] = str((ev.get("args") or {}).get("name", ""))
-        elif ev.get("name") == "thread_sort_index":
-            order[tid] = int((ev.get("args") or {}).get("sort_index", 0))
-    elif ph == "X":
-        start = _ns(ev.get("ts"), t0, i)
-        dur = ev.get("dur", 0)
-        end = start + round(dur * 1e3) if isinstance(dur, (int, float)) else start
-        if end < start:
-            raise TraceFormatError(f"event {i}: negative duration {dur!r}")
-        spans.append(Span(str(ev.get("name", "")), str(ev.get("cat", "")), tid, start, end, ev.get("args") or None))
-    elif ph == "b" and ev.get("cat") == "custom_op":
-        open_b.setdefault((tid, ev.get("id")), []).append(ev)
-    elif ph == "e" and ev.get("cat") == "custom_op":
-        stack = open_b.get((tid, ev.get("id")))
-        if stack:
-            b = stack.pop()
-            args = b.get("args") or {}
-            if args.get("role") == "parent":
-                parents[args["invocation"]] = Span(
-                    str(b.get("name", "")),
-                    "custom",
-                    tid,
-                    _ns(b.get("ts"), t0, i),
-                    _ns(ev.get("ts"), t0, i),
-                    dict(args),
-                )
-    elif ph in ("i", "I"):
-        instants.append(Instant(str(ev.get("name", "")), str(ev.get("cat", "")), tid, _ns(ev.get("ts"), t0, i), ev.get("args")))
-    elif ph == "C":
-        counters.append(CounterSample(str(ev.get("name", "")), _ns(ev.get("ts"), t0, i), dict(ev.get("args") or {})))
+class _OwnEventReader:
+    """What reading opprof's own Chrome events gathers, event by event, until the trace is built."""
 
+    def __init__(self, t0: int) -> None:
+        self.t0 = t0
+        self.names: dict[int, str] = {}
+        self.order: dict[int, int] = {}
+        self.spans: list[Span] = []
+        self.parents: dict[int, Span] = {}
+        self.instants: list[Instant] = []
+        self.counters: list[CounterSample] = []
+        # custom-op async tracks: open ``b`` events per (tid, invocation id), matched by ``e``
+        self.open_b: dict[tuple[int, Any], list[dict[str, Any]]] = {}
 
-def _assemble(
-    names: dict[int, str],
-    order: dict[int, int],
-    spans: list[Span],
-    parents: dict[int, Span],
-    instants: list[Instant],
-    counters: list[CounterSample],
-    ours: Any,
-) -> Trace:
-    spans.extend(parents.values())
-    spans.sort(key=lambda s: (s.start, -s.end))
-    tids = sorted({*names, *(s.tid for s in spans)}, key=lambda t: (order.get(t, 1 << 30), t))
-    flows = [Flow(*f) for f in ours.get("flows", [])] if ours else []
-    meta = dict(ours.get("metadata", {})) if ours else {"producer": "chrome-json"}
-    # An imported trace keeps each thread's process (small int) in its metadata: give it back.
-    pids = {row[0]: row[1] for row in meta.get("source_threads", ()) if isinstance(row, list) and len(row) == 4}
-    threads = [ThreadInfo(t, names.get(t) or f"thread {t}", pids.get(t, 0)) for t in tids]
-    return Trace(threads=threads, spans=spans, instants=instants, counters=counters, flows=flows, metadata=meta)
+    def read(self, ev: Any, i: int) -> None:
+        """Take event number ``i``; raise :class:`TraceFormatError` naming it when it is wrong."""
+        if not isinstance(ev, dict):
+            raise TraceFormatError(f"event {i}: expected an object, got {type(ev).__name__}")
+        t0 = self.t0
+        ph = ev.get("ph")
+        tid = ev.get("tid", 0)
+        if ph == "M":
+            if ev.get("name") == "thread_name":
+                self.names[tid] = str((ev.get("args") or {}).get("name", ""))
+            elif ev.get("name") == "thread_sort_index":
+                self.order[tid] = int((ev.get("args") or {}).get("sort_index", 0))
+        elif ph == "X":
+            start = _ns(ev.get("ts"), t0, i)
+            dur = ev.get("dur", 0)
+            end = start + round(dur * 1e3) if isinstance(dur, (int, float)) else start
+            if end < start:
+                raise TraceFormatError(f"event {i}: negative duration {dur!r}")
+            self.spans.append(Span(str(ev.get("name", "")), str(ev.get("cat", "")), tid, start, end, ev.get("args") or None))
+        elif ph == "b" and ev.get("cat") == "custom_op":
+            self.open_b.setdefault((tid, ev.get("id")), []).append(ev)
+        elif ph == "e" and ev.get("cat") == "custom_op":
+            stack = self.open_b.get((tid, ev.get("id")))
+            if stack:
+                b = stack.pop()
+                args = b.get("args") or {}
+                if args.get("role") == "parent":
+                    start, end = _ns(b.get("ts"), t0, i), _ns(ev.get("ts"), t0, i)
+                    self.parents[args["invocation"]] = Span(str(b.get("name", "")), "custom", tid, start, end, dict(args))
+        elif ph in ("i", "I"):
+            name, cat = str(ev.get("name", "")), str(ev.get("cat", ""))
+            self.instants.append(Instant(name, cat, tid, _ns(ev.get("ts"), t0, i), ev.get("args")))
+        elif ph == "C":
+            self.counters.append(CounterSample(str(ev.get("name", "")), _ns(ev.get("ts"), t0, i), dict(ev.get("args") or {})))
+
+    def trace(self, ours: Any) -> Trace:
+        spans = self.spans
+        spans.extend(self.parents.values())
+        spans.sort(key=lambda s: (s.start, -s.end))
+        order, names = self.order, self.names
+        tids = sorted({*names, *(s.tid for s in spans)}, key=lambda t: (order.get(t, 1 << 30), t))
+        flows = [Flow(*f) for f in ours.get("flows", [])] if ours else []
+        meta = dict(ours.get("metadata", {})) if ours else {"producer": "chrome-json"}
+        # An imported trace keeps each thread's process (small int) in its metadata: give it back.
+        pids = {row[0]: row[1] for row in meta.get("source_threads", ()) if isinstance(row, list) and len(row) == 4}
+        threads = [ThreadInfo(t, names.get(t) or f"thread {t}", pids.get(t, 0)) for t in tids]
+        return Trace(threads=threads, spans=spans, instants=self.instants, counters=self.counters, flows=flows, metadata=meta)
