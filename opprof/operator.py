@@ -37,7 +37,16 @@ __all__ = ["CustomOp", "CustomOpProp", "register", "get_all_registered_operators
 
 _REGISTRY: dict[str, type[CustomOpProp]] = {}
 _invocation_ids = itertools.count(1)
-_tls = threading.local()
+
+
+class _ThreadState(threading.local):
+    """The custom-op invocation whose Python this thread runs; a class default, so reading it on
+    any other thread is a plain lookup (see ``engine._ThreadState``)."""
+
+    invocation: Invocation | None = None
+
+
+_tls = _ThreadState()
 
 
 class CustomOp:
@@ -137,7 +146,7 @@ class Invocation:
 
 def current_invocation() -> Invocation | None:
     """The custom-op invocation whose Python is running on this thread, if any."""
-    return getattr(_tls, "invocation", None)
+    return _tls.invocation
 
 
 # ---------------------------------------------------------------------------- invocation
@@ -302,7 +311,7 @@ def _run_python(
     """The custom-op worker's part: run the Python, then push Dummy_Wait to finish the invocation."""
     fresh_in, fresh_out, fresh_aux = _fresh(reads), _fresh(writes), _fresh(aux)
     error: BaseException | None = None
-    prev_inv = getattr(_tls, "invocation", None)
+    prev_inv = _tls.invocation
     _tls.invocation = inv
     prev_engine = bind_thread(engine)
     # Nothing inside a custom op's Python is recorded for autograd (as in MXNet).

@@ -96,7 +96,7 @@ class Recorder:
 
     def on_push(self, opr: Any) -> None:
         if self.recording and opr.info is not INTERNAL:
-            inv = getattr(_op_tls, "invocation", None)
+            inv = _op_tls.invocation
             # Only a push inside a custom op's Python needs its time and thread (for its flow arrow).
             # The pusher is named by its buffer, not its thread ident: Linux reuses the ident of a
             # finished thread, which would move the arrow to another thread.
