@@ -66,7 +66,8 @@ def _origin(trace: Trace) -> int:
 
 
 def _other_data(trace: Trace, t0: int) -> dict[str, Any]:
-    return {"opprof": {"t0_ns": t0, "metadata": trace.metadata, "flows": [list(_flow_tuple(f)) for f in trace.flows]}}
+    # Flows are not repeated here: their s/f events hold every field (files before 2026-11-30 did).
+    return {"opprof": {"t0_ns": t0, "metadata": trace.metadata}}
 
 
 def _event_chunks(trace: Trace, t0: int) -> Iterator[list[dict[str, Any]]]:
@@ -117,20 +118,25 @@ def _event_chunks(trace: Trace, t0: int) -> Iterator[list[dict[str, Any]]]:
         if parent is None:
             continue
         tid = parent.tid
-        for s in (parent, *_async_children(parent, family)):
+        name = parent.name
+        append(
+            {
+                "name": name,
+                "cat": "custom_op",
+                "id": inv,
+                "pid": PID,
+                "tid": tid,
+                "ph": "b",
+                "ts": (parent.start - t0) / 1e3,
+                "args": parent.args,
+            }
+        )
+        append({"name": name, "cat": "custom_op", "id": inv, "pid": PID, "tid": tid, "ph": "e", "ts": (parent.end - t0) / 1e3})
+        # The children carry no args here: their slices on their threads have them (a quarter of
+        # a profile's file was these copies).
+        for s in _async_children(parent, family):
             name = s.name
-            append(
-                {
-                    "name": name,
-                    "cat": "custom_op",
-                    "id": inv,
-                    "pid": PID,
-                    "tid": tid,
-                    "ph": "b",
-                    "ts": (s.start - t0) / 1e3,
-                    "args": s.args or {},
-                }
-            )
+            append({"name": name, "cat": "custom_op", "id": inv, "pid": PID, "tid": tid, "ph": "b", "ts": (s.start - t0) / 1e3})
             append({"name": name, "cat": "custom_op", "id": inv, "pid": PID, "tid": tid, "ph": "e", "ts": (s.end - t0) / 1e3})
         if len(events) >= CHUNK:
             yield events
@@ -156,10 +162,6 @@ def _event_chunks(trace: Trace, t0: int) -> Iterator[list[dict[str, Any]]]:
     for c in trace.counters:
         append({"ph": "C", "name": c.name, "pid": PID, "tid": 0, "ts": _us(c.ts, t0), "args": c.values})
     yield events
-
-
-def _flow_tuple(f: Flow) -> tuple[Any, ...]:
-    return (f.id, f.name, f.cat, f.src_tid, f.src_ts, f.dst_tid, f.dst_ts)
 
 
 #: How a saved file starts. Its events come in chunks, one chunk per line: JSON never has a raw
@@ -320,6 +322,8 @@ class _OwnEventReader:
         self.counters: list[CounterSample] = []
         # custom-op async tracks: open ``b`` events per (tid, invocation id), matched by ``e``
         self.open_b: dict[tuple[int, Any], list[dict[str, Any]]] = {}
+        self.flows: list[Flow] = []
+        self.open_flows: dict[Any, list[dict[str, Any]]] = {}  # ``s`` events waiting for their ``f``
 
     def read(self, ev: Any, i: int) -> None:
         """Take event number ``i``; raise :class:`TraceFormatError` naming it when it is wrong."""
@@ -350,6 +354,15 @@ class _OwnEventReader:
                 if args.get("role") == "parent":
                     start, end = _ns(b.get("ts"), t0, i), _ns(ev.get("ts"), t0, i)
                     self.parents[args["invocation"]] = Span(str(b.get("name", "")), "custom", tid, start, end, dict(args))
+        elif ph == "s":
+            self.open_flows.setdefault(ev.get("id"), []).append(ev)
+        elif ph == "f":
+            starts = self.open_flows.get(ev.get("id"))
+            if starts:
+                src = starts.pop()
+                src_ts, dst_ts = _ns(src.get("ts"), t0, i), _ns(ev.get("ts"), t0, i)
+                name, cat = str(src.get("name", "")), str(src.get("cat", ""))
+                self.flows.append(Flow(src.get("id"), name, cat, src.get("tid", 0), src_ts, tid, dst_ts))
         elif ph in ("i", "I"):
             name, cat = str(ev.get("name", "")), str(ev.get("cat", ""))
             self.instants.append(Instant(name, cat, tid, _ns(ev.get("ts"), t0, i), ev.get("args")))
@@ -362,7 +375,7 @@ class _OwnEventReader:
         spans.sort(key=lambda s: (s.start, -s.end))
         order, names = self.order, self.names
         tids = sorted({*names, *(s.tid for s in spans)}, key=lambda t: (order.get(t, 1 << 30), t))
-        flows = [Flow(*f) for f in ours.get("flows", [])] if ours else []
+        flows = [Flow(*f) for f in ours["flows"]] if ours and "flows" in ours else self.flows
         meta = dict(ours.get("metadata", {})) if ours else {"producer": "chrome-json"}
         # An imported trace keeps each thread's process (small int) in its metadata: give it back.
         pids = {row[0]: row[1] for row in meta.get("source_threads", ()) if isinstance(row, list) and len(row) == 4}

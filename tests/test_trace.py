@@ -477,6 +477,16 @@ def test_from_chrome_round_trip_without_a_file() -> None:
     assert_same_trace(t, from_chrome(json.loads(json.dumps(to_chrome(t)))))
 
 
+def test_files_that_kept_flows_in_other_data_still_load() -> None:
+    """Before 2026-11-30, flows were also listed in ``otherData``; such a file keeps them exactly."""
+    t = rich_trace()
+    assert t.flows
+    obj = json.loads(json.dumps(to_chrome(t)))
+    obj["traceEvents"] = [ev for ev in obj["traceEvents"] if ev["ph"] not in ("s", "f")]
+    obj["otherData"]["opprof"]["flows"] = [[f.id, f.name, f.cat, f.src_tid, f.src_ts, f.dst_tid, f.dst_ts] for f in t.flows]
+    assert from_chrome(obj).flows == t.flows
+
+
 @pytest.fixture
 def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(chrome, "CHUNK", 5)
