@@ -192,7 +192,9 @@ class Engine:
         self._closed = False
         # Back-pressure: a pusher that runs too far ahead waits until the backlog halves. Running
         # ahead without bound allocates every output at once (20,000 pushed 100x100 adds are 800
-        # MB of fresh pages, which made each op ~15x slower) instead of reusing warm buffers.
+        # MB of fresh pages, which made each op ~15x slower) instead of reusing warm buffers. The
+        # threaded default, 128, keeps a 100x100 chain's buffers in cache: 9.3 µs/op against
+        # 13.7 µs with 1,024 and 10.4 µs with 64 (which hands the GIL over more often).
         self.max_pending: float = float("inf")
         self._space_gates: list[threading.Lock] = []  # throttled pushers, released when the backlog halves
         # Hook for the profiler (and tests): ``observer.on_push(opr)`` on the pushing thread, then
@@ -686,7 +688,7 @@ class ThreadedEngine(Engine):
 
     kind = "threaded"
 
-    def __init__(self, workers: int | None = None, custom_workers: int | None = None, max_pending: int = 1024) -> None:
+    def __init__(self, workers: int | None = None, custom_workers: int | None = None, max_pending: int = 128) -> None:
         super().__init__()
         if max_pending < 2:
             raise ValueError(f"max_pending must be at least 2, got {max_pending}")

@@ -1216,10 +1216,11 @@ class SlowProp(mx.operator.CustomOpProp):
     def create_operator(self, ctx, shapes, dtypes):
         return Slow()
 
-mx.set_engine("threaded", workers=2, custom_workers=2)  # max_pending: the default, 1024
+eng = mx.set_engine("threaded", workers=2, custom_workers=2)  # max_pending: the default
+n = eng.max_pending + 100
 y = mx.nd.Custom(mx.nd.ones((2, 2)), op_type="Slow")
-outs = [y + i for i in range(1100)]  # ops waiting for the custom op fill the backlog
-assert outs[-1].asnumpy()[0, 0] == 2 + 1099
+outs = [y + i for i in range(n)]  # ops waiting for the custom op fill the backlog
+assert outs[-1].asnumpy()[0, 0] == 2 + n - 1
 print("ok")
 """
 
