@@ -529,10 +529,10 @@ class Engine:
 
     def _wait_until(self, gates: list[threading.Lock], satisfied: Callable[[], bool]) -> None:
         """Block until ``satisfied()`` (checked under the lock); ``_complete`` opens ``gates`` then."""
-        gate = _closed_gate()
         with self._lock:
             if satisfied():
                 return
+            gate = _closed_gate()
             gates.append(gate)
         try:
             self._block(gate.acquire)
