@@ -48,6 +48,7 @@ class Profiler:
     def __init__(self, max_events: int = 5_000_000) -> None:
         self.max_events = max_events
         self._recorder: Recorder | None = None
+        self._unbuilt: Recorder | None = None  # stopped, but the build was interrupted
         self.trace: Trace | None = None
         self.error: BaseException | None = None  # what the final wait raised, if anything
 
@@ -60,6 +61,7 @@ class Profiler:
             raise ProfilerError("this profiler is already running")
         self._recorder = Recorder(self.max_events).attach(get_engine())
         self.trace = None
+        self._unbuilt = None
         return self
 
     def pause(self) -> None:
@@ -79,6 +81,8 @@ class Profiler:
         """
         rec = self._recorder
         if rec is None:
+            if self._unbuilt is not None:
+                return self._build(self._unbuilt)
             if self.trace is None:
                 raise ProfilerError("the profiler was never started")
             return self.trace
@@ -95,9 +99,17 @@ class Profiler:
         finally:
             rec.detach()
             self._recorder = None
-            self.trace = rec.build()
+            self._unbuilt = rec
+            self._build(rec)
         if self.error is not None:
             raise self.error
+        return self.trace
+
+    def _build(self, rec: Recorder) -> Trace:
+        # Building takes seconds at a million spans. A Ctrl-C meanwhile stops it, but the records
+        # stay in ``_unbuilt``: calling ``stop()`` again builds the trace from them.
+        self.trace = rec.build()
+        self._unbuilt = None
         return self.trace
 
 

@@ -545,6 +545,34 @@ def test_keyboard_interrupt_while_waiting_returns_control_and_keeps_the_trace(en
     assert_engine_works()
 
 
+def test_ctrl_c_while_stop_builds_the_trace_keeps_the_records(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Building takes seconds at 1M spans; interrupted, a second ``stop()`` still builds the trace."""
+    from opprof.recorder import Recorder
+
+    prof = Profiler().start()
+    a = nd.ones((2, 2))
+    for _ in range(5):
+        a = a + 1
+    real_build = Recorder.build
+    calls = []
+
+    def interrupted_once(self: Recorder, *args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return real_build(self, *args, **kwargs)
+
+    monkeypatch.setattr(Recorder, "build", interrupted_once)
+    with pytest.raises(KeyboardInterrupt):
+        prof.stop()
+    assert not prof.running and prof.trace is None
+    trace = prof.stop()
+    assert prof.trace is trace and trace.validate() == []
+    assert sum(s.name == "_plus_scalar" for s in trace.spans) == 5
+    assert prof.stop() is trace and len(calls) == 2, "built once more, then kept"
+    assert engine.observer is None
+
+
 class Interrupted(mx.operator.CustomOp):
     def forward(self, is_train, req, in_data, out_data, aux):
         _ = in_data[0] + 1
