@@ -40,6 +40,20 @@ def _mxnet_script_text() -> str:
     raise FileNotFoundError(f"{MXNET_SCRIPT_NAME} is missing from tests/data")
 
 
+def _run_script(tmp_path: Path, text: str, timeout: float, hung: str, **env_extra: str) -> subprocess.CompletedProcess[str]:
+    """Run ``text`` as a script in a fresh interpreter that imports this checkout; ``hung`` fails the test on timeout."""
+    script = tmp_path / "script.py"
+    script.write_text(text)
+    env = dict(os.environ, **env_extra)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
+    try:
+        return subprocess.run(
+            [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(hung)
+
+
 def _port_to_opprof(text: str) -> str:
     """The only changes a user makes: the import, and no profiler calls (opprof has its own)."""
     assert "import mxnet as mx" in text
@@ -594,14 +608,7 @@ def _check_engine_works() -> None:
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("kind", ["naive", "threaded"])
 def test_mxnet_script_runs_unchanged_in_subprocess(kind: str, tmp_path: Path) -> None:
-    script = tmp_path / "custom_op_opprof.py"
-    script.write_text(_port_to_opprof(_mxnet_script_text()))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
-    env["OPPROF_ENGINE"] = kind
-    proc = subprocess.run(
-        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=100, check=False
-    )
+    proc = _run_script(tmp_path, _port_to_opprof(_mxnet_script_text()), 100, "the ported script hung", OPPROF_ENGINE=kind)
     assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
 
 
@@ -1227,14 +1234,7 @@ print("ok")
 
 @pytest.mark.timeout(60)
 def test_backpressure_with_a_slow_custom_op_does_not_deadlock(tmp_path: Path) -> None:
-    script = tmp_path / "backpressure.py"
-    script.write_text(BACKPRESSURE_SCRIPT)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
-    try:
-        proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=8, check=False)
-    except subprocess.TimeoutExpired:
-        pytest.fail("deadlock: the script did not finish in 8 s")
+    proc = _run_script(tmp_path, BACKPRESSURE_SCRIPT, 8, "deadlock: the script did not finish in 8 s")
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr
 
 
@@ -1267,12 +1267,5 @@ print("ok")
 
 @pytest.mark.timeout(60)
 def test_set_engine_while_a_custom_op_runs(tmp_path: Path) -> None:
-    script = tmp_path / "switch_engine.py"
-    script.write_text(SWITCH_ENGINE_SCRIPT)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
-    try:
-        proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=8, check=False)
-    except subprocess.TimeoutExpired:
-        pytest.fail("deadlock: set_engine() did not return in 8 s")
+    proc = _run_script(tmp_path, SWITCH_ENGINE_SCRIPT, 8, "deadlock: set_engine() did not return in 8 s")
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr
