@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
 import pytest
 
 import opprof as mx
@@ -78,3 +79,35 @@ def stop_process(proc: Any, grace_s: float = 10) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
+
+
+# The op of the MXNet 1.9.1 trace script (shared/traces), for the tests that mirror it.
+class MyAddOne(mx.operator.CustomOp):
+    """The op of the MXNet trace script: out = (2 tanh(x) + 1) * 3, grad = 3 * out_grad."""
+
+    def forward(self, is_train, req, in_data, out_data, aux):
+        x = in_data[0]
+        y = np.tanh(x.asnumpy()) * 2
+        z = mx.nd.array(y) + 1
+        z = z * 3
+        self.assign(out_data[0], req[0], z)
+
+    def backward(self, req, out_grad, in_data, out_data, in_grad, aux):
+        self.assign(in_grad[0], req[0], out_grad[0] * 3)
+
+
+class MyAddOneProp(mx.operator.CustomOpProp):
+    def __init__(self):
+        super().__init__(need_top_grad=True)
+
+    def list_arguments(self):
+        return ["data"]
+
+    def list_outputs(self):
+        return ["output"]
+
+    def infer_shape(self, in_shape):
+        return in_shape, [in_shape[0]], []
+
+    def create_operator(self, ctx, shapes, dtypes):
+        return MyAddOne()

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import MyAddOneProp
 
 import opprof as mx
 from opprof import nd
@@ -132,37 +133,6 @@ class Recorder:
 
 
 # ---------------------------------------------------------------------------- custom ops
-class MyAddOne(mx.operator.CustomOp):
-    """The op of the MXNet trace script: out = (2 tanh(x) + 1) * 3, grad = 3 * out_grad."""
-
-    def forward(self, is_train, req, in_data, out_data, aux):
-        x = in_data[0]
-        y = np.tanh(x.asnumpy()) * 2
-        z = mx.nd.array(y) + 1
-        z = z * 3
-        self.assign(out_data[0], req[0], z)
-
-    def backward(self, req, out_grad, in_data, out_data, in_grad, aux):
-        self.assign(in_grad[0], req[0], out_grad[0] * 3)
-
-
-class MyAddOneProp(mx.operator.CustomOpProp):
-    def __init__(self):
-        super().__init__(need_top_grad=True)
-
-    def list_arguments(self):
-        return ["data"]
-
-    def list_outputs(self):
-        return ["output"]
-
-    def infer_shape(self, in_shape):
-        return in_shape, [in_shape[0]], []
-
-    def create_operator(self, ctx, shapes, dtypes):
-        return MyAddOne()
-
-
 def my_add_one_np(x: np.ndarray) -> np.ndarray:
     return (np.tanh(x) * 2 + 1) * 3
 

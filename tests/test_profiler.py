@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers import MyAddOneProp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -321,32 +322,7 @@ def assert_round_trip(a: Trace, b: Trace) -> None:
 def test_mxnet_example_under_the_profiler(engine: Engine, check_chrome: Callable[..., list[str]]) -> None:
     """The MXNet 1.9.1 script's loop: Custom, *2, backward, a plain op, three times."""
 
-    class MyAddOne(mx.operator.CustomOp):
-        def forward(self, is_train, req, in_data, out_data, aux):
-            y = np.tanh(in_data[0].asnumpy()) * 2
-            z = mx.nd.array(y) + 1
-            z = z * 3
-            self.assign(out_data[0], req[0], z)
-
-        def backward(self, req, out_grad, in_data, out_data, in_grad, aux):
-            self.assign(in_grad[0], req[0], out_grad[0] * 3)
-
-    @mx.operator.register("ProfMyAddOne")
-    class MyAddOneProp(mx.operator.CustomOpProp):
-        def __init__(self):
-            super().__init__(need_top_grad=True)
-
-        def list_arguments(self):
-            return ["data"]
-
-        def list_outputs(self):
-            return ["output"]
-
-        def infer_shape(self, in_shape):
-            return in_shape, [in_shape[0]], []
-
-        def create_operator(self, ctx, shapes, dtypes):
-            return MyAddOne()
+    mx.operator.register("ProfMyAddOne")(MyAddOneProp)
 
     a = mx.nd.ones((100, 100))
     a.attach_grad()
