@@ -17,8 +17,11 @@ $(STAMP): pyproject.toml | $(BIN)/python
 demo: $(STAMP)
 	$(BIN)/opprof demo
 
+# ruff; the import contract (layers point down, see pyproject.toml); mypy on the package.
 lint: $(STAMP)
 	$(BIN)/ruff check opprof tests benchmarks
+	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 test: lint
 	$(BIN)/python -m pytest

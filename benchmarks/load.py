@@ -8,7 +8,7 @@ peak RSS growth during the call (``VmHWM`` reset before it, less ``VmRSS`` befor
 tracing slows Python, so its time is not used).
 
 Cases: N plain op spans (one ``X`` slice each, as in an op-only profile); N spans shaped like the
-profiler's (custom-op families with args, async tracks and flows: :mod:`opprof.synthetic`); and a
+profiler's (custom-op families with args, async tracks and flows: :mod:`opprof.trace.synthetic`); and a
 foreign file of N ``B``/``E`` events with 64-bit tids (MXNet-like), loaded through the importer.
 Goal (issue 7): exporting 1M spans takes <= 3 s.
 """
@@ -86,7 +86,7 @@ if mode == "export-ops":
     _, result = measured(lambda: trace.save(path))
     result["spans"] = len(trace.spans)
 elif mode == "export-profile":
-    from opprof.synthetic import synthetic_trace
+    from opprof.trace.synthetic import synthetic_trace
     trace = synthetic_trace(n)
     _, result = measured(lambda: trace.save(path))
     result["spans"] = len(trace.spans)

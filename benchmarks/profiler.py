@@ -24,9 +24,9 @@ import time
 from collections.abc import Callable
 
 import opprof as mx
-from opprof import operator as op_mod
-from opprof.engine import Var, _Opr
-from opprof.recorder import Recorder
+from opprof.engine import Invocation, Opr, Var
+from opprof.engine.state import thread_state
+from opprof.profiler import Recorder
 
 try:
     from benchmarks.common import Row, interleaved, print_rows, progress
@@ -53,16 +53,16 @@ def _noop() -> None:
     pass
 
 
-def _opr() -> _Opr:
-    return _Opr(_noop, (), (Var(),), "_plus_scalar", False, False, None)
+def _opr() -> Opr:
+    return Opr(_noop, (), (Var(),), "_plus_scalar", False, False, None)
 
 
 def naming_cost_ns(n: int, inside: bool) -> float:
     rec = Recorder()
     opr = _opr()
-    inv = op_mod.Invocation("MyAddOne", 1, False)
-    prev = getattr(op_mod._tls, "invocation", None)
-    op_mod._tls.invocation = inv if inside else None
+    inv = Invocation("MyAddOne", 1, False)
+    prev = thread_state.invocation
+    thread_state.invocation = inv if inside else None
     try:
         on_push = rec.on_push
         t = time.perf_counter_ns()
@@ -70,7 +70,7 @@ def naming_cost_ns(n: int, inside: bool) -> float:
             on_push(opr)
         return (time.perf_counter_ns() - t) / n
     finally:
-        op_mod._tls.invocation = prev
+        thread_state.invocation = prev
 
 
 def span_cost_ns(n: int) -> float:

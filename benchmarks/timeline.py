@@ -1,12 +1,12 @@
 """Timeline cost: build time and saved HTML size at 10k, 100k and 1M spans.
 
 Run: ``python benchmarks/timeline.py`` (or ``make bench`` for the whole suite). Traces come from
-:func:`opprof.synthetic.synthetic_trace` (the profiler's shape: thread lanes, custom-op families,
+:func:`opprof.trace.synthetic.synthetic_trace` (the profiler's shape: thread lanes, custom-op families,
 flows). Figures are medians of ``--repeats`` interleaved runs of each stage:
 
-* layout: :func:`opprof.layout.build_layout` (lanes, rows, custom-op bands);
-* build: :func:`opprof.timeline.build_timeline` (layout + level of detail + Bokeh models);
-* save: :func:`opprof.timeline.save_html`, everything up to a standalone HTML file with BokehJS
+* layout: :func:`opprof.view.layout.build_layout` (lanes, rows, custom-op bands);
+* build: :func:`opprof.view.build_timeline` (layout + level of detail + Bokeh models);
+* save: :func:`opprof.view.save_html`, everything up to a standalone HTML file with BokehJS
   inline; its size is the file's. This is the number the goal is about: 1M spans in <= 3 s, <= 15 MB.
 * refine: one widget level-of-detail refinement after zooming to 1/100 of the trace.
 
@@ -22,9 +22,9 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from opprof.layout import build_layout
-from opprof.synthetic import synthetic_trace
-from opprof.timeline import build_timeline, save_html
+from opprof.trace.synthetic import synthetic_trace
+from opprof.view.figure import build_timeline, save_html
+from opprof.view.layout import build_layout
 
 try:
     from benchmarks.common import Row, interleaved, print_rows, progress

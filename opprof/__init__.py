@@ -1,23 +1,39 @@
 """opprof: see where the time goes inside custom operators of an asynchronous operator engine.
 
 ``import opprof as mx`` gives MXNet's imperative API (``mx.nd``, ``mx.autograd``,
-``mx.operator``) on a Python dependency engine, so MXNet custom-operator code runs unchanged.
+``mx.operator``, ``mx.random``, ``mx.profiler``) on a Python dependency engine, so MXNet
+custom-operator code runs unchanged.
+
+The package is layered; imports point down only (``make lint`` checks it)::
+
+    cli, jupyter      the command line; the notebook magics and page
+    demo              the built-in workload
+    view, profiler    the timeline figure and widget; the recorder and mx.profiler
+    nd                NDArray, operators, autograd, custom operators
+    engine            vars and ops, naive and threaded engines, the Ctrl-C shield
+    trace             the model, its analyses, file formats and text (reads no other layer)
 """
 
 from __future__ import annotations
 
-from . import autograd, engine, operator, profiler, random, trace
-from . import ndarray as nd
-from .context import Context, cpu, current_context, gpu
+from typing import Any
+
+from . import engine, moved, nd, profiler, trace
 from .engine import get_engine, set_engine
-from .ndarray import NDArray
+from .nd import NDArray, autograd, context, operator, random
+from .nd.context import Context, cpu, current_context, gpu
 from .profiler import Profiler, profile
 
 ndarray = nd
 
+# MXNet's module names (``import mxnet.ndarray as nd``) are these modules.
+for _name, _module in {"ndarray": nd, "autograd": autograd, "operator": operator, "random": random, "context": context}.items():
+    moved.alias(f"{__name__}.{_name}", _module)
+moved.install()
+
 #: Public names whose modules import Bokeh/ipywidgets: loaded on first use, so `import opprof`
 #: stays light (and works without a display stack) for code that only profiles.
-_LAZY = {"timeline": ("opprof.widget", "timeline"), "save_html": ("opprof.timeline", "save_html")}
+_LAZY = {"timeline": ("opprof.jupyter", "timeline"), "save_html": ("opprof.view", "save_html")}
 
 
 def __getattr__(name: str) -> object:
@@ -36,7 +52,10 @@ __version__ = "0.1.0"
 __all__ = [
     "Context",
     "NDArray",
+    "Profiler",
+    "__version__",
     "autograd",
+    "context",
     "cpu",
     "current_context",
     "engine",
@@ -47,27 +66,22 @@ __all__ = [
     "operator",
     "profile",
     "profiler",
-    "Profiler",
-    "trace",
     "random",
     "save_html",
     "set_engine",
     "timeline",
-    "__version__",
+    "trace",
 ]
 
 
-def load_ipython_extension(ipython: object) -> None:
+def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext opprof``: register ``%%opprof``, ``%opprof_view``, ``%opprof_init``; load BokehJS."""
-    from .magics import OpprofMagics, _load_bokehjs
+    from .jupyter import load_ipython_extension as load
 
-    ipython.register_magics(OpprofMagics)  # type: ignore[attr-defined]
-    if getattr(ipython, "kernel", None) is not None:  # a notebook, not terminal IPython
-        _load_bokehjs()
+    load(ipython)
 
 
-def unload_ipython_extension(ipython: object) -> None:
-    magics = ipython.magics_manager.magics  # type: ignore[attr-defined]
-    magics["cell"].pop("opprof", None)
-    magics["line"].pop("opprof_view", None)
-    magics["line"].pop("opprof_init", None)
+def unload_ipython_extension(ipython: Any) -> None:
+    from .jupyter import unload_ipython_extension as unload
+
+    unload(ipython)

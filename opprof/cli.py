@@ -15,25 +15,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import __version__
-from .report import SORT_KEYS, stats_json, stats_table
+from .trace import Trace, TraceFormatError, load
+from .trace.jsonio import output_path_problem
+from .trace.stats import SORT_KEYS
+from .trace.text import split_table, stats_json, stats_table, summary_line
 
 __all__ = ["main"]
 
 
 class CommandError(Exception):
     """A failure to report as one line."""
-
-
-def output_path_problem(path: str) -> str | None:
-    """Why ``path`` cannot be written (checked before any work runs), or ``None``."""
-    parent = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        return f"{path} is a directory"
-    if not os.path.isdir(parent):
-        return f"no such directory: {parent}"
-    if not os.access(parent, os.W_OK):
-        return f"cannot write in {parent}"
-    return None
 
 
 def _check_outputs(**paths: str | None) -> None:
@@ -43,20 +34,17 @@ def _check_outputs(**paths: str | None) -> None:
             raise CommandError(f"--{option}: {problem}")
 
 
-def _save_html(trace: object, path: str) -> bool:
+def _save_html(trace: Trace, path: str) -> bool:
     try:
-        from .timeline import save_html
+        from .view import save_html  # Bokeh: imported only by the commands that draw
     except ImportError as e:
         print(f"opprof: timeline HTML not written ({e})", file=sys.stderr)
         return False
-    save_html(trace, path)  # type: ignore[arg-type]
+    save_html(trace, path)
     return True
 
 
-def _load(path: str) -> object:
-    from .chrome import TraceFormatError
-    from .trace import load
-
+def _load(path: str) -> Trace:
     if not os.path.exists(path):
         raise CommandError(f"no such file: {path}")
     try:
@@ -80,12 +68,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_view(args: argparse.Namespace) -> int:
-    from .magics import summary_line
-
     out = args.output or str(Path(args.trace).with_suffix("").with_suffix("")) + ".html"
     _check_outputs(output=out)
     trace = _load(args.trace)
-    print(summary_line(trace))  # type: ignore[arg-type]
+    print(summary_line(trace))
     if not _save_html(trace, out):
         return 1
     print(f"timeline written to {out}")
@@ -95,14 +81,13 @@ def cmd_view(args: argparse.Namespace) -> int:
 def cmd_stats(args: argparse.Namespace) -> int:
     trace = _load(args.trace)
     if args.format == "json":
-        print(stats_json([trace], sort_by=args.sort_by))  # type: ignore[list-item]
+        print(stats_json([trace], sort_by=args.sort_by))
     else:
-        print(stats_table([trace], sort_by=args.sort_by, top=args.top))  # type: ignore[list-item]
+        print(stats_table([trace], sort_by=args.sort_by, top=args.top))
     return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .magics import split_table, summary_line
     from .profiler import INTERRUPT_GRACE_S, Profiler
 
     script = args.script

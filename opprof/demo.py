@@ -15,11 +15,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-import opprof as mx
-from opprof.report import custom_op_summary
+from opprof import engine, nd
+from opprof.nd import autograd, operator
+from opprof.profiler import profile
+from opprof.trace.stats import custom_op_summary
 
 
-class ScaledTanh(mx.operator.CustomOp):
+class ScaledTanh(operator.CustomOp):
     """``tanh(x) * scale + 1``: NumPy on the custom-op thread, then NDArray sub-operators."""
 
     def __init__(self, scale: float) -> None:
@@ -27,7 +29,7 @@ class ScaledTanh(mx.operator.CustomOp):
 
     def forward(self, is_train, req, in_data, out_data, aux):  # type: ignore[no-untyped-def]
         t = np.tanh(in_data[0].asnumpy())  # pure Python/NumPy part
-        y = mx.nd.array(t, dtype=t.dtype) * self.scale + 1  # sub-operators
+        y = nd.array(t, dtype=t.dtype) * self.scale + 1  # sub-operators
         self.assign(out_data[0], req[0], y)
 
     def backward(self, req, out_grad, in_data, out_data, in_grad, aux):  # type: ignore[no-untyped-def]
@@ -35,8 +37,8 @@ class ScaledTanh(mx.operator.CustomOp):
         self.assign(in_grad[0], req[0], out_grad[0] * (1 - t * t) * self.scale)
 
 
-@mx.operator.register("ScaledTanh")
-class ScaledTanhProp(mx.operator.CustomOpProp):
+@operator.register("ScaledTanh")
+class ScaledTanhProp(operator.CustomOpProp):
     def __init__(self, scale: str = "1.0") -> None:
         super().__init__(need_top_grad=True)
         self.scale = float(scale)  # MXNet passes keyword arguments as strings
@@ -45,7 +47,7 @@ class ScaledTanhProp(mx.operator.CustomOpProp):
         return ScaledTanh(self.scale)
 
 
-class RowSquaredError(mx.operator.CustomOp):
+class RowSquaredError(operator.CustomOp):
     """Per-row squared error of two inputs: all sub-operators, no NumPy."""
 
     def forward(self, is_train, req, in_data, out_data, aux):  # type: ignore[no-untyped-def]
@@ -58,8 +60,8 @@ class RowSquaredError(mx.operator.CustomOp):
         self.assign(in_grad[1], req[1], -g)
 
 
-@mx.operator.register("RowSquaredError")
-class RowSquaredErrorProp(mx.operator.CustomOpProp):
+@operator.register("RowSquaredError")
+class RowSquaredErrorProp(operator.CustomOpProp):
     def list_arguments(self):  # type: ignore[no-untyped-def]
         return ["pred", "label"]
 
@@ -73,18 +75,21 @@ class RowSquaredErrorProp(mx.operator.CustomOpProp):
 def train(steps: int = 5, batch: int = 64, features: int = 8, outputs: int = 4, seed: int = 0) -> list[float]:
     """Train the demo model for ``steps`` SGD steps; return the mean loss of each step."""
     rng = np.random.default_rng(seed)
-    x = mx.nd.array(rng.normal(size=(batch, features)))
+    x = nd.array(rng.normal(size=(batch, features)))
     true_w = rng.normal(size=(features, outputs)) * 0.5
-    y = mx.nd.array(np.tanh(x.asnumpy() @ true_w) * 0.5 + 1)
-    w = mx.nd.array(rng.normal(size=(features, outputs)) * 0.1)
+    y = nd.array(np.tanh(x.asnumpy() @ true_w) * 0.5 + 1)
+    w = nd.array(rng.normal(size=(features, outputs)) * 0.1)
     w.attach_grad()
     losses = []
     for _ in range(steps):
-        with mx.autograd.record():
-            h = mx.nd.dot(x, w)
-            a = mx.nd.Custom(h, op_type="ScaledTanh", scale=0.5)
-            loss = mx.nd.Custom(a, y, op_type="RowSquaredError")
+        with autograd.record():
+            h = nd.dot(x, w)
+            a = nd.Custom(h, op_type="ScaledTanh", scale=0.5)
+            assert isinstance(a, nd.NDArray)  # one output
+            loss = nd.Custom(a, y, op_type="RowSquaredError")
+            assert isinstance(loss, nd.NDArray)
         loss.backward()
+        assert w.grad is not None
         w -= 0.05 * w.grad
         losses.append(float(loss.mean().asscalar()))
     return losses
@@ -104,17 +109,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--threads must be at least 1")
 
     if args.engine == "threaded":
-        mx.set_engine("threaded", workers=args.threads)
+        engine.set_engine("threaded", workers=args.threads)
     else:
-        mx.set_engine("naive")
+        engine.set_engine("naive")
     t0 = time.perf_counter()
-    with mx.profile() as prof:
+    with profile() as prof:
         losses = train(args.steps)
     elapsed = time.perf_counter() - t0
     trace = prof.trace
     assert trace is not None
 
-    print(f"opprof demo: {args.steps} training steps on the {mx.get_engine().kind} engine in {elapsed * 1e3:.1f} ms")
+    print(f"opprof demo: {args.steps} training steps on the {engine.get_engine().kind} engine in {elapsed * 1e3:.1f} ms")
     for i, loss in enumerate(losses):
         if i < 3 or i == len(losses) - 1:
             print(f"  step {i + 1:3d}  loss {loss:.5f}")

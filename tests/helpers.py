@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import opprof as mx
+from opprof.engine import EngineObserver
 
 
 @pytest.fixture(params=["naive", "threaded"], autouse=True)
@@ -22,7 +23,7 @@ def both_engines(request: pytest.FixtureRequest) -> Iterator[Any]:
         mx.set_engine("threaded")
 
 
-class PushRecorder:
+class PushRecorder(EngineObserver):
     """An engine observer that remembers every pushed op (and still runs it)."""
 
     def __init__(self) -> None:

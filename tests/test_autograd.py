@@ -12,7 +12,7 @@ import pytest
 from helpers import PushRecorder, both_engines, record_pushes  # noqa: F401 - both_engines is an autouse fixture
 
 import opprof as mx
-from opprof import ops as registry
+from opprof.nd import ops as registry
 
 ag = mx.autograd
 

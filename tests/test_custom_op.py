@@ -22,7 +22,7 @@ from helpers import MyAddOneProp
 
 import opprof as mx
 from opprof import nd
-from opprof.operator import Invocation
+from opprof.engine import EngineObserver, Invocation
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -108,7 +108,7 @@ def _is_threaded(eng: mx.engine.Engine) -> bool:
     return eng.kind == "threaded"
 
 
-class Recorder:
+class Recorder(EngineObserver):
     """Engine observer: every push (name, info, the pusher's invocation, its thread) and every run."""
 
     def __init__(self) -> None:

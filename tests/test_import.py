@@ -19,9 +19,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from opprof.chrome import TraceFormatError, from_chrome, to_chrome
-from opprof.importer import recover_mxnet
-from opprof.trace import Trace, load
+from opprof.trace import Trace, TraceFormatError, from_chrome, load
+from opprof.trace.chrome import to_chrome
+from opprof.trace.mxnet import recover_mxnet
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -27,11 +27,10 @@ from hypothesis import strategies as st
 import opprof as mx
 import opprof.profiler
 from opprof import nd
-from opprof.chrome import from_chrome, to_chrome
 from opprof.engine import Engine
-from opprof.profiler import ProfilerError, profile
-from opprof.recorder import Recorder
-from opprof.trace import Span, Trace
+from opprof.profiler import ProfilerError, Recorder, profile
+from opprof.trace import Span, Trace, from_chrome
+from opprof.trace.chrome import to_chrome
 
 pytestmark = pytest.mark.timeout(60)
 

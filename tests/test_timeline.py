@@ -14,10 +14,11 @@ from bokeh.models import BoxZoomTool, CustomJS, CustomJSHover, PanTool, Range1d,
 
 import opprof
 import opprof.demo
-from opprof.layout import ROLE_NAMES, blocks, build_layout, visible
-from opprof.synthetic import synthetic_trace
-from opprof.timeline import PALETTE, ROLE_COLORS, ROLE_LABELS, build_timeline, fmt_us, save_html
 from opprof.trace import Span, ThreadInfo, Trace
+from opprof.trace.synthetic import synthetic_trace
+from opprof.trace.text import fmt_us
+from opprof.view.figure import PALETTE, ROLE_COLORS, ROLE_LABELS, build_timeline, save_html
+from opprof.view.layout import ROLE_NAMES, blocks, build_layout
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -194,7 +195,7 @@ def test_lod_counts_sum_to_the_spans_and_stay_under_a_budget(big) -> None:
         assert int(b.counts.sum()) == len(lay)
         assert len(b) <= 2 * rows * pixels
         assert np.all(b.right >= lay.left[b.items])
-    _, counts = visible(lay, x0, x1, 1000)
+    counts = blocks(lay, x0, x1, 1000).counts
     assert int(counts.sum()) == len(lay)
     # Zoomed to 1/1000 of the trace: only what is on screen, mostly unmerged.
     w = (x1 - x0) / 1000
@@ -228,6 +229,6 @@ def test_import_opprof_does_not_import_bokeh() -> None:
     code = "import sys, opprof; print(any(m.split('.')[0] in ('bokeh', 'ipywidgets', 'jupyter_bokeh') for m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
-    code = "import opprof.timeline, opprof, opprof.trace as t; print(type(opprof.timeline(t.Trace(), load_js=False)).__name__)"
+    code = "import opprof.view, opprof, opprof.trace as t; print(type(opprof.timeline(t.Trace(), load_js=False)).__name__)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "TimelineWidget"

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from opprof.timeline import save_html
 from opprof.trace import Flow, Span, ThreadInfo, Trace
+from opprof.view import save_html
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(120)]
 

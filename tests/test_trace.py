@@ -20,9 +20,23 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from opprof import chrome
-from opprof.chrome import TraceFormatError, from_chrome, to_chrome
-from opprof.trace import CounterSample, Flow, Instant, Span, StatRow, ThreadInfo, Trace, load, split_invocation, validate
+from opprof.trace import (
+    CUSTOM_OP,
+    CounterSample,
+    Flow,
+    Instant,
+    Span,
+    StatRow,
+    ThreadInfo,
+    Trace,
+    TraceFormatError,
+    chrome,
+    from_chrome,
+    load,
+    split_invocation,
+    validate,
+)
+from opprof.trace.chrome import to_chrome
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -32,13 +46,13 @@ BIG = 2_913_589_117_617  # a realistic perf_counter_ns() origin
 
 # ---------------------------------------------------------------------------- building traces
 def child(op: str, what: str, role: str, tid: int, start: int, end: int, inv: int = 1) -> Span:
-    return Span(f"{op}::{what}", "custom", tid, start, end, {"op_type": op, "role": role, "invocation": inv})
+    return Span(f"{op}::{what}", CUSTOM_OP, tid, start, end, {"op_type": op, "role": role, "invocation": inv})
 
 
 def parent(op: str, tid: int, start: int, end: int, inv: int = 1, backward: bool = False, **extra: Any) -> Span:
     name = f"_backward_{op}" if backward else op
     return Span(
-        name, "custom", tid, start, end, {"op_type": op, "role": "parent", "invocation": inv, "backward": backward, **extra}
+        name, CUSTOM_OP, tid, start, end, {"op_type": op, "role": "parent", "invocation": inv, "backward": backward, **extra}
     )
 
 
@@ -79,9 +93,11 @@ def threaded_trace(base: int = 0) -> Trace:
         child("MyOp", "Dummy_Wait", "dummy_wait", ENGINE, b + 190, b + 200),
         plain("_plus_scalar", ENGINE, b + 205, b + 215),
         parent("MyOp", ENGINE, b + 220, b + 250, inv=2, backward=True, error="ValueError: boom"),
-        Span(f"{bw}::pure_python", "custom", CUSTOM, b + 222, b + 240, {"op_type": "MyOp", "role": "python", "invocation": 2}),
-        Span(f"{bw}::_mul_scalar", "custom", ENGINE, b + 230, b + 235, {"op_type": "MyOp", "role": "subop", "invocation": 2}),
-        Span(f"{bw}::Dummy_Wait", "custom", ENGINE, b + 245, b + 250, {"op_type": "MyOp", "role": "dummy_wait", "invocation": 2}),
+        Span(f"{bw}::pure_python", CUSTOM_OP, CUSTOM, b + 222, b + 240, {"op_type": "MyOp", "role": "python", "invocation": 2}),
+        Span(f"{bw}::_mul_scalar", CUSTOM_OP, ENGINE, b + 230, b + 235, {"op_type": "MyOp", "role": "subop", "invocation": 2}),
+        Span(
+            f"{bw}::Dummy_Wait", CUSTOM_OP, ENGINE, b + 245, b + 250, {"op_type": "MyOp", "role": "dummy_wait", "invocation": 2}
+        ),
     ]
     flows = [
         Flow(1, "MyOp::_plus_scalar", "push", CUSTOM, b + 115, ENGINE, b + 125),
@@ -385,7 +401,7 @@ def test_stats_counts_every_span_of_the_family_trace() -> None:
     rows = {(r.cat, r.name): r for r in t.stats()}
     assert sum(r.count for r in rows.values()) == len(t.spans)
     assert sum(r.total_ns for r in rows.values()) == sum(s.dur for s in t.spans)
-    assert rows[("custom", "MyOp")].count == 1 and rows[("custom", "MyOp")].total_ns == 100
+    assert rows[(CUSTOM_OP, "MyOp")].count == 1 and rows[(CUSTOM_OP, "MyOp")].total_ns == 100
     assert rows[("operator", "_plus_scalar")].total_ns == 10
 
 
@@ -661,3 +677,25 @@ def test_chrome_export_of_an_empty_trace() -> None:
     assert [e["ph"] for e in obj["traceEvents"]] == ["M"]
     back = from_chrome(obj)
     assert (back.spans, back.flows, back.threads) == ([], [], [])
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["op", "custom_op", "wait"]), st.sampled_from(["a", "b", "a::x", "<b>"]), st.integers(0, 10**12)
+        ),
+        max_size=60,
+    )
+)
+@settings(max_examples=150, deadline=None)
+def test_vectorised_stats_equal_a_plain_loop(rows: list[tuple[str, str, int]]) -> None:
+    spans = [Span(name, cat, 1, 1_000 * i, 1_000 * i + dur) for i, (cat, name, dur) in enumerate(rows)]
+    expected: dict[tuple[str, str], list[int]] = {}
+    for s in spans:
+        acc = expected.setdefault((s.cat, s.name), [])
+        acc.append(s.dur)
+    want = sorted(
+        (StatRow(name, cat, len(d), sum(d), min(d), max(d)) for (cat, name), d in expected.items()),
+        key=lambda r: (-r.total_ns, r.cat, r.name),
+    )
+    assert Trace(threads=[ThreadInfo(1, "t")], spans=spans).stats() == want

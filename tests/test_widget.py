@@ -11,10 +11,12 @@ import numpy as np
 import pytest
 
 import opprof
-from opprof.layout import ROLE_NAMES
-from opprof.synthetic import synthetic_trace
+from opprof.jupyter import load_bokehjs
 from opprof.trace import Trace
-from opprof.widget import TimelineWidget, load_bokehjs, summary
+from opprof.trace.synthetic import synthetic_trace
+from opprof.trace.text import text_summary as summary
+from opprof.view import TimelineWidget
+from opprof.view.layout import ROLE_NAMES
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -165,7 +167,7 @@ def test_load_bokehjs_emits_inline_resources_once_per_kernel(monkeypatch: pytest
     import bokeh.io
     import IPython
 
-    import opprof.widget as widget_module
+    import opprof.jupyter.bokehjs as widget_module
 
     calls: list[Any] = []
     monkeypatch.setattr(IPython, "get_ipython", lambda: SimpleNamespace(kernel=object()))

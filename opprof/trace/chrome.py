@@ -11,7 +11,7 @@ nanoseconds survive):
 * flow events (``s``/``f``) from the push inside a custom op's Python to the sub-op's slice.
 
 ``load`` reads such a file back losslessly (``otherData.opprof`` carries what Chrome has no field for);
-every other Chrome trace (MXNet, PyTorch, VizTracer, Chrome itself) goes to :mod:`opprof.importer`.
+every other Chrome trace (MXNet, PyTorch, VizTracer, Chrome itself) goes to :mod:`.importer`.
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ import os
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from .importer import TraceFormatError, _loads, import_chrome, no_gc, parse_json, read_trace_file
-from .trace import CounterSample, Flow, Instant, Span, ThreadInfo, Trace, dumps_json, open_maybe_gzip
+from .importer import import_chrome
+from .jsonio import TraceFormatError, dumps, loads, no_gc, open_maybe_gzip, parse_json, read_trace_file
+from .records import CUSTOM_OP, CounterSample, Flow, Instant, Role, Span, ThreadInfo, TraceData, role_of
 
-__all__ = ["to_chrome", "from_chrome", "save", "load", "TraceFormatError"]
+__all__ = ["from_chrome", "load", "save", "to_chrome"]
 
 PID = 0
 
@@ -47,7 +48,7 @@ def _async_children(parent: Span, family: list[Span]) -> list[Span]:
     return kept
 
 
-def to_chrome(trace: Trace) -> dict[str, Any]:
+def to_chrome(trace: TraceData) -> dict[str, Any]:
     """The Chrome Trace Event JSON object for ``trace``."""
     with no_gc():  # millions of small acyclic dicts: collections would only walk them
         t0 = _origin(trace)
@@ -60,29 +61,41 @@ def to_chrome(trace: Trace) -> dict[str, Any]:
 CHUNK = 50_000
 
 
-def _origin(trace: Trace) -> int:
+def _origin(trace: TraceData) -> int:
     t0 = min((s.start for s in trace.spans), default=0)
     return min([t0, *(f.src_ts for f in trace.flows), *(i.ts for i in trace.instants), *(c.ts for c in trace.counters)])
 
 
-def _other_data(trace: Trace, t0: int) -> dict[str, Any]:
+def _other_data(trace: TraceData, t0: int) -> dict[str, Any]:
     # Flows are not repeated here: their s/f events hold every field (files before 2026-11-30 did).
     return {"opprof": {"t0_ns": t0, "metadata": trace.metadata}}
 
 
-def _event_chunks(trace: Trace, t0: int) -> Iterator[list[dict[str, Any]]]:
-    """The trace's events, in lists of about ``CHUNK``."""
+def _event_chunks(trace: TraceData, t0: int) -> Iterator[list[dict[str, Any]]]:
+    """The trace's events, in lists of at most about ``CHUNK``: names, slices, custom-op tracks, flows, the rest.
+
+    Each part is one loop that reads fields directly (no properties, no helper call per event):
+    a profile of 1M spans is about 2.5M events.
+    """
+    families: dict[int, list[Span]] = {}
+    parents: dict[int, Span] = {}
+    yield from _slice_chunks(trace, t0, families, parents)
+    yield from _track_chunks(families, parents, t0)
+    yield from _flow_chunks(trace, t0)
+    yield _point_events(trace, t0)
+
+
+def _slice_chunks(
+    trace: TraceData, t0: int, families: dict[int, list[Span]], parents: dict[int, Span]
+) -> Iterator[list[dict[str, Any]]]:
+    """Metadata, then one ``X`` slice per span on its thread; fills ``families`` and ``parents``."""
     events: list[dict[str, Any]] = [
         {"ph": "M", "name": "process_name", "pid": PID, "tid": 0, "args": {"name": trace.metadata.get("process_name", "opprof")}}
     ]
     for i, t in enumerate(trace.threads):
         events.append({"ph": "M", "name": "thread_name", "pid": PID, "tid": t.tid, "args": {"name": t.name}})
         events.append({"ph": "M", "name": "thread_sort_index", "pid": PID, "tid": t.tid, "args": {"sort_index": i}})
-
-    # The hot loops (one pass per span) read fields directly: no properties, no helper calls.
     append = events.append
-    families: dict[int, list[Span]] = {}
-    parents: dict[int, Span] = {}
     for s in trace.spans:
         args = s.args
         if args:
@@ -92,7 +105,7 @@ def _event_chunks(trace: Trace, t0: int) -> Iterator[list[dict[str, Any]]]:
                 if family is None:
                     families[inv] = family = []
                 family.append(s)
-            if args.get("role") == "parent":
+            if args.get("role") == Role.PARENT:
                 if inv is not None:
                     parents.setdefault(inv, s)
                 continue
@@ -112,37 +125,39 @@ def _event_chunks(trace: Trace, t0: int) -> Iterator[list[dict[str, Any]]]:
             yield events
             events = []
             append = events.append
+    yield events
 
+
+def _track_chunks(families: dict[int, list[Span]], parents: dict[int, Span], t0: int) -> Iterator[list[dict[str, Any]]]:
+    """One nestable async track per invocation: its parent, and the children that nest inside it."""
+    events: list[dict[str, Any]] = []
+    append = events.append
     for inv, family in families.items():
         parent = parents.get(inv)
         if parent is None:
             continue
         tid = parent.tid
         name = parent.name
-        append(
-            {
-                "name": name,
-                "cat": "custom_op",
-                "id": inv,
-                "pid": PID,
-                "tid": tid,
-                "ph": "b",
-                "ts": (parent.start - t0) / 1e3,
-                "args": parent.args,
-            }
-        )
-        append({"name": name, "cat": "custom_op", "id": inv, "pid": PID, "tid": tid, "ph": "e", "ts": (parent.end - t0) / 1e3})
+        ts = (parent.start - t0) / 1e3
+        append({"name": name, "cat": CUSTOM_OP, "id": inv, "pid": PID, "tid": tid, "ph": "b", "ts": ts, "args": parent.args})
+        append({"name": name, "cat": CUSTOM_OP, "id": inv, "pid": PID, "tid": tid, "ph": "e", "ts": (parent.end - t0) / 1e3})
         # The children carry no args here: their slices on their threads have them (a quarter of
         # a profile's file was these copies).
         for s in _async_children(parent, family):
             name = s.name
-            append({"name": name, "cat": "custom_op", "id": inv, "pid": PID, "tid": tid, "ph": "b", "ts": (s.start - t0) / 1e3})
-            append({"name": name, "cat": "custom_op", "id": inv, "pid": PID, "tid": tid, "ph": "e", "ts": (s.end - t0) / 1e3})
+            append({"name": name, "cat": CUSTOM_OP, "id": inv, "pid": PID, "tid": tid, "ph": "b", "ts": (s.start - t0) / 1e3})
+            append({"name": name, "cat": CUSTOM_OP, "id": inv, "pid": PID, "tid": tid, "ph": "e", "ts": (s.end - t0) / 1e3})
         if len(events) >= CHUNK:
             yield events
             events = []
             append = events.append
+    yield events
 
+
+def _flow_chunks(trace: TraceData, t0: int) -> Iterator[list[dict[str, Any]]]:
+    """Flow arrows: an ``s`` at the push, an ``f`` at the start of the op it pushed."""
+    events: list[dict[str, Any]] = []
+    append = events.append
     for f in trace.flows:
         name, cat, fid = f.name, f.cat, f.id
         append({"name": name, "cat": cat, "id": fid, "pid": PID, "ph": "s", "tid": f.src_tid, "ts": (f.src_ts - t0) / 1e3})
@@ -153,15 +168,20 @@ def _event_chunks(trace: Trace, t0: int) -> Iterator[list[dict[str, Any]]]:
             yield events
             events = []
             append = events.append
-
-    for i in trace.instants:
-        ev = {"ph": "i", "s": "t", "name": i.name, "cat": i.cat, "pid": PID, "tid": i.tid, "ts": _us(i.ts, t0)}
-        if i.args:
-            ev["args"] = i.args
-        append(ev)
-    for c in trace.counters:
-        append({"ph": "C", "name": c.name, "pid": PID, "tid": 0, "ts": _us(c.ts, t0), "args": c.values})
     yield events
+
+
+def _point_events(trace: TraceData, t0: int) -> list[dict[str, Any]]:
+    """Instants and counter samples."""
+    events: list[dict[str, Any]] = []
+    for inst in trace.instants:
+        ev = {"ph": "i", "s": "t", "name": inst.name, "cat": inst.cat, "pid": PID, "tid": inst.tid, "ts": _us(inst.ts, t0)}
+        if inst.args:
+            ev["args"] = inst.args
+        events.append(ev)
+    for c in trace.counters:
+        events.append({"ph": "C", "name": c.name, "pid": PID, "tid": 0, "ts": _us(c.ts, t0), "args": c.values})
+    return events
 
 
 #: How a saved file starts. Its events come in chunks, one chunk per line: JSON never has a raw
@@ -171,10 +191,10 @@ _CHUNKED_HEAD = b'{"traceEvents":[\n'
 _CHUNKED_TAIL = b'],"otherData":'
 
 
-def save(trace: Trace, path: str | os.PathLike[str]) -> None:
+def save(trace: TraceData, path: str | os.PathLike[str]) -> None:
     """Write ``trace`` as Chrome trace JSON; gzipped when ``path`` ends in ``.gz``.
 
-    The same JSON as ``dumps_json(to_chrome(trace))`` but for newlines between chunks of events,
+    The same JSON as ``dumps(to_chrome(trace))`` but for newlines between chunks of events,
     written chunk by chunk.
     """
     with no_gc(), open_maybe_gzip(path, "wb") as f:
@@ -183,19 +203,19 @@ def save(trace: Trace, path: str | os.PathLike[str]) -> None:
         sep = b""
         for chunk in _event_chunks(trace, t0):
             if chunk:
-                data = dumps_json(chunk)
+                data = dumps(chunk)
                 f.write(sep)
                 f.write(memoryview(data)[1:-1])  # the chunk's items, without its brackets
                 sep = b",\n"
             del chunk
         f.write(b"\n" + _CHUNKED_TAIL)
-        f.write(dumps_json(_other_data(trace, t0)))
+        f.write(dumps(_other_data(trace, t0)))
         f.write(b"}")
 
 
-def load(path: str | os.PathLike[str]) -> Trace:
+def load(path: str | os.PathLike[str]) -> TraceData:
     """Read a Chrome trace JSON file (``.json`` or ``.json.gz``): opprof's own losslessly, any other
-    tool's through :mod:`opprof.importer`."""
+    tool's through :mod:`.importer`."""
     raw = read_trace_file(path)
     with no_gc():
         if raw.startswith(_CHUNKED_HEAD):
@@ -212,14 +232,14 @@ def load(path: str | os.PathLike[str]) -> Trace:
             raise TraceFormatError(f"{path}: {e}") from None
 
 
-def _load_chunked(raw: bytes, path: str) -> Trace | None:
+def _load_chunked(raw: bytes, path: str) -> TraceData | None:
     """Read a file :func:`save` wrote, a chunk (line) at a time; None if it is not laid out so."""
     last = raw.rfind(b"\n")
     tail = raw[last + 1 :].rstrip()
     if not tail.startswith(_CHUNKED_TAIL):
         return None  # cut short, or edited: the whole-file parser says what is wrong
     try:
-        other = _loads(b"{" + tail[2:])["otherData"]
+        other = loads(b"{" + tail[2:])["otherData"]
     except (ValueError, KeyError, TypeError):
         return None
     if not isinstance(other, dict) or "opprof" not in other:
@@ -234,7 +254,7 @@ def _load_chunked(raw: bytes, path: str) -> Trace | None:
             start = end + 1
             if line:
                 try:
-                    yield _loads(b"[" + line + b"]")
+                    yield loads(b"[" + line + b"]")
                 except ValueError as e:
                     raise TraceFormatError(f"not valid JSON at byte {start}: {e}") from None
 
@@ -254,22 +274,22 @@ def _ns(value: Any, t0: int, i: int) -> int:
     return t0 + round(value * 1e3)
 
 
-def from_chrome(obj: Any) -> Trace:
-    """Build a :class:`Trace` from a Chrome trace object (dict with ``traceEvents``, or a list)."""
+def from_chrome(obj: Any) -> TraceData:
+    """The records of a Chrome trace object (dict with ``traceEvents``, or a list)."""
     with no_gc():
         if not _is_ours(obj):
             return import_chrome(obj)
         return _from_ours_obj(obj)
 
 
-def _from_ours_obj(obj: Any) -> Trace:
+def _from_ours_obj(obj: Any) -> TraceData:
     events = obj.get("traceEvents")
     if not isinstance(events, list):
         raise TraceFormatError("expected a JSON list of events or an object with a 'traceEvents' list")
     return _from_ours([events], obj["otherData"])
 
 
-def _from_ours(event_chunks: Iterable[list[Any]], other: dict[str, Any]) -> Trace:
+def _from_ours(event_chunks: Iterable[list[Any]], other: dict[str, Any]) -> TraceData:
     try:
         return _from_chrome(event_chunks, other)
     except TraceFormatError:
@@ -279,7 +299,7 @@ def _from_ours(event_chunks: Iterable[list[Any]], other: dict[str, Any]) -> Trac
         raise TraceFormatError(f"{where}: malformed field: {type(e).__name__}: {e}") from None
 
 
-def _from_chrome(event_chunks: Iterable[list[Any]], other: dict[str, Any]) -> Trace:
+def _from_chrome(event_chunks: Iterable[list[Any]], other: dict[str, Any]) -> TraceData:
     ours = other.get("opprof")
     reader = _OwnEventReader(int(ours["t0_ns"]) if ours else 0)
     t0, add_span, read = reader.t0, reader.spans.append, reader.read
@@ -290,12 +310,15 @@ def _from_chrome(event_chunks: Iterable[list[Any]], other: dict[str, Any]) -> Tr
             # The bulk of a file: a well-formed X slice, read inline. Anything else (or anything
             # odd about it) takes the careful path, which names the event when it is wrong.
             if type(ev) is dict and ev.get("ph") == "X":
-                ts, dur = ev.get("ts"), ev.get("dur", 0)
+                ts: Any = ev.get("ts")
+                dur: Any = ev.get("dur", 0)
                 tt, td = type(ts), type(dur)
                 if (tt is float or tt is int) and (td is float or td is int) and dur >= 0:
                     start = t0 + round(ts * 1e3)
                     end = start + round(dur * 1e3)
                     name, cat, args = str(ev.get("name", "")), str(ev.get("cat", "")), ev.get("args") or None
+                    if args is not None and "role" in args:
+                        args["role"] = role_of(args["role"]) or args["role"]
                     add_span(Span(name, cat, ev.get("tid", 0), start, end, args))
                     continue
             try:
@@ -343,17 +366,21 @@ class _OwnEventReader:
             end = start + round(dur * 1e3) if isinstance(dur, (int, float)) else start
             if end < start:
                 raise TraceFormatError(f"event {i}: negative duration {dur!r}")
-            self.spans.append(Span(str(ev.get("name", "")), str(ev.get("cat", "")), tid, start, end, ev.get("args") or None))
-        elif ph == "b" and ev.get("cat") == "custom_op":
+            args = ev.get("args") or None
+            if args is not None and "role" in args:
+                args["role"] = role_of(args["role"]) or args["role"]
+            self.spans.append(Span(str(ev.get("name", "")), str(ev.get("cat", "")), tid, start, end, args))
+        elif ph == "b" and ev.get("cat") == CUSTOM_OP:
             self.open_b.setdefault((tid, ev.get("id")), []).append(ev)
-        elif ph == "e" and ev.get("cat") == "custom_op":
+        elif ph == "e" and ev.get("cat") == CUSTOM_OP:
             stack = self.open_b.get((tid, ev.get("id")))
             if stack:
                 b = stack.pop()
                 args = b.get("args") or {}
-                if args.get("role") == "parent":
+                if args.get("role") == Role.PARENT:
                     start, end = _ns(b.get("ts"), t0, i), _ns(ev.get("ts"), t0, i)
-                    self.parents[args["invocation"]] = Span(str(b.get("name", "")), "custom", tid, start, end, dict(args))
+                    parent_args = {**args, "role": Role.PARENT}
+                    self.parents[args["invocation"]] = Span(str(b.get("name", "")), CUSTOM_OP, tid, start, end, parent_args)
         elif ph == "s":
             self.open_flows.setdefault(ev.get("id"), []).append(ev)
         elif ph == "f":
@@ -362,14 +389,15 @@ class _OwnEventReader:
                 src = starts.pop()
                 src_ts, dst_ts = _ns(src.get("ts"), t0, i), _ns(ev.get("ts"), t0, i)
                 name, cat = str(src.get("name", "")), str(src.get("cat", ""))
-                self.flows.append(Flow(src.get("id"), name, cat, src.get("tid", 0), src_ts, tid, dst_ts))
+                fid: Any = src.get("id")  # as the file has it
+                self.flows.append(Flow(fid, name, cat, src.get("tid", 0), src_ts, tid, dst_ts))
         elif ph in ("i", "I"):
             name, cat = str(ev.get("name", "")), str(ev.get("cat", ""))
             self.instants.append(Instant(name, cat, tid, _ns(ev.get("ts"), t0, i), ev.get("args")))
         elif ph == "C":
             self.counters.append(CounterSample(str(ev.get("name", "")), _ns(ev.get("ts"), t0, i), dict(ev.get("args") or {})))
 
-    def trace(self, ours: Any) -> Trace:
+    def trace(self, ours: Any) -> TraceData:
         spans = self.spans
         spans.extend(self.parents.values())
         spans.sort(key=lambda s: (s.start, -s.end))
@@ -380,4 +408,4 @@ class _OwnEventReader:
         # An imported trace keeps each thread's process (small int) in its metadata: give it back.
         pids = {row[0]: row[1] for row in meta.get("source_threads", ()) if isinstance(row, list) and len(row) == 4}
         threads = [ThreadInfo(t, names.get(t) or f"thread {t}", pids.get(t, 0)) for t in tids]
-        return Trace(threads=threads, spans=spans, instants=self.instants, counters=self.counters, flows=flows, metadata=meta)
+        return TraceData(threads=threads, spans=spans, instants=self.instants, counters=self.counters, flows=flows, metadata=meta)

@@ -1,4 +1,4 @@
-"""IPython front door: ``%load_ext opprof``, the ``%%opprof`` cell magic and ``%opprof_view``.
+"""IPython front door: the ``%%opprof`` cell magic, ``%opprof_view`` and ``%opprof_init``.
 
 The cell runs the way a plain cell does: in the user's namespace, with IPython's syntax
 transforms, its last expression's value shown as ``Out[]``, and an error raised as the cell's
@@ -20,13 +20,16 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 
-from . import engine as _engine
-from .cli import output_path_problem
-from .profiler import INTERRUPT_GRACE_S, Profiler
-from .report import SORT_KEYS, custom_op_summary, stats_table
-from .trace import Trace, load
+from .. import engine as _engine
+from ..profiler import INTERRUPT_GRACE_S, Profiler
+from ..trace import Trace, load
+from ..trace.jsonio import output_path_problem
+from ..trace.stats import SORT_KEYS
+from ..trace.text import split_table, stats_table, summary_line
+from .bokehjs import load_bokehjs
+from .widgets import timeline
 
-__all__ = ["OpprofMagics", "CellProfile", "summary_line"]
+__all__ = ["CellProfile", "OpprofMagics"]
 
 
 @dataclass
@@ -38,8 +41,6 @@ class CellProfile:
     wall_s: float
 
     def timeline(self, **options: Any) -> Any:
-        from .widget import timeline
-
         return timeline(self.trace, **options)
 
     def stats(self, sort_by: str = "total") -> str:
@@ -47,42 +48,6 @@ class CellProfile:
 
     def __repr__(self) -> str:
         return f"<CellProfile: {summary_line(self.trace, self.wall_s)}>"
-
-
-def summary_line(trace: Trace, wall_s: float | None = None) -> str:
-    """One line: wall time, spans, threads, custom-op calls and their overall split."""
-    rows = trace.custom_ops()
-    parts = []
-    if wall_s is not None:
-        parts.append(f"{wall_s * 1e3:.1f} ms wall")
-    parts.append(f"{len(trace.spans)} spans on {len(trace.threads)} threads")
-    if rows:
-        wall = sum(r.wall_ns for r in rows) or 1
-        py = sum(r.python_ns for r in rows)
-        sub = sum(r.subops_ns for r in rows)
-        wait = sum(r.waiting_ns for r in rows)
-        split = f"python {100 * py / wall:.0f}% / sub-ops {100 * sub / wall:.0f}% / waiting {100 * wait / wall:.0f}%"
-        parts.append(f"{len(rows)} custom-op calls: {split}")
-    dropped = trace.metadata.get("dropped_events", 0)
-    if dropped:
-        parts.append(f"{dropped} events dropped at the cap")
-    return "opprof: " + ", ".join(parts)
-
-
-def split_table(trace: Trace) -> str:
-    """The per-custom-op-type split as a small text table."""
-    split = custom_op_summary(trace.custom_ops())
-    if not split:
-        return "(no custom operators ran in this cell)"
-    w = max(len(s.name) for s in split)
-    lines = [f"{'custom op':<{w}}  calls   wall ms  python  sub-ops  waiting"]
-    for s in split:
-        wall = s.wall_ns or 1
-        lines.append(
-            f"{s.name:<{w}}  {s.calls:5d}  {s.wall_ns / 1e6:8.3f}  {100 * s.python_ns / wall:5.1f}%  "
-            f"{100 * s.subops_ns / wall:6.1f}%  {100 * s.waiting_ns / wall:6.1f}%"
-        )
-    return "\n".join(lines)
 
 
 def _run_code(shell: Any, cell: str) -> Any:
@@ -124,6 +89,7 @@ class OpprofMagics(Magics):
         """Run the cell under the opprof engine and profiler, then show its timeline."""
         args = self._parse(line)
         shell = self.shell
+        assert shell is not None  # a magic always runs in a shell
         previous = _engine.get_engine()
         switched = args.engine is not None or args.threads is not None or args.custom_threads is not None
         if switched:
@@ -175,7 +141,7 @@ class OpprofMagics(Magics):
     @line_magic
     def opprof_init(self, line: str = "") -> None:
         """Load BokehJS into this page again (after a browser reload, `%load_ext` does nothing)."""
-        _load_bokehjs(force=True)
+        load_bokehjs()
 
     # ------------------------------------------------------------------ helpers
     def _parse(self, line: str) -> Any:
@@ -202,7 +168,7 @@ class OpprofMagics(Magics):
         if args.output:
             trace.save(args.output)
         if args.html:
-            from .timeline import save_html
+            from ..view import save_html
 
             save_html(trace, args.html)
         if not args.no_widget:
@@ -219,24 +185,8 @@ class OpprofMagics(Magics):
 
     def _show(self, trace: Trace) -> None:
         try:
-            from .widget import timeline
+            widget = timeline(trace)
         except ImportError as e:  # bokeh/ipywidgets missing: the text summary still shows
             print(f"(timeline unavailable: {e})")
             return
-        display(timeline(trace))
-
-
-_bokehjs_loaded = False
-
-
-def _load_bokehjs(force: bool = False) -> None:
-    """Emit BokehJS (inline: works offline) into the page, once per kernel unless forced."""
-    global _bokehjs_loaded
-    if _bokehjs_loaded and not force:
-        return
-    try:
-        from .widget import load_bokehjs
-    except ImportError:
-        return
-    load_bokehjs()
-    _bokehjs_loaded = True
+        display(widget)

@@ -1,10 +1,11 @@
 """The inline timeline widget: the Bokeh timeline inside ipywidgets, with controls and live detail.
 
-``opprof.timeline(trace)`` returns a :class:`TimelineWidget`: an ipywidgets ``VBox`` holding the
+``opprof.timeline(trace)`` (:func:`opprof.jupyter.timeline`, which first makes sure BokehJS is in
+the page) returns a :class:`TimelineWidget`: an ipywidgets ``VBox`` holding the
 figure (through ``jupyter_bokeh.BokehModel``, the standard bridge) under a row of controls. It
 needs a kernel to be interactive because its callbacks are Python: level-of-detail refinement
 when the x range changes, filters and table selection all rebuild the drawn columns from the
-:class:`~opprof.layout.Layout` and let BokehModel send the change to the browser.
+:class:`~.layout.Layout` and let BokehModel send the change to the browser.
 
 Where widgets cannot render (nbconvert HTML, a terminal, GitHub) its mimebundle also carries a
 static HTML timeline and a short text summary.
@@ -18,56 +19,12 @@ from typing import Any
 import ipywidgets as W
 import numpy as np
 
+from ..trace import Trace
+from ..trace.text import text_summary
+from .figure import ROLE_LABELS, Timeline, build_timeline, save_html
 from .layout import ROLE_NAMES
-from .timeline import ROLE_LABELS, Timeline, build_timeline, fmt_us, save_html
-from .trace import Trace
 
-__all__ = ["TimelineWidget", "load_bokehjs", "summary", "timeline"]
-
-
-_loaded = False
-
-
-def load_bokehjs(once: bool = False) -> bool:
-    """Load BokehJS into the notebook page, inline (offline-safe); True if it was emitted.
-
-    jupyter_bokeh's front end does not bundle BokehJS: it calls ``window.Bokeh``, so without this a
-    BokehModel cannot render, and the default CDN resources fail offline. Inline BokehJS is about
-    8 MB of notebook output, so :func:`timeline` emits it ``once`` per kernel; after reloading the
-    page, call ``load_bokehjs()`` again (or re-run ``%opprof_init``).
-    """
-    global _loaded
-    if once and _loaded:
-        return False
-    try:
-        from IPython import get_ipython
-    except ImportError:  # pragma: no cover - IPython is a dependency
-        return False
-    ip = get_ipython()
-    if ip is None or getattr(ip, "kernel", None) is None:
-        return False
-    from bokeh.io import output_notebook
-    from bokeh.resources import INLINE
-
-    output_notebook(INLINE, hide_banner=True)
-    _loaded = True
-    return True
-
-
-def summary(trace: Trace) -> str:
-    """A few lines about ``trace`` for front ends that show only text."""
-    n_inv = sum(1 for s in trace.spans if s.role == "parent")
-    if trace.spans:
-        t0 = min(s.start for s in trace.spans)
-        t1 = max(s.end for s in trace.spans)
-        length = fmt_us((t1 - t0) / 1e3)
-    else:
-        length = "0 s"
-    return (
-        f"opprof timeline: {len(trace.spans):,} spans on {len(trace.threads)} threads over {length}, "
-        f"{n_inv:,} custom-op invocations.\n"
-        "Display it in JupyterLab or Notebook 7 for the interactive widget, or .save('timeline.html')."
-    )
+__all__ = ["TimelineWidget"]
 
 
 class TimelineWidget(W.VBox):
@@ -216,20 +173,7 @@ class TimelineWidget(W.VBox):
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         bundle = super()._repr_mimebundle_(**kwargs) or {}
-        bundle["text/plain"] = summary(self.trace)
+        bundle["text/plain"] = text_summary(self.trace)
         if self.with_static_html:
             bundle["text/html"] = self.static_html()
         return bundle
-
-
-def timeline(trace: Trace, *, load_js: bool = True, **options: Any) -> TimelineWidget:
-    """The interactive timeline of ``trace`` (see :class:`TimelineWidget`).
-
-    Options: ``width`` (px), ``height``, ``detail_limit`` (draw every span up to this many
-    rectangles), ``backend`` ("canvas" or "webgl"), ``title``, ``static_html`` (add an offline
-    HTML copy to the output for viewers without widgets; default True). In a kernel, BokehJS is
-    loaded inline first (once per kernel; see :func:`load_bokehjs`) unless ``load_js=False``.
-    """
-    if load_js:
-        load_bokehjs(once=True)
-    return TimelineWidget(trace, **options)

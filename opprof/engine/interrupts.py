@@ -6,16 +6,17 @@ it, finishing a custom op with ``Dummy_Wait``) it would leave an op that never c
 later wait would hang. MXNet never has this problem: that bookkeeping is C++, which a signal does
 not cut short. Here it is Python, so it is shielded the way Trio shields its own internals:
 
-* functions that do bookkeeping are *protected*; the places where the engine calls user code (an
-  op's function, a custom op's ``forward``, a blocking wait) go through :func:`call_user`, which is
-  *unprotected*;
+* functions that do bookkeeping are marked :func:`shielded` where they are defined (as Trio's
+  ``enable_ki_protection``); the places where the engine calls user code (an op's function, a
+  custom op's ``forward``, a blocking wait) go through :func:`call_user`, which is :func:`unshielded`;
 * our SIGINT handler looks at the interrupted stack: the innermost marked frame decides. Inside a
   protected one the interrupt is deferred; anywhere else it is raised at once, as Python would;
 * a deferred interrupt is raised by the engine's public entry points (:func:`raise_deferred`) as
   soon as no protected frame is left below them, so it reaches the user one push later at most.
 
 The handler only ever replaces Python's own ``default_int_handler`` and falls through to it, so a
-program (or a kernel) with its own SIGINT handling keeps it. On the hot path it costs a 15 ns check
+program (or a kernel) with its own SIGINT handling keeps it; :func:`restore` puts the default back
+when an engine shuts down. On the hot path it costs a 15 ns check
 per push that the handler is in place (``Engine._push``) and one extra frame per op call.
 """
 
@@ -26,7 +27,9 @@ import signal
 import threading
 from collections.abc import Callable
 from types import CodeType, FrameType
-from typing import Any
+from typing import Any, TypeVar
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 _MAIN = threading.main_thread().ident
 # code object -> True (protected bookkeeping) or False (user code runs below this frame)
@@ -40,22 +43,27 @@ getsignal = _signal.getsignal
 SIGINT = signal.SIGINT.value
 
 
-def protect(*fns: Callable[..., Any]) -> None:
-    """Mark ``fns`` as engine bookkeeping: an interrupt inside them (or below them) waits."""
-    for fn in fns:
-        _MARKS[_code(fn)] = True
+def shielded(fn: F) -> F:
+    """Mark ``fn`` as engine bookkeeping: an interrupt inside it (or below it) waits until it is done.
+
+    A mark on the code object, read by the SIGINT handler; the function itself is returned as it
+    is, so the mark costs nothing per call.
+    """
+    _MARKS[_code(fn)] = True
+    return fn
 
 
-def unprotect(*fns: Callable[..., Any]) -> None:
-    """Mark ``fns`` as the boundary below which user code runs and may be interrupted at once."""
-    for fn in fns:
-        _MARKS[_code(fn)] = False
+def unshielded(fn: F) -> F:
+    """Mark ``fn`` as the boundary below which user code runs and may be interrupted at once."""
+    _MARKS[_code(fn)] = False
+    return fn
 
 
 def _code(fn: Callable[..., Any]) -> CodeType:
     return getattr(fn, "__func__", fn).__code__
 
 
+@unshielded
 def call_user(fn: Callable[..., Any], *args: Any) -> Any:
     """Call user code (or block) from protected bookkeeping; a Ctrl-C inside it is raised at once.
 
@@ -69,8 +77,6 @@ def call_user(fn: Callable[..., Any], *args: Any) -> Any:
         raise KeyboardInterrupt
     return fn(*args)
 
-
-unprotect(call_user)
 
 
 def protected(frame: FrameType | None) -> bool:
@@ -112,6 +118,22 @@ def install() -> None:
         signal.signal(signal.SIGINT, on_sigint)
     except ValueError:  # not the main interpreter
         skip = current
+
+
+def restore() -> None:
+    """Put Python's default SIGINT handler back if ours is the one in place (an engine shut down).
+
+    Another engine still in use installs the shield again at its next push.
+    """
+    global skip
+    if threading.get_ident() != _MAIN:
+        return
+    skip = None
+    try:
+        if getsignal(signal.SIGINT) is on_sigint:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+    except ValueError:  # not the main interpreter
+        pass
 
 
 def defer(error: BaseException) -> None:

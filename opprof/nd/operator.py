@@ -8,7 +8,7 @@ An invocation of ``nd.Custom(x, op_type="MyAddOne")`` goes through these steps:
 3. The custom-op worker calls ``forward()`` with NDArrays that share memory with the real inputs and
    outputs but carry **fresh vars**: sub-operators pushed by ``forward()`` depend only on each
    other, not on the outputs that the still-running custom op holds (that would deadlock).
-4. While the Python runs, :func:`current_invocation` tells who is pushing (the profiler names
+4. While the Python runs, :func:`opprof.engine.current_invocation` tells who is pushing (the profiler names
    sub-ops ``MyAddOne::_plus_scalar`` from it).
 5. After ``forward()`` returns (or raises), the worker pushes ``Dummy_Wait``: it writes every fresh
    var, so it runs after every sub-operator, and completes the custom op, releasing the outputs to
@@ -20,33 +20,22 @@ from __future__ import annotations
 
 import functools
 import itertools
-import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from . import autograd as _ag
-from . import interrupts as _guard
+from ..engine import Engine, Invocation, Var, bind_thread, current_invocation, get_engine
+from ..engine.interrupts import call_user, shielded
+from ..engine.state import thread_state
+from . import tape as _tape
 from .context import Context, cpu
-from .engine import Engine, Var, bind_thread, get_engine
 from .ndarray import NDArray, OperatorError
 
-__all__ = ["CustomOp", "CustomOpProp", "register", "get_all_registered_operators", "current_invocation", "Invocation"]
+__all__ = ["Custom", "CustomOp", "CustomOpProp", "current_invocation", "get_all_registered_operators", "register"]
 
 _REGISTRY: dict[str, type[CustomOpProp]] = {}
 _invocation_ids = itertools.count(1)
-
-
-class _ThreadState(threading.local):
-    """The custom-op invocation whose Python this thread runs; a class default, so reading it on
-    any other thread is a plain lookup (see ``engine._ThreadState``)."""
-
-    invocation: Invocation | None = None
-
-
-_tls = _ThreadState()
 
 
 class CustomOp:
@@ -131,24 +120,6 @@ def get_all_registered_operators() -> list[str]:
     return sorted(_REGISTRY)
 
 
-@dataclass(frozen=True, slots=True)
-class Invocation:
-    """One run of a custom operator's ``forward`` or ``backward``: what pushes made inside it belong to."""
-
-    op_type: str
-    id: int
-    backward: bool
-
-    @property
-    def name(self) -> str:
-        return f"_backward_{self.op_type}" if self.backward else self.op_type
-
-
-def current_invocation() -> Invocation | None:
-    """The custom-op invocation whose Python is running on this thread, if any."""
-    return _tls.invocation
-
-
 # ---------------------------------------------------------------------------- invocation
 def _shapes(what: str, op_type: str, got: Any, n: int) -> list[tuple[int, ...]]:
     try:
@@ -190,7 +161,8 @@ def _prop(op_type: str, kwargs: dict[str, Any]) -> CustomOpProp:
             "decorate its CustomOpProp with @opprof.operator.register"
         ) from None
     # MXNet hands every keyword argument to the prop as a string; ported props expect that.
-    return prop_cls(**{k: str(v) for k, v in kwargs.items()})
+    make: Callable[..., CustomOpProp] = prop_cls  # a subclass: its own keyword arguments
+    return make(**{k: str(v) for k, v in kwargs.items()})
 
 
 def invoke_custom(inputs: Sequence[NDArray], op_type: str, kwargs: dict[str, Any]) -> NDArray | list[NDArray]:
@@ -231,15 +203,15 @@ def invoke_custom(inputs: Sequence[NDArray], op_type: str, kwargs: dict[str, Any
         outputs = [NDArray(np.zeros(s, t)) for s, t in zip(out_shapes, out_dtypes, strict=True)]
     else:
         outputs = _check_out(op_type, out, out_shapes)
-    is_train = _ag.is_training()
+    is_train = _tape.is_training()
 
     def body(fresh_in: list[NDArray], fresh_out: list[NDArray], fresh_aux: list[NDArray]) -> None:
         op.forward(is_train, ["write"] * len(outputs), fresh_in, fresh_out, fresh_aux)
 
     _push_invocation(op_type, False, data, outputs, aux, body)
 
-    if _ag.is_recording():
-        _ag.record_node(op_type, data, outputs, _backward_pusher(op_type, op, data, outputs, aux))
+    if _tape.is_recording():
+        _tape.record_node(op_type, data, outputs, _backward_pusher(op_type, op, data, outputs, aux))
     return outputs[0] if len(outputs) == 1 else outputs
 
 
@@ -294,11 +266,15 @@ def _push_invocation(
     engine.push_async(functools.partial(_start, engine, run_python), read_vars, write_vars, inv.name, info=inv)
 
 
+# The machinery around the user's forward/backward is shielded: a Ctrl-C landing in it (possible
+# on the naive engine, which runs it inline on the main thread) waits until the invocation is done.
+@shielded
 def _start(engine: Engine, run_python: Callable[[Callable[..., None]], None], on_complete: Callable[..., None]) -> None:
     """The async op: hand the Python to the custom-op pool (the naive engine runs it right here)."""
     engine.run_custom(functools.partial(run_python, on_complete))
 
 
+@shielded
 def _run_python(
     engine: Engine,
     inv: Invocation,
@@ -311,21 +287,20 @@ def _run_python(
     """The custom-op worker's part: run the Python, then push Dummy_Wait to finish the invocation."""
     fresh_in, fresh_out, fresh_aux = _fresh(reads), _fresh(writes), _fresh(aux)
     error: BaseException | None = None
-    prev_inv = _tls.invocation
-    _tls.invocation = inv
+    prev_inv = thread_state.invocation
+    thread_state.invocation = inv
     prev_engine = bind_thread(engine)
     # Nothing inside a custom op's Python is recorded for autograd (as in MXNet).
-    prev_rec = _ag.set_recording(False)
+    prev_rec = _tape.set_recording(False)
     obs = engine.observer
-    on_python = getattr(obs, "on_python", None)
-    t0 = obs.clock() if on_python is not None else 0
+    t0 = obs.clock() if obs is not None else 0
     try:
         try:
-            _guard.call_user(body, fresh_in, fresh_out, fresh_aux)
+            call_user(body, fresh_in, fresh_out, fresh_aux)
         except BaseException as e:  # becomes the error of the op's outputs
             error = e
-        if on_python is not None:
-            on_python(inv, t0, obs.clock())
+        if obs is not None:
+            obs.on_python(inv, t0, obs.clock())
         fresh_vars = [x._var for x in itertools.chain(fresh_in, fresh_out, fresh_aux)]
         dummy_wait = functools.partial(_dummy_wait, engine, inv, error, fresh_vars, on_complete)
         try:
@@ -333,11 +308,12 @@ def _run_python(
         except BaseException as e:
             on_complete(error or e)
     finally:
-        _ag.set_recording(prev_rec)
-        _tls.invocation = prev_inv
+        _tape.set_recording(prev_rec)
+        thread_state.invocation = prev_inv
         bind_thread(prev_engine)
 
 
+@shielded
 def _dummy_wait(
     engine: Engine, inv: Invocation, error: BaseException | None, fresh_vars: list[Var], on_complete: Callable[..., None]
 ) -> None:
@@ -345,11 +321,12 @@ def _dummy_wait(
     err = error
     if err is None:
         err = next((v.exception for v in fresh_vars if v.exception is not None), None)
-    if err is not None and hasattr(engine.observer, "on_error"):
-        engine.observer.on_error(inv, err)
+    obs = engine.observer
+    if err is not None and obs is not None:
+        obs.on_error(inv, err)
     on_complete(err)
 
 
-# The machinery around the user's forward/backward: a Ctrl-C landing in it (possible on the naive
-# engine, which runs it inline on the main thread) waits until the invocation is complete.
-_guard.protect(_start, _run_python, _dummy_wait)
+def Custom(*inputs: NDArray, op_type: str, **kwargs: Any) -> NDArray | list[NDArray]:
+    """Invoke the custom operator registered as ``op_type`` (``mx.nd.Custom``)."""
+    return invoke_custom(inputs, op_type, kwargs)

@@ -1,75 +1,28 @@
-"""Text and JSON reports of traces: MXNet-style aggregate tables and the custom-op time split."""
+"""Every text opprof prints about a trace: MXNet-style tables, the custom-op split, summary lines.
+
+Renderers are pure functions of traces (``Trace -> str``), shared by ``mx.profiler.dumps()``, the
+``opprof`` command, the ``%%opprof`` magic and the widget's text fallback. They live in the trace
+layer, not the view layer, because the profiler's ``dumps()`` (below the views) prints them too.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
-from .trace import CustomOpRow, StatRow, Trace
+from .model import Trace
+from .records import Role
+from .stats import StatRow, custom_op_summary, sort_rows, span_stats
 
-__all__ = ["aggregate", "custom_op_summary", "stats_table", "stats_json", "SORT_KEYS", "OpTypeSplit"]
-
-SORT_KEYS = ("total", "avg", "min", "max", "count")
+__all__ = ["fmt_us", "split_table", "stats_json", "stats_table", "summary_line", "text_summary"]
 
 
-def aggregate(traces: Iterable[Trace]) -> list[StatRow]:
+def _aggregate(traces: Sequence[Trace]) -> list[StatRow]:
     """Stats per (category, name) over several traces."""
-    acc: dict[tuple[str, str], list[int]] = {}
-    for t in traces:
-        for r in t.stats():
-            cur = acc.get((r.cat, r.name))
-            if cur is None:
-                acc[(r.cat, r.name)] = [r.count, r.total_ns, r.min_ns, r.max_ns]
-            else:
-                cur[0] += r.count
-                cur[1] += r.total_ns
-                cur[2] = min(cur[2], r.min_ns)
-                cur[3] = max(cur[3], r.max_ns)
-    return [StatRow(name, cat, *v) for (cat, name), v in acc.items()]
-
-
-def _sort(rows: list[StatRow], sort_by: str, ascending: bool) -> list[StatRow]:
-    if sort_by not in SORT_KEYS:
-        raise ValueError(f"sort_by must be one of {', '.join(SORT_KEYS)}, got {sort_by!r}")
-    key = {
-        "total": lambda r: r.total_ns,
-        "avg": lambda r: r.avg_ns,
-        "min": lambda r: r.min_ns,
-        "max": lambda r: r.max_ns,
-        "count": lambda r: r.count,
-    }[sort_by]
-    return sorted(rows, key=lambda r: (key(r), r.name), reverse=not ascending)
-
-
-@dataclass(frozen=True, slots=True)
-class OpTypeSplit:
-    """Where the wall time of one custom-op type (forward or backward) went, over all its calls."""
-
-    name: str
-    calls: int
-    wall_ns: int
-    python_ns: int
-    subops_ns: int
-    waiting_ns: int
-    errors: int
-
-
-def custom_op_summary(rows: Iterable[CustomOpRow]) -> list[OpTypeSplit]:
-    acc: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0, 0])
-    for r in rows:
-        a = acc[f"_backward_{r.op_type}" if r.backward else r.op_type]
-        a[0] += 1
-        a[1] += r.wall_ns
-        a[2] += r.python_ns
-        a[3] += r.subops_ns
-        a[4] += r.waiting_ns
-        a[5] += r.error is not None
-    out = [OpTypeSplit(name, *v) for name, v in acc.items()]
-    out.sort(key=lambda s: -s.wall_ns)
-    return out
+    return span_stats([s for t in traces for s in t.spans])
 
 
 def _ms(ns: float) -> str:
@@ -85,7 +38,7 @@ def stats_table(traces: Sequence[Trace], sort_by: str = "total", ascending: bool
 
     ``top`` keeps only the first ``top`` rows in the chosen order (over all categories).
     """
-    rows = _sort(aggregate(traces), sort_by, ascending)[:top]
+    rows = sort_rows(_aggregate(traces), sort_by, ascending)[:top]
     lines = ["Profile Statistics:", "\tNote that times are in milliseconds (ms).", ""]
     by_cat: dict[str, list[StatRow]] = defaultdict(list)
     for r in rows:
@@ -121,7 +74,7 @@ def stats_table(traces: Sequence[Trace], sort_by: str = "total", ascending: bool
 
 
 def stats_json(traces: Sequence[Trace], sort_by: str = "total", ascending: bool = False) -> str:
-    rows = _sort(aggregate(traces), sort_by, ascending)
+    rows = sort_rows(_aggregate(traces), sort_by, ascending)
     out: dict[str, Any] = {"Time": "ms", "categories": defaultdict(dict)}
     for r in rows:
         out["categories"][r.cat][r.name] = {
@@ -145,3 +98,64 @@ def stats_json(traces: Sequence[Trace], sort_by: str = "total", ascending: bool 
     ]
     out["dropped_events"] = sum(int(t.metadata.get("dropped_events", 0) or 0) for t in traces)
     return json.dumps(out, indent=2)
+
+
+def fmt_us(us: float) -> str:
+    """``1234.5`` -> ``"1.23 ms"``: three significant digits in the largest unit below the value."""
+    a = abs(us)
+    unit, scale = ("s", 1e6) if a >= 1e6 else ("ms", 1e3) if a >= 1e3 else ("µs", 1.0) if a >= 1 else ("ns", 1e-3)
+    v = us / scale
+    digits = 0 if v == 0 else max(0, min(6, 2 - math.floor(math.log10(abs(v)))))
+    return f"{v:.{digits}f} {unit}"
+
+
+def summary_line(trace: Trace, wall_s: float | None = None) -> str:
+    """One line: wall time, spans, threads, custom-op calls and their overall split."""
+    rows = trace.custom_ops()
+    parts = []
+    if wall_s is not None:
+        parts.append(f"{wall_s * 1e3:.1f} ms wall")
+    parts.append(f"{len(trace.spans)} spans on {len(trace.threads)} threads")
+    if rows:
+        wall = sum(r.wall_ns for r in rows) or 1
+        py = sum(r.python_ns for r in rows)
+        sub = sum(r.subops_ns for r in rows)
+        wait = sum(r.waiting_ns for r in rows)
+        split = f"python {100 * py / wall:.0f}% / sub-ops {100 * sub / wall:.0f}% / waiting {100 * wait / wall:.0f}%"
+        parts.append(f"{len(rows)} custom-op calls: {split}")
+    dropped = trace.metadata.get("dropped_events", 0)
+    if dropped:
+        parts.append(f"{dropped} events dropped at the cap")
+    return "opprof: " + ", ".join(parts)
+
+
+def split_table(trace: Trace) -> str:
+    """The per-custom-op-type split as a small text table."""
+    split = custom_op_summary(trace.custom_ops())
+    if not split:
+        return "(no custom operators ran in this cell)"
+    w = max(len(s.name) for s in split)
+    lines = [f"{'custom op':<{w}}  calls   wall ms  python  sub-ops  waiting"]
+    for s in split:
+        wall = s.wall_ns or 1
+        lines.append(
+            f"{s.name:<{w}}  {s.calls:5d}  {s.wall_ns / 1e6:8.3f}  {100 * s.python_ns / wall:5.1f}%  "
+            f"{100 * s.subops_ns / wall:6.1f}%  {100 * s.waiting_ns / wall:6.1f}%"
+        )
+    return "\n".join(lines)
+
+
+def text_summary(trace: Trace) -> str:
+    """A few lines about ``trace`` for front ends that show only text (where no widget renders)."""
+    n_inv = sum(1 for s in trace.spans if s.role == Role.PARENT)
+    if trace.spans:
+        t0 = min(s.start for s in trace.spans)
+        t1 = max(s.end for s in trace.spans)
+        length = fmt_us((t1 - t0) / 1e3)
+    else:
+        length = "0 s"
+    return (
+        f"opprof timeline: {len(trace.spans):,} spans on {len(trace.threads)} threads over {length}, "
+        f"{n_inv:,} custom-op invocations.\n"
+        "Display it in JupyterLab or Notebook 7 for the interactive widget, or .save('timeline.html')."
+    )

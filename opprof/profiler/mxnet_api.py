@@ -1,22 +1,22 @@
-"""The profiler's front: ``with opprof.profile() as prof`` and MXNet's ``mx.profiler`` API.
+"""MXNet's ``mx.profiler`` API: ``set_config``, ``set_state``, ``dump``, ``dumps`` and user objects.
 
-Both drive one :class:`~opprof.recorder.Recorder` attached to the current engine. Stopping waits
-for all engine work first (a program returns before its asynchronous ops have run), then builds
-the :class:`~opprof.trace.Trace`.
+MXNet profiling code runs unchanged on it: a module-level session started by ``set_state('run')``,
+finished traces kept for ``dumps()`` until ``reset=True``, and ``Domain``/``Task``/``Frame``/
+``Event``/``Counter``/``Marker`` recorded on the running recorder.
 """
 
 from __future__ import annotations
 
 import numbers
 import os
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
-from .engine import get_engine
+from ..engine import get_engine
+from ..trace import Trace
+from ..trace.records import USER
+from ..trace.text import stats_json, stats_table
 from .recorder import ProfilerError, Recorder
-from .trace import Trace
+from .session import Profiler
 
 __all__ = [
     "Counter",
@@ -24,118 +24,17 @@ __all__ = [
     "Event",
     "Frame",
     "Marker",
-    "Profiler",
-    "ProfilerError",
     "Task",
     "dump",
     "dumps",
     "last_trace",
     "pause",
-    "profile",
     "resume",
     "set_config",
     "set_state",
 ]
 
 
-#: After Ctrl-C, how long stopping waits for queued work before it keeps what it has (seconds).
-INTERRUPT_GRACE_S = 1.0
-
-
-class Profiler:
-    """One profiling session: ``start()``, ``stop()``, then ``trace``."""
-
-    def __init__(self, max_events: int = 5_000_000) -> None:
-        self.max_events = max_events
-        self._recorder: Recorder | None = None
-        self._unbuilt: Recorder | None = None  # stopped, but the build was interrupted
-        self.trace: Trace | None = None
-        self.error: BaseException | None = None  # what the final wait raised, if anything
-
-    @property
-    def running(self) -> bool:
-        return self._recorder is not None
-
-    def start(self) -> Profiler:
-        if self._recorder is not None:
-            raise ProfilerError("this profiler is already running")
-        self._recorder = Recorder(self.max_events).attach(get_engine())
-        self.trace = None
-        self._unbuilt = None
-        return self
-
-    def pause(self) -> None:
-        if self._recorder is not None:
-            self._recorder.recording = False
-
-    def resume(self) -> None:
-        if self._recorder is not None:
-            self._recorder.recording = True
-
-    def stop(self, wait: bool | float = True) -> Trace:
-        """Wait for the engine, stop recording and build the trace.
-
-        An error that the final wait raises is kept in ``self.error`` and raised after the trace is
-        built, so the trace of a failed run is never lost. ``wait`` as a number of seconds waits at
-        most that long and raises nothing (after Ctrl-C: the queued work may be what hung).
-        """
-        rec = self._recorder
-        if rec is None:
-            if self._unbuilt is not None:
-                return self._build(self._unbuilt)
-            if self.trace is None:
-                raise ProfilerError("the profiler was never started")
-            return self.trace
-        self.error = None
-        try:
-            if wait is not True and wait and rec.engine is not None:
-                deadline = time.monotonic() + float(wait)
-                while rec.engine.pending and time.monotonic() < deadline:
-                    time.sleep(0.001)
-            elif wait and rec.engine is not None:
-                rec.engine.wait_for_all()
-        except BaseException as e:
-            self.error = e
-        finally:
-            rec.detach()
-            self._recorder = None
-            self._unbuilt = rec
-            self._build(rec)
-        if self.error is not None:
-            raise self.error
-        return self.trace
-
-    def _build(self, rec: Recorder) -> Trace:
-        # Building takes seconds at a million spans. A Ctrl-C meanwhile stops it, but the records
-        # stay in ``_unbuilt``: calling ``stop()`` again builds the trace from them.
-        self.trace = rec.build()
-        self._unbuilt = None
-        return self.trace
-
-
-@contextmanager
-def profile(max_events: int = 5_000_000, path: str | os.PathLike[str] | None = None) -> Iterator[Profiler]:
-    """Profile the block; ``prof.trace`` holds the result, also when the block raised.
-
-    With ``path``, the trace is saved there as Chrome trace JSON (``.json`` or ``.json.gz``).
-    """
-    prof = Profiler(max_events).start()
-    try:
-        yield prof
-    except BaseException as e:
-        try:
-            prof.stop(wait=INTERRUPT_GRACE_S if isinstance(e, KeyboardInterrupt) else True)
-        except BaseException:
-            pass  # the block's own error is the one to report
-        raise
-    else:
-        prof.stop()
-    finally:
-        if path is not None and prof.trace is not None:
-            prof.trace.save(path)
-
-
-# ---------------------------------------------------------------------------- MXNet's mx.profiler
 _CONFIG_KEYS = {
     "profile_all": bool,
     "profile_symbolic": bool,
@@ -193,10 +92,6 @@ def set_state(state: str = "stop", profile_process: str = "worker") -> None:
         raise ValueError(f"set_state: state must be 'run' or 'stop', got {state!r}")
 
 
-def state() -> str:
-    return "run" if _session is not None else "stop"
-
-
 def pause(profile_process: str = "worker") -> None:
     if _session is not None:
         _session.pause()
@@ -226,8 +121,6 @@ def dump(finished: bool = True, profile_process: str = "worker") -> None:
 
 def dumps(reset: bool = False, format: str = "table", sort_by: str = "total", ascending: bool = False) -> str:
     """Aggregate statistics of every run since the last reset, as MXNet prints them."""
-    from .report import stats_json, stats_table
-
     if format not in ("table", "json"):
         raise ValueError(f"dumps: format must be 'table' or 'json', got {format!r}")
     traces = list(_traces)
@@ -266,7 +159,7 @@ class Domain:
 
 
 class _UserSpan:
-    _cat = "user"
+    _cat = USER
 
     def __init__(self, domain: Domain | None, name: str) -> None:
         self.domain = domain
@@ -312,7 +205,7 @@ class Counter:
     def __init__(self, domain: Domain, name: str, value: int | None = None) -> None:
         self.domain = domain
         self.name = str(name)
-        self.value = 0
+        self.value: float = 0
         if value is not None:
             self.set_value(value)
 

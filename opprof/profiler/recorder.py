@@ -1,6 +1,6 @@
 """Recording: cheap capture on the hot path, the :class:`~opprof.trace.Trace` built only at the end.
 
-The recorder is the engine's ``observer``. While it runs, each thread appends flat tuples to its
+The recorder is an engine observer (:class:`~opprof.engine.EngineObserver`). While it runs, each thread appends flat tuples to its
 own list (no lock, no dict, no string formatting): one ``perf_counter_ns`` pair and an append per
 op. Names such as ``MyAddOne::_plus_scalar``, roles, custom-op families, the python / sub-ops /
 waiting split and flow arrows are all worked out in :meth:`Recorder.build`.
@@ -23,10 +23,21 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .engine import INTERNAL, Engine, get_engine
-from .operator import Invocation, current_invocation
-from .operator import _tls as _op_tls
-from .trace import CounterSample, Flow, Instant, Span, ThreadInfo, Trace, split_invocation
+from ..engine import (
+    CUSTOM_THREAD_PREFIX,
+    ENGINE_THREAD_PREFIX,
+    INTERNAL,
+    Engine,
+    EngineObserver,
+    Invocation,
+    Opr,
+    current_invocation,
+    get_engine,
+)
+from ..engine.state import thread_state
+from ..trace import CUSTOM_OP, CounterSample, Flow, Instant, Role, Span, ThreadInfo, Trace
+from ..trace.records import OPERATOR, WAIT
+from ..trace.split import split_invocation
 
 __all__ = ["Recorder", "ProfilerError"]
 
@@ -39,7 +50,7 @@ class ProfilerError(RuntimeError):
     """The profiler was used in a way that would lose or mix up data."""
 
 
-class Recorder:
+class Recorder(EngineObserver):
     """Engine observer that records spans; one per profiling session."""
 
     def __init__(self, max_events: int = 5_000_000, clock: Callable[[], int] = time.perf_counter_ns) -> None:
@@ -60,16 +71,17 @@ class Recorder:
     # ------------------------------------------------------------------ attach / detach
     def attach(self, engine: Engine | None = None) -> Recorder:
         engine = engine or get_engine()
-        if engine.observer is not None and engine.observer is not self:
+        if any(isinstance(o, Recorder) and o is not self for o in engine.observers):
             raise ProfilerError("another profiler is already recording this engine; stop it first")
         self.engine = engine
         self.t_start = self.clock()
-        engine.observer = self
+        if self not in engine.observers:
+            engine.add_observer(self)
         return self
 
     def detach(self) -> None:
-        if self.engine is not None and self.engine.observer is self:
-            self.engine.observer = None
+        if self.engine is not None:
+            self.engine.remove_observer(self)
         self.t_stop = self.clock()
 
     # ------------------------------------------------------------------ hot path
@@ -94,15 +106,15 @@ class Recorder:
         self.full = True
         return False
 
-    def on_push(self, opr: Any) -> None:
+    def on_push(self, opr: Opr) -> None:
         if self.recording and opr.info is not INTERNAL:
-            inv = _op_tls.invocation
+            inv = thread_state.invocation
             # Only a push inside a custom op's Python needs its time and thread (for its flow arrow).
             # The pusher is named by its buffer, not its thread ident: Linux reuses the ident of a
             # finished thread, which would move the arrow to another thread.
             opr.prof = _PLAIN_PUSH if inv is None else (self.clock(), self._buf(), inv)
 
-    def run(self, opr: Any, fn: Callable[..., Any], *args: Any) -> None:
+    def run(self, opr: Opr, fn: Callable[..., Any], *args: Any) -> None:
         prof = opr.prof
         if prof is None:  # pushed before recording started, or internal
             fn(*args)
@@ -167,98 +179,12 @@ class Recorder:
         with self._lock:
             buffers = sorted(self._buffers, key=lambda b: _thread_order(b[1]))
         threads = [ThreadInfo(i + 1, name) for i, (_, name, _) in enumerate(buffers)]
-        tid_of = {id(buf): i + 1 for i, (_, _, buf) in enumerate(buffers)}
-        spans: list[Span] = []
-        flows: list[Flow] = []
-        starts: dict[Invocation, tuple[int, int]] = {}
-        ends: dict[Invocation, int] = {}
-        errors: dict[Invocation, str] = {}
-        children: dict[Invocation, list[Span]] = {}
-        pending_flows: list[tuple[Span, int, int]] = []
-        instants: list[Instant] = []
-        counters: list[CounterSample] = []
-
-        def child(inv: Invocation, name: str, tid: int, t0: int, t1: int, role: str) -> Span:
-            s = Span(f"{inv.name}::{name}", "custom", tid, t0, t1, {"op_type": inv.op_type, "role": role})
-            children.setdefault(inv, []).append(s)
-            return s
-
+        b = _Build({id(buf): i + 1 for i, (_, _, buf) in enumerate(buffers)})
         for tid, (_, _, buf) in enumerate(buffers, start=1):
-            for rec in buf:
-                kind = rec[0]
-                if kind == _OP:
-                    _, t0, t1, name, info, prof, is_async = rec
-                    pushed_in = prof[2]
-                    if isinstance(info, Invocation) and is_async:
-                        starts[info] = (t0, tid)  # the custom op's engine op: the family starts here
-                        continue
-                    if isinstance(info, Invocation) and name == "Dummy_Wait":
-                        s = child(info, "Dummy_Wait", tid, t0, t1, "dummy_wait")
-                        ends[info] = t1
-                    elif pushed_in is not None:
-                        s = child(pushed_in, name, tid, t0, t1, "subop")
-                    else:
-                        spans.append(Span(name, "operator", tid, t0, t1))
-                        continue
-                    spans.append(s)
-                    src_tid = tid_of.get(id(prof[1]))
-                    if s.args is not None and s.args["role"] == "subop" and src_tid is not None:
-                        # Sub-ops are pushed inside the Python span: the arrow starts there.
-                        pending_flows.append((s, src_tid, prof[0]))
-                elif kind == _WAIT:
-                    _, t0, t1, name, inv = rec
-                    if inv is not None:
-                        spans.append(child(inv, name, tid, t0, t1, "wait"))
-                    else:
-                        spans.append(Span(name, "wait", tid, t0, t1))
-                elif kind == _PYTHON:
-                    _, t0, t1, inv = rec
-                    spans.append(child(inv, "pure_python", tid, t0, t1, "python"))
-                elif kind == _ERROR:
-                    errors[rec[3]] = rec[4]
-                elif kind == _USER:
-                    spans.append(Span(rec[3], rec[4], tid, rec[1], rec[2]))
-                elif kind == _INSTANT:
-                    instants.append(Instant(rec[3], rec[4], tid, rec[1]))
-                elif kind == _COUNTER:
-                    counters.append(CounterSample(rec[3], rec[1], {"value": rec[4]}))
-
-        # Families: number invocations 1..n in start order; drop any that the cap or a pause left
-        # without its start, its Python or its Dummy_Wait (a partial family would mislead).
-        has_python = {inv for inv, kids in children.items() if any(k.args and k.args["role"] == "python" for k in kids)}
-        complete = sorted((inv for inv in starts if inv in ends and inv in has_python), key=lambda inv: starts[inv][0])
-        ids = {inv: i for i, inv in enumerate(complete, start=1)}
-        incomplete = {inv for inv in children if inv not in ids}
-        if incomplete:
-            orphans = {id(s) for inv in incomplete for s in children[inv]}
-            spans = [s for s in spans if id(s) not in orphans]
-        for inv, i in ids.items():
-            for s in children.get(inv, ()):
-                assert s.args is not None
-                s.args["invocation"] = i
-                s.args["backward"] = inv.backward
-            t0, tid = starts[inv]
-            parent = Span(
-                inv.name,
-                "custom",
-                tid,
-                t0,
-                ends[inv],
-                {"op_type": inv.op_type, "role": "parent", "invocation": i, "backward": inv.backward},
-            )
-            family = children.get(inv, [])
-            py, sub, wait = split_invocation(parent, family)
-            assert parent.args is not None
-            parent.args.update(python_us=py / 1e3, subops_us=sub / 1e3, waiting_us=wait / 1e3)
-            if inv in errors:
-                parent.args["error"] = errors[inv]
-            spans.append(parent)
-
-        kept = {id(s) for s in spans}
-        for n, (s, src_tid, src_ts) in enumerate((f for f in pending_flows if id(f[0]) in kept), start=1):
-            flows.append(Flow(n, s.name, "push", src_tid, min(src_ts, s.start), s.tid, s.start))
-
-        spans.sort(key=lambda s: (s.start, -s.end))
+            b.read(tid, buf)
+        incomplete = b.families()
+        flows = b.flows()
+        b.spans.sort(key=lambda s: (s.start, -s.end))
         dropped = max(0, next(self._count) - self.max_events)  # attempts past the cap
         meta = {
             "clock": "perf_counter_ns",
@@ -266,20 +192,113 @@ class Recorder:
             "t_stop_ns": self.t_stop,
             "max_events": self.max_events,
             "dropped_events": dropped,
-            "incomplete_invocations": len(incomplete),
+            "incomplete_invocations": incomplete,
             "engine": getattr(self.engine, "kind", None),
             "producer": "opprof",
         }
         if metadata:
             meta.update(metadata)
-        instants.sort(key=lambda i: i.ts)
-        counters.sort(key=lambda c: c.ts)
-        return Trace(threads=threads, spans=spans, flows=flows, instants=instants, counters=counters, metadata=meta)
+        b.instants.sort(key=lambda i: i.ts)
+        b.counters.sort(key=lambda c: c.ts)
+        return Trace(threads=threads, spans=b.spans, flows=flows, instants=b.instants, counters=b.counters, metadata=meta)
+
+
+class _Build:
+    """The trace being built from the records: spans, then families and flows."""
+
+    def __init__(self, tid_of: dict[int, int]) -> None:
+        self.tid_of = tid_of  # id(buffer) -> small tid: names the thread that pushed a sub-op
+        self.spans: list[Span] = []
+        self.instants: list[Instant] = []
+        self.counters: list[CounterSample] = []
+        self.starts: dict[Invocation, tuple[int, int]] = {}  # the custom op's engine op: (start, tid)
+        self.ends: dict[Invocation, int] = {}  # its Dummy_Wait's end
+        self.errors: dict[Invocation, str] = {}
+        self.children: dict[Invocation, list[Span]] = {}
+        self.pending_flows: list[tuple[Span, int, int]] = []  # (sub-op, pushing tid, push time)
+
+    def child(self, inv: Invocation, name: str, tid: int, t0: int, t1: int, role: Role) -> Span:
+        s = Span(f"{inv.name}::{name}", CUSTOM_OP, tid, t0, t1, {"op_type": inv.op_type, "role": role})
+        self.children.setdefault(inv, []).append(s)
+        return s
+
+    def read(self, tid: int, buf: list[tuple[Any, ...]]) -> None:
+        """One thread's records as spans (families get their ids later)."""
+        spans, child = self.spans, self.child
+        for rec in buf:
+            kind = rec[0]
+            if kind == _OP:
+                _, t0, t1, name, info, prof, is_async = rec
+                pushed_in = prof[2]
+                if isinstance(info, Invocation) and is_async:
+                    self.starts[info] = (t0, tid)  # the custom op's engine op: the family starts here
+                    continue
+                if isinstance(info, Invocation) and name == "Dummy_Wait":
+                    s = child(info, "Dummy_Wait", tid, t0, t1, Role.DUMMY_WAIT)
+                    self.ends[info] = t1
+                elif pushed_in is not None:
+                    s = child(pushed_in, name, tid, t0, t1, Role.SUBOP)
+                    src_tid = self.tid_of.get(id(prof[1]))
+                    if src_tid is not None:  # sub-ops are pushed inside the Python span: the arrow starts there
+                        self.pending_flows.append((s, src_tid, prof[0]))
+                else:
+                    s = Span(name, OPERATOR, tid, t0, t1)
+                spans.append(s)
+            elif kind == _WAIT:
+                _, t0, t1, name, inv = rec
+                spans.append(child(inv, name, tid, t0, t1, Role.WAIT) if inv is not None else Span(name, WAIT, tid, t0, t1))
+            elif kind == _PYTHON:
+                _, t0, t1, inv = rec
+                spans.append(child(inv, "pure_python", tid, t0, t1, Role.PYTHON))
+            elif kind == _ERROR:
+                self.errors[rec[3]] = rec[4]
+            elif kind == _USER:
+                spans.append(Span(rec[3], rec[4], tid, rec[1], rec[2]))
+            elif kind == _INSTANT:
+                self.instants.append(Instant(rec[3], rec[4], tid, rec[1]))
+            elif kind == _COUNTER:
+                self.counters.append(CounterSample(rec[3], rec[1], {"value": rec[4]}))
+
+    def families(self) -> int:
+        """Number invocations 1..n in start order and give each its parent; return how many were dropped.
+
+        A family that the cap or a pause left without its start, its Python or its Dummy_Wait is
+        dropped whole: a partial family would mislead.
+        """
+        children, starts, ends = self.children, self.starts, self.ends
+        has_python = {inv for inv, kids in children.items() if any(k.role == Role.PYTHON for k in kids)}
+        complete = sorted((inv for inv in starts if inv in ends and inv in has_python), key=lambda inv: starts[inv][0])
+        ids = {inv: i for i, inv in enumerate(complete, start=1)}
+        incomplete = {inv for inv in children if inv not in ids}
+        if incomplete:
+            orphans = {id(s) for inv in incomplete for s in children[inv]}
+            self.spans = [s for s in self.spans if id(s) not in orphans]
+        for inv, i in ids.items():
+            family = children.get(inv, [])
+            for s in family:
+                assert s.args is not None
+                s.args["invocation"] = i
+                s.args["backward"] = inv.backward
+            t0, tid = starts[inv]
+            args: dict[str, Any] = {"op_type": inv.op_type, "role": Role.PARENT, "invocation": i, "backward": inv.backward}
+            parent = Span(inv.name, CUSTOM_OP, tid, t0, ends[inv], args)
+            py, sub, wait = split_invocation(parent, family)
+            args.update(python_us=py / 1e3, subops_us=sub / 1e3, waiting_us=wait / 1e3)
+            if inv in self.errors:
+                args["error"] = self.errors[inv]
+            self.spans.append(parent)
+        return len(incomplete)
+
+    def flows(self) -> list[Flow]:
+        """An arrow from each kept sub-op's push to its start."""
+        kept = {id(s) for s in self.spans}
+        live = (f for f in self.pending_flows if id(f[0]) in kept)
+        return [Flow(n, s.name, "push", tid, min(ts, s.start), s.tid, s.start) for n, (s, tid, ts) in enumerate(live, 1)]
 
 
 def _thread_order(name: str) -> tuple[int, int, str]:
     """Main thread first, then engine workers, then custom-op workers, each in number order."""
-    for rank, prefix in enumerate(("MainThread", "opprof-engine-", "opprof-custom-"), start=0):
+    for rank, prefix in enumerate(("MainThread", ENGINE_THREAD_PREFIX, CUSTOM_THREAD_PREFIX), start=0):
         if name.startswith(prefix):
             tail = name[len(prefix) :]
             return (rank, int(tail) if tail.isdigit() else 0, name)

@@ -15,11 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from . import autograd as _ag
+from ..engine import Var, get_engine
 from . import ops as _ops
-from . import random as random
+from . import tape as _tape
 from .context import Context, cpu
-from .engine import Var, get_engine
 from .ops import OperatorError
 
 __all__ = [
@@ -50,8 +49,6 @@ __all__ = [
     "sigmoid",
     "relu",
     "negative",
-    "Custom",
-    "random",
 ]
 
 _DEFAULT_DTYPE = np.dtype(np.float32)
@@ -177,13 +174,13 @@ class NDArray:
 
     def attach_grad(self, grad_req: str = "write", stype: Any = None) -> None:
         """Make this array a leaf whose gradient ``backward`` writes into ``self.grad``."""
-        _ag._check_req(grad_req)
+        _tape.check_req(grad_req)
         self._grad = zeros(self.shape, dtype=self._data.dtype)
         self._grad_req = grad_req
         self._node = None
 
     def backward(self, out_grad: NDArray | None = None, retain_graph: bool = False, train_mode: bool = True) -> None:
-        _ag.backward([self], [out_grad], retain_graph=retain_graph, train_mode=train_mode)
+        backward([self], [out_grad], retain_graph=retain_graph, train_mode=train_mode)
 
     def _accumulate_grad(self, g: NDArray) -> None:
         assert self._grad is not None
@@ -197,7 +194,7 @@ class NDArray:
         key = _basic_key(key)
         if key == (slice(None),) or key == ():
             return self
-        if _ag.is_recording() and _ag.requires_grad(self):
+        if _tape.is_recording() and _tape.requires_grad(self):
             return _invoke(_SLICE, (self,), {"key": key})
         return self._view(key)
 
@@ -211,7 +208,7 @@ class NDArray:
 
     def __setitem__(self, key: Any, value: Any) -> None:
         key = _basic_key(key)
-        if _ag._state.recording and _ag.requires_grad(self):
+        if _tape.state.recording and _tape.requires_grad(self):
             raise OperatorError(
                 "in-place operations (+=, -=, x[:]=, x[i]=, ...) on an array in the autograd graph "
                 "are not supported while recording"
@@ -350,7 +347,7 @@ def _invoke(
     else:
         if check_shape and out._data.shape != shape:
             raise OperatorError(f"{op.name}: result shape {shape} does not fit the output of shape {out.shape}")
-        if _ag._state.recording and _ag.requires_grad(out):
+        if _tape.state.recording and _tape.requires_grad(out):
             raise OperatorError(
                 f"{op.name}: in-place operations (+=, -=, x[:]=, ...) on an array in the autograd "
                 "graph are not supported while recording"
@@ -358,8 +355,8 @@ def _invoke(
     ovar = out._var
     reads = [x._var for x in inputs if x._var is not ovar]
     get_engine().push(partial(op.forward, datas, out._data, attrs), reads, (ovar,), op.name)
-    if _ag._state.recording and op.backward is not None and inputs:
-        _ag.record_node(op.name, inputs, (out,), partial(_push_backward, op, tuple(inputs), out, attrs))
+    if _tape.state.recording and op.backward is not None and inputs:
+        _tape.record_node(op.name, inputs, (out,), partial(_push_backward, op, tuple(inputs), out, attrs))
     return out
 
 
@@ -368,7 +365,7 @@ def _push_backward(
 ) -> list[NDArray | None]:
     """Push ``_backward_<op>``: one engine op computing the gradient of every input that needs it."""
     g = ograds[0]
-    grads = [NDArray(np.empty(x.shape, x._data.dtype)) if _ag.requires_grad(x) else None for x in inputs]
+    grads = [NDArray(np.empty(x.shape, x._data.dtype)) if _tape.requires_grad(x) else None for x in inputs]
     in_datas = [x._data for x in inputs]
     bufs = [gr._data if gr is not None else None for gr in grads]
     out_data, g_data = out._data, g._data
@@ -377,7 +374,7 @@ def _push_backward(
 
     def run() -> None:
         for buf, res in zip(bufs, backward(in_datas, out_data, g_data, attrs), strict=True):
-            if buf is not None:
+            if buf is not None and res is not None:
                 np.copyto(buf, res, casting="unsafe")
 
     reads = [x._var for x in inputs] + [out._var, g._var]
@@ -447,21 +444,20 @@ _COPY = _ops.OPS["_copy"]
 _COPYTO = _ops.OPS["_copyto"]
 _SLICE = _ops.OPS["slice"]
 _ELEMWISE_ADD = _ops.OPS["elemwise_add"]
-_SET_VALUE = _ops.register("_set_value", _assign_forward, None, lambda n, s, d, a: ((), np.dtype(np.float64)), arity=0)
-_SLICE_ASSIGN = _ops.register("_slice_assign", _assign_forward, None, lambda n, s, d, a: (s[0], d[0]), arity=1)
+_SET_VALUE = _ops.register("_set_value", _assign_forward, None, lambda n, s, d, a: ((), np.dtype(np.float64)))
+_SLICE_ASSIGN = _ops.register("_slice_assign", _assign_forward, None, lambda n, s, d, a: (s[0], d[0]))
 _SLICE_ASSIGN_SCALAR = _ops.register(
-    "_slice_assign_scalar", _assign_forward, None, lambda n, s, d, a: ((), np.dtype(np.float64)), arity=0
+    "_slice_assign_scalar", _assign_forward, None, lambda n, s, d, a: ((), np.dtype(np.float64))
 )
 
 
 # ---------------------------------------------------------------------------- creation
-def _shape(shape: int | Sequence[int]) -> tuple[int, ...]:
-    if isinstance(shape, numbers.Integral):
-        shape = (int(shape),)
-    shape = tuple(int(n) for n in shape)
-    if any(n < 0 for n in shape):
-        raise ValueError(f"shape {shape} has a negative dimension")
-    return shape
+def _shape(shape: Any) -> tuple[int, ...]:
+    """A shape from an int or any iterable of ints (a tuple, a list, a NumPy array)."""
+    dims = (int(shape),) if isinstance(shape, numbers.Integral) else tuple(int(n) for n in shape)
+    if any(n < 0 for n in dims):
+        raise ValueError(f"shape {dims} has a negative dimension")
+    return dims
 
 
 def _dtype(dtype: Any) -> np.dtype:
@@ -495,7 +491,8 @@ def _numeric(dtype: Any) -> np.dtype:
     return dt
 
 
-def _create(name: str, shape: Any, dtype: Any, **attrs: Any) -> NDArray:
+def create(name: str, shape: Any, dtype: Any, **attrs: Any) -> NDArray:
+    """Push the creation op ``name`` (no inputs) for a new array of ``shape``/``dtype``."""
     op = _ops.OPS[name]
     attrs.update(shape=_shape(shape), dtype=_dtype(dtype))
     return _invoke(op, (), attrs)
@@ -520,15 +517,15 @@ def empty(shape: Any, ctx: Context | None = None, dtype: Any = None) -> NDArray:
 
 
 def zeros(shape: Any, ctx: Context | None = None, dtype: Any = None, **kwargs: Any) -> NDArray:
-    return _create("_zeros", shape, dtype)
+    return create("_zeros", shape, dtype)
 
 
 def ones(shape: Any, ctx: Context | None = None, dtype: Any = None, **kwargs: Any) -> NDArray:
-    return _create("_ones", shape, dtype)
+    return create("_ones", shape, dtype)
 
 
 def full(shape: Any, val: Any, ctx: Context | None = None, dtype: Any = None, **kwargs: Any) -> NDArray:
-    return _create("_full", shape, dtype, value=val)
+    return create("_full", shape, dtype, value=val)
 
 
 def arange(
@@ -542,7 +539,7 @@ def arange(
         base = arange(start, stop, step, dtype=dtype).asnumpy()
         return array(np.repeat(base, repeat), dtype=_dtype(dtype))
     n = max(0, int(np.ceil((stop - start) / step)))
-    return _create("_arange", n, dtype, start=start, stop=stop, step=step)
+    return create("_arange", n, dtype, start=start, stop=stop, step=step)
 
 
 def zeros_like(x: NDArray) -> NDArray:
@@ -608,9 +605,12 @@ def mean(data: NDArray, axis: int | Sequence[int] | None = None, keepdims: bool 
     return _invoke(_ops.OPS["mean"], (_check_nd("mean", data),), {"axis": _axis(axis), "keepdims": bool(keepdims)})
 
 
-def _axis(axis: int | Sequence[int] | None) -> int | tuple[int, ...] | None:
-    if axis is None or isinstance(axis, numbers.Integral):
-        return None if axis is None else int(axis)
+def _axis(axis: Any) -> int | tuple[int, ...] | None:
+    """An axis argument: None, an int, or any iterable of ints."""
+    if axis is None:
+        return None
+    if isinstance(axis, numbers.Integral):
+        return int(axis)
     return tuple(int(a) for a in axis)
 
 
@@ -639,8 +639,66 @@ maximum = _binary_fn("maximum")
 minimum = _binary_fn("minimum")
 
 
-def Custom(*inputs: NDArray, op_type: str, **kwargs: Any) -> NDArray | list[NDArray]:
-    """Invoke the custom operator registered as ``op_type`` (see :mod:`opprof.operator`)."""
-    from .operator import invoke_custom
+# ---------------------------------------------------------------------------- backward
+def backward(
+    heads: NDArray | Sequence[NDArray],
+    head_grads: NDArray | Sequence[NDArray | None] | None = None,
+    retain_graph: bool = False,
+    train_mode: bool = True,
+) -> None:
+    """Push the backward pass from ``heads``; gradients land in each leaf's ``.grad`` (``mx.autograd.backward``).
 
-    return invoke_custom(inputs, op_type, kwargs)
+    It walks the tape in reverse and pushes one engine op per node, named ``_backward_<op>``
+    (custom ops push their own Python ``backward`` the same way), so the backward pass is as
+    asynchronous as the forward one. It lives beside NDArray because it makes arrays (head
+    gradients of ones, sums of gradients) while the tape below knows no array type.
+    """
+    heads = [heads] if isinstance(heads, NDArray) else list(heads)
+    if head_grads is None or isinstance(head_grads, NDArray):
+        head_grads = [head_grads] * len(heads) if head_grads is None else [head_grads]
+    if len(head_grads) != len(heads):
+        raise ValueError(f"backward: {len(heads)} heads but {len(head_grads)} head gradients")
+    for h in heads:
+        if not _tape.requires_grad(h):
+            raise ValueError(
+                "backward: this array is not part of a recorded graph; compute it inside "
+                "autograd.record() from arrays that called attach_grad()"
+            )
+
+    # Gradients collected per array object (the tape holds every array it refers to).
+    pending: dict[int, list[NDArray]] = {}
+    arrays: dict[int, NDArray] = {}
+
+    def add(x: NDArray, g: NDArray) -> None:
+        pending.setdefault(id(x), []).append(g)
+        arrays[id(x)] = x
+
+    with _tape.scope(False, train_mode):
+        for h, g in zip(heads, head_grads, strict=True):
+            if g is None:
+                g = ones_like(h)
+            elif g.shape != h.shape:
+                raise ValueError(f"backward: head gradient shape {g.shape} does not match head shape {h.shape}")
+            add(h, g)
+
+        for node in _tape.topo_order(heads):
+            ograds: list[Any] = [_sum_grads(pending.pop(id(y), [])) for y in node.outputs]
+            if all(g is None for g in ograds):
+                continue
+            full = [g if g is not None else ones_like(y) * 0 for g, y in zip(ograds, node.outputs, strict=True)]
+            in_grads = node.backward(full)
+            for x, g in zip(node.inputs, in_grads, strict=True):
+                if g is not None and _tape.requires_grad(x):
+                    add(x, g)
+
+        for key, grads in pending.items():
+            leaf = arrays[key]
+            if leaf._grad is None or leaf._grad_req == "null" or not grads:
+                continue
+            total = _sum_grads(grads)
+            assert total is not None
+            leaf._accumulate_grad(total)
+        if not retain_graph:
+            for h in heads:
+                if h._node is not None:
+                    h._node = None

@@ -1,11 +1,11 @@
 """Trace -> Bokeh timeline: a pure function of the trace, shared by the widget and saved HTML.
 
-:func:`build_timeline` reads only a :class:`~opprof.trace.Trace` (through :mod:`opprof.layout`),
+:func:`build_timeline` reads only a :class:`~opprof.trace.Trace` (through :mod:`.layout`),
 so an imported trace draws exactly like one of ours, and returns the Bokeh objects by name so the
 widget can drive them and tests can inspect them without a browser (as dask's
 ``profile_visualize`` does). :func:`save_html` writes one standalone file with BokehJS inline.
 
-What keeps it fast at a million spans: rectangles, not spans, are drawn. :func:`opprof.layout.blocks`
+What keeps it fast at a million spans: rectangles, not spans, are drawn. :func:`.layout.blocks`
 merges spans narrower than a pixel per row into counted blocks, and the columns sent to the
 browser are numeric (names and hover text go through small lookup tables), so size and draw time
 grow with the screen, not the trace.
@@ -16,11 +16,8 @@ What keeps it safe: a trace's names and args are data. Tooltips use plain ``@fie
 
 from __future__ import annotations
 
-import math
-import sys
-import types
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
@@ -53,20 +50,22 @@ from bokeh.models import (
 )
 from bokeh.plotting import figure
 
+from ..trace import Role, Span, Trace
+from ..trace.records import FAMILY_ARGS
+from ..trace.split import parent_split
+from ..trace.text import fmt_us
 from .layout import ROLE_NAMES, Blocks, Layout, blocks, build_layout
-from .trace import Span, Trace, split_invocation
 
 __all__ = [
     "ROLE_COLORS",
     "ROLE_LABELS",
     "Timeline",
     "build_timeline",
-    "fmt_us",
     "save_html",
     "span_columns",
 ]
 
-#: Legend text per role code (the order of :data:`opprof.layout.ROLE_NAMES`).
+#: Legend text per role code (the order of :data:`.layout.ROLE_NAMES`).
 ROLE_LABELS = {
     "op": "regular op",
     "parent": "custom-op parent",
@@ -98,7 +97,6 @@ PALETTE = [ROLE_COLORS[r] for r in ROLE_NAMES] + [_MERGED_COLORS[r] for r in ROL
 #: Outlines: the same as the fill, except a parent's, so adjacent invocations stay apart.
 LINE_PALETTE = [("#a07d1c" if r == "parent" else ROLE_COLORS[r]) for r in ROLE_NAMES] + [_MERGED_COLORS[r] for r in ROLE_NAMES]
 DETAIL_LIMIT = 100_000  # draw every span (no merging) up to this many rectangles
-_HIDDEN_ARGS = {"op_type", "role", "invocation", "backward", "python_us", "subops_us", "waiting_us"}
 
 # Microseconds to readable text, in the browser (ticks and hover) and in Python (tests, notes).
 _FMT_US_JS = """
@@ -115,15 +113,6 @@ function fmt(us, step) {
 }
 """
 _TICK_JS = _FMT_US_JS + "const step = ticks.length > 1 ? ticks[1] - ticks[0] : tick; return fmt(tick, step);"
-
-
-def fmt_us(us: float) -> str:
-    """``1234.5`` -> ``"1.23 ms"``: three significant digits in the largest unit below the value."""
-    a = abs(us)
-    unit, scale = ("s", 1e6) if a >= 1e6 else ("ms", 1e3) if a >= 1e3 else ("µs", 1.0) if a >= 1 else ("ns", 1e-3)
-    v = us / scale
-    digits = 0 if v == 0 else max(0, min(6, 2 - math.floor(math.log10(abs(v)))))
-    return f"{v:.{digits}f} {unit}"
 
 
 @dataclass
@@ -148,7 +137,6 @@ class Timeline:
     full_detail: bool = False  # every span drawn as itself: the view never needs refining
     merged: int = 0  # spans folded into blocks in the current view
     window: tuple[float, float] = (0.0, 0.0)  # x range the current data was computed for
-    extras: dict[str, Any] = field(default_factory=dict)
 
     def refresh(self, x0: float, x1: float, mask: np.ndarray | None = None) -> None:
         """Recompute what is drawn for the x range ``[x0, x1]`` (level of detail) and push it."""
@@ -174,19 +162,16 @@ def _factorize(values: Sequence[str]) -> tuple[np.ndarray, list[str]]:
 
 
 def _parent_split(span: Span, trace: Trace) -> tuple[float, float, float]:
-    """A parent's (python, sub-ops, waiting) in us: from its args (the profiler stores them), else computed."""
-    a = span.args or {}
-    if all(k in a for k in ("python_us", "subops_us", "waiting_us")):
-        return float(a["python_us"]), float(a["subops_us"]), float(a["waiting_us"])
-    inv = a.get("invocation")
-    fam = [s for s in trace.spans if s.invocation == inv and s is not span]
-    py, sub, wait = split_invocation(span, fam)
+    """A parent's (python, sub-ops, waiting) in us, through the trace's one split accessor."""
+    inv = span.invocation
+    # A generator: a split the profiler stored is read without ever walking the trace.
+    py, sub, wait = parent_split(span, (s for s in trace.spans if s.invocation == inv and s is not span))
     return py / 1e3, sub / 1e3, wait / 1e3
 
 
 def _detail(span: Span, trace: Trace) -> str:
     """Hover text beyond the name: a parent's split, else the span's own args."""
-    if span.role == "parent":
+    if span.role == Role.PARENT:
         py, sub, wait = _parent_split(span, trace)
         total = py + sub + wait or 1.0
         return (
@@ -196,7 +181,7 @@ def _detail(span: Span, trace: Trace) -> str:
     a = span.args
     if not a:
         return ""
-    text = ", ".join(f"{k}={v}" for k, v in a.items() if k not in _HIDDEN_ARGS)
+    text = ", ".join(f"{k}={v}" for k, v in a.items() if k not in FAMILY_ARGS)
     return text if len(text) <= 200 else text[:199] + "…"
 
 
@@ -270,7 +255,7 @@ def span_columns(trace: Trace, layout: Layout, b: Blocks) -> tuple[dict[str, Any
         s = picked[j]
         if s.args:
             detail_code[j] = details.setdefault(_detail(s, trace), len(details))
-    lane_tids = [ln.tid for ln in layout.lanes if ln.kind == "thread"]
+    lane_tids = [ln.tid for ln in layout.lanes if ln.tid is not None]  # the thread lanes
     thread_labels = [trace.thread_name(t) for t in lane_tids]
     tid_pos = {t: i for i, t in enumerate(lane_tids)}
     thread_code = np.fromiter((tid_pos.get(t, -1) for t in layout.tid[items].tolist()), dtype=np.int16, count=len(items))
@@ -381,32 +366,25 @@ def _style_lanes(p: Any, layout: Layout) -> None:
 
 
 def _stats_table(trace: Trace, limit: int = 500) -> tuple[ColumnDataSource, DataTable]:
-    """Aggregate stats by name, vectorised (``Trace.stats`` loops in Python: 0.75 s per 1M spans)."""
-    spans = trace.spans
-    code, names = _factorize(list(map(attrgetter("name"), spans)))
-    n = len(spans)
-    dur = np.fromiter(map(attrgetter("end"), spans), np.int64, n) - np.fromiter(map(attrgetter("start"), spans), np.int64, n)
-    k = len(names)
-    count = np.bincount(code, minlength=k)
-    total = np.bincount(code, weights=dur, minlength=k)
-    lo = np.full(k, np.iinfo(np.int64).max)
-    hi = np.zeros(k, dtype=np.int64)
-    np.minimum.at(lo, code, dur)
-    np.maximum.at(hi, code, dur)
-    top = np.argsort(-total, kind="stable")[:limit]
+    """The trace's aggregate stats (:meth:`Trace.stats`), the ``limit`` largest totals first."""
+    rows = trace.stats()
+    top = rows[:limit]
     src = ColumnDataSource(
         {
-            "name": [names[i] for i in top.tolist()],
-            "count": count[top],
-            "total_ms": total[top] / 1e6,
-            "avg_us": total[top] / np.maximum(count[top], 1) / 1e3,
-            "min_us": lo[top] / 1e3,
-            "max_us": hi[top] / 1e3,
+            "name": [r.name for r in top],
+            "cat": [r.cat for r in top],
+            "count": [r.count for r in top],
+            "total_ms": [r.total_ns / 1e6 for r in top],
+            "avg_us": [r.avg_ns / 1e3 for r in top],
+            "min_us": [r.min_ns / 1e3 for r in top],
+            "max_us": [r.max_ns / 1e3 for r in top],
         }
     )
+    k = len(rows)
     num = NumberFormatter(format="0,0.000")
     cols = [
         TableColumn(field="name", title="name", formatter=StringFormatter(), width=260),
+        TableColumn(field="cat", title="category", formatter=StringFormatter(), width=80),
         TableColumn(field="count", title="count", formatter=NumberFormatter(format="0,0"), width=70),
         TableColumn(field="total_ms", title="total (ms)", formatter=num, width=90),
         TableColumn(field="avg_us", title="avg (µs)", formatter=num, width=80),
@@ -415,7 +393,7 @@ def _stats_table(trace: Trace, limit: int = 500) -> tuple[ColumnDataSource, Data
     ]
     title = f"top {len(top)} of {k} names by total time" if k > len(top) else "aggregate stats"
     table = DataTable(
-        source=src, columns=cols, sortable=True, reorderable=False, selectable=True, width=680, height=260, index_position=None
+        source=src, columns=cols, sortable=True, reorderable=False, selectable=True, width=760, height=260, index_position=None
     )
     table.name = title
     return src, table
@@ -433,7 +411,7 @@ def op_type_splits(trace: Trace, layout: Layout | None = None) -> dict[str, tupl
         parent_items = np.nonzero(layout.role == ROLE_NAMES.index("parent"))[0]
         candidates = [trace.spans[i] for i in layout.span_index[parent_items].tolist()]
     for s in candidates:
-        if s.args and s.args.get("role") == "parent":
+        if s.role == Role.PARENT:
             py, sub, wait = _parent_split(s, trace)
             a = acc.setdefault(s.name, [0, 0.0, 0.0, 0.0])
             a[0] += 1
@@ -536,15 +514,38 @@ def build_timeline(
     )  # fmt: skip
     hover.renderers = [r]
     p.segment(x0="x0", y0="y0", x1="x1", y1="y1", source=flows, line_color="black", line_width=1.5, line_dash="dashed")
-    legend_items = []
-    # Fixed legend entries: one off-data renderer per role (a NaN point draws nothing but its swatch).
+    _legend(p)
+    overview = _overview(layout, x_range, width, backend, pad)
+
+    table_source, table = _stats_table(trace)
+    table_source.selected.js_on_change(
+        "indices", CustomJS(args={"table": table_source, "names": names, "source": source, "flows": flows}, code=_TABLE_JS)
+    )
+    bars = _split_bars(trace, layout, width)
+    n_merged = int(b.counts[b.counts > 1].sum())
+    note = Div(text=_note_text(len(layout), len(b), n_merged), render_as_text=True, width=width)
+    table_title = Div(text=table.name, render_as_text=True)
+    root = column(note, p, overview, bars, table_title, table)
+    return Timeline(
+        trace=trace, layout=layout, root=root, figure=p, overview=overview, source=source, names=names,
+        flows=flows, flows_all=flows_all, table=table, table_source=table_source, bars=bars, note=note,
+        tap_callback=tap, pixels=px, full_detail=full_detail, merged=n_merged, window=(x0 - pad, x1 + pad),
+    )  # fmt: skip
+
+
+def _legend(p: Any) -> None:
+    """Fixed legend entries: one off-data renderer per role (a NaN point draws nothing but its swatch)."""
+    items = []
     nan = [float("nan")]
     for role, fill in [*((r, ROLE_COLORS[r]) for r in ROLE_NAMES), ("merged", "#cccccc")]:
         dummy = p.quad(left=nan, right=nan, top=nan, bottom=nan, fill_color=fill, line_color=fill)
-        legend_items.append(LegendItem(label=ROLE_LABELS.get(role, "pale: merged spans"), renderers=[dummy]))
-    p.add_layout(Legend(items=legend_items, click_policy="none", label_text_font_size="9pt"), "right")
+        items.append(LegendItem(label=ROLE_LABELS.get(role, "pale: merged spans"), renderers=[dummy]))
+    p.add_layout(Legend(items=items, click_policy="none", label_text_font_size="9pt"), "right")
 
-    # Overview strip: the whole trace, coarse and fixed, with a range tool driving the main x range.
+
+def _overview(layout: Layout, x_range: Any, width: int, backend: str, pad: float) -> Any:
+    """The whole trace, coarse and fixed, with a range tool driving the main figure's ``x_range``."""
+    x0, x1 = layout.extent
     ob = blocks(layout, x0 - pad, x1 + pad, width)
     overview = figure(
         width=width, height=90, x_range=Range1d(x0 - pad, x1 + pad), y_range=Range1d(layout.height + 0.3, -0.3),
@@ -561,21 +562,7 @@ def build_timeline(
     rt.overlay.fill_color = "navy"
     rt.overlay.fill_alpha = 0.15
     overview.add_tools(rt)
-
-    table_source, table = _stats_table(trace)
-    table_source.selected.js_on_change(
-        "indices", CustomJS(args={"table": table_source, "names": names, "source": source, "flows": flows}, code=_TABLE_JS)
-    )
-    bars = _split_bars(trace, layout, width)
-    n_merged = int(b.counts[b.counts > 1].sum())
-    note = Div(text=_note_text(len(layout), len(b), n_merged), render_as_text=True, width=width)
-    table_title = Div(text=table.name, render_as_text=True)
-    root = column(note, p, overview, bars, table_title, table)
-    return Timeline(
-        trace=trace, layout=layout, root=root, figure=p, overview=overview, source=source, names=names,
-        flows=flows, flows_all=flows_all, table=table, table_source=table_source, bars=bars, note=note,
-        tap_callback=tap, pixels=px, full_detail=full_detail, merged=n_merged, window=(x0 - pad, x1 + pad),
-    )  # fmt: skip
+    return overview
 
 
 def _every_span(layout: Layout, mask: np.ndarray | None = None) -> Blocks:
@@ -606,21 +593,3 @@ def save_html(trace: Trace, path: str, *, title: str = "opprof timeline", **opti
     with open(path, "w", encoding="utf-8") as f:
         f.write(html)
     return tl
-
-
-class _CallableModule(types.ModuleType):
-    """``opprof.timeline`` names both this module and the function users call.
-
-    Importing a submodule sets it as an attribute of its package, which would shadow the lazily
-    exported ``opprof.timeline()`` function whenever this module was imported first (for example
-    by ``from opprof.timeline import save_html``). Making the module callable keeps
-    ``opprof.timeline(trace)`` working in every import order.
-    """
-
-    def __call__(self, trace: Trace, **options: Any) -> Any:
-        from .widget import timeline
-
-        return timeline(trace, **options)
-
-
-sys.modules[__name__].__class__ = _CallableModule

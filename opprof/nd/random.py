@@ -7,13 +7,12 @@ only on push order; the threaded engine may run the ops in any order and still m
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from .context import Context
-    from .ndarray import NDArray
+from .context import Context
+from .ndarray import NDArray, create
 
 __all__ = ["seed", "uniform", "normal"]
 
@@ -34,20 +33,18 @@ def _next_seed() -> tuple[int, ...]:
     global _counter
     with _lock:
         _counter += 1
-        return (int(_seeds.entropy), _counter)
+        entropy = _seeds.entropy
+        assert isinstance(entropy, int)  # seed() always makes it from one int
+        return (entropy, _counter)
 
 
 def uniform(
     low: float = 0.0, high: float = 1.0, shape: Any = (1,), dtype: Any = None, ctx: Context | None = None, **kwargs: Any
 ) -> NDArray:
-    from .ndarray import _create
-
-    return _create("_random_uniform", shape, dtype, low=float(low), high=float(high), seed=_next_seed())
+    return create("_random_uniform", shape, dtype, low=float(low), high=float(high), seed=_next_seed())
 
 
 def normal(
     loc: float = 0.0, scale: float = 1.0, shape: Any = (1,), dtype: Any = None, ctx: Context | None = None, **kwargs: Any
 ) -> NDArray:
-    from .ndarray import _create
-
-    return _create("_random_normal", shape, dtype, loc=float(loc), scale=float(scale), seed=_next_seed())
+    return create("_random_normal", shape, dtype, loc=float(loc), scale=float(scale), seed=_next_seed())

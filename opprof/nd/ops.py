@@ -34,24 +34,16 @@ class OpDef:
     forward: Forward
     backward: Backward | None
     infer: Infer
-    arity: int | None  # number of array inputs; None = any (add_n)
 
 
 OPS: dict[str, OpDef] = {}
 
 
-def register(name: str, forward: Forward, backward: Backward | None, infer: Infer, arity: int | None = 1) -> OpDef:
+def register(name: str, forward: Forward, backward: Backward | None, infer: Infer) -> OpDef:
     """Add an operator to the registry (replacing one of the same name)."""
-    op = OpDef(name, forward, backward, infer, arity)
+    op = OpDef(name, forward, backward, infer)
     OPS[name] = op
     return op
-
-
-def get(name: str) -> OpDef:
-    try:
-        return OPS[name]
-    except KeyError:
-        raise OperatorError(f"unknown operator {name!r}") from None
 
 
 # ----------------------------------------------------------------------------- shape rules
@@ -134,8 +126,8 @@ def _binary(
         ga, gb = grad(ins[0], ins[1], out, g)
         return [unbroadcast(ga, ins[0].shape), unbroadcast(gb, ins[1].shape)]
 
-    register(elemwise_name, forward, backward, elemwise_shape, arity=2)
-    register("broadcast_" + suffix, forward, backward, broadcast_shape, arity=2)
+    register(elemwise_name, forward, backward, elemwise_shape)
+    register("broadcast_" + suffix, forward, backward, broadcast_shape)
 
 
 def _safe_log(x: np.ndarray) -> np.ndarray:
@@ -194,7 +186,7 @@ def _add_n_forward(ins: Sequence[np.ndarray], out: np.ndarray, a: Attrs) -> None
         np.add(out, x, out=out, casting="unsafe")
 
 
-register("add_n", _add_n_forward, lambda ins, out, g, a: [g] * len(ins), elemwise_shape, arity=None)
+register("add_n", _add_n_forward, lambda ins, out, g, a: [g] * len(ins), elemwise_shape)
 
 
 # ----------------------------------------------------------------------------- dot
@@ -241,7 +233,7 @@ def _dot_backward(ins: Sequence[np.ndarray], out: np.ndarray, g: np.ndarray, a: 
     return [gx, gy]
 
 
-register("dot", _dot_forward, _dot_backward, _dot_infer, arity=2)
+register("dot", _dot_forward, _dot_backward, _dot_infer)
 
 
 # ----------------------------------------------------------------------------- shape ops
@@ -369,15 +361,14 @@ def _slice_backward(ins: Sequence[np.ndarray], out: np.ndarray, g: np.ndarray, a
 register("slice", lambda ins, out, a: np.copyto(out, ins[0][a["key"]]), _slice_backward, _slice_infer)
 
 # Creation ops read nothing; they fill their output.
-register("_zeros", lambda ins, out, a: out.fill(0), None, lambda n, s, d, a: (a["shape"], a["dtype"]), arity=0)
-register("_ones", lambda ins, out, a: out.fill(1), None, lambda n, s, d, a: (a["shape"], a["dtype"]), arity=0)
-register("_full", lambda ins, out, a: out.fill(a["value"]), None, lambda n, s, d, a: (a["shape"], a["dtype"]), arity=0)
+register("_zeros", lambda ins, out, a: out.fill(0), None, lambda n, s, d, a: (a["shape"], a["dtype"]))
+register("_ones", lambda ins, out, a: out.fill(1), None, lambda n, s, d, a: (a["shape"], a["dtype"]))
+register("_full", lambda ins, out, a: out.fill(a["value"]), None, lambda n, s, d, a: (a["shape"], a["dtype"]))
 register(
     "_arange",
     lambda ins, out, a: np.copyto(out, np.arange(a["start"], a["stop"], a["step"]), casting="unsafe"),
     None,
     lambda n, s, d, a: ((len(range(0, int(np.ceil((a["stop"] - a["start"]) / a["step"])))),), a["dtype"]),
-    arity=0,
 )
 register(
     "_random_uniform",
@@ -386,7 +377,6 @@ register(
     ),
     None,
     lambda n, s, d, a: (a["shape"], a["dtype"]),
-    arity=0,
 )
 register(
     "_random_normal",
@@ -395,5 +385,4 @@ register(
     ),
     None,
     lambda n, s, d, a: (a["shape"], a["dtype"]),
-    arity=0,
 )

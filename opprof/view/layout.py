@@ -7,7 +7,7 @@ the saved HTML. Input is only a :class:`~opprof.trace.Trace`.
 * A lane group **custom ops**: each invocation gets a band of rows; its ``parent`` fills the band
   and its children (python, sub-ops, waits, ``Dummy_Wait``) sit on the rows below it, inside the
   parent's time range. Invocations that overlap in time get separate bands (greedy packing).
-* Level of detail: :func:`visible` merges spans narrower than a pixel, per row, into blocks that
+* Level of detail: :func:`blocks` merges spans narrower than a pixel, per row, into blocks that
   say how many spans they hold, and drops what is off screen, so a million spans draw as a few
   thousand rectangles and refine as the user zooms.
 
@@ -22,12 +22,12 @@ from operator import attrgetter
 
 import numpy as np
 
-from .trace import ROLES, ThreadInfo, Trace
+from ..trace import Role, ThreadInfo, TraceData
 
-__all__ = ["Blocks", "Lane", "Layout", "ROLE_NAMES", "blocks", "build_layout", "merged_right", "visible"]
+__all__ = ["ROLE_NAMES", "Blocks", "Lane", "Layout", "blocks", "build_layout"]
 
-#: Role codes in the ``role`` column; -1 (index of "op") is a span outside any custom op.
-ROLE_NAMES = ("op", *ROLES)
+#: Role codes in the ``role`` column: 0 ("op") is a span outside any custom op, then each Role.
+ROLE_NAMES: tuple[str, ...] = ("op", *(r.value for r in Role))
 _ROLE_CODE = {r: i for i, r in enumerate(ROLE_NAMES)}
 ROW_HEIGHT = 1.0
 LANE_GAP = 0.6
@@ -62,7 +62,6 @@ class Layout:
     tid: np.ndarray  # the span's thread (a custom-op parent: the thread its engine op started on)
     extent: tuple[float, float] = (0.0, 1.0)
     height: float = 1.0
-    meta: dict[str, int] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.left)
@@ -143,39 +142,103 @@ def _group_rows(inv: np.ndarray, tid: np.ndarray, first: np.ndarray, depth: np.n
     return 1 + g_offset[grp] + depth - g_dmin[grp]
 
 
-def build_layout(trace: Trace) -> Layout:
+@dataclass
+class _Columns:
+    """The spans of a trace as the columns placement needs (index ``i`` is ``trace.spans[i]``)."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    tids: np.ndarray
+    roles: np.ndarray  # code into ROLE_NAMES
+    invs: np.ndarray  # -1 outside custom ops
+
+    @classmethod
+    def of(cls, trace: TraceData) -> _Columns:
+        spans = trace.spans
+        n = len(spans)
+        # Columns through map/attrgetter: about 4x faster than generator expressions per attribute.
+        starts = np.fromiter(map(attrgetter("start"), spans), dtype=np.int64, count=n)
+        ends = np.fromiter(map(attrgetter("end"), spans), dtype=np.int64, count=n)
+        tids = np.fromiter(map(attrgetter("tid"), spans), dtype=np.int64, count=n)
+        args = list(map(attrgetter("args"), spans))
+        code = _ROLE_CODE
+        # List comprehensions then one array call: about twice as fast as np.fromiter over a generator.
+        roles = np.array([code.get(a.get("role", "op"), 0) if a else 0 for a in args], dtype=np.int8)
+        inv_list = [a.get("invocation", -1) if a else -1 for a in args]
+        try:
+            invs = np.array(inv_list, dtype=np.int64)
+        except TypeError:  # an imported trace with "invocation": null
+            invs = np.array([-1 if v is None else v for v in inv_list], dtype=np.int64)
+        return cls(starts, ends, tids, roles, invs)
+
+
+@dataclass
+class _Placement:
+    """Where each span went so far (-1: nowhere yet), lane by lane from the top."""
+
+    row: np.ndarray
+    depth: np.ndarray
+    lane: np.ndarray
+    top: np.ndarray
+    bottom: np.ndarray
+    lanes: list[Lane]
+    y: float = 0.0  # the top of the next lane
+    next_row: int = 0
+
+    @classmethod
+    def empty(cls, n: int) -> _Placement:
+        return cls(np.full(n, -1, np.int64), np.zeros(n, np.int64), np.full(n, -1, np.int32), np.zeros(n), np.zeros(n), [])
+
+    def add_lane(self, lane: Lane) -> int:
+        self.lanes.append(lane)
+        self.next_row += lane.rows
+        self.y += lane.rows * ROW_HEIGHT + LANE_GAP
+        return len(self.lanes) - 1
+
+
+@dataclass
+class _Copies:
+    """Custom-op children drawn a second time, in their invocation's band."""
+
+    items: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    row: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    top: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    bottom: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+
+def build_layout(trace: TraceData) -> Layout:
     """Place every span of ``trace`` (see the module docstring)."""
-    spans = trace.spans
-    n = len(spans)
-    # Columns through map/attrgetter: about 4x faster than generator expressions per attribute.
-    starts = np.fromiter(map(attrgetter("start"), spans), dtype=np.int64, count=n)
-    ends = np.fromiter(map(attrgetter("end"), spans), dtype=np.int64, count=n)
-    tids = np.fromiter(map(attrgetter("tid"), spans), dtype=np.int64, count=n)
-    args = list(map(attrgetter("args"), spans))
-    code = _ROLE_CODE
-    # List comprehensions then one array call: about twice as fast as np.fromiter over a generator.
-    roles = np.array([code.get(a.get("role", "op"), 0) if a else 0 for a in args], dtype=np.int8)
-    inv_list = [a.get("invocation", -1) if a else -1 for a in args]
-    try:
-        invs = np.array(inv_list, dtype=np.int64)
-    except TypeError:  # an imported trace with "invocation": null
-        invs = np.array([-1 if v is None else v for v in inv_list], dtype=np.int64)
-    t0 = int(starts.min()) if n else 0
+    c = _Columns.of(trace)
+    n = len(c.starts)
+    t0 = int(c.starts.min()) if n else 0
+    p = _Placement.empty(n)
+    _place_threads(trace, c, p)
+    copies = _place_custom_band(c, p)
+    keep = np.nonzero(p.lane >= 0)[0]
+    span_index = np.concatenate([keep, copies.items])
+    return Layout(
+        lanes=p.lanes,
+        t0_ns=t0,
+        span_index=span_index,
+        left=(c.starts[span_index] - t0) / 1e3,
+        right=(c.ends[span_index] - t0) / 1e3,
+        top=np.concatenate([p.top[keep], copies.top]),
+        bottom=np.concatenate([p.bottom[keep], copies.bottom]),
+        row=np.concatenate([p.row[keep], copies.row]),
+        lane=np.concatenate([p.lane[keep], np.full(len(copies.items), len(p.lanes) - 1, dtype=np.int32)]),
+        role=c.roles[span_index],
+        invocation=c.invs[span_index],
+        tid=c.tids[span_index],
+        extent=(0.0, float((c.ends.max() - t0) / 1e3) if n else 1.0),
+        height=max(p.y - LANE_GAP, ROW_HEIGHT),
+    )
 
-    row = np.full(n, -1, dtype=np.int64)
-    depth_all = np.zeros(n, dtype=np.int64)
-    lane_of = np.full(n, -1, dtype=np.int32)
-    y_top = np.zeros(n)
-    y_bottom = np.zeros(n)
-    lanes: list[Lane] = []
-    y = 0.0
-    next_row = 0
 
-    # Thread lanes, in the trace's thread order; threads with no span get no lane.
-    is_parent = roles == _ROLE_CODE["parent"]
-    on_thread = np.nonzero(~is_parent)[0]
-    on_thread = on_thread[np.lexsort((-ends[on_thread], starts[on_thread], tids[on_thread]))]
-    sorted_tids = tids[on_thread]
+def _place_threads(trace: TraceData, c: _Columns, p: _Placement) -> None:
+    """A lane per thread, in the trace's thread order, rows by nesting depth; no span, no lane."""
+    on_thread = np.nonzero(c.roles != _ROLE_CODE["parent"])[0]
+    on_thread = on_thread[np.lexsort((-c.ends[on_thread], c.starts[on_thread], c.tids[on_thread]))]
+    sorted_tids = c.tids[on_thread]
     known = {t.tid for t in trace.threads}
     extra = [ThreadInfo(int(t), f"thread {int(t)}") for t in np.unique(sorted_tids) if int(t) not in known]
     for t in [*trace.threads, *extra]:  # an imported trace may name no thread at all
@@ -183,85 +246,41 @@ def build_layout(trace: Trace) -> Layout:
         if lo == hi:
             continue
         idx = on_thread[lo:hi]
-        depth = _depths(starts[idx], ends[idx])
-        rows = int(depth.max()) + 1
-        lane_id = len(lanes)
-        lanes.append(Lane(t.name, "thread", t.tid, y, rows))
-        depth_all[idx] = depth
-        row[idx] = next_row + depth
-        lane_of[idx] = lane_id
-        y_top[idx] = y + depth * ROW_HEIGHT + 0.05
-        y_bottom[idx] = y + (depth + 1) * ROW_HEIGHT - 0.05
-        next_row += rows
-        y += rows * ROW_HEIGHT + LANE_GAP
-
-    # Custom-op group: a band per invocation, packed so overlapping invocations don't collide.
-    # Its children are drawn again here (they also stay on their thread lanes), as copies.
-    parents = np.nonzero(is_parent)[0]
-    copies = np.zeros(0, dtype=np.int64)
-    copy_row = np.zeros(0, dtype=np.int64)
-    copy_top = np.zeros(0)
-    copy_bottom = np.zeros(0)
-    if len(parents):
-        parents = parents[np.argsort(starts[parents], kind="stable")]
-        parent_invs = invs[parents]
-        kids = np.nonzero((invs >= 0) & ~is_parent & (lane_of >= 0))[0]
-        kids = kids[np.isin(invs[kids], parent_invs)]
-        kid_row = _group_rows(invs[kids], tids[kids], starts[kids], depth_all[kids])
-        band = int(kid_row.max()) + 1 if len(kids) else 1
-        slots = np.array(_first_fit(starts[parents].tolist(), ends[parents].tolist()), dtype=np.int64)
-        n_slots = int(slots.max()) + 1
-        lane_id = len(lanes)
-        lanes.append(Lane("custom ops", "custom", None, y, n_slots * band))
-        base = slots * band
-        row[parents] = next_row + base
-        lane_of[parents] = lane_id
-        y_top[parents] = y + base * ROW_HEIGHT + 0.02
-        y_bottom[parents] = y + (base + band) * ROW_HEIGHT - 0.02
-        # The base row of each kid's parent, through the invocation id.
-        inv_order = np.argsort(parent_invs)
-        kid_base = base[inv_order][np.searchsorted(parent_invs[inv_order], invs[kids])]
-        r = kid_base + kid_row
-        copies = kids
-        copy_row = next_row + r
-        copy_top = y + r * ROW_HEIGHT + 0.12
-        copy_bottom = y + (r + 1) * ROW_HEIGHT - 0.12
-        next_row += n_slots * band
-        y += n_slots * band * ROW_HEIGHT + LANE_GAP
-
-    keep = np.nonzero(lane_of >= 0)[0]
-    span_index = np.concatenate([keep, copies])
-    return Layout(
-        lanes=lanes,
-        t0_ns=t0,
-        span_index=span_index,
-        left=(starts[span_index] - t0) / 1e3,
-        right=(ends[span_index] - t0) / 1e3,
-        top=np.concatenate([y_top[keep], copy_top]),
-        bottom=np.concatenate([y_bottom[keep], copy_bottom]),
-        row=np.concatenate([row[keep], copy_row]),
-        lane=np.concatenate([lane_of[keep], np.full(len(copies), len(lanes) - 1, dtype=np.int32)]),
-        role=roles[span_index],
-        invocation=invs[span_index],
-        tid=tids[span_index],
-        extent=(0.0, float((ends.max() - t0) / 1e3) if n else 1.0),
-        height=max(y - LANE_GAP, ROW_HEIGHT),
-    )
+        depth = _depths(c.starts[idx], c.ends[idx])
+        y, first_row = p.y, p.next_row
+        p.lane[idx] = p.add_lane(Lane(t.name, "thread", t.tid, y, int(depth.max()) + 1))
+        p.depth[idx] = depth
+        p.row[idx] = first_row + depth
+        p.top[idx] = y + depth * ROW_HEIGHT + 0.05
+        p.bottom[idx] = y + (depth + 1) * ROW_HEIGHT - 0.05
 
 
-def visible(
-    layout: Layout, x0: float, x1: float, pixels: int = 1200, mask: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """What to draw for the x range ``[x0, x1]`` at ``pixels`` wide.
+def _place_custom_band(c: _Columns, p: _Placement) -> _Copies:
+    """The custom-op group: a band per invocation, packed so overlapping invocations don't collide.
 
-    Returns ``(items, counts)``: ``items`` are indices into the layout's columns; a span at least
-    one pixel wide is drawn as itself (count 1); narrower spans in the same row and pixel column
-    are merged into one block, drawn at the position of its first span, stretched to cover them
-    all (``counts`` says how many it holds). Spans off screen, and those ``mask`` (a boolean per
-    layout item) leaves out, are left out.
+    Its children are drawn again here (they also stay on their thread lanes), as copies.
     """
-    b = blocks(layout, x0, x1, pixels, mask)
-    return b.items, b.counts
+    is_parent = c.roles == _ROLE_CODE["parent"]
+    parents = np.nonzero(is_parent)[0]
+    if not len(parents):
+        return _Copies()
+    parents = parents[np.argsort(c.starts[parents], kind="stable")]
+    parent_invs = c.invs[parents]
+    kids = np.nonzero((c.invs >= 0) & ~is_parent & (p.lane >= 0))[0]
+    kids = kids[np.isin(c.invs[kids], parent_invs)]
+    kid_row = _group_rows(c.invs[kids], c.tids[kids], c.starts[kids], p.depth[kids])
+    band = int(kid_row.max()) + 1 if len(kids) else 1
+    slots = np.array(_first_fit(c.starts[parents].tolist(), c.ends[parents].tolist()), dtype=np.int64)
+    y, first_row = p.y, p.next_row
+    base = slots * band
+    p.lane[parents] = p.add_lane(Lane("custom ops", "custom", None, y, (int(slots.max()) + 1) * band))
+    p.row[parents] = first_row + base
+    p.top[parents] = y + base * ROW_HEIGHT + 0.02
+    p.bottom[parents] = y + (base + band) * ROW_HEIGHT - 0.02
+    # The base row of each kid's parent, through the invocation id.
+    inv_order = np.argsort(parent_invs)
+    r = base[inv_order][np.searchsorted(parent_invs[inv_order], c.invs[kids])] + kid_row
+    return _Copies(kids, first_row + r, y + r * ROW_HEIGHT + 0.12, y + (r + 1) * ROW_HEIGHT - 0.12)
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,7 +297,12 @@ class Blocks:
 
 
 def blocks(layout: Layout, x0: float, x1: float, pixels: int = 1200, mask: np.ndarray | None = None) -> Blocks:
-    """:func:`visible`, plus the right edge and the busy time of each block (for drawing and hover).
+    """What to draw for the x range ``[x0, x1]`` at ``pixels`` wide.
+
+    A span at least one pixel wide is drawn as itself (count 1); narrower spans in the same row
+    and pixel column are merged into one block, drawn at the position of its first span and
+    stretched to cover them all. Spans off screen, and those ``mask`` (a boolean per layout item)
+    leaves out, are left out.
 
     The number of rectangles is at most the spans on screen and at most about two per row and
     pixel column, so it stays bounded however many spans the trace holds.
@@ -316,12 +340,3 @@ def blocks(layout: Layout, x0: float, x1: float, pixels: int = 1200, mask: np.nd
         np.concatenate([layout.right[big], right]),
         np.concatenate([width[wide], busy]),
     )
-
-
-def merged_right(layout: Layout, items: np.ndarray, counts: np.ndarray, x0: float, x1: float, pixels: int = 1200) -> np.ndarray:
-    """Right edges to draw: a merged block reaches at least one pixel, so it stays visible."""
-    px = (x1 - x0) / max(1, pixels)
-    right = layout.right[items].copy()
-    merged = counts > 1
-    right[merged] = np.maximum(right[merged], layout.left[items][merged] + px)
-    return right

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .trace import Flow, Span, ThreadInfo, Trace, split_invocation
+from .model import Trace
+from .records import CUSTOM_OP, OPERATOR, Flow, Role, Span, ThreadInfo
+from .split import split_invocation
 
 __all__ = ["synthetic_trace"]
 
@@ -47,7 +49,7 @@ def synthetic_trace(n_spans: int, *, engine_threads: int = 4, custom_threads: in
             tid = engine[(i + k) % engine_threads]
             s = max(cursor[tid], t) + 500
             e = s + op_dur[i][k]
-            add(Span(_OPS[(i + k) % len(_OPS)], "operator", tid, s, e))
+            add(Span(_OPS[(i + k) % len(_OPS)], OPERATOR, tid, s, e))
             cursor[tid] = e
         op_type = _CUSTOM[i % len(_CUSTOM)]
         inv = i + 1
@@ -57,25 +59,25 @@ def synthetic_trace(n_spans: int, *, engine_threads: int = 4, custom_threads: in
         py_s = max(cursor[ctid], p_start + 2_000)
         py_e = py_s + py_dur[i]
         cursor[ctid] = py_e
-        kids = [Span(f"{op_type}::pure_python", "custom", ctid, py_s, py_e, {**base, "role": "python"})]
+        kids = [Span(f"{op_type}::pure_python", CUSTOM_OP, ctid, py_s, py_e, {**base, "role": Role.PYTHON})]
         if with_wait[i]:
-            kids.append(Span(f"{op_type}::WaitForVar", "custom", ctid, py_s + 3_000, py_s + 6_000, {**base, "role": "wait"}))
+            kids.append(Span(f"{op_type}::WaitForVar", CUSTOM_OP, ctid, py_s + 3_000, py_s + 6_000, {**base, "role": Role.WAIT}))
         etid = engine[(i + 1) % engine_threads]
         for j in range(3):
             push = py_s + (j + 1) * (py_e - py_s) // 4
             s = max(cursor[etid], push + 1_000)
             e = s + sub_dur[i][j]
             name = f"{op_type}::{_SUBOPS[(i + j) % len(_SUBOPS)]}"
-            kids.append(Span(name, "custom", etid, s, e, {**base, "role": "subop"}))
+            kids.append(Span(name, CUSTOM_OP, etid, s, e, {**base, "role": Role.SUBOP}))
             flows.append(Flow(len(flows) + 1, name, "push", ctid, push, etid, s))
             cursor[etid] = e
         d_s = max(cursor[etid], py_e) + 500
         d_e = d_s + 1_500
         cursor[etid] = d_e
-        kids.append(Span(f"{op_type}::Dummy_Wait", "custom", etid, d_s, d_e, {**base, "role": "dummy_wait"}))
-        parent = Span(op_type, "custom", engine[i % engine_threads], p_start, d_e, {**base, "role": "parent"})
+        kids.append(Span(f"{op_type}::Dummy_Wait", CUSTOM_OP, etid, d_s, d_e, {**base, "role": Role.DUMMY_WAIT}))
+        parent = Span(op_type, CUSTOM_OP, engine[i % engine_threads], p_start, d_e, base)
         py, sub, wait = split_invocation(parent, kids)  # stored on the parent, as the profiler does
-        parent.args.update(python_us=py / 1e3, subops_us=sub / 1e3, waiting_us=wait / 1e3)  # type: ignore[union-attr]
+        base.update(role=Role.PARENT, python_us=py / 1e3, subops_us=sub / 1e3, waiting_us=wait / 1e3)
         add(parent)
         spans.extend(kids)
         t = max(t + 40_000, min(cursor.values()))

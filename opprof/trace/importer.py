@@ -37,125 +37,22 @@ and custom-operator families are rebuilt from the ``Type::op`` names as far as t
 
 from __future__ import annotations
 
-import gc
-import gzip
 import json
 import math
-import os
-import re
 import warnings
-import zlib
 from collections import Counter, defaultdict
-from collections.abc import Iterator
-from contextlib import contextmanager
+from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
 
-from .trace import ROLES, CounterSample, Flow, Instant, Span, ThreadInfo, Trace
+from .jsonio import TraceFormatError
+from .mxnet import MXNET_PROCESSES, recover_mxnet
+from .records import CUSTOM_OP, CounterSample, Flow, Instant, Role, Span, ThreadInfo, TraceData, role_of
 
-__all__ = ["TraceFormatError", "import_chrome", "read_trace_file", "parse_json", "recover_mxnet", "no_gc"]
-
-
-class TraceFormatError(ValueError):
-    """A trace file that cannot be read; the message names the file, the problem and where."""
+__all__ = ["import_chrome"]
 
 
-# Phases a viewer knows but opprof's model has no place for: counted in metadata, never fatal.
-KNOWN_SKIPPED = {"P": "sample", "O": "object snapshot", "N": "object created", "D": "object destroyed",
-                 "(": "context enter", ")": "context leave", "c": "clock sync", "v": "memory dump",
-                 "V": "memory dump", "a": "mark"}  # fmt: skip
-MXNET_PROCESSES = {"MXNET_C_API", "Custom Operator", "Device Storage"}
 _INF = float("inf")
-
-
-@contextmanager
-def no_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector while building millions of acyclic objects.
-
-    Each collection walks every live object, so a load of 1M events otherwise pays ~1 s (a third of
-    its time) for collections that find nothing. Nothing built here forms a cycle.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-# ---------------------------------------------------------------------------- reading the file
-def read_trace_file(path: str | os.PathLike[str]) -> bytes:
-    """The decompressed bytes of a trace file. ``.gz`` must be gzip; other names are sniffed."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as e:
-        raise TraceFormatError(f"{path}: cannot read: {e.strerror or e}") from None
-    gz = str(path).endswith(".gz")
-    if gz or raw[:2] == b"\x1f\x8b":
-        if not raw:
-            raise TraceFormatError(f"{path}: the file is empty")
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as e:  # not gzip, or cut short
-            raise TraceFormatError(f"{path}: cannot read: not a complete gzip stream ({e})") from None
-    return raw
-
-
-def _loads(data: bytes) -> Any:
-    try:
-        import orjson
-    except ImportError:  # pragma: no cover - orjson is a dependency
-        return json.loads(data)
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        # The standard library also reads NaN/Infinity (Python's own json.dump writes them).
-        return json.loads(data)
-
-
-def parse_json(raw: bytes, source: str) -> tuple[Any, bool]:
-    """Parse trace bytes; returns ``(object, truncated)``. Raises :class:`TraceFormatError`."""
-    head = raw[:4096]
-    if not raw.strip():
-        raise TraceFormatError(f"{source}: the file is empty")
-    if b"\x00" in head or (head[:2] in (b"\xff\xfe", b"\xfe\xff")):
-        raise TraceFormatError(f"{source}: a binary file, not Chrome trace JSON")
-    try:
-        return _loads(raw), False
-    except (ValueError, RecursionError) as e:  # JSONDecodeError (both libraries), UnicodeDecodeError
-        first_error = e
-    repaired = _repair_truncated_array(raw)
-    if repaired is not None:
-        return repaired, True
-    raise TraceFormatError(f"{source}: not valid JSON ({_short(first_error)})") from None
-
-
-def _short(e: BaseException) -> str:
-    msg = str(e)
-    return msg if len(msg) <= 200 else msg[:200] + "…"
-
-
-def _repair_truncated_array(raw: bytes, attempts: int = 8) -> list[Any] | None:
-    """A bare event array cut short, read up to its last complete event (bounded work)."""
-    body = raw.rstrip()
-    if not body.lstrip()[:1] == b"[":
-        return None
-    end = len(body)
-    for _ in range(attempts):
-        cut = body[:end].rstrip()
-        while cut.endswith(b","):
-            cut = cut[:-1].rstrip()
-        try:
-            obj = _loads(cut + b"]")
-        except (ValueError, RecursionError):
-            end = body.rfind(b"}", 0, end - 1 if end == len(body) else end) + 1
-            if end <= 0:
-                return None
-            continue
-        return obj if isinstance(obj, list) else None
-    return None
 
 
 # ---------------------------------------------------------------------------- small helpers
@@ -249,14 +146,27 @@ def _producer(top: dict[str, Any], process_names: set[str]) -> str:
     return "chrome-json"
 
 
-def import_chrome(obj: Any, source: str | None = None, *, truncated: bool = False) -> Trace:
-    """A :class:`Trace` from a parsed Chrome trace (object with ``traceEvents``, or a bare list).
+def import_chrome(obj: Any, source: str | None = None, *, truncated: bool = False) -> TraceData:
+    """The records of a parsed Chrome trace (object with ``traceEvents``, or a bare list).
 
     ``source`` names the file in messages. Warns once (``UserWarning``) when events were dropped.
     """
     src = source or "trace"
     events, top = _events_of(obj, src)
     return _Importer(events, top, src, truncated).run()
+
+
+@dataclass
+class _Read:
+    """What one pass over the events gathers."""
+
+    spans: list[Span] = field(default_factory=list)
+    instants: list[Instant] = field(default_factory=list)
+    counters: list[CounterSample] = field(default_factory=list)
+    be: dict[int, list[tuple[int, int]]] = field(default_factory=lambda: defaultdict(list))  # tid -> [(ts, i for B / ~i for E)]
+    be_sorted: dict[int, int] = field(default_factory=dict)  # threads whose B/E came out of time order
+    asyncs: dict[tuple[Any, ...], list[tuple[int, int]]] = field(default_factory=lambda: defaultdict(list))
+    flows: dict[tuple[Any, Any], list[tuple[int, int, int]]] = field(default_factory=lambda: defaultdict(list))
 
 
 class _Importer:
@@ -313,16 +223,29 @@ class _Importer:
             self.thread_sort[(_hashable(ev.get("pid")), _hashable(ev.get("tid")))] = _sort_index(ev, where)
 
     # -------------------------------------------------------------- main pass
-    def run(self) -> Trace:
+    def run(self) -> TraceData:
+        r = _Read()
+        self._read(r)
+        for tid, lst in r.be.items():
+            if tid in r.be_sorted:
+                lst.sort(key=_first)
+            self._match_be(tid, lst, r.spans)
+        async_spans = self._match_async(r.asyncs, r.instants)
+        meta: dict[str, Any] = {"producer": self.producer}
+        self._place_async(async_spans, r.spans, meta)
+        flow_list = self._match_flows(r.flows)
+        return self._assemble(r.spans, r.instants, r.counters, flow_list, meta)
+
+    def _read(self, r: _Read) -> None:
+        """One pass over the events: slices, instants and counters as they are; the rest to match.
+
+        One loop with every phase inline: it runs once per event (millions), where a call per
+        event would cost a tenth of the load.
+        """
         events = self.events
         drops = self.drops
-        spans: list[Span] = []
-        instants: list[Instant] = []
-        counters: list[CounterSample] = []
-        be: dict[int, list[tuple[int, int]]] = defaultdict(list)  # small tid -> [(ts, +i for B / ~i for E)]
-        be_sorted: dict[int, int] = {}
-        asyncs: dict[tuple[Any, ...], list[tuple[int, int]]] = defaultdict(list)
-        flows: dict[tuple[Any, Any], list[tuple[int, int, int]]] = defaultdict(list)
+        spans, instants, counters = r.spans, r.instants, r.counters
+        be, be_sorted, asyncs, flows = r.be, r.be_sorted, r.asyncs, r.flows
         tids = self.tids
         by_tid_only = self.by_tid_only
         skipped = self.skipped
@@ -359,16 +282,12 @@ class _Importer:
                     drops.add("'X' slices with a negative duration", i)
                     continue
                 args = ev.get("args")
-                spans.append(
-                    Span(
-                        _text(ev.get("name")),
-                        _text(ev.get("cat")),
-                        tid,
-                        start,
-                        start + d,
-                        args if type(args) is dict and args else None,
-                    )
-                )
+                if type(args) is dict and args:
+                    if "role" in args:  # a file of ours without its otherData
+                        args["role"] = role_of(args["role"]) or args["role"]
+                else:
+                    args = None
+                spans.append(Span(_text(ev.get("name")), _text(ev.get("cat")), tid, start, start + d, args))
             elif ph == "B" or ph == "E":
                 lst = be[tid]
                 if lst and start < lst[-1][0]:
@@ -401,16 +320,6 @@ class _Importer:
                     counters.append(sample)
             else:  # pragma: no cover - _HANDLED and the branches above agree
                 skipped[_text(ph)] += 1
-
-        for tid, lst in be.items():
-            if tid in be_sorted:
-                lst.sort(key=_first)
-            self._match_be(tid, lst, spans)
-        async_spans = self._match_async(asyncs, instants)
-        meta: dict[str, Any] = {"producer": self.producer}
-        self._place_async(async_spans, spans, meta)
-        flow_list = self._match_flows(flows)
-        return self._assemble(spans, instants, counters, flow_list, meta)
 
     # -------------------------------------------------------------- B/E
     def _match_be(self, tid: int, lst: list[tuple[int, int]], spans: list[Span]) -> None:
@@ -516,14 +425,15 @@ class _Importer:
         for key, span, bi in async_spans:
             b = events[bi]
             args = span.args or {}
-            if span.cat == "custom_op" and args.get("role") in ROLES:
-                if args.get("role") == "parent":
+            role = role_of(args.get("role"))
+            if span.cat == CUSTOM_OP and role is not None:
+                args["role"] = role
+                if role == Role.PARENT:
                     inv = args.get("invocation")
                     if isinstance(inv, bool) or not isinstance(inv, int):
                         raise TraceFormatError(
                             f"{self.source}: event {bi}: opprof parent {span.name!r} has no integer invocation"
                         )
-                    span.cat = "custom"
                     spans.append(span)
                 else:
                     duplicates += 1  # the export's copy of a thread slice
@@ -559,9 +469,9 @@ class _Importer:
                     spans.append(s)
 
     def _tid_of_key(self, key: tuple[Any, ...], pid: Any) -> int:
-        small = self.tids.get(key)  # type: ignore[arg-type]
+        small = self.tids.get(key)
         if small is None:
-            small = self.tids[key] = len(self.tid_key)  # type: ignore[index]
+            small = self.tids[key] = len(self.tid_key)
             self.tid_key.append((pid, key))
         return small
 
@@ -628,15 +538,15 @@ class _Importer:
             procs = ", ".join(self.procs_of_tid.get(tid, ()))
             return f"tid {_abbrev(tid)}" + (f" ({procs})" if procs else "")
         else:
-            name = self.thread_names.get((pid, tid))
-            if name:
-                return name
+            named = self.thread_names.get((pid, tid))
+            if named:
+                return named
         proc = self.proc_names.get(pid) or f"pid {_abbrev(pid)}"
         return f"{proc} / tid {_abbrev(tid)}"
 
     def _assemble(
         self, spans: list[Span], instants: list[Instant], counters: list[CounterSample], flows: list[Flow], meta: dict[str, Any]
-    ) -> Trace:
+    ) -> TraceData:
         if self.by_tid_only:  # name each thread after the (category) processes it shows up in
             pairs = {(_hashable(e.get("pid")), _hashable(e.get("tid"))) for e in self.events if type(e) is dict and "tid" in e}
             for pid, tid in sorted(pairs, key=str):
@@ -669,7 +579,7 @@ class _Importer:
             meta["skipped_phases"] = dict(self.skipped)
         if self.truncated:
             meta["truncated"] = True
-        trace = Trace(threads=threads, spans=spans, instants=instants, counters=counters, flows=flows, metadata=meta)
+        trace = TraceData(threads=threads, spans=spans, instants=instants, counters=counters, flows=flows, metadata=meta)
         if self.producer == "mxnet":
             recover_mxnet(trace)
         meta["dropped_events"] = self.drops.total
@@ -696,160 +606,3 @@ _first = lambda x: x[0]
 _two = lambda x: (x[0], x[1])
 _start = attrgetter("start")
 _ts = attrgetter("ts")
-
-
-# ---------------------------------------------------------------------------- MXNet custom ops
-_FAMILY = re.compile(r"^(_backward_)?([A-Za-z_][\w.]*)::(.*)$")
-# Engine housekeeping MXNet 1.9.1 names after whichever custom op is running (see DESIGN.md).
-MXNET_MISATTRIBUTED = frozenset({"ResourceParallelRandomSetSeed"})
-
-
-def _role(suffix: str) -> str:
-    if suffix == "pure_python":
-        return "python"
-    if suffix in ("", "Dummy_Wait"):
-        return "dummy_wait"
-    if suffix == "WaitForVar":
-        return "wait"
-    return "subop"
-
-
-class _Inv:
-    __slots__ = ("closed", "members", "number", "python", "tid")
-
-    def __init__(self, number: int, python: Span | None, tid: int) -> None:
-        self.number = number
-        self.python = python
-        self.tid = tid
-        self.members: list[Span] = [python] if python is not None else []
-        self.closed: Span | None = None
-
-
-def recover_mxnet(trace: Trace) -> dict[str, Any]:
-    """Rebuild custom-op families of an MXNet 1.9.1 trace from its ``Type::op`` names, in place.
-
-    MXNet records ``Type::pure_python`` (the Python of one invocation), sub-ops ``Type::op`` and the
-    completion op ``Type::`` but nothing that ties a sub-op to an invocation. Rules, per op type and
-    direction (``_backward_Type``), in time order:
-
-    * each ``pure_python`` span opens one invocation;
-    * a completion closes the one open invocation whose Python had returned before it started; with
-      none or several such invocations it is left unattributed;
-    * a sub-op or wait belongs to an invocation only if exactly one is open when it starts;
-    * with no ``pure_python`` spans at all, each completion closes the group of the type's events since
-      the previous one (this assumes one invocation in flight at a time);
-    * ``Type::ResourceParallelRandomSetSeed`` is engine housekeeping MXNet misnames: never attributed.
-
-    Each invocation gets a synthesized ``parent`` span from its first known part to its completion (or
-    its last known part, ``args["complete"] = False``), and every part gets ``op_type``, ``role`` and
-    ``invocation`` args, so :meth:`Trace.custom_ops` and the timeline work. What could not be
-    attributed, and why, goes to ``trace.metadata["custom_op_recovery"]`` (also returned).
-    """
-    by_family: dict[tuple[bool, str], list[Span]] = defaultdict(list)
-    misattributed: Counter[str] = Counter()
-    for s in trace.spans:
-        m = _FAMILY.match(s.name)
-        if m is None or s.role == "parent":
-            continue
-        backward, op_type, suffix = bool(m.group(1)), m.group(2), m.group(3)
-        if suffix in MXNET_MISATTRIBUTED:
-            misattributed[s.name] += 1
-            s.args = {**(s.args or {}), "op_type": op_type, "misattributed": True}
-            continue
-        s.args = {**(s.args or {}), "op_type": op_type, "role": _role(suffix)}
-        by_family[(backward, op_type)].append(s)
-
-    report: dict[str, Any] = {"recovered": 0, "complete": 0, "attributed": 0, "unattributed": 0, "unrecoverable": []}
-    notes: list[str] = report["unrecoverable"]
-    parents: list[Span] = []
-    number = max((inv for inv in (s.invocation for s in trace.spans) if isinstance(inv, int)), default=0)
-    for (backward, op_type), members in sorted(by_family.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        label = f"_backward_{op_type}" if backward else op_type
-        members.sort(key=lambda s: (s.start, -s.end))
-        pythons = [s for s in members if s.role == "python"]
-        invs: list[_Inv] = []
-        unattributed: Counter[str] = Counter()
-        reasons: Counter[str] = Counter()
-        if pythons:
-            open_: list[_Inv] = []
-            events = sorted(members, key=lambda s: (s.start, s.role != "python"))
-            for s in events:
-                if s.role == "python":
-                    number += 1
-                    inv = _Inv(number, s, s.tid)
-                    invs.append(inv)
-                    open_.append(inv)
-                    continue
-                if s.role == "dummy_wait":
-                    ready = [v for v in open_ if v.python is not None and v.python.end <= s.start]
-                    if len(ready) == 1:
-                        ready[0].members.append(s)
-                        ready[0].closed = s
-                        open_.remove(ready[0])
-                        continue
-                    reasons[
-                        "a completion ran before its Python returned"
-                        if not ready
-                        else "several invocations were ready to complete"
-                    ] += 1
-                else:
-                    live = [v for v in open_ if v.python is not None and v.python.start <= s.start]
-                    if len(live) == 1:
-                        live[0].members.append(s)
-                        continue
-                    reasons["several invocations were open" if live else "no invocation was open"] += 1
-                unattributed[s.name] += 1
-        else:
-            group: list[Span] = []
-            for s in members:
-                group.append(s)
-                if s.role == "dummy_wait":
-                    number += 1
-                    inv = _Inv(number, None, s.tid)
-                    inv.members = group
-                    inv.closed = s
-                    invs.append(inv)
-                    group = []
-            for s in group:
-                unattributed[s.name] += 1
-            if group:
-                reasons["no completion followed them"] += len(group)
-            if invs:
-                notes.append(
-                    f"{label}: no pure_python spans; invocations were cut at each completion, assuming one in flight at a time"
-                )
-        for inv in invs:
-            start = min(s.start for s in inv.members)
-            end = inv.closed.end if inv.closed is not None else max(s.end for s in inv.members)
-            p_args: dict[str, Any] = {
-                "op_type": op_type,
-                "role": "parent",
-                "invocation": inv.number,
-                "backward": backward,
-                "complete": inv.closed is not None,
-                "recovered": True,
-            }
-            parents.append(Span(label, "custom", inv.tid, start, end, p_args))
-            for s in inv.members:
-                assert s.args is not None
-                s.args["invocation"] = inv.number
-            report["recovered"] += 1
-            report["complete"] += inv.closed is not None
-            report["attributed"] += len(inv.members)
-        n_un = sum(unattributed.values())
-        report["unattributed"] += n_un
-        if n_un:
-            what = ", ".join(f"{name} x{n}" for name, n in unattributed.most_common())
-            why = "; ".join(f"{r} ({n})" for r, n in reasons.most_common())
-            notes.append(f"{label}: {n_un} events not tied to an invocation ({what}): {why}")
-        incomplete = sum(1 for inv in invs if inv.closed is None)
-        if incomplete:
-            notes.append(f"{label}: {incomplete} of {len(invs)} invocations have no completion op; their end is a lower bound")
-    for name, n in misattributed.most_common():
-        notes.append(f"{name} x{n}: engine housekeeping MXNet names after the running custom op; not attributed")
-    if by_family:
-        notes.append("MXNet 1.9.1 records no link from a sub-op to the invocation that pushed it; attribution is by time only")
-    trace.spans.extend(parents)
-    trace.spans.sort(key=_start)
-    trace.metadata["custom_op_recovery"] = report
-    return report

@@ -1,0 +1,33 @@
+"""The dependency engine: vars, ops, a naive and a threaded engine, and what observers hear.
+
+It knows nothing of NDArrays or the profiler: the layers above push ops, put what they need in
+``Opr.info`` and listen through :class:`EngineObserver`.
+"""
+
+from .core import Engine
+from .current import bind_thread, get_engine, make_engine, set_engine
+from .naive import NaiveEngine
+from .observer import EngineObserver, Observers
+from .opr import INTERNAL, EngineError, Opr, Var
+from .state import Invocation, current_invocation
+from .threaded import CUSTOM_THREAD_PREFIX, ENGINE_THREAD_PREFIX, ThreadedEngine
+
+__all__ = [
+    "CUSTOM_THREAD_PREFIX",
+    "ENGINE_THREAD_PREFIX",
+    "INTERNAL",
+    "Engine",
+    "EngineError",
+    "EngineObserver",
+    "Invocation",
+    "NaiveEngine",
+    "Observers",
+    "Opr",
+    "ThreadedEngine",
+    "Var",
+    "bind_thread",
+    "current_invocation",
+    "get_engine",
+    "make_engine",
+    "set_engine",
+]

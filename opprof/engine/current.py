@@ -1,0 +1,107 @@
+"""Which engine NDArray operations push to: made from the environment on first use, switchable.
+
+``OPPROF_ENGINE=threaded|naive`` (``OPPROF_ENGINE_THREADS``, ``OPPROF_CUSTOM_THREADS``) chooses
+the first one; :func:`set_engine` replaces it, finishing the old one's work first. A custom op's
+Python is *bound* to the engine that runs it, so that its sub-ops and its ``Dummy_Wait`` share
+one engine even if another was made current meanwhile.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+
+from .core import Engine
+from .naive import NaiveEngine
+from .threaded import ThreadedEngine
+
+__all__ = ["bind_thread", "get_engine", "make_engine", "set_engine"]
+
+
+class _Binding(threading.local):
+    engine: Engine | None = None  # the engine this thread pushes to (a custom op's Python)
+
+
+_binding = _Binding()
+_current: Engine | None = None
+_current_lock = threading.Lock()
+
+
+def _from_env() -> Engine:
+    kind = os.environ.get("OPPROF_ENGINE", "threaded").strip().lower() or "threaded"
+    workers = os.environ.get("OPPROF_ENGINE_THREADS")
+    custom = os.environ.get("OPPROF_CUSTOM_THREADS")
+    return make_engine(
+        kind,
+        workers=int(workers) if workers else None,
+        custom_workers=int(custom) if custom else None,
+    )
+
+
+def make_engine(kind: str = "threaded", *, workers: int | None = None, custom_workers: int | None = None) -> Engine:
+    """A new engine of ``kind`` (``"threaded"`` or ``"naive"``); it is not made current."""
+    if kind == "threaded":
+        return ThreadedEngine(workers, custom_workers)
+    if kind == "naive":
+        if workers is not None or custom_workers is not None:
+            raise ValueError("the naive engine runs everything inline; it takes no thread counts")
+        return NaiveEngine()
+    raise ValueError(f"unknown engine kind {kind!r}; expected 'threaded' or 'naive' (OPPROF_ENGINE)")
+
+
+def get_engine() -> Engine:
+    """The engine that NDArray operations push to (made from ``OPPROF_ENGINE`` on first use).
+
+    Inside a custom op's Python it is the engine running that op, even if ``set_engine`` has
+    since made another engine current: the op's sub-ops and its ``Dummy_Wait`` must share one.
+    """
+    eng = _binding.engine or _current
+    if eng is None:
+        with _current_lock:
+            if _current is None:
+                _set(_from_env())
+            eng = _current
+    assert eng is not None
+    return eng
+
+
+def bind_thread(engine: Engine | None) -> Engine | None:
+    """Make this thread push to ``engine`` (``None``: the current engine); return the previous binding."""
+    prev = _binding.engine
+    _binding.engine = engine
+    return prev
+
+
+def _set(engine: Engine | None) -> Engine | None:
+    global _current
+    old, _current = _current, engine
+    return old
+
+
+def set_engine(kind: str | Engine = "threaded", *, workers: int | None = None, custom_workers: int | None = None) -> Engine:
+    """Make a new engine current; the old one finishes its work and stops its threads first.
+
+    Errors that the old engine held and nobody waited for are raised here rather than lost.
+    """
+    engine = kind if isinstance(kind, Engine) else make_engine(kind, workers=workers, custom_workers=custom_workers)
+    with _current_lock:
+        old = _set(engine)
+    if old is not None and old is not engine:
+        try:
+            old.wait_for_all()
+        finally:
+            old.shutdown()
+    return engine
+
+
+def _shutdown_at_exit() -> None:
+    eng = _set(None)
+    if eng is not None:
+        try:
+            eng.shutdown()
+        except BaseException:
+            pass
+
+
+atexit.register(_shutdown_at_exit)

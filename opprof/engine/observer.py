@@ -1,0 +1,75 @@
+"""What the engine tells the layers above it while it runs: the observer protocol.
+
+The engine calls an observer at four points: on the pushing thread when an op is pushed, around
+an op's function on the thread that runs it, after a blocking wait, and around a custom op's
+Python. :class:`EngineObserver` is the protocol and a no-op base at once: a profiler overrides what
+it needs. An engine has at most one observer on its hot path; :class:`Observers` fans out to
+several (a recorder and a live view), so that an engine with one observer pays for one call.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .opr import Opr
+from .state import Invocation
+
+__all__ = ["EngineObserver", "Observers"]
+
+
+class EngineObserver:
+    """Hooks the engine calls while it runs; each does nothing here."""
+
+    #: The clock waits and custom-op Python are timed with (ns); a recorder may bring its own.
+    clock: Callable[[], int] = time.perf_counter_ns
+
+    def on_push(self, opr: Opr) -> None:
+        """``opr`` is being pushed (on the pushing thread, before it is registered on its vars)."""
+
+    def run(self, opr: Opr, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``opr`` by calling ``fn(*args)`` on the executing thread (time it, if you like)."""
+        fn(*args)
+
+    def on_wait(self, name: str, t0: int, t1: int) -> None:
+        """The calling thread was blocked in a wait (``WaitForVar``, ``WaitForAll``) from ``t0`` to ``t1``."""
+
+    def on_python(self, inv: Invocation, t0: int, t1: int) -> None:
+        """A custom op's Python ran from ``t0`` to ``t1`` on the calling thread."""
+
+    def on_error(self, inv: Invocation, error: BaseException) -> None:
+        """A custom-op invocation ended with ``error``."""
+
+
+class Observers(EngineObserver):
+    """Several observers as one: each hears every hook, the first one's clock times them all."""
+
+    def __init__(self, observers: Sequence[EngineObserver]) -> None:
+        if not observers:
+            raise ValueError("Observers needs at least one observer")
+        self.observers = tuple(observers)
+        self.clock = self.observers[0].clock
+
+    def on_push(self, opr: Opr) -> None:
+        for o in self.observers:
+            o.on_push(opr)
+
+    def run(self, opr: Opr, fn: Callable[..., Any], *args: Any) -> None:
+        # Each observer's run wraps the next one's, so every one of them times the op itself.
+        for o in reversed(self.observers[1:]):
+            fn, args = functools.partial(o.run, opr, fn, *args), ()
+        self.observers[0].run(opr, fn, *args)
+
+    def on_wait(self, name: str, t0: int, t1: int) -> None:
+        for o in self.observers:
+            o.on_wait(name, t0, t1)
+
+    def on_python(self, inv: Invocation, t0: int, t1: int) -> None:
+        for o in self.observers:
+            o.on_python(inv, t0, t1)
+
+    def on_error(self, inv: Invocation, error: BaseException) -> None:
+        for o in self.observers:
+            o.on_error(inv, error)

@@ -1,0 +1,78 @@
+"""The engine's two records: a var (a dependency token) and an op (one pushed operation)."""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["INTERNAL", "EngineError", "Opr", "Var"]
+
+_var_ids = itertools.count(1)
+
+#: ``info`` of the engine's own bookkeeping ops (the token a wait pushes); observers skip them.
+INTERNAL = object()
+
+
+class EngineError(RuntimeError):
+    """Misuse of the engine that would otherwise deadlock or corrupt state."""
+
+
+class Var:
+    """A dependency token: ops that read or write it are ordered through its version queue.
+
+    The fields are engine-private state, mutated only under the engine's lock.
+    """
+
+    __slots__ = ("_cleared_at", "_queue", "_running_reads", "_writing", "deleted", "exception", "id", "name")
+
+    def __init__(self, name: str | None = None) -> None:
+        self.id = next(_var_ids)
+        self.name = name
+        # Waiting ops in push order: (opr, is_write).
+        self._queue: deque[tuple[Opr, bool]] = deque()
+        self._running_reads = 0
+        self._writing = False
+        self.exception: BaseException | None = None
+        # Set when a wait has raised ``exception``: ops pushed from then on no longer see it,
+        # while ops pushed earlier (and still queued) are skipped as they would have been.
+        self._cleared_at: int | None = None
+        self.deleted = False
+
+    def __repr__(self) -> str:
+        label = f" {self.name!r}" if self.name else ""
+        return f"<Var {self.id}{label}>"
+
+
+class Opr:
+    """One pushed operation and the number of vars it still waits for.
+
+    Observers read ``name``, ``info``, ``is_async`` and ``prof``; everything else is the engine's.
+    """
+
+    __slots__ = ("dispatched", "done", "fn", "info", "is_async", "name", "no_skip", "prof", "reads", "seq", "wait", "writes")
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        reads: tuple[Var, ...],
+        writes: tuple[Var, ...],
+        name: str,
+        is_async: bool,
+        no_skip: bool,
+        info: Any,
+    ) -> None:
+        self.fn = fn
+        self.reads = reads
+        self.writes = writes
+        self.name = name
+        self.wait = 0
+        self.is_async = is_async
+        self.no_skip = no_skip
+        self.done = False
+        self.dispatched = False  # handed to _dispatch (set before anything can interrupt it)
+        self.seq = 0  # push order, set under the engine lock
+        self.prof: Any = None  # what an observer noted at push time
+        # Free slot for the layers above (a custom op puts its Invocation here).
+        self.info = info

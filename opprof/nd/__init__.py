@@ -1,0 +1,14 @@
+"""MXNet's ``mx.nd``: NDArrays on NumPy whose every operator is one push to the engine.
+
+Layers inside, from the bottom: :mod:`.ops` (what each named operator computes, plain NumPy),
+:mod:`.tape` (autograd's recording), :mod:`.ndarray` (the array and its operators),
+:mod:`.operator` (custom operators in Python), and the MXNet faces :mod:`.autograd` and
+:mod:`.random`.
+"""
+
+from . import context, random
+from .ndarray import *  # noqa: F403 - the mx.nd namespace is ndarray's public names
+from .ndarray import __all__ as _ndarray_all
+from .operator import Custom
+
+__all__ = [*_ndarray_all, "Custom", "context", "random"]

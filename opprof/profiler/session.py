@@ -1,0 +1,116 @@
+"""A profiling session: ``with opprof.profile() as prof`` and the :class:`Profiler` under it.
+
+A session drives one :class:`~.recorder.Recorder` attached to the current engine. Stopping waits
+for all engine work first (a program returns before its asynchronous ops have run), then builds
+the :class:`~opprof.trace.Trace`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from ..engine import get_engine
+from ..trace import Trace
+from .recorder import ProfilerError, Recorder
+
+__all__ = ["INTERRUPT_GRACE_S", "Profiler", "profile"]
+
+
+#: After Ctrl-C, how long stopping waits for queued work before it keeps what it has (seconds).
+INTERRUPT_GRACE_S = 1.0
+
+
+class Profiler:
+    """One profiling session: ``start()``, ``stop()``, then ``trace``."""
+
+    def __init__(self, max_events: int = 5_000_000) -> None:
+        self.max_events = max_events
+        self._recorder: Recorder | None = None
+        self._unbuilt: Recorder | None = None  # stopped, but the build was interrupted
+        self.trace: Trace | None = None
+        self.error: BaseException | None = None  # what the final wait raised, if anything
+
+    @property
+    def running(self) -> bool:
+        return self._recorder is not None
+
+    def start(self) -> Profiler:
+        if self._recorder is not None:
+            raise ProfilerError("this profiler is already running")
+        self._recorder = Recorder(self.max_events).attach(get_engine())
+        self.trace = None
+        self._unbuilt = None
+        return self
+
+    def pause(self) -> None:
+        if self._recorder is not None:
+            self._recorder.recording = False
+
+    def resume(self) -> None:
+        if self._recorder is not None:
+            self._recorder.recording = True
+
+    def stop(self, wait: bool | float = True) -> Trace:
+        """Wait for the engine, stop recording and build the trace.
+
+        An error that the final wait raises is kept in ``self.error`` and raised after the trace is
+        built, so the trace of a failed run is never lost. ``wait`` as a number of seconds waits at
+        most that long and raises nothing (after Ctrl-C: the queued work may be what hung).
+        """
+        rec = self._recorder
+        if rec is None:
+            if self._unbuilt is not None:
+                return self._build(self._unbuilt)
+            if self.trace is None:
+                raise ProfilerError("the profiler was never started")
+            return self.trace
+        self.error = None
+        try:
+            if wait is not True and wait and rec.engine is not None:
+                deadline = time.monotonic() + float(wait)
+                while rec.engine.pending and time.monotonic() < deadline:
+                    time.sleep(0.001)
+            elif wait and rec.engine is not None:
+                rec.engine.wait_for_all()
+        except BaseException as e:
+            self.error = e
+        finally:
+            rec.detach()
+            self._recorder = None
+            self._unbuilt = rec
+            trace = self._build(rec)
+        if self.error is not None:
+            raise self.error
+        return trace
+
+    def _build(self, rec: Recorder) -> Trace:
+        # Building takes seconds at a million spans. A Ctrl-C meanwhile stops it, but the records
+        # stay in ``_unbuilt``: calling ``stop()`` again builds the trace from them.
+        trace = self.trace = rec.build()
+        self._unbuilt = None
+        return trace
+
+
+@contextmanager
+def profile(max_events: int = 5_000_000, path: str | os.PathLike[str] | None = None) -> Iterator[Profiler]:
+    """Profile the block; ``prof.trace`` holds the result, also when the block raised.
+
+    With ``path``, the trace is saved there as Chrome trace JSON (``.json`` or ``.json.gz``).
+    """
+    prof = Profiler(max_events).start()
+    try:
+        yield prof
+    except BaseException as e:
+        try:
+            prof.stop(wait=INTERRUPT_GRACE_S if isinstance(e, KeyboardInterrupt) else True)
+        except BaseException:
+            pass  # the block's own error is the one to report
+        raise
+    else:
+        prof.stop()
+    finally:
+        if path is not None and prof.trace is not None:
+            prof.trace.save(path)

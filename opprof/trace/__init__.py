@@ -1,0 +1,45 @@
+"""The trace model and everything that reads or writes it; it imports no other opprof layer.
+
+Inside, from the bottom: :mod:`.records` (the record types and what roles mean), :mod:`.jsonio`
+(files and JSON), the analyses :mod:`.split`, :mod:`.stats`, :mod:`.validate`, the formats
+:mod:`.chrome` (opprof's own Chrome JSON, lossless) and :mod:`.importer` / :mod:`.mxnet` (other
+tools' traces), then :mod:`.model` (:class:`Trace`, with the analyses as methods) and :mod:`.text`
+(every text rendering of a trace).
+"""
+
+from .jsonio import TraceFormatError
+from .model import Trace, from_chrome, load
+from .records import (
+    CUSTOM_OP,
+    CounterSample,
+    CustomOpRow,
+    Flow,
+    Instant,
+    Role,
+    Span,
+    ThreadInfo,
+    TraceData,
+)
+from .split import split_invocation
+from .stats import OpTypeSplit, StatRow
+from .validate import validate
+
+__all__ = [
+    "CUSTOM_OP",
+    "CounterSample",
+    "CustomOpRow",
+    "Flow",
+    "Instant",
+    "OpTypeSplit",
+    "Role",
+    "Span",
+    "StatRow",
+    "ThreadInfo",
+    "Trace",
+    "TraceData",
+    "TraceFormatError",
+    "from_chrome",
+    "load",
+    "split_invocation",
+    "validate",
+]

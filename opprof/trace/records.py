@@ -1,0 +1,197 @@
+"""The records a trace is made of: threads, spans, instants, counters, flows, and what roles mean.
+
+Times are integer nanoseconds on one clock; thread ids are small integers (JavaScript-safe) with
+names. Custom-operator work is marked in ``Span.args``: ``op_type``, ``invocation`` (a small int,
+unique per invocation) and ``role``, a :class:`Role`. A ``parent`` span covers one invocation from
+the moment its engine op starts to the end of its ``Dummy_Wait``; it crosses threads, so it is not
+part of any thread's nesting (Chrome export draws it on an async track instead).
+
+Everything here is data. The :class:`~opprof.trace.model.Trace` above adds the analyses, and the
+readers and writers (:mod:`.chrome`, :mod:`.importer`) build and read :class:`TraceData`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+__all__ = [
+    "CUSTOM_OP",
+    "FAMILY_ARGS",
+    "OPERATOR",
+    "SPLIT_ARGS",
+    "USER",
+    "WAIT",
+    "CounterSample",
+    "CustomOpRow",
+    "Flow",
+    "Instant",
+    "Role",
+    "Span",
+    "ThreadInfo",
+    "TraceData",
+    "role_of",
+]
+
+
+class Role(str, Enum):
+    """What a span is to its custom-op invocation (``None`` for a span outside any)."""
+
+    PARENT = "parent"  # the invocation as a whole, from its engine op's start to its Dummy_Wait's end
+    PYTHON = "python"  # its forward()/backward() on the custom-op thread
+    SUBOP = "subop"  # an engine op its Python pushed
+    WAIT = "wait"  # its Python blocked in a wait
+    DUMMY_WAIT = "dummy_wait"  # the completion op that releases its outputs
+
+    # Shown and formatted as the plain word, as in the Chrome args it is written to.
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+#: Parts of an invocation other than its parent, in the order the timeline stacks them.
+CHILD_ROLES = (Role.PYTHON, Role.SUBOP, Role.WAIT, Role.DUMMY_WAIT)
+_ROLE_OF = {r.value: r for r in Role}
+
+
+def role_of(value: Any) -> Role | None:
+    """The :class:`Role` a file's ``args["role"]`` names, or None (a dict lookup: 1M spans load)."""
+    return _ROLE_OF.get(value) if isinstance(value, str) else None
+
+
+# Span categories opprof writes. One name for custom-op work, on spans and on Chrome's async tracks.
+OPERATOR = "operator"
+CUSTOM_OP = "custom_op"
+WAIT = "wait"
+USER = "user"
+
+#: Where the profiler stores an invocation's python / sub-ops / waiting split on its parent (µs).
+SPLIT_ARGS = ("python_us", "subops_us", "waiting_us")
+#: Args that carry a span's structure rather than the user's data: views show them as structure
+#: (colour, family, split bars), not as text.
+FAMILY_ARGS = frozenset({"op_type", "role", "invocation", "backward", *SPLIT_ARGS})
+
+
+class Span:
+    """One timed piece of work on one thread (or, for a custom-op ``parent``, on no single thread)."""
+
+    __slots__ = ("args", "cat", "end", "name", "start", "tid")
+
+    def __init__(self, name: str, cat: str, tid: int, start: int, end: int, args: dict[str, Any] | None = None) -> None:
+        self.name = name
+        self.cat = cat
+        self.tid = tid
+        self.start = start
+        self.end = end
+        self.args = args
+
+    @property
+    def dur(self) -> int:
+        return self.end - self.start
+
+    @property
+    def role(self) -> Role | None:
+        return self.args.get("role") if self.args else None
+
+    @property
+    def invocation(self) -> int | None:
+        return self.args.get("invocation") if self.args else None
+
+    def _key(self) -> tuple[Any, ...]:
+        return (self.name, self.cat, self.tid, self.start, self.end, self.args or {})
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Span) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.tid, self.start, self.end))
+
+    def __repr__(self) -> str:
+        return f"Span({self.name!r}, {self.cat!r}, tid={self.tid}, start={self.start}, end={self.end}, args={self.args!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadInfo:
+    tid: int
+    name: str
+    pid: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Instant:
+    name: str
+    cat: str
+    tid: int
+    ts: int
+    args: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CounterSample:
+    name: str
+    ts: int
+    values: dict[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class Flow:
+    """An arrow from where work was pushed (``src``) to the span that ran it (``dst``)."""
+
+    id: int
+    name: str
+    cat: str
+    src_tid: int
+    src_ts: int
+    dst_tid: int
+    dst_ts: int
+
+
+@dataclass(frozen=True, slots=True)
+class CustomOpRow:
+    """One custom-op invocation and where its wall time went (the three parts sum to ``wall_ns``)."""
+
+    op_type: str
+    backward: bool
+    invocation: int
+    start_ns: int
+    wall_ns: int
+    python_ns: int
+    subops_ns: int
+    waiting_ns: int
+    error: str | None = None
+
+    @property
+    def name(self) -> str:
+        """The parent's name: ``MyOp`` forward, ``_backward_MyOp`` backward."""
+        return f"_backward_{self.op_type}" if self.backward else self.op_type
+
+
+@dataclass
+class TraceData:
+    """A trace's records, as readers build them and writers read them."""
+
+    threads: list[ThreadInfo] = field(default_factory=list)
+    spans: list[Span] = field(default_factory=list)
+    instants: list[Instant] = field(default_factory=list)
+    counters: list[CounterSample] = field(default_factory=list)
+    flows: list[Flow] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def thread_name(self, tid: int) -> str:
+        for t in self.threads:
+            if t.tid == tid:
+                return t.name
+        return f"thread {tid}"
+
+    def families(self) -> dict[int, list[Span]]:
+        """Spans of each custom-op invocation, keyed by invocation id (parent included)."""
+        fam: dict[int, list[Span]] = defaultdict(list)
+        for s in self.spans:
+            inv = s.invocation
+            if inv is not None:
+                fam[inv].append(s)
+        return dict(fam)
