@@ -1,4 +1,4 @@
-"""The Ctrl-C shield (opprof.interrupts): held back inside bookkeeping, live in user code.
+"""The Ctrl-C shield (opprof.engine.interrupts): held back inside bookkeeping, live in user code.
 
 Real SIGINTs sent to the main thread (pytest runs tests there); the random-point stress tests are
 in test_reliability.py.
@@ -13,7 +13,8 @@ from collections.abc import Iterator
 import pytest
 
 import opprof as mx
-from opprof import interrupts, nd
+from opprof import nd
+from opprof.engine import interrupts
 from opprof.profiler import profile
 
 pytestmark = pytest.mark.timeout(60)
@@ -43,7 +44,7 @@ def _bookkeeping(then: list[str]) -> None:
     then.append("finished")
 
 
-interrupts.protect(_bookkeeping)
+interrupts.shielded(_bookkeeping)
 
 
 def test_a_ctrl_c_inside_bookkeeping_waits_for_it_then_the_next_push_raises_it() -> None:
@@ -70,7 +71,7 @@ def _bookkeeping_calling_user_code(log: list[str]) -> None:
     log.append("bookkeeping finished")
 
 
-interrupts.protect(_bookkeeping_calling_user_code)
+interrupts.shielded(_bookkeeping_calling_user_code)
 
 
 def test_user_code_called_from_bookkeeping_stays_interruptible() -> None:
@@ -141,3 +142,25 @@ def test_threaded_engine_an_interrupt_raised_in_an_op_is_its_error_at_the_wait()
         out.wait_to_read()
     out.wait_to_read()
     assert eng.pending == 0
+
+
+def test_shutting_an_engine_down_gives_sigint_back_to_python() -> None:
+    eng = mx.set_engine("threaded", workers=1)
+    eng.push(lambda: None)
+    eng.wait_for_all()
+    assert signal.getsignal(signal.SIGINT) is interrupts.on_sigint
+    mx.set_engine("naive")  # the threaded engine shuts down
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    mx.get_engine().push(lambda: None)  # the engine in use shields itself again at its next push
+    assert signal.getsignal(signal.SIGINT) is interrupts.on_sigint
+
+
+def test_shutdown_leaves_a_handler_of_the_program_alone() -> None:
+    def mine(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, mine)
+    eng = mx.set_engine("threaded", workers=1)
+    eng.push(lambda: None)
+    mx.set_engine("naive")
+    assert signal.getsignal(signal.SIGINT) is mine

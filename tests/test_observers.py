@@ -1,0 +1,111 @@
+"""Engine observers: the typed protocol, several at once, and the profiler as one of them."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+import opprof as mx
+from opprof.engine import EngineObserver, Invocation, Observers, Opr
+from opprof.profiler import ProfilerError, Recorder, profile
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class Log(EngineObserver):
+    """Writes every hook it hears to a shared log, tagged with its own name."""
+
+    def __init__(self, tag: str, log: list[tuple[str, str, str]]) -> None:
+        self.tag = tag
+        self.log = log
+        self.lock = threading.Lock()
+
+    def _add(self, hook: str, what: str) -> None:
+        with self.lock:
+            self.log.append((self.tag, hook, what))
+
+    def on_push(self, opr: Opr) -> None:
+        self._add("push", opr.name)
+
+    def run(self, opr: Opr, fn: Callable[..., Any], *args: Any) -> None:
+        self._add("start", opr.name)
+        try:
+            fn(*args)
+        finally:
+            self._add("end", opr.name)
+
+    def on_wait(self, name: str, t0: int, t1: int) -> None:
+        assert t1 >= t0
+        self._add("wait", name)
+
+    def on_python(self, inv: Invocation, t0: int, t1: int) -> None:
+        self._add("python", inv.name)
+
+
+@pytest.fixture(params=["naive", "threaded"])
+def engine(request: pytest.FixtureRequest) -> Iterator[mx.engine.Engine]:
+    eng = mx.set_engine(request.param)
+    yield eng
+    eng.observer = None
+    mx.set_engine("threaded")
+
+
+def test_a_base_observer_hears_everything_and_changes_nothing(engine: mx.engine.Engine) -> None:
+    engine.add_observer(EngineObserver())
+    x = mx.nd.ones((2, 2)) * 3
+    assert float(x.asnumpy().sum()) == 12.0
+
+
+def test_two_observers_each_hear_every_hook_and_each_wraps_the_op(engine: mx.engine.Engine) -> None:
+    log: list[tuple[str, str, str]] = []
+    a, b = Log("a", log), Log("b", log)
+    engine.add_observer(a)
+    engine.add_observer(b)
+    assert engine.observers == (a, b) and isinstance(engine.observer, Observers)
+    y = mx.nd.ones((3,)) + 1
+    y.wait_to_read()
+    for tag in ("a", "b"):
+        mine = [(hook, what) for t, hook, what in log if t == tag]
+        assert ("push", "_plus_scalar") in mine and ("start", "_plus_scalar") in mine and ("end", "_plus_scalar") in mine
+        assert ("wait", "WaitForVar") in mine
+    # The first observer's run wraps the second's: a starts first and ends last.
+    runs = [(t, hook) for t, hook, what in log if what == "_plus_scalar" and hook in ("start", "end")]
+    assert runs == [("a", "start"), ("b", "start"), ("b", "end"), ("a", "end")]
+
+
+def test_removing_observers_leaves_the_rest_and_then_none(engine: mx.engine.Engine) -> None:
+    log: list[tuple[str, str, str]] = []
+    a, b = Log("a", log), Log("b", log)
+    engine.add_observer(a)
+    engine.add_observer(b)
+    engine.remove_observer(a)
+    assert engine.observer is b and engine.observers == (b,)
+    (mx.nd.ones((1,)) * 2).wait_to_read()
+    assert {t for t, _, _ in log} == {"b"}
+    engine.remove_observer(b)
+    engine.remove_observer(b)  # not there any more: ignored
+    assert engine.observer is None and engine.observers == ()
+
+
+def test_the_profiler_records_beside_another_observer(engine: mx.engine.Engine) -> None:
+    log: list[tuple[str, str, str]] = []
+    other = Log("other", log)
+    engine.add_observer(other)
+    with profile() as prof:
+        (mx.nd.ones((2,)) * 2).wait_to_read()
+    assert engine.observers == (other,), "stopping the profiler removed only itself"
+    assert prof.trace is not None and "_mul_scalar" in {s.name for s in prof.trace.spans}
+    assert ("other", "end", "_mul_scalar") in log
+
+
+def test_a_second_recorder_on_one_engine_is_refused(engine: mx.engine.Engine) -> None:
+    first = Recorder().attach(engine)
+    try:
+        with pytest.raises(ProfilerError, match="already recording"):
+            Recorder().attach(engine)
+    finally:
+        first.detach()
+    assert engine.observer is None
