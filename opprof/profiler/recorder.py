@@ -225,6 +225,7 @@ class _Build:
     def read(self, tid: int, buf: list[tuple[Any, ...]]) -> None:
         """One thread's records as spans (families get their ids later)."""
         spans, child = self.spans, self.child
+        dummy_wait, subop, wait, python = Role.DUMMY_WAIT, Role.SUBOP, Role.WAIT, Role.PYTHON  # locals: see Role
         for rec in buf:
             kind = rec[0]
             if kind == _OP:
@@ -234,10 +235,10 @@ class _Build:
                     self.starts[info] = (t0, tid)  # the custom op's engine op: the family starts here
                     continue
                 if isinstance(info, Invocation) and name == "Dummy_Wait":
-                    s = child(info, "Dummy_Wait", tid, t0, t1, Role.DUMMY_WAIT)
+                    s = child(info, "Dummy_Wait", tid, t0, t1, dummy_wait)
                     self.ends[info] = t1
                 elif pushed_in is not None:
-                    s = child(pushed_in, name, tid, t0, t1, Role.SUBOP)
+                    s = child(pushed_in, name, tid, t0, t1, subop)
                     src_tid = self.tid_of.get(id(prof[1]))
                     if src_tid is not None:  # sub-ops are pushed inside the Python span: the arrow starts there
                         self.pending_flows.append((s, src_tid, prof[0]))
@@ -246,10 +247,10 @@ class _Build:
                 spans.append(s)
             elif kind == _WAIT:
                 _, t0, t1, name, inv = rec
-                spans.append(child(inv, name, tid, t0, t1, Role.WAIT) if inv is not None else Span(name, WAIT, tid, t0, t1))
+                spans.append(child(inv, name, tid, t0, t1, wait) if inv is not None else Span(name, WAIT, tid, t0, t1))
             elif kind == _PYTHON:
                 _, t0, t1, inv = rec
-                spans.append(child(inv, "pure_python", tid, t0, t1, Role.PYTHON))
+                spans.append(child(inv, "pure_python", tid, t0, t1, python))
             elif kind == _ERROR:
                 self.errors[rec[3]] = rec[4]
             elif kind == _USER:
@@ -266,7 +267,8 @@ class _Build:
         dropped whole: a partial family would mislead.
         """
         children, starts, ends = self.children, self.starts, self.ends
-        has_python = {inv for inv, kids in children.items() if any(k.role == Role.PYTHON for k in kids)}
+        python = Role.PYTHON
+        has_python = {inv for inv, kids in children.items() if any(k.role == python for k in kids)}
         complete = sorted((inv for inv in starts if inv in ends and inv in has_python), key=lambda inv: starts[inv][0])
         ids = {inv: i for i, inv in enumerate(complete, start=1)}
         incomplete = {inv for inv in children if inv not in ids}

@@ -22,7 +22,7 @@ from typing import Any
 
 from .importer import import_chrome
 from .jsonio import TraceFormatError, dumps, loads, no_gc, open_maybe_gzip, parse_json, read_trace_file
-from .records import CUSTOM_OP, CounterSample, Flow, Instant, Role, Span, ThreadInfo, TraceData, role_of
+from .records import CUSTOM_OP, ROLE_OF, CounterSample, Flow, Instant, Role, Span, ThreadInfo, TraceData
 
 __all__ = ["from_chrome", "load", "save", "to_chrome"]
 
@@ -317,8 +317,10 @@ def _from_chrome(event_chunks: Iterable[list[Any]], other: dict[str, Any]) -> Tr
                     start = t0 + round(ts * 1e3)
                     end = start + round(dur * 1e3)
                     name, cat, args = str(ev.get("name", "")), str(ev.get("cat", "")), ev.get("args") or None
-                    if args is not None and "role" in args:
-                        args["role"] = role_of(args["role"]) or args["role"]
+                    if args is not None:
+                        role = args.get("role")
+                        if type(role) is str:
+                            args["role"] = ROLE_OF.get(role, role)
                     add_span(Span(name, cat, ev.get("tid", 0), start, end, args))
                     continue
             try:
@@ -367,8 +369,8 @@ class _OwnEventReader:
             if end < start:
                 raise TraceFormatError(f"event {i}: negative duration {dur!r}")
             args = ev.get("args") or None
-            if args is not None and "role" in args:
-                args["role"] = role_of(args["role"]) or args["role"]
+            if args is not None and type(args.get("role")) is str:
+                args["role"] = ROLE_OF.get(args["role"], args["role"])
             self.spans.append(Span(str(ev.get("name", "")), str(ev.get("cat", "")), tid, start, end, args))
         elif ph == "b" and ev.get("cat") == CUSTOM_OP:
             self.open_b.setdefault((tid, ev.get("id")), []).append(ev)

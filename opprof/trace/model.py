@@ -38,8 +38,9 @@ class Trace(TraceData):
     def custom_ops(self) -> list[CustomOpRow]:
         """One row per custom-op invocation, in start order."""
         rows = []
+        role = Role.PARENT
         for inv, spans in self.families().items():
-            parent = next((s for s in spans if s.role == Role.PARENT), None)
+            parent = next((s for s in spans if s.role == role), None)
             if parent is None:
                 continue
             py, sub, wait = parent_split(parent, spans)

@@ -21,6 +21,7 @@ __all__ = [
     "CUSTOM_OP",
     "FAMILY_ARGS",
     "OPERATOR",
+    "ROLE_OF",
     "SPLIT_ARGS",
     "USER",
     "WAIT",
@@ -45,6 +46,9 @@ class Role(str, Enum):
     WAIT = "wait"  # its Python blocked in a wait
     DUMMY_WAIT = "dummy_wait"  # the completion op that releases its outputs
 
+    # Looking a member up (``Role.PARENT``) costs ~140 ns on Python 3.11, six times a local name:
+    # loops over every span bind the members they compare with to locals first.
+
     # Shown and formatted as the plain word, as in the Chrome args it is written to.
     def __str__(self) -> str:
         return self.value
@@ -55,12 +59,13 @@ class Role(str, Enum):
 
 #: Parts of an invocation other than its parent, in the order the timeline stacks them.
 CHILD_ROLES = (Role.PYTHON, Role.SUBOP, Role.WAIT, Role.DUMMY_WAIT)
-_ROLE_OF = {r.value: r for r in Role}
+#: A file's ``args["role"]`` word -> its Role: readers look it up inline (a million spans load).
+ROLE_OF: dict[str, Role] = {r.value: r for r in Role}
 
 
 def role_of(value: Any) -> Role | None:
-    """The :class:`Role` a file's ``args["role"]`` names, or None (a dict lookup: 1M spans load)."""
-    return _ROLE_OF.get(value) if isinstance(value, str) else None
+    """The :class:`Role` a file's ``args["role"]`` names, or None."""
+    return ROLE_OF.get(value) if isinstance(value, str) else None
 
 
 # Span categories opprof writes. One name for custom-op work, on spans and on Chrome's async tracks.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .records import SPLIT_ARGS, Role, Span
+from .records import Role, Span
 
 __all__ = ["parent_split", "split_invocation", "stored_split"]
 
@@ -82,12 +82,19 @@ def split_invocation(parent: Span, family: Iterable[Span]) -> tuple[int, int, in
 
 
 def stored_split(parent: Span) -> tuple[int, int, int] | None:
-    """The split the profiler stored on ``parent`` (ns), or None for a trace that has none."""
+    """The split the profiler stored on ``parent`` (ns), or None for a trace that has none.
+
+    Called once per parent by every view (90k parents in a 1M-span trace): plain lookups, no
+    generators (those made it 6.7 µs a call).
+    """
     a = parent.args
-    if not a or not all(k in a for k in SPLIT_ARGS):
+    if not a:
         return None
-    py, sub, wait = (round(float(a[k]) * 1e3) for k in SPLIT_ARGS)
-    return py, sub, wait
+    try:
+        py, sub, wait = a["python_us"], a["subops_us"], a["waiting_us"]
+    except KeyError:
+        return None
+    return round(float(py) * 1e3), round(float(sub) * 1e3), round(float(wait) * 1e3)
 
 
 def parent_split(parent: Span, family: Iterable[Span]) -> tuple[int, int, int]:

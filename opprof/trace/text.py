@@ -147,7 +147,8 @@ def split_table(trace: Trace) -> str:
 
 def text_summary(trace: Trace) -> str:
     """A few lines about ``trace`` for front ends that show only text (where no widget renders)."""
-    n_inv = sum(1 for s in trace.spans if s.role == Role.PARENT)
+    parent = Role.PARENT
+    n_inv = sum(1 for s in trace.spans if s.role == parent)
     if trace.spans:
         t0 = min(s.start for s in trace.spans)
         t1 = max(s.end for s in trace.spans)

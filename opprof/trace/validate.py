@@ -17,8 +17,9 @@ __all__ = ["validate"]
 
 def _iter_thread_nesting(trace: TraceData) -> Iterator[str]:
     by_tid: dict[int, list[Span]] = defaultdict(list)
+    parent = Role.PARENT
     for s in trace.spans:
-        if s.role != Role.PARENT:
+        if s.role != parent:
             by_tid[s.tid].append(s)
     for tid, spans in by_tid.items():
         spans.sort(key=lambda s: (s.start, -s.end))

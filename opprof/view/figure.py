@@ -16,7 +16,6 @@ What keeps it safe: a trace's names and args are data. Tooltips use plain ``@fie
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
@@ -53,6 +52,7 @@ from bokeh.plotting import figure
 from ..trace import Role, Span, Trace
 from ..trace.records import FAMILY_ARGS
 from ..trace.split import parent_split
+from ..trace.stats import factorize, stat_columns
 from ..trace.text import fmt_us
 from .layout import ROLE_NAMES, Blocks, Layout, blocks, build_layout
 
@@ -154,13 +154,6 @@ class Timeline:
 
 
 # ---------------------------------------------------------------------------- columns
-def _factorize(values: Sequence[str]) -> tuple[np.ndarray, list[str]]:
-    """Codes and the distinct values, in first-seen order (dict lookups beat sorting strings)."""
-    table = {v: i for i, v in enumerate(dict.fromkeys(values))}
-    codes = np.fromiter(map(table.__getitem__, values), dtype=np.int32, count=len(values))
-    return codes, list(table)
-
-
 def _parent_split(span: Span, trace: Trace) -> tuple[float, float, float]:
     """A parent's (python, sub-ops, waiting) in us, through the trace's one split accessor."""
     inv = span.invocation
@@ -246,7 +239,7 @@ def span_columns(trace: Trace, layout: Layout, b: Blocks) -> tuple[dict[str, Any
     spans = trace.spans
     span_idx = layout.span_index[items].tolist()
     picked = [spans[i] for i in span_idx]
-    name_code, name_list = _factorize([s.name for s in picked])
+    name_code, name_list = factorize([s.name for s in picked])
     merged = b.counts > 1
     single = np.nonzero(~merged)[0]
     details: dict[str, int] = {"": 0}
@@ -268,7 +261,7 @@ def span_columns(trace: Trace, layout: Layout, b: Blocks) -> tuple[dict[str, Any
         "bottom": layout.bottom[items].astype(np.float32),
         "dur": b.busy,
         "c": (layout.role[items] + np.where(merged, len(ROLE_NAMES), 0)).astype(np.int8),
-        "name": name_code,
+        "name": name_code.astype(np.int32),
         "thread": thread_code,
         "detail": detail_code,
         "inv": inv,
@@ -366,34 +359,32 @@ def _style_lanes(p: Any, layout: Layout) -> None:
 
 
 def _stats_table(trace: Trace, limit: int = 500) -> tuple[ColumnDataSource, DataTable]:
-    """The trace's aggregate stats (:meth:`Trace.stats`), the ``limit`` largest totals first."""
-    rows = trace.stats()
-    top = rows[:limit]
+    """Aggregate stats by name (the table highlights spans by name), the ``limit`` largest totals."""
+    st = stat_columns(trace.spans, by_category=False)
+    k = len(st)
+    top = slice(0, limit)
     src = ColumnDataSource(
         {
-            "name": [r.name for r in top],
-            "cat": [r.cat for r in top],
-            "count": [r.count for r in top],
-            "total_ms": [r.total_ns / 1e6 for r in top],
-            "avg_us": [r.avg_ns / 1e3 for r in top],
-            "min_us": [r.min_ns / 1e3 for r in top],
-            "max_us": [r.max_ns / 1e3 for r in top],
+            "name": st.names[top],
+            "count": st.count[top],
+            "total_ms": st.total[top] / 1e6,
+            "avg_us": st.total[top] / np.maximum(st.count[top], 1) / 1e3,
+            "min_us": st.min[top] / 1e3,
+            "max_us": st.max[top] / 1e3,
         }
     )
-    k = len(rows)
     num = NumberFormatter(format="0,0.000")
     cols = [
         TableColumn(field="name", title="name", formatter=StringFormatter(), width=260),
-        TableColumn(field="cat", title="category", formatter=StringFormatter(), width=80),
         TableColumn(field="count", title="count", formatter=NumberFormatter(format="0,0"), width=70),
         TableColumn(field="total_ms", title="total (ms)", formatter=num, width=90),
         TableColumn(field="avg_us", title="avg (µs)", formatter=num, width=80),
         TableColumn(field="min_us", title="min (µs)", formatter=num, width=80),
         TableColumn(field="max_us", title="max (µs)", formatter=num, width=80),
     ]
-    title = f"top {len(top)} of {k} names by total time" if k > len(top) else "aggregate stats"
+    title = f"top {limit} of {k} names by total time" if k > limit else "aggregate stats"
     table = DataTable(
-        source=src, columns=cols, sortable=True, reorderable=False, selectable=True, width=760, height=260, index_position=None
+        source=src, columns=cols, sortable=True, reorderable=False, selectable=True, width=680, height=260, index_position=None
     )
     table.name = title
     return src, table
@@ -410,8 +401,10 @@ def op_type_splits(trace: Trace, layout: Layout | None = None) -> dict[str, tupl
     else:
         parent_items = np.nonzero(layout.role == ROLE_NAMES.index("parent"))[0]
         candidates = [trace.spans[i] for i in layout.span_index[parent_items].tolist()]
+    parent = Role.PARENT
     for s in candidates:
-        if s.role == Role.PARENT:
+        args = s.args
+        if args and args.get("role") == parent:
             py, sub, wait = _parent_split(s, trace)
             a = acc.setdefault(s.name, [0, 0.0, 0.0, 0.0])
             a[0] += 1
