@@ -89,7 +89,7 @@ anatomy = [
     new_markdown_cell(
         "# Anatomy of a custom operator\n\n"
         "The profiler that shipped with MXNet's custom operators had three problems "
-        "(see the design note in the repository's `shared/seed/`):\n\n"
+        "(each is shown below against what opprof records instead):\n\n"
         "1. the custom-op event ended only when its completion op `Dummy_Wait` *started*, so nobody could tell "
         "Python from sub-operators from waiting;\n"
         "2. it did not contain `Dummy_Wait`, so begin/end pairs interleaved and chrome://tracing showed broken events;\n"

@@ -6,8 +6,8 @@ custom-operator code runs unchanged.
 
 The package is layered; imports point down only (``make lint`` checks it)::
 
-    cli, jupyter      the command line; the notebook magics and page
-    demo              the built-in workload
+    cli               the command line
+    jupyter, demo     the notebook magics and page; the built-in workload
     view, profiler    the timeline figure and widget; the recorder and mx.profiler
     nd                NDArray, operators, autograd, custom operators
     engine            vars and ops, naive and threaded engines, the Ctrl-C shield

@@ -82,7 +82,7 @@ def stop_process(proc: Any, grace_s: float = 10) -> None:
             proc.wait(timeout=10)
 
 
-# The op of the MXNet 1.9.1 trace script (shared/traces), for the tests that mirror it.
+# The op of the MXNet 1.9.1 trace script (tests/data/mxnet-1.9.1-custom-op.py), for the tests that mirror it.
 class MyAddOne(mx.operator.CustomOp):
     """The op of the MXNet trace script: out = (2 tanh(x) + 1) * 3, grad = 3 * out_grad."""
 

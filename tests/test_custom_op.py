@@ -33,7 +33,6 @@ MXNET_SCRIPT_NAME = "mxnet-1.9.1-custom-op.py"
 def _mxnet_script_text() -> str:
     for candidate in (
         os.environ.get("OPPROF_MXNET_SCRIPT"),
-        REPO_ROOT.parent / "shared" / "traces" / MXNET_SCRIPT_NAME,
         REPO_ROOT / "tests" / "data" / MXNET_SCRIPT_NAME,  # the repository's verbatim copy
     ):
         if candidate and Path(candidate).is_file():
