@@ -101,7 +101,7 @@ def check_grad(
         y = f(*xs)
         w = _rng(seed + 1000).uniform(0.5, 1.5, y.shape)
         loss = (y * nd64(w)).sum()
-    assert loss.shape == ()
+    assert loss.shape == (1,)  # as MXNet: a full reduction has shape (1,), not ()
     # The forward value is the op's value, on the inputs as they are.
     with record_pushes() as rec:
         loss.backward()
@@ -299,6 +299,10 @@ GRAD_CASES: list[GradCase] = [
     ],
     GradCase("x.sum(1)", "sum", lambda x: x.sum(axis=1), [normal(S)]),
     GradCase("x.mean()", "mean", lambda x: x.mean(), [normal(S)]),
+    *(
+        GradCase(f"Activation {t}", "Activation", lambda x, t=t: mx.nd.Activation(x, act_type=t), [normal(S)])
+        for t in ("relu", "sigmoid", "tanh", "softrelu", "softsign")
+    ),
     # n-ary
     GradCase("add_n", "add_n", lambda x, y, z: mx.nd.add_n(x, y, z), [normal(S, 1), normal(S, 2), normal(S, 3)]),
     GradCase("add_n repeated", "add_n", lambda x, y: mx.nd.add_n(x, y, x), [normal(S, 1), normal(S, 2)]),

@@ -588,7 +588,7 @@ AXES = [None, 0, 1, -1, (0, 2), (1,), (-1, 0), (0, 1, 2)]
 def test_reductions(axis: Any, keepdims: bool, op: str) -> None:
     a = rng(4).normal(size=(2, 3, 4))
     x = mx.nd.array(a)
-    expected = getattr(np, op)(a, axis=axis, keepdims=keepdims)
+    expected = np.atleast_1d(getattr(np, op)(a, axis=axis, keepdims=keepdims))  # MXNet: a scalar is shape (1,)
     assert_nd(getattr(mx.nd, op)(x, axis=axis, keepdims=keepdims), expected, rtol=1e-12, atol=1e-14)
     assert_nd(getattr(x, op)(axis=axis, keepdims=keepdims), expected, rtol=1e-12, atol=1e-14)
     if axis is not None and not isinstance(axis, int):
@@ -599,7 +599,7 @@ def test_reduction_defaults_and_dtype() -> None:
     a = np.arange(12, dtype=np.float32).reshape(3, 4)
     x = mx.nd.array(a)
     s = x.sum()
-    assert s.shape == ()
+    assert s.shape == (1,)  # as MXNet: a full reduction has shape (1,), not ()
     assert s.dtype == np.float32
     assert s.asscalar() == 66
     assert mx.nd.mean(x).asscalar() == pytest.approx(5.5)
@@ -1058,7 +1058,8 @@ def _chain_step(data: st.DataObject, x: Any, a: np.ndarray) -> tuple[Any, np.nda
             st.none() | st.integers(-len(shape), len(shape) - 1) | st.sets(st.integers(0, len(shape) - 1), min_size=1).map(tuple)
         )
         keepdims = data.draw(st.booleans())
-        return getattr(mx.nd, f)(x, axis=axis, keepdims=keepdims), getattr(np, f)(a, axis=axis, keepdims=keepdims)
+        # MXNet's rule: a reduction to a scalar is an array of shape (1,).
+        return getattr(mx.nd, f)(x, axis=axis, keepdims=keepdims), np.atleast_1d(getattr(np, f)(a, axis=axis, keepdims=keepdims))
     if kind == "reshape":
         return x.reshape(-1), a.reshape(-1)
     if kind == "transpose":

@@ -230,6 +230,14 @@ class Engine:
         self._closed = True
         _guard.restore()
 
+    def wait_idle(self) -> None:
+        """Block until no op is pending; raise nothing (errors stay for the next wait to raise)."""
+        self._wait_idle()
+
+    def abandon(self) -> None:
+        """Mark this engine unusable without touching its threads (they do not exist after a fork)."""
+        self._closed = True
+
     @property
     def pending(self) -> int:
         """Ops pushed and not yet complete."""

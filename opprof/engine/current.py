@@ -1,5 +1,10 @@
 """Which engine NDArray operations push to: made from the environment on first use, switchable.
 
+After ``fork()`` (multiprocessing's default start method on Linux, which data loaders use) the
+child has none of the parent's threads, and locks another thread held stay held. As MXNet does,
+the engine finishes its queued work before the fork (so no array is left mid-write), and the
+child starts with no engine: its first operation makes a fresh one. The parent goes on as it was.
+
 ``OPPROF_ENGINE=threaded|naive`` (``OPPROF_ENGINE_THREADS``, ``OPPROF_CUSTOM_THREADS``) chooses
 the first one; :func:`set_engine` replaces it, finishing the old one's work first. A custom op's
 Python is *bound* to the engine that runs it, so that its sub-ops and its ``Dummy_Wait`` share
@@ -12,8 +17,10 @@ import atexit
 import os
 import threading
 
+from . import interrupts
 from .core import Engine
 from .naive import NaiveEngine
+from .state import thread_state
 from .threaded import ThreadedEngine
 
 __all__ = ["bind_thread", "get_engine", "make_engine", "set_engine"]
@@ -105,3 +112,26 @@ def _shutdown_at_exit() -> None:
 
 
 atexit.register(_shutdown_at_exit)
+
+
+def _before_fork() -> None:
+    eng = _current
+    # Only a user's thread may wait: an engine worker or a custom op's Python that forks would be
+    # waiting for itself.
+    if eng is None or thread_state.engine_worker is not None or thread_state.custom_pool is not None:
+        return
+    if not thread_state.async_body:
+        eng.wait_idle()
+
+
+def _after_fork_in_child() -> None:
+    global _current, _current_lock
+    old, _current = _current, None
+    _current_lock = threading.Lock()  # another thread may have held it when the parent forked
+    if old is not None:
+        old.abandon()
+    _binding.engine = None
+    interrupts.after_fork()
+
+
+os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)

@@ -136,6 +136,14 @@ def restore() -> None:
         pass
 
 
+def after_fork() -> None:
+    """In a forked child: the thread that forked is the main thread now, and nothing is held back."""
+    global _MAIN, deferred, skip
+    _MAIN = threading.main_thread().ident
+    deferred = None
+    skip = None
+
+
 def defer(error: BaseException) -> None:
     """Raise ``error`` (a KeyboardInterrupt an op failed with) once the bookkeeping is done."""
     global deferred

@@ -36,6 +36,8 @@ __all__ = [
     "dot",
     "transpose",
     "reshape",
+    "Reshape",
+    "Activation",
     "sum",
     "mean",
     "add_n",
@@ -137,9 +139,17 @@ class NDArray:
         return f"\n{body}\n<NDArray {'x'.join(map(str, self.shape))} @cpu(0)>"
 
     def __bool__(self) -> bool:
+        if self._data.size == 0:
+            return False  # as MXNet (and Python's empty containers)
         if self._data.size != 1:
             raise ValueError("the truth value of an NDArray with more than one element is ambiguous")
         return bool(self.asnumpy())
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # The value, once its pending writes are done (an error among them is raised here), and
+        # a fresh var: the engine state of this process means nothing in another, and a copied
+        # var that is mid-write would block every reader (and every waitall) forever.
+        return (array, (self.asnumpy(), None, self._data.dtype))
 
     def __float__(self) -> float:
         return float(self.asscalar())
@@ -208,28 +218,37 @@ class NDArray:
 
     def __setitem__(self, key: Any, value: Any) -> None:
         key = _basic_key(key)
-        if _tape.state.recording and _tape.requires_grad(self):
+        recording = _tape.state.recording
+        if recording and _tape.requires_grad(self):
             raise OperatorError(
                 "in-place operations (+=, -=, x[:]=, x[i]=, ...) on an array in the autograd graph "
                 "are not supported while recording"
             )
         full = key == (slice(None),) or key == ()
         target = self if full else self._view(key)
+        if isinstance(value, NDArray) and recording and _tape.requires_grad(value):
+            # ``x[0:2] = y`` with y in the graph: x becomes the output of the assignment, and y's
+            # gradient is x's gradient at the slice (before, y silently got none).
+            self._assign(target, value, full)
+            _tape.record_node("_slice_assign", [value], [self], partial(_push_assign_backward, key, value))
+            return
         if isinstance(value, NDArray):
             if value._var is target._var and value._data is target._data:
                 return  # x[:] = x (what `dst[:] += src` ends with): nothing to copy
-            if value.shape != target.shape:
-                try:
-                    np.broadcast_shapes(value.shape, target.shape)
-                except ValueError:
-                    raise OperatorError(
-                        f"cannot assign an array of shape {value.shape} to a slice of shape {target.shape}"
-                    ) from None
-            _invoke(_COPYTO if full else _SLICE_ASSIGN, (value,), {}, out=target, check_shape=False)
+            self._assign(target, value, full)
         elif isinstance(value, _SCALAR_TYPES):
             _invoke(_SET_VALUE if full else _SLICE_ASSIGN_SCALAR, (), {"value": value}, out=target, check_shape=False)
         else:
             self.__setitem__(key, array(np.asarray(value), dtype=self._data.dtype))
+
+    @staticmethod
+    def _assign(target: NDArray, value: NDArray, full: bool) -> None:
+        if value.shape != target.shape:
+            try:
+                np.broadcast_shapes(value.shape, target.shape)
+            except ValueError:
+                raise OperatorError(f"cannot assign an array of shape {value.shape} to a slice of shape {target.shape}") from None
+        _invoke(_COPYTO if full else _SLICE_ASSIGN, (value,), {}, out=target, check_shape=False)
 
     # ------------------------------------------------------------------ arithmetic
     def __add__(self, other: Any) -> NDArray:
@@ -291,9 +310,10 @@ class NDArray:
             shape = tuple(shape[0])
         if "shape" in kwargs:
             shape = tuple(kwargs.pop("shape"))
+        reverse = bool(kwargs.pop("reverse", False))
         if kwargs:
             raise TypeError(f"reshape got unexpected arguments {sorted(kwargs)}")
-        return reshape(self, shape)
+        return reshape(self, shape, reverse=reverse)
 
     def transpose(self, axes: Sequence[int] | None = None) -> NDArray:
         return transpose(self, axes)
@@ -380,6 +400,20 @@ def _push_backward(
     reads = [x._var for x in inputs] + [out._var, g._var]
     get_engine().push(run, reads, [gr._var for gr in grads if gr is not None], "_backward_" + op.name.lstrip("_"))
     return grads
+
+
+def _push_assign_backward(key: tuple[Any, ...], value: NDArray, ograds: list[NDArray]) -> list[NDArray | None]:
+    """The gradient of ``x[key] = value`` for ``value``: x's gradient at the slice, summed to value's shape."""
+    g = ograds[0]
+    grad = NDArray(np.empty(value.shape, value._data.dtype))
+    index = key if Ellipsis in key else (*key, Ellipsis)
+    g_data, out = g._data, grad._data
+
+    def run() -> None:
+        np.copyto(out, _ops.unbroadcast(g_data[index], out.shape), casting="unsafe")
+
+    get_engine().push(run, [g._var], [grad._var], "_backward__slice_assign")
+    return [grad]
 
 
 def _sum_grads(grads: list[NDArray]) -> NDArray | None:
@@ -491,11 +525,16 @@ def _numeric(dtype: Any) -> np.dtype:
     return dt
 
 
-def create(name: str, shape: Any, dtype: Any, **attrs: Any) -> NDArray:
-    """Push the creation op ``name`` (no inputs) for a new array of ``shape``/``dtype``."""
+def create(name: str, shape: Any, dtype: Any, out: NDArray | None = None, **attrs: Any) -> NDArray:
+    """Push the creation op ``name`` (no inputs) for a new array of ``shape``/``dtype``, or into ``out``."""
     op = _ops.OPS[name]
+    if out is not None:
+        if not isinstance(out, NDArray):
+            raise TypeError(f"{name}: out= must be an NDArray, got {type(out).__name__}")
+        if dtype is None:
+            dtype = out._data.dtype
     attrs.update(shape=_shape(shape), dtype=_dtype(dtype))
-    return _invoke(op, (), attrs)
+    return _invoke(op, (), attrs, out=out, allow_new_dtype=True)
 
 
 def array(source: Any, ctx: Context | None = None, dtype: Any = None) -> NDArray:
@@ -516,16 +555,18 @@ def empty(shape: Any, ctx: Context | None = None, dtype: Any = None) -> NDArray:
     return NDArray(np.empty(_shape(shape), _dtype(dtype)))
 
 
-def zeros(shape: Any, ctx: Context | None = None, dtype: Any = None, **kwargs: Any) -> NDArray:
-    return create("_zeros", shape, dtype)
+def zeros(shape: Any, ctx: Context | None = None, dtype: Any = None, out: NDArray | None = None, **kwargs: Any) -> NDArray:
+    return create("_zeros", shape, dtype, out)
 
 
-def ones(shape: Any, ctx: Context | None = None, dtype: Any = None, **kwargs: Any) -> NDArray:
-    return create("_ones", shape, dtype)
+def ones(shape: Any, ctx: Context | None = None, dtype: Any = None, out: NDArray | None = None, **kwargs: Any) -> NDArray:
+    return create("_ones", shape, dtype, out)
 
 
-def full(shape: Any, val: Any, ctx: Context | None = None, dtype: Any = None, **kwargs: Any) -> NDArray:
-    return create("_full", shape, dtype, value=val)
+def full(
+    shape: Any, val: Any, ctx: Context | None = None, dtype: Any = None, out: NDArray | None = None, **kwargs: Any
+) -> NDArray:
+    return create("_full", shape, dtype, out, value=val)
 
 
 def arange(
@@ -593,8 +634,22 @@ def transpose(data: NDArray, axes: Sequence[int] | None = None) -> NDArray:
     return _invoke(_ops.OPS["transpose"], (_check_nd("transpose", data),), attrs)
 
 
-def reshape(data: NDArray, shape: Sequence[int]) -> NDArray:
-    return _invoke(_ops.OPS["Reshape"], (_check_nd("Reshape", data),), {"shape": tuple(int(n) for n in shape)})
+def reshape(data: NDArray, shape: Sequence[int], reverse: bool = False, out: NDArray | None = None) -> NDArray:
+    """MXNet's ``Reshape``, with its codes (0, -1, -2, -3, -4) and ``reverse``; copies the data."""
+    attrs = {"shape": tuple(int(n) for n in shape), "reverse": bool(reverse)}
+    return _invoke(_ops.OPS["Reshape"], (_check_nd("Reshape", data),), attrs, out=out)
+
+
+def Reshape(
+    data: NDArray, shape: Sequence[int] = (), reverse: bool = False, out: NDArray | None = None, **kwargs: Any
+) -> NDArray:
+    """``mx.nd.Reshape(data, shape=..., reverse=...)``, MXNet's operator-style name of :func:`reshape`."""
+    return reshape(data, shape, reverse=reverse, out=out)
+
+
+def Activation(data: NDArray, act_type: str, out: NDArray | None = None, **kwargs: Any) -> NDArray:
+    """``relu``, ``sigmoid``, ``tanh``, ``softrelu`` or ``softsign`` (MXNet's ``Activation`` operator)."""
+    return _invoke(_ops.OPS["Activation"], (_check_nd("Activation", data),), {"act_type": act_type}, out=out)
 
 
 def sum(data: NDArray, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> NDArray:

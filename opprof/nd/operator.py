@@ -31,6 +31,7 @@ from ..engine.state import thread_state
 from . import tape as _tape
 from .context import Context, cpu
 from .ndarray import NDArray, OperatorError
+from .ops import OPS
 
 __all__ = ["Custom", "CustomOp", "CustomOpProp", "current_invocation", "get_all_registered_operators", "register"]
 
@@ -117,7 +118,8 @@ def register(reg_name: str) -> Callable[[type[CustomOpProp]], type[CustomOpProp]
 
 
 def get_all_registered_operators() -> list[str]:
-    return sorted(_REGISTRY)
+    """Every operator name the engine runs (MXNet's names, ``Custom`` among them), as MXNet lists them."""
+    return sorted({*OPS, "Custom", *_REGISTRY})  # and the custom op types registered here
 
 
 # ---------------------------------------------------------------------------- invocation

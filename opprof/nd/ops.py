@@ -173,8 +173,45 @@ _unary("log", np.log, lambda x, y, g: g / x)
 _unary("sqrt", np.sqrt, lambda x, y, g: g / (2 * y))
 _unary("tanh", np.tanh, lambda x, y, g: g * (1 - y * y))
 _unary("sigmoid", _sigmoid, lambda x, y, g: g * y * (1 - y))
-_unary("relu", _relu, lambda x, y, g: g * (x > 0))
+def _relu_grad(x: np.ndarray, y: np.ndarray, g: np.ndarray) -> np.ndarray:
+    # MXNet's relu_grad passes a NaN input on (x > 0 alone would make its gradient 0, silently).
+    return g * np.where(np.isnan(x), x, x > 0)
+
+
+_unary("relu", _relu, _relu_grad)
 _unary("negative", np.negative, lambda x, y, g: -g)
+
+
+def _softrelu(x: np.ndarray, out: np.ndarray) -> None:
+    np.logaddexp(0, x, out=out, casting="unsafe")  # log(1 + e^x), without overflow
+
+
+def _softsign(x: np.ndarray, out: np.ndarray) -> None:
+    np.divide(x, 1 + np.abs(x), out=out, casting="unsafe")
+
+
+#: MXNet's ``Activation(data, act_type)``: the activation, its gradient from (x, y, g).
+ACTIVATIONS: dict[str, tuple[Callable[[np.ndarray, np.ndarray], None], Callable[..., np.ndarray]]] = {
+    "relu": (lambda x, out: _relu(x, out), _relu_grad),
+    "sigmoid": (lambda x, out: _sigmoid(x, out), lambda x, y, g: g * y * (1 - y)),
+    "tanh": (lambda x, out: np.tanh(x, out=out, casting="unsafe"), lambda x, y, g: g * (1 - y * y)),
+    "softrelu": (_softrelu, lambda x, y, g: g * (1 - np.exp(-y))),
+    "softsign": (_softsign, lambda x, y, g: g / np.square(1 + np.abs(x))),
+}
+
+
+def _activation_infer(name: str, shapes: Sequence[Shape], dtypes: Sequence[np.dtype], a: Attrs) -> tuple[Shape, np.dtype]:
+    if a.get("act_type") not in ACTIVATIONS:
+        raise OperatorError(f"Activation: act_type must be one of {', '.join(sorted(ACTIVATIONS))}, got {a.get('act_type')!r}")
+    return shapes[0], dtypes[0]
+
+
+register(
+    "Activation",
+    lambda ins, out, a: ACTIVATIONS[a["act_type"]][0](ins[0], out),
+    lambda ins, out, g, a: [ACTIVATIONS[a["act_type"]][1](ins[0], out, g)],
+    _activation_infer,
+)
 _unary("_copy", np.positive, lambda x, y, g: g)
 _unary("_copyto", np.positive, lambda x, y, g: g)
 
@@ -261,27 +298,73 @@ register(
 )
 
 
-def reshape_target(shape: Shape, target: Sequence[int]) -> Shape:
-    """MXNet's reshape codes 0 (keep this dim) and -1 (infer one dim), checked against the size."""
-    out = [shape[i] if n == 0 and i < len(shape) else n for i, n in enumerate(target)]
+def reshape_target(shape: Shape, target: Sequence[int], reverse: bool = False) -> Shape:
+    """MXNet's reshape codes, checked against the size.
+
+    0 keeps the input's dimension, -1 infers one dimension, -2 copies the remaining input
+    dimensions, -3 merges two consecutive input dimensions, -4 splits one input dimension into the
+    two values that follow it (one may be -1). ``reverse`` matches the codes from the right.
+    """
+    bad = OperatorError(f"Reshape: cannot reshape {shape} (size {int(np.prod(shape, dtype=np.int64))}) to {tuple(target)}")
+    src_shape, codes = (shape[::-1], list(target)[::-1]) if reverse else (shape, list(target))
+    if reverse:  # the two values after a -4 were reversed with everything else: put them back
+        for i in range(len(codes) - 2):
+            if codes[i + 2] == -4:
+                codes[i], codes[i + 1], codes[i + 2] = -4, codes[i], codes[i + 1]
+    out: list[int] = []
+    src = 0
+    infer = -1
+    i = 0
+    try:
+        while i < len(codes):
+            c = codes[i]
+            if c == 0:
+                out.append(src_shape[src])
+                src += 1
+            elif c == -1:
+                if infer >= 0:
+                    raise OperatorError(f"Reshape: at most one -1 allowed in the target shape {tuple(target)}")
+                infer = len(out)
+                out.append(1)
+                src += 1
+            elif c == -2:
+                out.extend(src_shape[src:])
+                src = len(src_shape)
+            elif c == -3:
+                out.append(src_shape[src] * src_shape[src + 1])
+                src += 2
+            elif c == -4:
+                d, d1, d2 = src_shape[src], codes[i + 1], codes[i + 2]
+                d1, d2 = (d // d2 if d1 == -1 and d2 else d1), (d // d1 if d2 == -1 and d1 else d2)
+                if d1 * d2 != d or d1 < 0 or d2 < 0:
+                    raise bad
+                out += [d1, d2]
+                src += 1
+                i += 2
+            elif c > 0:
+                out.append(c)
+                src += 1
+            else:
+                raise OperatorError(f"Reshape: {c} is not a shape code (0, -1, -2, -3, -4 or a size)")
+            i += 1
+    except IndexError:  # a code that reads past the input's dimensions
+        raise bad from None
     size = int(np.prod(shape, dtype=np.int64))
-    if out.count(-1) > 1:
-        raise OperatorError(f"Reshape: at most one -1 allowed in the target shape {tuple(target)}")
-    if -1 in out:
-        known = int(np.prod([n for n in out if n != -1], dtype=np.int64))
+    if infer >= 0:
+        known = int(np.prod(out, dtype=np.int64))
         if known == 0 or size % known:
-            raise OperatorError(f"Reshape: cannot reshape {shape} (size {size}) to {tuple(target)}")
-        out[out.index(-1)] = size // known
-    if any(n < 0 for n in out) or int(np.prod(out, dtype=np.int64)) != size:
-        raise OperatorError(f"Reshape: cannot reshape {shape} (size {size}) to {tuple(target)}")
-    return tuple(out)
+            raise bad
+        out[infer] = size // known
+    if int(np.prod(out, dtype=np.int64)) != size:
+        raise bad
+    return tuple(out[::-1]) if reverse else tuple(out)
 
 
 register(
     "Reshape",
     lambda ins, out, a: np.copyto(out, ins[0].reshape(out.shape)),
     lambda ins, out, g, a: [g.reshape(ins[0].shape)],
-    lambda name, shapes, dtypes, a: (reshape_target(shapes[0], a["shape"]), dtypes[0]),
+    lambda name, shapes, dtypes, a: (reshape_target(shapes[0], a["shape"], bool(a.get("reverse"))), dtypes[0]),
 )
 
 
@@ -305,7 +388,8 @@ def _reduce_infer(name: str, shapes: Sequence[Shape], dtypes: Sequence[np.dtype]
         if len({ax % len(shape) for ax in axes}) != len(axes):
             raise OperatorError(f"{name}: axis {tuple(axes)} repeats an axis of shape {shape}")
     probe = np.empty(shape, dtype=np.bool_)  # shape arithmetic only; no data is read
-    return np.sum(probe, axis=_reduce_axes(a, len(shape)), keepdims=bool(a.get("keepdims"))).shape, dtypes[0]
+    out = np.sum(probe, axis=_reduce_axes(a, len(shape)), keepdims=bool(a.get("keepdims"))).shape
+    return out or (1,), dtypes[0]  # MXNet: a reduction to a scalar is an array of shape (1,)
 
 
 def _reduce_backward(scale_by_count: bool) -> Backward:
@@ -314,8 +398,8 @@ def _reduce_backward(scale_by_count: bool) -> Backward:
         axes = _reduce_axes(a, x.ndim)
         if axes is None:
             axes = tuple(range(x.ndim))
-        if not a.get("keepdims"):
-            g = np.expand_dims(g, axes)
+        # The gradient with the reduced axes put back as 1s (its shape may be (1,) for a scalar).
+        g = g.reshape([1 if i in axes else n for i, n in enumerate(x.shape)])
         grad = np.broadcast_to(g, x.shape)
         if scale_by_count:
             count = int(np.prod([x.shape[ax] for ax in axes], dtype=np.int64)) or 1

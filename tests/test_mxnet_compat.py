@@ -1,0 +1,239 @@
+"""MXNet 1.x semantics that ported code relies on: no silent wrong gradient, no hang, MXNet's shapes.
+
+Each test pins one behaviour that was silently different from MXNet 1.9.1 (or hung), on both engines.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import threading
+import time
+from collections.abc import Iterator
+from multiprocessing import get_context
+
+import numpy as np
+import pytest
+
+import opprof as mx
+from opprof import nd
+from opprof.nd import OperatorError
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(params=["naive", "threaded"], autouse=True)
+def engine(request: pytest.FixtureRequest) -> Iterator[str]:
+    mx.set_engine(request.param)
+    yield request.param
+    mx.set_engine("threaded")
+
+
+def _within(seconds: float, fn) -> object:  # type: ignore[no-untyped-def]
+    """``fn()``'s result, or a failure (not a hung suite) if it has not returned in ``seconds``."""
+    box: list[object] = []
+    t = threading.Thread(target=lambda: box.append(fn()), daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), f"still blocked after {seconds} s"
+    return box[0]
+
+
+# ---------------------------------------------------------------------------- gradients
+def test_slice_assignment_of_a_recorded_array_carries_its_gradient() -> None:
+    x = nd.zeros((3,))
+    y = nd.ones((2,))
+    y.attach_grad()
+    with mx.autograd.record():
+        x[0:2] = y
+        z = (x * 2).sum()
+    z.backward()
+    np.testing.assert_array_equal(y.grad.asnumpy(), [2, 2])
+
+
+def test_row_assignment_gradient_matches_finite_differences() -> None:
+    base = np.arange(6, dtype=np.float64).reshape(2, 3)
+    v = np.array([0.5, -1.0, 2.0])
+
+    def loss(values: np.ndarray) -> float:
+        full = base.copy()
+        full[1] = values
+        return float((full**3).sum())
+
+    y = nd.array(v)
+    y.attach_grad()
+    x = nd.array(base)
+    with mx.autograd.record():
+        x[1] = y
+        z = (x * x * x).sum()
+    z.backward()
+    eps = 1e-6
+    numeric = [(loss(v + eps * e) - loss(v - eps * e)) / (2 * eps) for e in np.eye(3)]
+    np.testing.assert_allclose(y.grad.asnumpy(), numeric, rtol=1e-5)
+
+
+def test_assigning_into_a_recorded_array_is_refused() -> None:
+    x = nd.ones((3,))
+    x.attach_grad()
+    with mx.autograd.record(), pytest.raises(OperatorError, match="not supported while recording"):
+        x[0:2] = nd.zeros((2,))
+
+
+def test_relu_gradient_passes_nan_on() -> None:
+    x = nd.array([np.nan, -1.0, 0.0, 2.0])
+    x.attach_grad()
+    with mx.autograd.record():
+        y = nd.relu(x)
+    y.backward()
+    g = x.grad.asnumpy()
+    assert np.isnan(g[0]) and list(g[1:]) == [0, 0, 1]
+
+
+# ---------------------------------------------------------------------------- out=, shapes, bool
+@pytest.mark.parametrize(
+    ("make", "value"),
+    [(lambda o: nd.zeros((2, 3), out=o), 0), (lambda o: nd.ones((2, 3), out=o), 1), (lambda o: nd.full((2, 3), 7, out=o), 7)],
+)
+def test_creation_functions_write_into_out(make, value: float) -> None:  # type: ignore[no-untyped-def]
+    out = nd.full((2, 3), -5, dtype=np.float64)
+    got = make(out)
+    assert got is out
+    np.testing.assert_array_equal(out.asnumpy(), np.full((2, 3), value))
+    assert out.dtype == np.float64
+
+
+def test_creation_out_of_the_wrong_shape_is_refused() -> None:
+    with pytest.raises(OperatorError, match="does not fit"):
+        nd.zeros((2, 2), out=nd.ones((3,)))
+
+
+@pytest.mark.parametrize("op", ["sum", "mean"])
+def test_full_reductions_have_shape_1_and_their_gradient_flows(op: str) -> None:
+    x = nd.array(np.arange(6.0).reshape(2, 3))
+    x.attach_grad()
+    with mx.autograd.record():
+        y = getattr(nd, op)(x)
+    assert y.shape == (1,)
+    assert getattr(x, op)(axis=(0, 1)).shape == (1,) and getattr(x, op)(keepdims=True).shape == (1, 1)
+    y.backward()
+    np.testing.assert_allclose(x.grad.asnumpy(), np.full((2, 3), 1.0 if op == "sum" else 1 / 6))
+
+
+@pytest.mark.parametrize(
+    ("shape", "codes", "reverse", "want"),
+    [
+        ((2, 3, 4), (4, 0, 2), False, (4, 3, 2)),
+        ((2, 3, 4), (6, 1, -1), False, (6, 1, 4)),
+        ((2, 3, 4), (-2, 1, 1), False, (2, 3, 4, 1, 1)),
+        ((2, 3, 4, 5), (-3, -3), False, (6, 20)),
+        ((2, 3, 4), (0, -3), False, (2, 12)),
+        ((2, 3, 4), (-4, 1, 2, -2), False, (1, 2, 3, 4)),
+        ((2, 3, 4), (2, -4, -1, 3, -2), False, (2, 1, 3, 4)),
+        ((10, 5, 4), (-1, 0), False, (40, 5)),
+        ((10, 5, 4), (-1, 0), True, (50, 4)),
+    ],
+)
+def test_reshape_takes_mxnets_codes(shape: tuple[int, ...], codes: tuple[int, ...], reverse: bool, want: tuple[int, ...]) -> None:
+    a = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    x = nd.array(a)
+    for y in (
+        x.reshape(codes, reverse=reverse),
+        nd.reshape(x, codes, reverse=reverse),
+        nd.Reshape(x, shape=codes, reverse=reverse),
+    ):
+        assert y.shape == want
+        np.testing.assert_array_equal(y.asnumpy(), a.reshape(want))
+
+
+@pytest.mark.parametrize("codes", [(5, -1), (-1, -1), (-4, 5, -1), (0, 0, 0, 0), (7,), (-5,)])
+def test_reshape_codes_that_do_not_fit_say_so(codes: tuple[int, ...]) -> None:
+    with pytest.raises(OperatorError, match="Reshape"):
+        nd.ones((2, 3, 4)).reshape(codes)
+
+
+def test_bool_of_an_empty_array_is_false() -> None:
+    assert not nd.array([])
+    assert bool(nd.array([3.0])) and not bool(nd.array([0.0]))
+    with pytest.raises(ValueError, match="ambiguous"):
+        bool(nd.ones((2,)))
+
+
+def test_the_operator_list_names_the_engine_operators() -> None:
+    ops = mx.operator.get_all_registered_operators()
+    assert {"Activation", "Reshape", "Custom", "elemwise_add", "_plus_scalar"} <= set(ops) and ops == sorted(ops)
+
+
+@pytest.mark.parametrize("act", ["relu", "sigmoid", "tanh", "softrelu", "softsign"])
+def test_activation_matches_its_formula(act: str) -> None:
+    a = np.linspace(-3, 3, 13)
+    ref = {
+        "relu": np.maximum(a, 0),
+        "sigmoid": 1 / (1 + np.exp(-a)),
+        "tanh": np.tanh(a),
+        "softrelu": np.log1p(np.exp(a)),
+        "softsign": a / (1 + np.abs(a)),
+    }[act]
+    np.testing.assert_allclose(nd.Activation(nd.array(a), act_type=act).asnumpy(), ref, rtol=1e-12)
+    with pytest.raises(OperatorError, match="act_type"):
+        nd.Activation(nd.array(a), act_type="swish")
+
+
+# ---------------------------------------------------------------------------- hangs
+def _pending(n: int = 200) -> mx.nd.NDArray:
+    """An array whose value is still being computed on the threaded engine."""
+    x = nd.ones((64, 64))
+    for _ in range(n):
+        x = x + 1
+    return x
+
+
+def test_pickling_a_pending_array_keeps_its_value_and_blocks_nothing() -> None:
+    x = _pending()
+    copy = pickle.loads(pickle.dumps(x))
+    assert _within(10, lambda: float(copy.asnumpy()[0, 0])) == 201.0
+    _within(10, nd.waitall)
+    assert copy.dtype == x.dtype and copy.shape == x.shape and copy.var is not x.var
+
+
+def test_pickling_an_array_whose_computation_failed_raises_the_error() -> None:
+    def boom() -> None:
+        raise ZeroDivisionError("boom")
+
+    x = nd.ones((2,))
+    mx.get_engine().push(boom, (), (x.var,))
+    with pytest.raises(ZeroDivisionError):
+        pickle.dumps(x)
+    _within(10, nd.waitall)
+
+
+def _child_sum(k: int) -> float:
+    return float((nd.ones((3,)) * k).sum().asscalar())
+
+
+def test_a_forked_child_computes_and_the_parent_goes_on() -> None:
+    x = _pending()
+    with get_context("fork").Pool(2) as pool:
+        assert _within(30, lambda: pool.map(_child_sum, [1, 2, 3], chunksize=1)) == [3.0, 6.0, 9.0]
+    assert _within(10, lambda: float(x.asnumpy()[0, 0])) == 201.0
+
+
+def test_a_forked_child_reads_arrays_made_before_the_fork() -> None:
+    x = _pending()
+    pid = os.fork()
+    if pid == 0:  # the child: any exception must end it, never return into pytest
+        try:
+            ok = float(x.asnumpy()[0, 0]) == 201.0 and _child_sum(2) == 6.0
+            os._exit(0 if ok else 3)
+        except BaseException:
+            os._exit(4)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            break
+        time.sleep(0.02)
+    else:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child hung on its first operation")
