@@ -19,15 +19,16 @@ from __future__ import annotations
 from typing import Any
 
 from . import engine, moved, nd, profiler, trace
-from .engine import get_engine, set_engine
-from .nd import NDArray, autograd, context, operator, random
+from .engine import MXNetError, get_engine, set_engine
+from .nd import NDArray, autograd, base, context, operator, random
 from .nd.context import Context, cpu, current_context, gpu
 from .profiler import Profiler, profile
 
 ndarray = nd
 
 # MXNet's module names (``import mxnet.ndarray as nd``) are these modules.
-for _name, _module in {"ndarray": nd, "autograd": autograd, "operator": operator, "random": random, "context": context}.items():
+_MXNET_MODULES = {"ndarray": nd, "autograd": autograd, "operator": operator, "random": random, "context": context, "base": base}
+for _name, _module in _MXNET_MODULES.items():
     moved.alias(f"{__name__}.{_name}", _module)
 moved.install()
 
@@ -51,10 +52,12 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Context",
+    "MXNetError",
     "NDArray",
     "Profiler",
     "__version__",
     "autograd",
+    "base",
     "context",
     "cpu",
     "current_context",

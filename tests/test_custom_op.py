@@ -1021,12 +1021,12 @@ def test_forward_error_surfaces_at_asnumpy_and_skips_dependents(engine) -> None:
     with pytest.raises(ValueError, match="forward failed for t1") as info:
         y.asnumpy()
     [err] = RAISED
-    assert info.value is err
+    assert info.value.__cause__ is err
     assert "forward" in _frames(info.value)
     # Ops that depend on the failed output were skipped and carry the same error.
     with pytest.raises(ValueError) as info_w:
         w.asnumpy()
-    assert info_w.value is err
+    assert info_w.value.__cause__ is err
     assert COUNTER_CALLS == []
     _drain()
     _check_engine_works()
@@ -1039,7 +1039,7 @@ def test_forward_error_surfaces_at_waitall(engine) -> None:
     z = nd.Custom(y + 1, op_type="CoCounter")
     with pytest.raises(ValueError, match="forward failed for t2") as info:
         nd.waitall()
-    assert info.value is RAISED[0]
+    assert info.value.__cause__ is RAISED[0]
     assert "forward" in _frames(info.value)
     assert COUNTER_CALLS == []
     # Raised once, the error is cleared.
@@ -1055,7 +1055,7 @@ def test_forward_error_reaches_every_output(engine) -> None:
     for out in reversed(outs):
         with pytest.raises(ValueError, match="forward failed for t3") as info:
             out.asnumpy()
-        assert info.value is RAISED[0]
+        assert info.value.__cause__ is RAISED[0]
     _drain()
     _check_engine_works()
 

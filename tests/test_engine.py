@@ -380,10 +380,10 @@ def test_async_on_complete_with_error_stores_it(h, spec):
     e.push(lambda: ran.append(1), reads=[v], writes=[out])
     with pytest.raises(KeyError) as ei:
         waited(e.wait_for_var, out)
-    assert ei.value is err
+    assert ei.value.__cause__ is err
     with pytest.raises(KeyError) as ei:
         waited(e.wait_for_var, v)
-    assert ei.value is err
+    assert ei.value.__cause__ is err
     assert ran == []
     waited(e.wait_for_all)  # already raised: not raised again
 
@@ -413,7 +413,7 @@ def test_error_is_raised_at_wait_with_original_traceback(h, spec):
     e.push(failing_op, writes=[a])
     with pytest.raises(ValueError, match="boom 42") as ei:
         waited(e.wait_for_var, a)
-    assert ei.value is err
+    assert ei.value.__cause__ is err
     frames = [f.name for f in traceback.extract_tb(ei.value.__traceback__)]
     assert "failing_op" in frames
 
@@ -447,7 +447,7 @@ def test_error_propagates_to_readers_which_are_skipped(h, spec):
     for var in (d, c, b, a):  # waited downstream first, so every op above has finished
         with pytest.raises(ArithmeticError) as ei:
             waited(e.wait_for_var, var)
-        assert ei.value is err
+        assert ei.value.__cause__ is err
     waited(e.wait_for_var, unrelated)
     assert ran.items == ["unrelated"]
     waited(e.wait_for_all)  # every affected var was waited on: nothing left to raise
@@ -478,10 +478,10 @@ def test_wait_for_all_raises_first_unraised_error(h, spec):
 
     with pytest.raises(RuntimeError) as ei:
         waited(e.wait_for_var, a)
-    assert ei.value is e1
+    assert ei.value.__cause__ is e1
     with pytest.raises(RuntimeError) as ei:
         waited(e.wait_for_all)
-    assert ei.value is e2  # the first error no wait has raised yet
+    assert ei.value.__cause__ is e2  # the first error no wait has raised yet
     # wait_for_all cleared every stored error: nothing is raised again.
     waited(e.wait_for_all)
     for var in (a, b, c):
@@ -513,7 +513,7 @@ def test_reader_pushed_before_a_wait_is_still_skipped(h, workers):
     completions[0]()
     with pytest.raises(RuntimeError) as ei:
         waited(e.wait_for_var, b)
-    assert ei.value is err
+    assert ei.value.__cause__ is err
     assert ran == []
 
 
@@ -886,7 +886,7 @@ def test_set_engine_raises_errors_the_old_engine_still_held():
         e1.push(failing_op, writes=[e1.new_var()])
         with pytest.raises(OSError) as ei:
             waited(set_engine, "naive")
-        assert ei.value is err
+        assert ei.value.__cause__ is err
         assert isinstance(get_engine(), NaiveEngine)
         assert opprof_threads() - before == set()
         with pytest.raises(EngineError):

@@ -237,3 +237,50 @@ def test_a_forked_child_reads_arrays_made_before_the_fork() -> None:
         os.kill(pid, 9)
         os.waitpid(pid, 0)
         pytest.fail("the forked child hung on its first operation")
+
+
+# ---------------------------------------------------------------------------- MXNetError
+def test_a_failed_operator_raises_mxneterror_at_the_wait_and_keeps_the_original() -> None:
+    a = nd.random.normal(0, -1, shape=(2, 2))  # a negative scale fails when the op runs, not at the push
+    with pytest.raises(mx.base.MXNetError) as info:
+        nd.dot(a, a).asnumpy()
+    original = info.value.__cause__
+    assert isinstance(original, ValueError) and not isinstance(original, mx.MXNetError)
+    assert isinstance(info.value, ValueError) and str(info.value) == str(original)
+    assert info.value.__traceback__ is not None
+
+
+def test_a_custom_ops_python_error_is_an_mxneterror_of_its_own_type_too() -> None:
+    class Fails(mx.operator.CustomOp):
+        def forward(self, is_train, req, in_data, out_data, aux):  # type: ignore[no-untyped-def]
+            raise KeyError("no such row")
+
+    @mx.operator.register("CompatFails")
+    class FailsProp(mx.operator.CustomOpProp):
+        def create_operator(self, ctx, shapes, dtypes):  # type: ignore[no-untyped-def]
+            return Fails()
+
+    y = nd.Custom(nd.ones((2,)), op_type="CompatFails")
+    with pytest.raises(KeyError) as info:  # code written for opprof catches the op's own type
+        nd.waitall()
+    assert isinstance(info.value, mx.MXNetError) and isinstance(info.value.__cause__, KeyError)
+    assert str(info.value) == "'no such row'"
+    del y
+
+
+def test_errors_at_the_push_are_mxneterrors() -> None:
+    with pytest.raises(mx.MXNetError, match="not aligned"):
+        nd.dot(nd.ones((3, 4)), nd.ones((5, 6)))
+    assert mx.MXNetError is mx.base.MXNetError and issubclass(mx.engine.EngineError, mx.MXNetError)
+
+
+def test_an_oserror_keeps_its_errno_through_the_wait() -> None:
+    out = nd.zeros((1,))
+
+    def fails() -> None:
+        raise FileNotFoundError(2, "gone", "data.bin")
+
+    mx.get_engine().push(fails, (), (out.var,))
+    with pytest.raises(FileNotFoundError) as info:
+        out.wait_to_read()
+    assert info.value.errno == 2 and info.value.filename == "data.bin" and isinstance(info.value, mx.MXNetError)

@@ -8,7 +8,7 @@ from .core import Engine
 from .current import bind_thread, get_engine, make_engine, set_engine
 from .naive import NaiveEngine
 from .observer import EngineObserver, Observers
-from .opr import INTERNAL, EngineError, Opr, Var
+from .opr import INTERNAL, EngineError, MXNetError, Opr, Var, as_mxnet_error
 from .state import Invocation, current_invocation
 from .threaded import CUSTOM_THREAD_PREFIX, ENGINE_THREAD_PREFIX, ThreadedEngine
 
@@ -20,11 +20,13 @@ __all__ = [
     "EngineError",
     "EngineObserver",
     "Invocation",
+    "MXNetError",
     "NaiveEngine",
     "Observers",
     "Opr",
     "ThreadedEngine",
     "Var",
+    "as_mxnet_error",
     "bind_thread",
     "current_invocation",
     "get_engine",

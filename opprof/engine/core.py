@@ -29,7 +29,7 @@ from typing import Any
 from . import interrupts as _guard
 from .interrupts import call_user, shielded
 from .observer import EngineObserver, Observers
-from .opr import INTERNAL, EngineError, Opr, Var
+from .opr import INTERNAL, EngineError, Opr, Var, as_mxnet_error
 from .state import thread_state
 
 __all__ = ["Engine", "closed_gate", "open_gates"]
@@ -189,7 +189,7 @@ class Engine:
                 var._cleared_at = self._seq + 1
                 self._errors.pop(id(exc), None)
         if exc is not None:
-            raise exc
+            raise as_mxnet_error(exc)
 
     @_entry_point
     def wait_for_all(self) -> None:
@@ -215,7 +215,7 @@ class Engine:
                 v._cleared_at = None
             self._failed_vars.clear()
         if errors:
-            raise errors[0]
+            raise as_mxnet_error(errors[0])
 
     def delete_var(self, var: Var) -> None:
         """Free ``var`` once the ops pushed on it so far are done; pushing on it later is an error."""

@@ -7,7 +7,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["INTERNAL", "EngineError", "Opr", "Var"]
+__all__ = ["INTERNAL", "EngineError", "MXNetError", "Opr", "Var", "as_mxnet_error"]
 
 _var_ids = itertools.count(1)
 
@@ -15,8 +15,55 @@ _var_ids = itertools.count(1)
 INTERNAL = object()
 
 
-class EngineError(RuntimeError):
+class MXNetError(RuntimeError):
+    """An operation failed (MXNet's ``mx.base.MXNetError``); what failed is its ``__cause__``."""
+
+
+class EngineError(MXNetError):
     """Misuse of the engine that would otherwise deadlock or corrupt state."""
+
+
+_AS_MXNET: dict[type[BaseException], type[MXNetError]] = {}
+
+
+def as_mxnet_error(error: BaseException) -> BaseException:
+    """What a wait raises for ``error``: an MXNetError that is also of ``error``'s own type.
+
+    MXNet raises MXNetError at the wait for any failed op, so ported code catches that; code
+    written for opprof catches the op's own exception type; both work. The error itself is the
+    ``__cause__``; the wrapper has its message, attributes and traceback. KeyboardInterrupt and
+    other BaseExceptions that are not errors pass as they are.
+    """
+    if isinstance(error, MXNetError) or not isinstance(error, Exception):
+        return error
+    cls = type(error)
+    wrapper = _AS_MXNET.get(cls)
+    if wrapper is None:
+        try:
+            wrapper = type(f"MXNetError[{cls.__name__}]", (MXNetError, cls), {"__module__": __name__})
+        except TypeError:  # a type that cannot be combined with RuntimeError
+            wrapper = MXNetError
+        _AS_MXNET[cls] = wrapper
+    # Made the way the original was (its type's __new__ and __init__ with its args: OSError's errno
+    # fields, UnicodeError's ranges), then given its attributes and frames: it prints, reads and
+    # traces back the same.
+    try:
+        wrapped = cls.__new__(wrapper, *error.args)
+    except TypeError:
+        wrapper = MXNetError
+        wrapped = MXNetError()
+    else:
+        try:
+            cls.__init__(wrapped, *error.args)
+        except Exception:  # an __init__ that wants other arguments: the args below still hold
+            pass
+    wrapped.args = error.args
+    if wrapper is not MXNetError:
+        wrapped.__dict__.update(vars(error))
+        if isinstance(error, OSError):  # fields its args leave out
+            wrapped.filename, wrapped.filename2 = error.filename, error.filename2  # type: ignore[attr-defined]
+    wrapped.__cause__ = error
+    return wrapped.with_traceback(error.__traceback__)
 
 
 class Var:

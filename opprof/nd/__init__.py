@@ -6,9 +6,9 @@ Layers inside, from the bottom: :mod:`.ops` (what each named operator computes, 
 :mod:`.random`.
 """
 
-from . import context, random
+from . import base, context, random
 from .ndarray import *  # noqa: F403 - the mx.nd namespace is ndarray's public names
 from .ndarray import __all__ as _ndarray_all
 from .operator import Custom
 
-__all__ = [*_ndarray_all, "Custom", "context", "random"]
+__all__ = [*_ndarray_all, "Custom", "base", "context", "random"]

@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from ..engine import MXNetError
+
 Shape = tuple[int, ...]
 Attrs = dict[str, Any]
 Forward = Callable[[Sequence[np.ndarray], np.ndarray, Attrs], None]
@@ -24,7 +26,7 @@ Backward = Callable[[Sequence[np.ndarray], np.ndarray, np.ndarray, Attrs], list[
 Infer = Callable[[str, Sequence[Shape], Sequence[np.dtype], Attrs], tuple[Shape, np.dtype]]
 
 
-class OperatorError(ValueError):
+class OperatorError(MXNetError, ValueError):
     """An operator was given inputs it cannot work on; the message names the op and the shapes."""
 
 
