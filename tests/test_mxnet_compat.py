@@ -5,6 +5,7 @@ Each test pins one behaviour that was silently different from MXNet 1.9.1 (or hu
 
 from __future__ import annotations
 
+import operator
 import os
 import pickle
 import threading
@@ -284,3 +285,121 @@ def test_an_oserror_keeps_its_errno_through_the_wait() -> None:
     with pytest.raises(FileNotFoundError) as info:
         out.wait_to_read()
     assert info.value.errno == 2 and info.value.filename == "data.bin" and isinstance(info.value, mx.MXNetError)
+
+
+# ---------------------------------------------------------------------------- comparisons, aliases
+COMPARE = {
+    "==": (operator.eq, np.equal),
+    "!=": (operator.ne, np.not_equal),
+    ">": (operator.gt, np.greater),
+    ">=": (operator.ge, np.greater_equal),
+    "<": (operator.lt, np.less),
+    "<=": (operator.le, np.less_equal),
+}
+
+
+@pytest.mark.parametrize("op", list(COMPARE))
+@pytest.mark.parametrize("rhs_shape", [(3,), (2, 1), None], ids=["same", "broadcast", "scalar"])
+def test_comparisons_are_elementwise_arrays_in_the_inputs_dtype(op: str, rhs_shape: tuple[int, ...] | None) -> None:
+    a = np.array([1.0, 2.0, 3.0], dtype=np.float32)
+    b = 2.0 if rhs_shape is None else np.arange(int(np.prod(rhs_shape)), dtype=np.float32).reshape(rhs_shape) + 1
+    python_op, numpy_op = COMPARE[op]
+    x, y = nd.array(a), (b if rhs_shape is None else nd.array(b))
+    got = python_op(x, y)  # the operator itself: x.__eq__(y) and so on
+    assert isinstance(got, mx.nd.NDArray) and got.dtype == np.float32
+    np.testing.assert_array_equal(got.asnumpy(), numpy_op(a, b).astype(np.float32))
+    if rhs_shape is None:  # the scalar on the left: Python swaps the comparison
+        np.testing.assert_array_equal(python_op(b, x).asnumpy(), numpy_op(b, a).astype(np.float32))
+
+
+def test_comparison_functions_and_their_pushed_names() -> None:
+    from tests.helpers import record_pushes
+
+    x, y = nd.array([1.0, 5.0]), nd.array([2.0, 2.0])
+    with record_pushes() as rec:
+        got = [nd.lesser(x, y), nd.greater_equal(x, 2), nd.equal(2, y), nd.broadcast_not_equal(x, nd.array([[1.0]]))]
+    assert [g.asnumpy().tolist() for g in got] == [[1, 0], [0, 1], [1, 1], [[0, 1]]]
+    assert rec.names == ["_lesser", "_greater_equal_scalar", "_equal_scalar", "broadcast_not_equal"]
+
+
+def test_comparisons_have_no_gradient_and_block_none() -> None:
+    x = nd.array([-1.0, 2.0])
+    x.attach_grad()
+    with mx.autograd.record():
+        y = (x > 0) * x
+    y.backward()
+    np.testing.assert_array_equal(x.grad.asnumpy(), [0, 1])
+
+
+def test_an_array_still_hashes_by_identity() -> None:
+    x, y = nd.ones((2,)), nd.ones((2,))
+    assert {x: 1, y: 2}[x] == 1 and x in {x} and y not in {x}
+    assert (x == None) is False  # noqa: E711 - not an array: Python's identity fallback
+
+
+def test_random_samplers_have_mxnets_older_names_and_write_into_out() -> None:
+    assert nd.uniform is nd.random.uniform and nd.random_uniform is nd.random.uniform
+    assert nd.normal is nd.random.normal and nd.random_normal is nd.random.normal
+    out = nd.zeros((3, 2))
+    assert nd.random.uniform(5, 6, out=out) is out
+    assert out.asnumpy().min() >= 5 and out.asnumpy().max() < 6
+
+
+@pytest.mark.parametrize("name", ["elemwise_add", "elemwise_mul", "broadcast_sub", "broadcast_maximum", "broadcast_lesser"])
+def test_operator_named_binary_functions(name: str) -> None:
+    a, b = np.array([[1.0, 4.0]]), np.array([[3.0], [2.0]])
+    ref = {"add": np.add, "mul": np.multiply, "sub": np.subtract, "maximum": np.maximum, "lesser": np.less}[name.split("_", 1)[1]]
+    if name.startswith("elemwise"):
+        b = np.array([[3.0, 2.0]])
+    np.testing.assert_array_equal(getattr(nd, name)(nd.array(a), nd.array(b)).asnumpy(), ref(a, b).astype(np.float32))
+
+
+# ---------------------------------------------------------------------------- save / load
+DATA = os.path.join(os.path.dirname(__file__), "data")
+
+
+def test_loads_files_written_by_mxnet_1_9_1() -> None:
+    first, second = nd.load(os.path.join(DATA, "mxnet-1.9.1-list.params"))
+    assert first.dtype == np.float32 and first.asnumpy().tolist() == [[1, 2], [3, 4]]
+    assert second.dtype == np.int64 and second.asnumpy().tolist() == [0, 1, 2]
+    named = nd.load(os.path.join(DATA, "mxnet-1.9.1-dict.params"))
+    assert list(named) == ["w", "b"] and named["w"].dtype == np.float64 and named["b"].asnumpy().tolist() == [7]
+
+
+@pytest.mark.parametrize("kind", ["list", "dict"])
+def test_saves_byte_for_byte_what_mxnet_writes(tmp_path, kind: str) -> None:  # type: ignore[no-untyped-def]
+    original = os.path.join(DATA, f"mxnet-1.9.1-{kind}.params")
+    path = tmp_path / "again.params"
+    nd.save(path, nd.load(original))
+    assert path.read_bytes() == open(original, "rb").read()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.uint8, np.int8, np.int32, np.int64, np.bool_])
+def test_save_load_round_trip_of_every_dtype_and_shape(tmp_path, dtype) -> None:  # type: ignore[no-untyped-def]
+    arrays = {"scalar": nd.array(np.array([3]), dtype=dtype), "cube": nd.array(np.arange(24).reshape(2, 3, 4) % 2, dtype=dtype)}
+    nd.save(tmp_path / "a.params", arrays)
+    back = nd.load(tmp_path / "a.params")
+    assert isinstance(back, dict) and list(back) == list(arrays)
+    for k in arrays:
+        assert back[k].dtype == np.dtype(dtype) and back[k].shape == arrays[k].shape
+        np.testing.assert_array_equal(back[k].asnumpy(), arrays[k].asnumpy())
+    single = tmp_path / "one.params"
+    nd.save(single, arrays["cube"])
+    (one,) = nd.load(single)
+    np.testing.assert_array_equal(one.asnumpy(), arrays["cube"].asnumpy())
+
+
+def test_save_waits_for_pending_values(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    nd.save(tmp_path / "p.params", [_pending()])
+    assert float(nd.load(tmp_path / "p.params")[0].asnumpy()[0, 0]) == 201.0
+
+
+def test_a_cut_or_foreign_buffer_is_an_mxneterror_naming_where() -> None:
+    raw = open(os.path.join(DATA, "mxnet-1.9.1-dict.params"), "rb").read()
+    for cut in (raw[:-3], raw[:40], raw[:10]):
+        with pytest.raises(mx.MXNetError, match=r"cut short|byte"):
+            nd.load_frombuffer(cut)
+    with pytest.raises(mx.MXNetError, match=r"not an MXNet \.params file"):
+        nd.load_frombuffer(b"PK\x03\x04" + bytes(40))
+    with pytest.raises(TypeError, match="keys of a dict must be strings"):
+        nd.save("/tmp/never-written.params", {1: nd.ones((1,))})  # type: ignore[dict-item]

@@ -10,5 +10,24 @@ from . import base, context, random
 from .ndarray import *  # noqa: F403 - the mx.nd namespace is ndarray's public names
 from .ndarray import __all__ as _ndarray_all
 from .operator import Custom
+from .random import normal, uniform
+from .serialize import load, load_frombuffer, save
 
-__all__ = [*_ndarray_all, "Custom", "base", "context", "random"]
+# MXNet's older names of the random samplers, still common in 1.x code.
+random_uniform = uniform
+random_normal = normal
+
+__all__ = [
+    *_ndarray_all,
+    "Custom",
+    "base",
+    "context",
+    "load",
+    "load_frombuffer",
+    "normal",
+    "random",
+    "random_normal",
+    "random_uniform",
+    "save",
+    "uniform",
+]

@@ -21,6 +21,13 @@ from . import tape as _tape
 from .context import Context, cpu
 from .ops import OperatorError
 
+#: The operator-named binary functions (``elemwise_add``...), made below from the registry.
+_BINARY_NAMES_PUBLIC = [
+    *(f"elemwise_{s}" for s in ("add", "sub", "mul", "div")),
+    *(f"broadcast_{s}" for s in ("add", "sub", "mul", "div", "power", "maximum", "minimum")),
+    *(f"broadcast_{s}" for s in ("equal", "not_equal", "greater", "greater_equal", "lesser", "lesser_equal")),
+]
+
 __all__ = [
     "NDArray",
     "OperatorError",
@@ -38,6 +45,13 @@ __all__ = [
     "reshape",
     "Reshape",
     "Activation",
+    "equal",
+    "not_equal",
+    "greater",
+    "greater_equal",
+    "lesser",
+    "lesser_equal",
+    *_BINARY_NAMES_PUBLIC,
     "sum",
     "mean",
     "add_n",
@@ -302,6 +316,26 @@ class NDArray:
     def __abs__(self) -> NDArray:
         return _invoke(_ops.OPS["abs"], (self,), {})
 
+    # Comparisons are element-wise operators, as in MXNet (``x == y`` is an array of 0s and 1s):
+    # an NDArray is hashed by identity, so it still works as a dict key or in a set.
+    def __eq__(self, other: Any) -> NDArray:  # type: ignore[override]
+        return _compare(self, other, "equal", "equal")
+
+    def __ne__(self, other: Any) -> NDArray:  # type: ignore[override]
+        return _compare(self, other, "not_equal", "not_equal")
+
+    def __gt__(self, other: Any) -> NDArray:
+        return _compare(self, other, "greater", "lesser")
+
+    def __ge__(self, other: Any) -> NDArray:
+        return _compare(self, other, "greater_equal", "lesser_equal")
+
+    def __lt__(self, other: Any) -> NDArray:
+        return _compare(self, other, "lesser", "greater")
+
+    def __le__(self, other: Any) -> NDArray:
+        return _compare(self, other, "lesser_equal", "greater_equal")
+
     __hash__ = object.__hash__
 
     # ------------------------------------------------------------------ methods mirroring nd.*
@@ -457,6 +491,43 @@ def _arith(
     a, b = (other, x) if reflected else (x, other)
     name = _ELEMWISE_NAMES[stem] if a.shape == b.shape else "broadcast_" + stem
     return _invoke(_ops.OPS[name], (a, b), {}, out=out)
+
+
+def _compare(x: NDArray, other: Any, op: str, swapped: str) -> Any:
+    """``x <op> other`` as an operator push; ``swapped`` is the same test with the sides exchanged."""
+    if _as_scalar(other):
+        return _invoke(_ops.OPS[f"_{op}_scalar"], (x,), {"scalar": other})
+    if isinstance(other, np.ndarray):
+        other = array(other, dtype=other.dtype)
+    if not isinstance(other, NDArray):
+        return NotImplemented
+    name = f"_{op}" if x.shape == other.shape else f"broadcast_{op}"
+    return _invoke(_ops.OPS[name], (x, other), {})
+
+
+def _comparison_fn(op: str, swapped: str) -> Any:
+    def fn(lhs: Any, rhs: Any) -> NDArray:
+        if isinstance(lhs, NDArray):
+            result = _compare(lhs, rhs, op, swapped)
+        elif isinstance(rhs, NDArray):
+            result = _compare(rhs, lhs, swapped, op)
+        else:
+            result = NotImplemented
+        if result is NotImplemented:
+            raise TypeError(f"{op}: expected NDArrays or scalars, got {type(lhs).__name__} and {type(rhs).__name__}")
+        return result
+
+    fn.__name__ = fn.__qualname__ = op
+    fn.__doc__ = f"Element-wise ``{op}``: 1 where it holds, else 0, in the input's dtype (MXNet's ``{op}``)."
+    return fn
+
+
+equal = _comparison_fn("equal", "equal")
+not_equal = _comparison_fn("not_equal", "not_equal")
+greater = _comparison_fn("greater", "lesser")
+greater_equal = _comparison_fn("greater_equal", "lesser_equal")
+lesser = _comparison_fn("lesser", "greater")
+lesser_equal = _comparison_fn("lesser_equal", "greater_equal")
 
 
 _ELEMWISE_NAMES = {
@@ -692,6 +763,21 @@ def _binary_fn(stem: str) -> Any:
 
 maximum = _binary_fn("maximum")
 minimum = _binary_fn("minimum")
+
+
+def _named_binary(name: str) -> Any:
+    """MXNet's operator-named binary function (``elemwise_add``, ``broadcast_mul``, ...): one push."""
+    op = _ops.OPS[name]
+
+    def fn(lhs: NDArray, rhs: NDArray, out: NDArray | None = None, **kwargs: Any) -> NDArray:
+        return _invoke(op, (_check_nd(name, lhs), _check_nd(name, rhs)), {}, out=out)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"``{name}`` of two NDArrays: one engine push named ``{name}``."
+    return fn
+
+
+globals().update({name: _named_binary(name) for name in _BINARY_NAMES_PUBLIC})
 
 
 # ---------------------------------------------------------------------------- backward

@@ -146,6 +146,40 @@ _binary("maximum", np.maximum, lambda a, b, y, g: (g * (a >= b), g * (a < b)), "
 _binary("minimum", np.minimum, lambda a, b, y, g: (g * (a <= b), g * (a > b)), "_minimum")
 
 
+# ----------------------------------------------------------------------------- comparisons
+def _compare(suffix: str, fn: Callable[..., Any]) -> None:
+    """``_<suffix>`` (equal shapes), ``broadcast_<suffix>`` and ``_<suffix>_scalar``: 1 where true, else 0.
+
+    The result has the input's dtype, as in MXNet; comparisons have no gradient (none is recorded).
+    """
+
+    def forward(ins: Sequence[np.ndarray], out: np.ndarray, a: Attrs) -> None:
+        np.copyto(out, fn(ins[0], ins[1]), casting="unsafe")
+
+    def forward_scalar(ins: Sequence[np.ndarray], out: np.ndarray, a: Attrs) -> None:
+        np.copyto(out, fn(ins[0], a["scalar"]), casting="unsafe")
+
+    def same_dtype(rule: Infer) -> Infer:
+        return lambda name, shapes, dtypes, a: (rule(name, shapes, dtypes, a)[0], dtypes[0])
+
+    register(f"_{suffix}", forward, None, same_dtype(elemwise_shape))
+    register(f"broadcast_{suffix}", forward, None, same_dtype(broadcast_shape))
+    register(f"_{suffix}_scalar", forward_scalar, None, same_shape)
+
+
+#: MXNet's comparison names (``lesser`` rather than ``less``) and what each computes.
+COMPARISONS = {
+    "equal": np.equal,
+    "not_equal": np.not_equal,
+    "greater": np.greater,
+    "greater_equal": np.greater_equal,
+    "lesser": np.less,
+    "lesser_equal": np.less_equal,
+}
+for _suffix, _fn in COMPARISONS.items():
+    _compare(_suffix, _fn)
+
+
 # ----------------------------------------------------------------------------- unary ops
 def _unary(name: str, fn: Callable[..., Any], grad: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]) -> None:
     def forward(ins: Sequence[np.ndarray], out: np.ndarray, a: Attrs) -> None:

@@ -39,12 +39,33 @@ def _next_seed() -> tuple[int, ...]:
 
 
 def uniform(
-    low: float = 0.0, high: float = 1.0, shape: Any = (1,), dtype: Any = None, ctx: Context | None = None, **kwargs: Any
+    low: float = 0.0,
+    high: float = 1.0,
+    shape: Any = (1,),
+    dtype: Any = None,
+    ctx: Context | None = None,
+    out: NDArray | None = None,
+    **kwargs: Any,
 ) -> NDArray:
-    return create("_random_uniform", shape, dtype, low=float(low), high=float(high), seed=_next_seed())
+    """Samples of U[low, high) (``mx.nd.random.uniform``; also ``mx.nd.uniform``, ``mx.nd.random_uniform``)."""
+    if out is not None and shape == (1,):
+        shape = out.shape
+    return create("_random_uniform", shape, dtype, out, low=float(low), high=float(high), seed=_next_seed())
 
 
 def normal(
-    loc: float = 0.0, scale: float = 1.0, shape: Any = (1,), dtype: Any = None, ctx: Context | None = None, **kwargs: Any
+    loc: float = 0.0,
+    scale: float = 1.0,
+    shape: Any = (1,),
+    dtype: Any = None,
+    ctx: Context | None = None,
+    out: NDArray | None = None,
+    **kwargs: Any,
 ) -> NDArray:
-    return create("_random_normal", shape, dtype, loc=float(loc), scale=float(scale), seed=_next_seed())
+    """Samples of N(loc, scale²) (``mx.nd.random.normal``; also ``mx.nd.normal``, ``mx.nd.random_normal``).
+
+    A negative ``scale`` fails when the op runs, raised at the next wait, as in MXNet.
+    """
+    if out is not None and shape == (1,):
+        shape = out.shape
+    return create("_random_normal", shape, dtype, out, loc=float(loc), scale=float(scale), seed=_next_seed())
