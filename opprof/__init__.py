@@ -20,14 +20,22 @@ from typing import Any
 
 from . import engine, moved, nd, profiler, trace
 from .engine import MXNetError, get_engine, set_engine
-from .nd import NDArray, autograd, base, context, operator, random
+from .nd import NDArray, autograd, base, context, operator, random, test_utils
 from .nd.context import Context, cpu, current_context, gpu
 from .profiler import Profiler, profile
 
 ndarray = nd
 
 # MXNet's module names (``import mxnet.ndarray as nd``) are these modules.
-_MXNET_MODULES = {"ndarray": nd, "autograd": autograd, "operator": operator, "random": random, "context": context, "base": base}
+_MXNET_MODULES = {
+    "ndarray": nd,
+    "autograd": autograd,
+    "operator": operator,
+    "random": random,
+    "context": context,
+    "base": base,
+    "test_utils": test_utils,
+}
 for _name, _module in _MXNET_MODULES.items():
     moved.alias(f"{__name__}.{_name}", _module)
 moved.install()
@@ -72,6 +80,7 @@ __all__ = [
     "random",
     "save_html",
     "set_engine",
+    "test_utils",
     "timeline",
     "trace",
 ]

@@ -8,7 +8,9 @@ with a bare "No module named" or a half-compatible copy.
 
 from __future__ import annotations
 
+import importlib
 import importlib.abc
+import importlib.machinery
 import sys
 from collections.abc import Sequence
 from types import ModuleType
@@ -40,11 +42,48 @@ class _MovedFinder(importlib.abc.MetaPathFinder):
             raise ModuleNotFoundError(f"{fullname} has moved: use {new}", name=fullname)
 
 
+#: Alias -> the module's real name; names below an alias (``opprof.ndarray.ndarray``) map too.
+_ALIASES: dict[str, str] = {}
+
+
+class _AliasLoader(importlib.abc.Loader):
+    """Puts the real module where the alias was asked for (the import system takes what it finds there)."""
+
+    def __init__(self, real: str) -> None:
+        self.real = real
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> None:
+        return None
+
+    def exec_module(self, module: ModuleType) -> None:
+        sys.modules[module.__name__] = importlib.import_module(self.real)
+
+
+class _AliasFinder(importlib.abc.MetaPathFinder):
+    """First on ``sys.meta_path``, for names below an alias: otherwise the path finder would find
+    ``opprof/nd/ndarray.py`` again through the alias's ``__path__`` and run it a second time (a
+    second NDArray class)."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        head = fullname.rpartition(".")[0]
+        while head:
+            real = _ALIASES.get(head)
+            if real is not None:
+                return importlib.machinery.ModuleSpec(fullname, _AliasLoader(f"{real}{fullname[len(head) :]}"))
+            head = head.rpartition(".")[0]
+        return None
+
+
 def install() -> None:
     if not any(isinstance(f, _MovedFinder) for f in sys.meta_path):
         sys.meta_path.append(_MovedFinder())
+    if not any(isinstance(f, _AliasFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _AliasFinder())
 
 
 def alias(name: str, module: ModuleType) -> None:
-    """Make ``import name`` give ``module`` (as ``os`` does for ``os.path``)."""
+    """Make ``import name`` (and ``import name.sub``) give ``module`` (as ``os`` does for ``os.path``)."""
     sys.modules.setdefault(name, module)
+    _ALIASES[name] = module.__name__

@@ -48,3 +48,12 @@ def test_the_old_chrome_import_in_a_fresh_interpreter_names_opprof_trace() -> No
     code = "from opprof.chrome import from_chrome"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 1 and "opprof.chrome has moved: use opprof.trace" in out.stderr
+
+
+def test_modules_below_an_mxnet_name_are_the_same_modules() -> None:
+    import opprof.ndarray.ndarray as inner
+    from opprof.ndarray.ndarray import NDArray
+
+    assert inner is opprof.nd.ndarray and NDArray is opprof.nd.NDArray
+    assert isinstance(opprof.nd.ones((1,)), inner.NDArray)
+    assert importlib.import_module("opprof.test_utils") is opprof.nd.test_utils
