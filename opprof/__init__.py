@@ -20,8 +20,9 @@ from typing import Any
 
 from . import engine, moved, nd, profiler, trace
 from .engine import MXNetError, get_engine, set_engine
-from .nd import NDArray, autograd, base, context, operator, random, test_utils
+from .nd import NDArray, autograd, base, context, operator, random, runtime, test_utils, util
 from .nd.context import Context, cpu, current_context, gpu
+from .nd.util import use_np_shape
 from .profiler import Profiler, profile
 
 ndarray = nd
@@ -35,6 +36,8 @@ _MXNET_MODULES = {
     "context": context,
     "base": base,
     "test_utils": test_utils,
+    "runtime": runtime,
+    "util": util,
 }
 for _name, _module in _MXNET_MODULES.items():
     moved.alias(f"{__name__}.{_name}", _module)
@@ -78,11 +81,14 @@ __all__ = [
     "profile",
     "profiler",
     "random",
+    "runtime",
     "save_html",
     "set_engine",
     "test_utils",
     "timeline",
     "trace",
+    "use_np_shape",
+    "util",
 ]
 
 

@@ -6,7 +6,7 @@ Layers inside, from the bottom: :mod:`.ops` (what each named operator computes, 
 :mod:`.random`.
 """
 
-from . import base, context, random
+from . import base, context, random, runtime, util
 from .ndarray import *  # noqa: F403 - the mx.nd namespace is ndarray's public names
 from .ndarray import __all__ as _ndarray_all
 from .operator import Custom
@@ -28,6 +28,8 @@ __all__ = [
     "random",
     "random_normal",
     "random_uniform",
+    "runtime",
     "save",
     "uniform",
+    "util",
 ]

@@ -67,6 +67,9 @@ __all__ = [
     "negative",
 ]
 
+#: The builtin ``slice``, under the name MXNet's ndarray module keeps it by (its tests import it).
+py_slice = slice
+
 _DEFAULT_DTYPE = np.dtype(np.float32)
 _SCALAR_TYPES = (numbers.Number, np.generic)
 
