@@ -748,3 +748,78 @@ def test_recorded_spans_are_spans(engine: Engine) -> None:
         (nd.ones(SHAPE) + 1).wait_to_read()
     assert prof.trace is not None
     assert all(isinstance(s, Span) and isinstance(s.start, int) and s.start <= s.end for s in prof.trace.spans)
+
+
+# ---------------------------------------------------------------------------- MXNet's live statistics
+@pytest.fixture
+def mx_session(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "profile.json"
+    mx.profiler.set_config(filename=str(path), aggregate_stats=True)
+    mx.profiler.dumps(reset=True)
+    yield path
+    mx.profiler.set_state("stop")
+    mx.profiler.set_config(filename="profile.json")
+    mx.profiler.dumps(reset=True)
+
+
+def test_dumps_json_has_mxnets_schema_and_sees_the_running_session(mx_session: Path) -> None:
+    mx.profiler.set_state("run")
+    x = mx.nd.zeros((10, 10))
+    y = mx.nd.sqrt(x) + 1
+    y = y + 1
+    mx.nd.waitall()
+    stats = json.loads(mx.profiler.dumps(format="json"))  # still running
+    assert set(stats) == {"Time", "Memory", "Unit"} and stats["Unit"] == {"Time": "ms", "Memory": "kB"}
+    ops = stats["Time"]["operator"]
+    assert ops["sqrt"]["Count"] == 1 and ops["_plus_scalar"]["Count"] == 2
+    assert set(ops["sqrt"]) == {"Count", "Total", "Min", "Max", "Avg"}
+    assert ops["_plus_scalar"]["Min"] <= ops["_plus_scalar"]["Avg"] <= ops["_plus_scalar"]["Max"]
+
+
+def test_dumps_reset_clears_the_statistics_not_the_trace(mx_session: Path) -> None:
+    mx.profiler.set_state("run")
+    (mx.nd.ones((4,)) * 2).wait_to_read()
+    mx.profiler.dumps(reset=True)
+    (mx.nd.ones((4,)) + 1).wait_to_read()
+    ops = json.loads(mx.profiler.dumps(format="json"))["Time"]["operator"]
+    assert "_mul_scalar" not in ops and ops["_plus_scalar"]["Count"] == 1
+    mx.profiler.set_state("stop")
+    names = {s.name for s in mx.profiler.last_trace().spans}  # type: ignore[union-attr]
+    assert {"_mul_scalar", "_plus_scalar"} <= names
+    assert "_mul_scalar" not in json.loads(mx.profiler.dumps(format="json"))["Time"]["operator"]
+
+
+@pytest.mark.parametrize(
+    ("sort_by", "key"), [("total", "Total"), ("avg", "Avg"), ("min", "Min"), ("max", "Max"), ("count", "Count")]
+)
+@pytest.mark.parametrize("ascending", [False, True])
+def test_dumps_json_sorts_each_category(mx_session: Path, sort_by: str, key: str, ascending: bool) -> None:
+    mx.profiler.set_state("run")
+    x = mx.nd.ones((50, 50))
+    for k in range(3):
+        x = mx.nd.sqrt(x + k) * 2
+    x.wait_to_read()
+    for domain in json.loads(mx.profiler.dumps(format="json", sort_by=sort_by, ascending=ascending))["Time"].values():
+        values = [item[key] for item in domain.values()]
+        assert values == sorted(values, reverse=not ascending)
+
+
+def test_custom_op_work_is_under_mxnets_custom_operator_category(mx_session: Path) -> None:
+    mx.profiler.set_state("run")
+    mx.operator.register("ProfMyAddOne")(MyAddOneProp)
+    mx.nd.Custom(mx.nd.ones((2,)), op_type="ProfMyAddOne").wait_to_read()
+    stats = json.loads(mx.profiler.dumps(format="json"))["Time"]
+    assert "ProfMyAddOne::pure_python" in stats["Custom Operator"] and "ProfMyAddOne::_plus_scalar" in stats["Custom Operator"]
+
+
+def test_dump_unfinished_writes_what_is_recorded_so_far_and_keeps_recording(mx_session: Path) -> None:
+    mx.profiler.set_state("run")
+    sizes = []
+    for _ in range(3):
+        (mx.nd.ones((8,)) * 3).wait_to_read()
+        mx.profiler.dump(False)
+        sizes.append(mx_session.stat().st_size)
+        assert any(isinstance(o, Recorder) for o in mx.get_engine().observers)  # still recording
+    assert sizes == sorted(sizes) and sizes[-1] > sizes[0]
+    counts = [s.name for s in opprof.trace.load(mx_session).spans].count("_mul_scalar")
+    assert counts == 3

@@ -14,7 +14,7 @@ from typing import Any
 from ..engine import get_engine
 from ..trace import Trace
 from ..trace.records import USER
-from ..trace.text import stats_json, stats_table
+from ..trace.text import mxnet_stats_json, stats_table
 from .recorder import ProfilerError, Recorder
 from .session import Profiler
 
@@ -50,7 +50,11 @@ _CONFIG_KEYS = {
 }
 _config: dict[str, Any] = {"filename": "profile.json", "aggregate_stats": False, "max_events": 5_000_000}
 _session: Profiler | None = None
-_traces: list[Trace] = []  # finished runs since the last dumps(reset=True)
+_traces: list[Trace] = []  # finished runs (last_trace, dump)
+# What dumps() aggregates: finished runs since the last dumps(reset=True), and the running
+# session's records from the reset on (MXNet resets the statistics, not the trace).
+_stats: list[Trace] = []
+_reset_at: int | None = None  # the running session's clock at that reset
 
 
 def set_config(**kwargs: Any) -> None:
@@ -77,9 +81,11 @@ def set_config(**kwargs: Any) -> None:
 def set_state(state: str = "stop", profile_process: str = "worker") -> None:
     """``'run'`` starts recording on the current engine; ``'stop'`` waits for it and stops."""
     global _session
+    global _reset_at
     if state == "run":
         if _session is None:
             _session = Profiler(int(_config["max_events"])).start()
+            _reset_at = None
     elif state == "stop":
         if _session is not None:
             session, _session = _session, None
@@ -88,6 +94,8 @@ def set_state(state: str = "stop", profile_process: str = "worker") -> None:
             finally:
                 if session.trace is not None:
                     _traces.append(session.trace)
+                    _stats.append(_since(session.trace, _reset_at))
+                _reset_at = None
     else:
         raise ValueError(f"set_state: state must be 'run' or 'stop', got {state!r}")
 
@@ -108,10 +116,12 @@ def last_trace() -> Trace | None:
 
 
 def dump(finished: bool = True, profile_process: str = "worker") -> None:
-    """Write the recorded trace to the configured ``filename`` (stopping first when ``finished``)."""
+    """Write the recorded trace to the configured ``filename``: stopping first when ``finished``,
+    else what is recorded so far, recording going on (MXNet's continuous dump)."""
     if _session is not None:
         if not finished:
-            raise ValueError("dump(finished=False) while running is not supported; call set_state('stop') or dump()")
+            _session.snapshot().save(_config["filename"])
+            return
         set_state("stop")
     trace = last_trace()
     if trace is None:
@@ -120,15 +130,32 @@ def dump(finished: bool = True, profile_process: str = "worker") -> None:
 
 
 def dumps(reset: bool = False, format: str = "table", sort_by: str = "total", ascending: bool = False) -> str:
-    """Aggregate statistics of every run since the last reset, as MXNet prints them."""
+    """Aggregate statistics since the last reset, the running session's so far included, as MXNet
+    prints them; ``format='json'`` is MXNet's schema (``{"Time": ..., "Memory": ..., "Unit": ...}``).
+
+    opprof's own JSON, with the custom-op split, is :func:`opprof.trace.text.stats_json`
+    (``opprof stats --format json``).
+    """
+    global _reset_at
     if format not in ("table", "json"):
         raise ValueError(f"dumps: format must be 'table' or 'json', got {format!r}")
-    traces = list(_traces)
+    traces = list(_stats)
+    if _session is not None:
+        traces.append(_since(_session.snapshot(), _reset_at))
     if reset:
-        _traces.clear()
+        _stats.clear()
+        _reset_at = _session.clock() if _session is not None else None
     if format == "json":
-        return stats_json(traces, sort_by=sort_by, ascending=ascending)
+        return mxnet_stats_json(traces, sort_by=sort_by, ascending=ascending)
     return stats_table(traces, sort_by=sort_by, ascending=ascending)
+
+
+def _since(trace: Trace, t_ns: int | None) -> Trace:
+    """``trace`` with only the spans that start at ``t_ns`` or later (all when None)."""
+    if t_ns is None:
+        return trace
+    spans = [s for s in trace.spans if s.start >= t_ns]
+    return Trace(trace.threads, spans, trace.instants, trace.counters, trace.flows, trace.metadata)
 
 
 def _recorder() -> Recorder | None:

@@ -174,10 +174,16 @@ class Recorder(EngineObserver):
         return sum(len(b) for _, _, b in self._buffers)
 
     # ------------------------------------------------------------------ building the trace
-    def build(self, metadata: dict[str, Any] | None = None) -> Trace:
-        """Turn the raw records into a validated-shape :class:`Trace` (call after the work is done)."""
+    def build(self, metadata: dict[str, Any] | None = None, *, live: bool = False) -> Trace:
+        """Turn the raw records into a validated-shape :class:`Trace` (call after the work is done).
+
+        ``live``: while recording goes on (``mx.profiler.dumps()`` and ``dump(False)`` while
+        running): each thread's records as they are now; families not finished yet are left out.
+        """
         with self._lock:
             buffers = sorted(self._buffers, key=lambda b: _thread_order(b[1]))
+        if live:  # threads append as we read: a copy of each list is consistent
+            buffers = [(ident, name, list(buf)) for ident, name, buf in buffers]
         threads = [ThreadInfo(i + 1, name) for i, (_, name, _) in enumerate(buffers)]
         b = _Build({id(buf): i + 1 for i, (_, _, buf) in enumerate(buffers)})
         for tid, (_, _, buf) in enumerate(buffers, start=1):

@@ -45,6 +45,18 @@ class Profiler:
         self._unbuilt = None
         return self
 
+    def snapshot(self) -> Trace:
+        """The trace recorded so far, while recording goes on (unfinished custom-op calls left out)."""
+        if self._recorder is None:
+            raise ProfilerError("the profiler is not running")
+        return self._recorder.build({"snapshot": True}, live=True)
+
+    def clock(self) -> int:
+        """Now, on the clock the running recording uses."""
+        if self._recorder is None:
+            raise ProfilerError("the profiler is not running")
+        return self._recorder.clock()
+
     def pause(self) -> None:
         if self._recorder is not None:
             self._recorder.recording = False

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from .model import Trace
-from .records import Role
+from .records import CUSTOM_OP, Role
 from .stats import StatRow, custom_op_summary, sort_rows, span_stats
 
-__all__ = ["fmt_us", "split_table", "stats_json", "stats_table", "summary_line", "text_summary"]
+__all__ = ["fmt_us", "mxnet_stats_json", "split_table", "stats_json", "stats_table", "summary_line", "text_summary"]
 
 
 def _aggregate(traces: Sequence[Trace]) -> list[StatRow]:
@@ -98,6 +98,36 @@ def stats_json(traces: Sequence[Trace], sort_by: str = "total", ascending: bool 
     ]
     out["dropped_events"] = sum(int(t.metadata.get("dropped_events", 0) or 0) for t in traces)
     return json.dumps(out, indent=2)
+
+
+#: MXNet's names for the categories it reports custom-op work under.
+_MXNET_CATEGORY = {CUSTOM_OP: "Custom Operator"}
+
+
+def mxnet_stats_json(traces: Sequence[Trace], sort_by: str = "total", ascending: bool = False) -> str:
+    """MXNet's ``profiler.dumps(format='json')`` schema: times in ms per category and name, sorted.
+
+    ``{"Time": {category: {name: {"Count", "Total", "Min", "Max", "Avg"}}}, "Memory": {...},
+    "Unit": {"Time": "ms", "Memory": "kB"}}``; custom-op work is under ``"Custom Operator"``, as in
+    MXNet. opprof records no memory, so ``"Memory"`` is empty.
+    """
+    by_cat: dict[str, list[StatRow]] = defaultdict(list)
+    for r in _aggregate(traces):
+        by_cat[_MXNET_CATEGORY.get(r.cat, r.cat)].append(r)
+    time = {
+        cat: {
+            r.name: {
+                "Count": r.count,
+                "Total": r.total_ns / 1e6,
+                "Min": r.min_ns / 1e6,
+                "Max": r.max_ns / 1e6,
+                "Avg": r.avg_ns / 1e6,
+            }
+            for r in sort_rows(rows, sort_by, ascending)
+        }
+        for cat, rows in by_cat.items()
+    }
+    return json.dumps({"Time": time, "Memory": {}, "Unit": {"Time": "ms", "Memory": "kB"}}, indent=4)
 
 
 def fmt_us(us: float) -> str:
