@@ -403,3 +403,58 @@ def test_a_cut_or_foreign_buffer_is_an_mxneterror_naming_where() -> None:
         nd.load_frombuffer(b"PK\x03\x04" + bytes(40))
     with pytest.raises(TypeError, match="keys of a dict must be strings"):
         nd.save("/tmp/never-written.params", {1: nd.ones((1,))})  # type: ignore[dict-item]
+
+
+# ---------------------------------------------------------------------------- autograd.grad, Function
+def test_grad_returns_gradients_and_leaves_grad_alone() -> None:
+    x = nd.array([1.0, 2.0])
+    x.attach_grad()
+    x.grad[:] = 7
+    with mx.autograd.record():
+        z = (x * x * 3).sum()
+    (dx,) = mx.autograd.grad(z, [x])
+    np.testing.assert_allclose(dx.asnumpy(), [6.0, 12.0])
+    np.testing.assert_array_equal(x.grad.asnumpy(), [7, 7])
+
+
+def test_grad_refuses_what_it_cannot_do() -> None:
+    x = nd.ones((1,))
+    x.attach_grad()
+    with mx.autograd.record():
+        z = nd.exp(x) + x
+    with pytest.raises(NotImplementedError, match="first-order"):
+        mx.autograd.grad(z, [x], create_graph=True)
+    with pytest.raises(OperatorError, match="attach_grad"):
+        mx.autograd.grad(z, [nd.ones((1,))])
+
+
+class _DivMul(mx.autograd.Function):
+    def forward(self, x: mx.nd.NDArray, y: mx.nd.NDArray) -> tuple[mx.nd.NDArray, mx.nd.NDArray]:
+        self.save_for_backward(x, y)
+        return x / y, x * y
+
+    def backward(self, dm: mx.nd.NDArray, dn: mx.nd.NDArray) -> tuple[mx.nd.NDArray, mx.nd.NDArray]:
+        x, y = self.saved_tensors
+        return dm / y + dn * y, dn * x - dm * x / y / y
+
+
+def test_a_function_with_its_own_gradient_matches_autograd() -> None:
+    a, b = np.array([1.0, 2.0, 3.0]), np.array([0.5, 4.0, 2.0])
+    x, y = nd.array(a), nd.array(b)
+    x.attach_grad()
+    y.attach_grad()
+    with mx.autograd.record():
+        m, n = _DivMul()(x, y)
+    mx.autograd.backward([m, n])
+    np.testing.assert_allclose(x.grad.asnumpy(), 1 / b + b, rtol=1e-6)
+    np.testing.assert_allclose(y.grad.asnumpy(), a - a / b**2, rtol=1e-6)
+    f = _DivMul()
+    f(x, y)
+    with pytest.raises(OperatorError, match="only once"):
+        f(x, y)
+
+
+def test_star_import_of_autograd_gives_what_mxnet_code_uses() -> None:
+    namespace: dict[str, object] = {}
+    exec("from opprof.autograd import *", namespace)  # the import form MXNet's tests use
+    assert {"NDArray", "Function", "grad", "backward", "record", "pause", "mark_variables"} <= set(namespace)
