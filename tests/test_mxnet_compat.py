@@ -458,3 +458,22 @@ def test_star_import_of_autograd_gives_what_mxnet_code_uses() -> None:
     namespace: dict[str, object] = {}
     exec("from opprof.autograd import *", namespace)  # the import form MXNet's tests use
     assert {"NDArray", "Function", "grad", "backward", "record", "pause", "mark_variables"} <= set(namespace)
+
+
+def test_contexts_work_as_with_blocks_and_there_are_no_gpus() -> None:
+    assert mx.current_context() == mx.cpu()
+    with mx.cpu(0) as ctx:
+        assert mx.current_context() is ctx
+        assert float(nd.ones((2,), ctx=ctx).sum().asscalar()) == 2.0
+    assert mx.context.num_gpus() == 0
+
+
+def test_bulk_is_accepted_and_every_op_still_runs() -> None:
+    from tests.helpers import record_pushes
+
+    with record_pushes() as rec, mx.engine.bulk(10):
+        x = nd.ones((3,))
+        for _ in range(4):
+            x += 1
+    assert float(x.asnumpy()[0]) == 5.0 and rec.names.count("_plus_scalar") == 4
+    assert mx.engine.set_bulk_size(5) == 0 and mx.engine.set_bulk_size(0) == 5

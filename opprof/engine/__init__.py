@@ -5,7 +5,7 @@ It knows nothing of NDArrays or the profiler: the layers above push ops, put wha
 """
 
 from .core import Engine
-from .current import bind_thread, get_engine, make_engine, set_engine
+from .current import bind_thread, bulk, get_engine, make_engine, set_bulk_size, set_engine
 from .naive import NaiveEngine
 from .observer import EngineObserver, Observers
 from .opr import INTERNAL, EngineError, MXNetError, Opr, Var, as_mxnet_error
@@ -28,8 +28,10 @@ __all__ = [
     "Var",
     "as_mxnet_error",
     "bind_thread",
+    "bulk",
     "current_invocation",
     "get_engine",
     "make_engine",
+    "set_bulk_size",
     "set_engine",
 ]

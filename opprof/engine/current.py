@@ -16,6 +16,8 @@ from __future__ import annotations
 import atexit
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from . import interrupts
 from .core import Engine
@@ -23,7 +25,7 @@ from .naive import NaiveEngine
 from .state import thread_state
 from .threaded import ThreadedEngine
 
-__all__ = ["bind_thread", "get_engine", "make_engine", "set_engine"]
+__all__ = ["bind_thread", "bulk", "get_engine", "make_engine", "set_bulk_size", "set_engine"]
 
 
 class _Binding(threading.local):
@@ -112,6 +114,30 @@ def _shutdown_at_exit() -> None:
 
 
 atexit.register(_shutdown_at_exit)
+
+
+_bulk_size = 0
+
+
+def set_bulk_size(size: int) -> int:
+    """MXNet's hint to run up to ``size`` ops as one engine op; returns the previous size.
+
+    opprof does not bulk: every op stays its own op (and its own span in a profile). The size is
+    kept, so code that sets and restores it works unchanged.
+    """
+    global _bulk_size
+    prev, _bulk_size = _bulk_size, int(size)
+    return prev
+
+
+@contextmanager
+def bulk(size: int) -> Iterator[None]:
+    """``with mx.engine.bulk(size):`` (see :func:`set_bulk_size`)."""
+    prev = set_bulk_size(size)
+    try:
+        yield
+    finally:
+        set_bulk_size(prev)
 
 
 def _before_fork() -> None:

@@ -23,6 +23,18 @@ class Context:
     def __hash__(self) -> int:
         return hash((self.device_type, self.device_id))
 
+    # ``with mx.cpu():`` makes it the default context inside the block, as in MXNet; with the CPU
+    # the only context there is, that changes nothing else.
+    def __enter__(self) -> Context:
+        _stack.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _stack.pop()
+
+
+_stack: list[Context] = []
+
 
 def cpu(device_id: int = 0) -> Context:
     return Context("cpu", device_id)
@@ -33,4 +45,10 @@ def gpu(device_id: int = 0) -> Context:
 
 
 def current_context() -> Context:
-    return cpu()
+    """The innermost ``with ctx:`` context, else ``cpu(0)``."""
+    return _stack[-1] if _stack else cpu()
+
+
+def num_gpus() -> int:
+    """GPUs opprof can use: none (``mx.context.num_gpus``)."""
+    return 0
