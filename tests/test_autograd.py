@@ -315,6 +315,66 @@ GRAD_CASES: list[GradCase] = [
     GradCase("copy", "_copy", lambda x: x.copy(), [normal(S)]),
     GradCase("astype", "_copy", lambda x: x.astype(np.float64), [normal(S)]),
     GradCase("copyto", "_copyto", lambda x: x.copyto(mx.nd.zeros(x.shape, dtype=np.float64)), [normal(S)]),
+    # rounding (a zero gradient, recorded as in MXNet), square, clip
+    *(
+        GradCase(op, op, lambda x, op=op: getattr(x, op)(), [normal(S)])
+        for op in ("floor", "ceil", "round", "rint", "trunc", "fix")
+    ),
+    GradCase("square", "square", lambda x: mx.nd.square(x), [normal(S)]),
+    GradCase("clip", "clip", lambda x: x.clip(-1.0, 1.0), [even_grid(S)]),
+    # max, min, norm
+    *(
+        GradCase(
+            f"{op} axis={axis} keepdims={kd}",
+            op,
+            lambda x, op=op, axis=axis, kd=kd: getattr(mx.nd, op)(x, axis, kd),
+            [normal((2, 3, 4))],
+        )
+        for op in ("max", "min")
+        for axis in (None, 1, (0, 2))
+        for kd in (False, True)
+    ),
+    GradCase("norm", "norm", lambda x: mx.nd.norm(x), [signed(S)]),
+    GradCase("norm ord=1 axis=1", "norm", lambda x: x.norm(ord=1, axis=1), [signed(S)]),
+    GradCase("norm axis=(0, 2) keepdims", "norm", lambda x: mx.nd.norm(x, axis=(0, 2), keepdims=True), [signed((2, 3, 4))]),
+    # shape ops that copy
+    GradCase("expand_dims", "expand_dims", lambda x: x.expand_dims(1), [normal(S)]),
+    GradCase("expand_dims inplace", "expand_dims", lambda x: x.expand_dims(-1, inplace=True), [normal(S)]),
+    GradCase("flatten", "Flatten", lambda x: x.flatten(), [normal((2, 3, 2))]),
+    GradCase("squeeze", "squeeze", lambda x: mx.nd.squeeze(x, axis=2), [normal((3, 2, 1))]),
+    GradCase("reshape_like", "reshape_like", lambda x: mx.nd.reshape_like(x, mx.nd.zeros((2, 6))), [normal(S)]),
+    GradCase("broadcast_to", "broadcast_to", lambda x: x.broadcast_to((3, 0, 4)), [normal((1, 2, 1))]),
+    GradCase("broadcast_like", "broadcast_like", lambda x: x.broadcast_like(mx.nd.zeros((3, 4))), [normal((3, 1))]),
+    GradCase("flip", "reverse", lambda x: mx.nd.flip(x, axis=1), [normal(S)]),
+    GradCase("swapaxes", "SwapAxis", lambda x: x.swapaxes(0, 2), [normal((2, 3, 4))]),
+    GradCase("take", "take", lambda x: mx.nd.take(x, mx.nd.array([2, 0, 2])), [normal(S)]),
+    GradCase("take axis=1 wrap", "take", lambda x: x.take(mx.nd.array([[5, -1]]), axis=1, mode="wrap"), [normal(S)]),
+    # joining and splitting
+    GradCase("concat", "Concat", lambda x, y: mx.nd.concat(x, y, x, dim=0), [normal(S, 1), normal((1, 4), 2)]),
+    GradCase("stack", "stack", lambda x, y: mx.nd.stack(x, y, axis=1), [normal(S, 1), normal(S, 2)]),
+    GradCase("split", "SliceChannel", lambda x: (lambda a, b, c: a * 2 + b * c)(*mx.nd.split(x, 3, axis=0)), [normal(S)]),
+    GradCase("split squeeze", "SliceChannel", lambda x: x.split(4, axis=1, squeeze_axis=True)[2], [normal(S)]),
+    # sorting
+    GradCase("topk value", "topk", lambda x: mx.nd.topk(x, k=2, ret_typ="value"), [normal(S)]),
+    GradCase("topk axis=None ascend", "topk", lambda x: x.topk(axis=None, k=5, ret_typ="value", is_ascend=True), [normal(S)]),
+    GradCase("sort", "sort", lambda x: mx.nd.sort(x, axis=0), [normal(S)]),
+    GradCase("sort axis=None descending", "sort", lambda x: x.sort(axis=None, is_ascend=False), [normal(S)]),
+    # softmax family
+    GradCase("softmax", "softmax", lambda x: mx.nd.softmax(x), [normal(S)]),
+    GradCase("softmax axis=0 temperature", "softmax", lambda x: x.softmax(axis=0, temperature=2.0), [normal(S)]),
+    GradCase("log_softmax", "log_softmax", lambda x: mx.nd.log_softmax(x, temperature=0.5), [normal(S)]),
+    GradCase("softmin", "softmin", lambda x: mx.nd.softmin(x, axis=0), [normal(S)]),
+    # dropout: the same seed for every call (so finite differences see one mask), or p=0 (the identity)
+    GradCase("Dropout", "Dropout", lambda x: (mx.random.seed(7), mx.nd.Dropout(x, p=0.4, mode="always"))[1], [normal(S)]),
+    GradCase("Dropout axes", "Dropout", lambda x: (mx.random.seed(7), mx.nd.Dropout(x, 0.5, "always", (0,)))[1], [normal(S)]),
+    GradCase("Dropout p=0", "Dropout", lambda x: mx.nd.Dropout(x, p=0.0), [normal(S)]),
+    # contrib
+    GradCase(
+        "index_copy",
+        "_contrib_index_copy",
+        lambda x, y: mx.nd.contrib.index_copy(x, mx.nd.array([2, 0]), y),
+        [normal(S, 1), normal((2, 4), 2)],
+    ),
 ]
 
 
@@ -364,6 +424,7 @@ def test_gradient_matches_finite_differences(case: GradCase) -> None:
 
 def test_every_differentiable_operator_is_checked() -> None:
     differentiable = {name for name, op in registry.OPS.items() if op.backward is not None}
+    differentiable |= {name for name, mop in registry.MULTI_OPS.items() if mop.backward is not None}
     checked = {c.op for c in GRAD_CASES}
     assert differentiable - checked == set()
 

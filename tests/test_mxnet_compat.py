@@ -477,3 +477,35 @@ def test_bulk_is_accepted_and_every_op_still_runs() -> None:
             x += 1
     assert float(x.asnumpy()[0]) == 5.0 and rec.names.count("_plus_scalar") == 4
     assert mx.engine.set_bulk_size(5) == 0 and mx.engine.set_bulk_size(0) == 5
+
+
+# ---------------------------------------------------------------------------- contrib
+def test_contrib_isnan_isinf_isfinite() -> None:
+    a = np.array([[np.inf, -np.inf, 1.0], [np.nan, 5.0, 0.0]])
+    d = nd.array(a)
+    np.testing.assert_array_equal(nd.contrib.isnan(d).asnumpy(), np.isnan(a))
+    np.testing.assert_array_equal(nd.contrib.isinf(d).asnumpy(), np.isinf(a))
+    np.testing.assert_array_equal(nd.contrib.isfinite(d).asnumpy(), np.isfinite(a))
+
+
+def test_contrib_index_copy_and_its_gradients() -> None:
+    x = nd.zeros((5, 3))
+    t = nd.array([[1, 2, 3], [4, 5, 6], [7, 8, 9]])
+    index = nd.array([0, 4, 2], dtype=np.int64)
+    x.attach_grad()
+    t.attach_grad()
+    with mx.autograd.record():
+        out = nd.contrib.index_copy(x, index, t)
+    out.backward()
+    np.testing.assert_array_equal(out.asnumpy(), [[1, 2, 3], [0, 0, 0], [7, 8, 9], [0, 0, 0], [4, 5, 6]])
+    np.testing.assert_array_equal(x.grad.asnumpy(), [[0, 0, 0], [1, 1, 1], [0, 0, 0], [1, 1, 1], [0, 0, 0]])
+    np.testing.assert_array_equal(t.grad.asnumpy(), np.ones((3, 3)))
+    with pytest.raises(OperatorError, match="index_copy"):
+        nd.contrib.index_copy(x, index, nd.ones((2, 3)))
+
+
+def test_contrib_allclose_is_numpys() -> None:
+    a = nd.array([1.0, 2.0])
+    assert nd.contrib.allclose(a, a * (1 + 1e-7)).asnumpy().tolist() == [1.0]
+    assert nd.contrib.allclose(a, a + 1, atol=0.5).asnumpy().tolist() == [0.0]
+    assert nd.contrib.allclose(a, a + 1, atol=1.5).shape == (1,)

@@ -6,7 +6,7 @@ Layers inside, from the bottom: :mod:`.ops` (what each named operator computes, 
 :mod:`.random`.
 """
 
-from . import base, context, random, runtime, util
+from . import base, context, contrib, random, runtime, util
 from .ndarray import *  # noqa: F403 - the mx.nd namespace is ndarray's public names
 from .ndarray import __all__ as _ndarray_all
 from .operator import Custom
@@ -22,6 +22,7 @@ __all__ = [
     "Custom",
     "base",
     "context",
+    "contrib",
     "load",
     "load_frombuffer",
     "normal",

@@ -8,6 +8,7 @@ operator names (``_plus_scalar``, ``elemwise_add``, ``broadcast_mul``...), so tr
 
 from __future__ import annotations
 
+import builtins
 import numbers
 from collections.abc import Sequence
 from functools import partial
@@ -17,6 +18,7 @@ import numpy as np
 
 from ..engine import Var, get_engine
 from . import ops as _ops
+from . import seeds
 from . import tape as _tape
 from .context import Context, cpu
 from .ops import OperatorError
@@ -65,6 +67,50 @@ __all__ = [
     "sigmoid",
     "relu",
     "negative",
+    "floor",
+    "ceil",
+    "round",
+    "rint",
+    "trunc",
+    "fix",
+    "square",
+    "clip",
+    "max",
+    "min",
+    "norm",
+    "argmax",
+    "argmin",
+    "expand_dims",
+    "flatten",
+    "Flatten",
+    "squeeze",
+    "broadcast_to",
+    "broadcast_like",
+    "reshape_like",
+    "flip",
+    "reverse",
+    "moveaxis",
+    "swapaxes",
+    "SwapAxis",
+    "take",
+    "split",
+    "SliceChannel",
+    "concat",
+    "Concat",
+    "concatenate",
+    "stack",
+    "one_hot",
+    "onehot_encode",
+    "eye",
+    "linspace",
+    "from_numpy",
+    "topk",
+    "sort",
+    "argsort",
+    "softmax",
+    "log_softmax",
+    "softmin",
+    "Dropout",
 ]
 
 #: The builtin ``slice``, under the name MXNet's ndarray module keeps it by (its tests import it).
@@ -176,14 +222,14 @@ class NDArray:
 
     # ------------------------------------------------------------------ copies, views, grads
     def copy(self) -> NDArray:
-        return _invoke(_COPY, (self,), {})
+        return invoke(_COPY, (self,), {})
 
     def copyto(self, other: NDArray | Context) -> NDArray:
         if isinstance(other, Context):
             return self.copy()
         if other.shape != self.shape:
             raise OperatorError(f"copyto: shape {self.shape} does not match target shape {other.shape}")
-        return _invoke(_COPYTO, (self,), {}, out=other)
+        return invoke(_COPYTO, (self,), {}, out=other)
 
     def as_in_context(self, ctx: Context) -> NDArray:
         return self
@@ -193,7 +239,7 @@ class NDArray:
         if dt == self._data.dtype and not copy:
             return self
         out = NDArray(np.empty(self.shape, dt))
-        return _invoke(_COPY, (self,), {}, out=out, allow_new_dtype=True)
+        return invoke(_COPY, (self,), {}, out=out, allow_new_dtype=True)
 
     def detach(self) -> NDArray:
         """The same data and var, cut out of the autograd graph."""
@@ -212,9 +258,9 @@ class NDArray:
     def _accumulate_grad(self, g: NDArray) -> None:
         assert self._grad is not None
         if self._grad_req == "add":
-            _invoke(_ELEMWISE_ADD, (self._grad, g), {}, out=self._grad)
+            invoke(_ELEMWISE_ADD, (self._grad, g), {}, out=self._grad)
         else:
-            _invoke(_COPYTO, (g,), {}, out=self._grad)
+            invoke(_COPYTO, (g,), {}, out=self._grad)
 
     # ------------------------------------------------------------------ indexing
     def __getitem__(self, key: Any) -> NDArray:
@@ -222,7 +268,7 @@ class NDArray:
         if key == (slice(None),) or key == ():
             return self
         if _tape.is_recording() and _tape.requires_grad(self):
-            return _invoke(_SLICE, (self,), {"key": key})
+            return invoke(_SLICE, (self,), {"key": key})
         return self._view(key)
 
     def _view(self, key: tuple[Any, ...]) -> NDArray:
@@ -254,7 +300,7 @@ class NDArray:
                 return  # x[:] = x (what `dst[:] += src` ends with): nothing to copy
             self._assign(target, value, full)
         elif isinstance(value, _SCALAR_TYPES):
-            _invoke(_SET_VALUE if full else _SLICE_ASSIGN_SCALAR, (), {"value": value}, out=target, check_shape=False)
+            invoke(_SET_VALUE if full else _SLICE_ASSIGN_SCALAR, (), {"value": value}, out=target, check_shape=False)
         else:
             self.__setitem__(key, array(np.asarray(value), dtype=self._data.dtype))
 
@@ -265,7 +311,7 @@ class NDArray:
                 np.broadcast_shapes(value.shape, target.shape)
             except ValueError:
                 raise OperatorError(f"cannot assign an array of shape {value.shape} to a slice of shape {target.shape}") from None
-        _invoke(_COPYTO if full else _SLICE_ASSIGN, (value,), {}, out=target, check_shape=False)
+        invoke(_COPYTO if full else _SLICE_ASSIGN, (value,), {}, out=target, check_shape=False)
 
     # ------------------------------------------------------------------ arithmetic
     def __add__(self, other: Any) -> NDArray:
@@ -311,13 +357,13 @@ class NDArray:
         return _arith(self, other, "div", "_div_scalar", "_rdiv_scalar", out=self)
 
     def __neg__(self) -> NDArray:
-        return _invoke(_ops.OPS["negative"], (self,), {})
+        return invoke(_ops.OPS["negative"], (self,), {})
 
     def __pos__(self) -> NDArray:
         return self
 
     def __abs__(self) -> NDArray:
-        return _invoke(_ops.OPS["abs"], (self,), {})
+        return invoke(_ops.OPS["abs"], (self,), {})
 
     # Comparisons are element-wise operators, as in MXNet (``x == y`` is an array of 0s and 1s):
     # an NDArray is hashed by identity, so it still works as a dict key or in a set.
@@ -385,9 +431,112 @@ class NDArray:
     def relu(self) -> NDArray:
         return relu(self)
 
+    def floor(self) -> NDArray:
+        return floor(self)
+
+    def ceil(self) -> NDArray:
+        return ceil(self)
+
+    def round(self) -> NDArray:
+        return round(self)
+
+    def rint(self) -> NDArray:
+        return rint(self)
+
+    def trunc(self) -> NDArray:
+        return trunc(self)
+
+    def fix(self) -> NDArray:
+        return fix(self)
+
+    def square(self) -> NDArray:
+        return square(self)
+
+    def clip(self, a_min: float, a_max: float) -> NDArray:
+        return clip(self, a_min, a_max)
+
+    def max(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> NDArray:
+        return max(self, axis=axis, keepdims=keepdims)
+
+    def min(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> NDArray:
+        return min(self, axis=axis, keepdims=keepdims)
+
+    def norm(self, ord: int = 2, axis: int | Sequence[int] | None = None, keepdims: bool = False, **kwargs: Any) -> NDArray:
+        return norm(self, ord=ord, axis=axis, keepdims=keepdims, **kwargs)
+
+    def argmax(self, axis: int | None = None, keepdims: bool = False) -> NDArray:
+        return argmax(self, axis=axis, keepdims=keepdims)
+
+    def argmin(self, axis: int | None = None, keepdims: bool = False) -> NDArray:
+        return argmin(self, axis=axis, keepdims=keepdims)
+
+    # Shape changes. ``inplace=True`` gives a view on the same buffer and var (MXNet's reshape view):
+    # writes to either show in the other. While recording it is the copying op, so gradients flow.
+    def _reshaped(self, name: str, rule: Any, attrs: dict[str, Any], inplace: bool) -> NDArray:
+        if inplace and not (_tape.is_recording() and _tape.requires_grad(self)):
+            shape = rule(name, self.shape, attrs)
+            view = self._data.view()
+            try:
+                view.shape = shape
+            except AttributeError:  # a strided view that cannot be reshaped without copying
+                raise OperatorError(f"{name}: inplace=True needs a contiguous array, this {self.shape} view is not") from None
+            return NDArray(view, self._var)
+        return invoke(_ops.OPS[name], (self,), attrs)
+
+    def expand_dims(self, axis: int, inplace: bool = False) -> NDArray:
+        return self._reshaped("expand_dims", _ops.expand_dims_shape, {"axis": int(axis)}, inplace)
+
+    def flatten(self, inplace: bool = False) -> NDArray:
+        return self._reshaped("Flatten", _ops.flatten_shape, {}, inplace)
+
+    def squeeze(self, axis: int | Sequence[int] | None = None, inplace: bool = False) -> NDArray:
+        return self._reshaped("squeeze", _ops.squeeze_shape, {"axis": _axis(axis)}, inplace)
+
+    def broadcast_to(self, shape: Any) -> NDArray:
+        return broadcast_to(self, shape)
+
+    def broadcast_like(self, other: NDArray, lhs_axes: Any = None, rhs_axes: Any = None) -> NDArray:
+        return broadcast_like(self, other, lhs_axes, rhs_axes)
+
+    def reshape_like(self, other: NDArray) -> NDArray:
+        return reshape_like(self, other)
+
+    def flip(self, axis: int | Sequence[int]) -> NDArray:
+        return flip(self, axis)
+
+    def swapaxes(self, dim1: int = 0, dim2: int = 0) -> NDArray:
+        return swapaxes(self, dim1, dim2)
+
+    def take(self, indices: Any, axis: int = 0, mode: str = "clip") -> NDArray:
+        return take(self, indices, axis, mode)
+
+    def split(self, num_outputs: int, axis: int = 1, squeeze_axis: bool = False) -> Any:
+        return split(self, num_outputs, axis, squeeze_axis)
+
+    def one_hot(self, depth: int, on_value: float = 1.0, off_value: float = 0.0, dtype: Any = "float32") -> NDArray:
+        return one_hot(self, depth, on_value, off_value, dtype)
+
+    def topk(
+        self, axis: int | None = -1, k: int = 1, ret_typ: str = "indices", is_ascend: bool = False, dtype: Any = "float32"
+    ) -> Any:
+        return topk(self, axis, k, ret_typ, is_ascend, dtype)
+
+    def sort(self, axis: int | None = -1, is_ascend: bool = True) -> NDArray:
+        return sort(self, axis, is_ascend)
+
+    def argsort(self, axis: int | None = -1, is_ascend: bool = True, dtype: Any = "float32") -> NDArray:
+        return argsort(self, axis, is_ascend, dtype)
+
+    def softmax(self, axis: int = -1, temperature: float | None = None, dtype: Any = None) -> NDArray:
+        return softmax(self, axis, temperature, dtype)
+
+    def log_softmax(self, axis: int = -1, temperature: float | None = None, dtype: Any = None) -> NDArray:
+        return log_softmax(self, axis, temperature, dtype)
+
+
 
 # ---------------------------------------------------------------------------- op invocation
-def _invoke(
+def invoke(
     op: _ops.OpDef,
     inputs: Sequence[NDArray],
     attrs: dict[str, Any],
@@ -439,6 +588,40 @@ def _push_backward(
     return grads
 
 
+def invoke_multi(op: _ops.MultiOpDef, inputs: Sequence[NDArray], attrs: dict[str, Any]) -> list[NDArray]:
+    """Push ``op`` once, writing every one of its outputs (and record one node with all of them)."""
+    datas = [x._data for x in inputs]
+    specs = op.infer(op.name, [d.shape for d in datas], [d.dtype for d in datas], attrs)
+    outs = [NDArray(np.empty(shape, dtype)) for shape, dtype in specs]
+    out_datas = [o._data for o in outs]
+    get_engine().push(partial(op.forward, datas, out_datas, attrs), [x._var for x in inputs], [o._var for o in outs], op.name)
+    if _tape.state.recording and op.backward is not None and inputs:
+        _tape.record_node(op.name, inputs, outs, partial(_push_multi_backward, op, tuple(inputs), tuple(outs), attrs))
+    return outs
+
+
+def _push_multi_backward(
+    op: _ops.MultiOpDef, inputs: tuple[NDArray, ...], outs: tuple[NDArray, ...], attrs: dict[str, Any], ograds: list[NDArray]
+) -> list[NDArray | None]:
+    """Push ``_backward_<op>`` of a multi-output op: one engine op reading every output's gradient."""
+    grads = [NDArray(np.empty(x.shape, x._data.dtype)) if _tape.requires_grad(x) else None for x in inputs]
+    in_datas = [x._data for x in inputs]
+    out_datas = [o._data for o in outs]
+    g_datas = [g._data for g in ograds]
+    bufs = [gr._data if gr is not None else None for gr in grads]
+    backward = op.backward
+    assert backward is not None
+
+    def run() -> None:
+        for buf, res in zip(bufs, backward(in_datas, out_datas, g_datas, attrs), strict=True):
+            if buf is not None and res is not None:
+                np.copyto(buf, res, casting="unsafe")
+
+    reads = [x._var for x in inputs] + [o._var for o in outs] + [g._var for g in ograds]
+    get_engine().push(run, reads, [gr._var for gr in grads if gr is not None], "_backward_" + op.name.lstrip("_"))
+    return grads
+
+
 def _push_assign_backward(key: tuple[Any, ...], value: NDArray, ograds: list[NDArray]) -> list[NDArray | None]:
     """The gradient of ``x[key] = value`` for ``value``: x's gradient at the slice, summed to value's shape."""
     g = ograds[0]
@@ -486,26 +669,26 @@ def _arith(
 ) -> NDArray:
     if _as_scalar(other):
         op = _ops.OPS[rscalar_op if reflected else scalar_op]
-        return _invoke(op, (x,), {"scalar": other}, out=out)
+        return invoke(op, (x,), {"scalar": other}, out=out)
     if isinstance(other, np.ndarray):
         other = array(other, dtype=other.dtype)
     if not isinstance(other, NDArray):
         return NotImplemented
     a, b = (other, x) if reflected else (x, other)
     name = _ELEMWISE_NAMES[stem] if a.shape == b.shape else "broadcast_" + stem
-    return _invoke(_ops.OPS[name], (a, b), {}, out=out)
+    return invoke(_ops.OPS[name], (a, b), {}, out=out)
 
 
 def _compare(x: NDArray, other: Any, op: str, swapped: str) -> Any:
     """``x <op> other`` as an operator push; ``swapped`` is the same test with the sides exchanged."""
     if _as_scalar(other):
-        return _invoke(_ops.OPS[f"_{op}_scalar"], (x,), {"scalar": other})
+        return invoke(_ops.OPS[f"_{op}_scalar"], (x,), {"scalar": other})
     if isinstance(other, np.ndarray):
         other = array(other, dtype=other.dtype)
     if not isinstance(other, NDArray):
         return NotImplemented
     name = f"_{op}" if x.shape == other.shape else f"broadcast_{op}"
-    return _invoke(_ops.OPS[name], (x, other), {})
+    return invoke(_ops.OPS[name], (x, other), {})
 
 
 def _comparison_fn(op: str, swapped: str) -> Any:
@@ -608,7 +791,7 @@ def create(name: str, shape: Any, dtype: Any, out: NDArray | None = None, **attr
         if dtype is None:
             dtype = out._data.dtype
     attrs.update(shape=_shape(shape), dtype=_dtype(dtype))
-    return _invoke(op, (), attrs, out=out, allow_new_dtype=True)
+    return invoke(op, (), attrs, out=out, allow_new_dtype=True)
 
 
 def array(source: Any, ctx: Context | None = None, dtype: Any = None) -> NDArray:
@@ -653,7 +836,7 @@ def arange(
     if repeat != 1:
         base = arange(start, stop, step, dtype=dtype).asnumpy()
         return array(np.repeat(base, repeat), dtype=_dtype(dtype))
-    n = max(0, int(np.ceil((stop - start) / step)))
+    n = builtins.max(0, int(np.ceil((stop - start) / step)))
     return create("_arange", n, dtype, start=start, stop=stop, step=step)
 
 
@@ -675,14 +858,14 @@ def _unary_fn(name: str) -> Any:
     op = _ops.OPS[name]
 
     def fn(data: NDArray, out: NDArray | None = None) -> NDArray:
-        return _invoke(op, (_check_nd(name, data),), {}, out=out)
+        return invoke(op, (check_nd(name, data),), {}, out=out)
 
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = f"Elementwise ``{name}``: one engine push named ``{name}``."
     return fn
 
 
-def _check_nd(name: str, x: Any) -> NDArray:
+def check_nd(name: str, x: Any) -> NDArray:
     if not isinstance(x, NDArray):
         raise TypeError(f"{name}: expected an NDArray, got {type(x).__name__}")
     return x
@@ -700,18 +883,18 @@ negative = _unary_fn("negative")
 
 def dot(lhs: NDArray, rhs: NDArray, transpose_a: bool = False, transpose_b: bool = False, out: NDArray | None = None) -> NDArray:
     attrs = {"transpose_a": bool(transpose_a), "transpose_b": bool(transpose_b)}
-    return _invoke(_ops.OPS["dot"], (_check_nd("dot", lhs), _check_nd("dot", rhs)), attrs, out=out)
+    return invoke(_ops.OPS["dot"], (check_nd("dot", lhs), check_nd("dot", rhs)), attrs, out=out)
 
 
 def transpose(data: NDArray, axes: Sequence[int] | None = None) -> NDArray:
     attrs = {"axes": None if axes is None or len(axes) == 0 else tuple(int(a) for a in axes)}
-    return _invoke(_ops.OPS["transpose"], (_check_nd("transpose", data),), attrs)
+    return invoke(_ops.OPS["transpose"], (check_nd("transpose", data),), attrs)
 
 
 def reshape(data: NDArray, shape: Sequence[int], reverse: bool = False, out: NDArray | None = None) -> NDArray:
     """MXNet's ``Reshape``, with its codes (0, -1, -2, -3, -4) and ``reverse``; copies the data."""
     attrs = {"shape": tuple(int(n) for n in shape), "reverse": bool(reverse)}
-    return _invoke(_ops.OPS["Reshape"], (_check_nd("Reshape", data),), attrs, out=out)
+    return invoke(_ops.OPS["Reshape"], (check_nd("Reshape", data),), attrs, out=out)
 
 
 def Reshape(
@@ -723,15 +906,15 @@ def Reshape(
 
 def Activation(data: NDArray, act_type: str, out: NDArray | None = None, **kwargs: Any) -> NDArray:
     """``relu``, ``sigmoid``, ``tanh``, ``softrelu`` or ``softsign`` (MXNet's ``Activation`` operator)."""
-    return _invoke(_ops.OPS["Activation"], (_check_nd("Activation", data),), {"act_type": act_type}, out=out)
+    return invoke(_ops.OPS["Activation"], (check_nd("Activation", data),), {"act_type": act_type}, out=out)
 
 
 def sum(data: NDArray, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> NDArray:
-    return _invoke(_ops.OPS["sum"], (_check_nd("sum", data),), {"axis": _axis(axis), "keepdims": bool(keepdims)})
+    return invoke(_ops.OPS["sum"], (check_nd("sum", data),), {"axis": _axis(axis), "keepdims": bool(keepdims)})
 
 
 def mean(data: NDArray, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> NDArray:
-    return _invoke(_ops.OPS["mean"], (_check_nd("mean", data),), {"axis": _axis(axis), "keepdims": bool(keepdims)})
+    return invoke(_ops.OPS["mean"], (check_nd("mean", data),), {"axis": _axis(axis), "keepdims": bool(keepdims)})
 
 
 def _axis(axis: Any) -> int | tuple[int, ...] | None:
@@ -746,18 +929,18 @@ def _axis(axis: Any) -> int | tuple[int, ...] | None:
 def add_n(*args: NDArray, out: NDArray | None = None) -> NDArray:
     if not args:
         raise OperatorError("add_n: needs at least one array")
-    return _invoke(_ops.OPS["add_n"], tuple(_check_nd("add_n", a) for a in args), {}, out=out)
+    return invoke(_ops.OPS["add_n"], tuple(check_nd("add_n", a) for a in args), {}, out=out)
 
 
 def _binary_fn(stem: str) -> Any:
     def fn(lhs: Any, rhs: Any) -> NDArray:
         if isinstance(lhs, NDArray) and isinstance(rhs, NDArray):
             name = _ELEMWISE_NAMES[stem] if lhs.shape == rhs.shape else "broadcast_" + stem
-            return _invoke(_ops.OPS[name], (lhs, rhs), {})
+            return invoke(_ops.OPS[name], (lhs, rhs), {})
         if isinstance(lhs, NDArray) and _as_scalar(rhs):
-            return _invoke(_ops.OPS[f"_{stem}_scalar"], (lhs,), {"scalar": rhs})
+            return invoke(_ops.OPS[f"_{stem}_scalar"], (lhs,), {"scalar": rhs})
         if isinstance(rhs, NDArray) and _as_scalar(lhs):
-            return _invoke(_ops.OPS[f"_{stem}_scalar"], (rhs,), {"scalar": lhs})
+            return invoke(_ops.OPS[f"_{stem}_scalar"], (rhs,), {"scalar": lhs})
         raise TypeError(f"{stem}: expected NDArrays or scalars, got {type(lhs).__name__} and {type(rhs).__name__}")
 
     fn.__name__ = fn.__qualname__ = stem
@@ -773,7 +956,7 @@ def _named_binary(name: str) -> Any:
     op = _ops.OPS[name]
 
     def fn(lhs: NDArray, rhs: NDArray, out: NDArray | None = None, **kwargs: Any) -> NDArray:
-        return _invoke(op, (_check_nd(name, lhs), _check_nd(name, rhs)), {}, out=out)
+        return invoke(op, (check_nd(name, lhs), check_nd(name, rhs)), {}, out=out)
 
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = f"``{name}`` of two NDArrays: one engine push named ``{name}``."
@@ -781,6 +964,337 @@ def _named_binary(name: str) -> Any:
 
 
 globals().update({name: _named_binary(name) for name in _BINARY_NAMES_PUBLIC})
+
+
+# ---------------------------------------------------------------------------- rounding, clipping, reductions
+floor = _unary_fn("floor")
+ceil = _unary_fn("ceil")
+round = _unary_fn("round")
+round.__doc__ = "Elementwise rounding with halves away from zero (C's ``round``, MXNet's ``round``; ``rint`` rounds to even)."
+rint = _unary_fn("rint")
+trunc = _unary_fn("trunc")
+fix = _unary_fn("fix")
+square = _unary_fn("square")
+
+
+def clip(data: NDArray, a_min: float, a_max: float, out: NDArray | None = None) -> NDArray:
+    """Values limited to ``[a_min, a_max]``; the gradient passes only where the value was inside."""
+    return invoke(_ops.OPS["clip"], (check_nd("clip", data),), {"a_min": a_min, "a_max": a_max}, out=out)
+
+
+def max(data: NDArray, axis: int | Sequence[int] | None = None, keepdims: bool = False, out: NDArray | None = None) -> NDArray:
+    """The largest value over ``axis`` (all axes by default; a scalar result has shape (1,), as in MXNet)."""
+    return invoke(_ops.OPS["max"], (check_nd("max", data),), {"axis": _axis(axis), "keepdims": bool(keepdims)}, out=out)
+
+
+def min(data: NDArray, axis: int | Sequence[int] | None = None, keepdims: bool = False, out: NDArray | None = None) -> NDArray:
+    """The smallest value over ``axis`` (all axes by default; a scalar result has shape (1,), as in MXNet)."""
+    return invoke(_ops.OPS["min"], (check_nd("min", data),), {"axis": _axis(axis), "keepdims": bool(keepdims)}, out=out)
+
+
+def norm(
+    data: NDArray,
+    ord: int = 2,
+    axis: int | Sequence[int] | None = None,
+    out_dtype: Any = None,
+    keepdims: bool = False,
+    out: NDArray | None = None,
+) -> NDArray:
+    """The L1 (``ord=1``) or L2 norm over ``axis`` (all elements by default), accumulated in float64."""
+    dt = None if out_dtype is None else _numeric(out_dtype)
+    attrs = {"ord": ord, "axis": _axis(axis), "keepdims": bool(keepdims), "out_dtype": dt}
+    return invoke(_ops.OPS["norm"], (check_nd("norm", data),), attrs, out=out, allow_new_dtype=True)
+
+
+def argmax(data: NDArray, axis: int | None = None, keepdims: bool = False, out: NDArray | None = None) -> NDArray:
+    """Index of the largest value along ``axis`` (of the flattened array if None), in the input's dtype as in MXNet."""
+    attrs = {"axis": None if axis is None else int(axis), "keepdims": bool(keepdims)}
+    return invoke(_ops.OPS["argmax"], (check_nd("argmax", data),), attrs, out=out)
+
+
+def argmin(data: NDArray, axis: int | None = None, keepdims: bool = False, out: NDArray | None = None) -> NDArray:
+    """Index of the smallest value along ``axis`` (of the flattened array if None), in the input's dtype as in MXNet."""
+    attrs = {"axis": None if axis is None else int(axis), "keepdims": bool(keepdims)}
+    return invoke(_ops.OPS["argmin"], (check_nd("argmin", data),), attrs, out=out)
+
+
+# ---------------------------------------------------------------------------- shapes and axes
+def expand_dims(data: NDArray, axis: int, out: NDArray | None = None) -> NDArray:
+    """A copy with a new axis of size 1 at ``axis`` (``-ndim-1 <= axis <= ndim``)."""
+    return invoke(_ops.OPS["expand_dims"], (check_nd("expand_dims", data),), {"axis": int(axis)}, out=out)
+
+
+def flatten(data: NDArray, out: NDArray | None = None) -> NDArray:
+    """A 2-D copy of shape ``(d0, d1 * d2 * ...)`` (MXNet's ``Flatten``)."""
+    return invoke(_ops.OPS["Flatten"], (check_nd("Flatten", data),), {}, out=out)
+
+
+Flatten = flatten
+
+
+def squeeze(data: NDArray, axis: int | Sequence[int] | None = None, out: NDArray | None = None) -> NDArray:
+    """A copy without the size-1 axes (those of ``axis`` only, if given); all-ones shapes give (1,), as in MXNet."""
+    return invoke(_ops.OPS["squeeze"], (check_nd("squeeze", data),), {"axis": _axis(axis)}, out=out)
+
+
+def broadcast_to(data: NDArray, shape: Any, out: NDArray | None = None) -> NDArray:
+    """Size-1 axes repeated to ``shape``; a 0 in ``shape`` keeps that axis as it is (MXNet's rule)."""
+    attrs = {"shape": tuple(int(n) for n in shape)}
+    return invoke(_ops.OPS["broadcast_to"], (check_nd("broadcast_to", data),), attrs, out=out)
+
+
+def broadcast_like(
+    lhs: NDArray, rhs: NDArray, lhs_axes: Any = None, rhs_axes: Any = None, out: NDArray | None = None
+) -> NDArray:
+    """``lhs`` broadcast to ``rhs``'s shape (or only ``lhs_axes`` to the sizes of ``rhs_axes``); keeps lhs's dtype."""
+    attrs = {"lhs_axes": _axis_tuple(lhs_axes), "rhs_axes": _axis_tuple(rhs_axes)}
+    inputs = (check_nd("broadcast_like", lhs), check_nd("broadcast_like", rhs))
+    return invoke(_ops.OPS["broadcast_like"], inputs, attrs, out=out)
+
+
+def _axis_tuple(axes: Any) -> tuple[int, ...] | None:
+    return None if axes is None else (int(axes),) if isinstance(axes, numbers.Integral) else tuple(int(a) for a in axes)
+
+
+def reshape_like(lhs: NDArray, rhs: NDArray, out: NDArray | None = None) -> NDArray:
+    """``lhs``'s data in ``rhs``'s shape (the sizes must match); keeps lhs's dtype."""
+    inputs = (check_nd("reshape_like", lhs), check_nd("reshape_like", rhs))
+    return invoke(_ops.OPS["reshape_like"], inputs, {}, out=out)
+
+
+def flip(data: NDArray, axis: int | Sequence[int], out: NDArray | None = None) -> NDArray:
+    """The elements in reverse order along ``axis`` (MXNet's ``reverse``; ``flip`` is its alias)."""
+    attrs = {"axis": _axis_tuple(axis)}
+    return invoke(_ops.OPS["reverse"], (check_nd("reverse", data),), attrs, out=out)
+
+
+reverse = flip
+
+
+def swapaxes(data: NDArray, dim1: int = 0, dim2: int = 0, out: NDArray | None = None) -> NDArray:
+    """A copy with axes ``dim1`` and ``dim2`` exchanged (MXNet's ``SwapAxis``)."""
+    attrs = {"dim1": int(dim1), "dim2": int(dim2)}
+    return invoke(_ops.OPS["SwapAxis"], (check_nd("SwapAxis", data),), attrs, out=out)
+
+
+SwapAxis = swapaxes
+
+
+def moveaxis(tensor: NDArray, source: int | Sequence[int], destination: int | Sequence[int]) -> NDArray:
+    """Axes ``source`` moved to ``destination``, the others kept in order; one ``transpose`` push, as in MXNet."""
+    check_nd("moveaxis", tensor)
+    ndim = tensor.ndim
+
+    def norm_axes(axes: int | Sequence[int], what: str) -> list[int]:
+        given = [int(axes)] if isinstance(axes, (int, numbers.Integral)) else [int(a) for a in axes]
+        bad = [a for a in given if not -ndim <= a < ndim]
+        if bad:
+            raise OperatorError(f"moveaxis: {what} axis {bad[0]} is out of range for shape {tensor.shape}")
+        out = [a % ndim for a in given]
+        if len(set(out)) != len(out):
+            raise OperatorError(f"moveaxis: repeated axis in {what} {given}")
+        return out
+
+    src, dst = norm_axes(source, "source"), norm_axes(destination, "destination")
+    if len(src) != len(dst):
+        raise OperatorError(f"moveaxis: source {source} and destination {destination} must have the same number of axes")
+    order = [a for a in range(ndim) if a not in src]
+    for d, s in sorted(zip(dst, src, strict=True)):
+        order.insert(d, s)
+    return transpose(tensor, order)
+
+
+def take(a: NDArray, indices: Any, axis: int = 0, mode: str = "clip", out: NDArray | None = None) -> NDArray:
+    """Slices of ``a`` along ``axis`` at ``indices`` (cast to integers; out of range ones are clipped or wrapped)."""
+    if not isinstance(indices, NDArray):
+        indices = array(np.asarray(indices), dtype=np.asarray(indices).dtype)
+    attrs = {"axis": int(axis), "mode": mode}
+    return invoke(_ops.OPS["take"], (check_nd("take", a), indices), attrs, out=out)
+
+
+def split(data: NDArray, num_outputs: int, axis: int = 1, squeeze_axis: bool = False) -> Any:
+    """``num_outputs`` equal parts along ``axis``, all written by one ``SliceChannel`` push (a list, or one array if 1)."""
+    attrs = {"num_outputs": int(num_outputs), "axis": int(axis), "squeeze_axis": bool(squeeze_axis)}
+    outs = invoke_multi(_ops.MULTI_OPS["SliceChannel"], (check_nd("split", data),), attrs)
+    return outs[0] if len(outs) == 1 else outs
+
+
+SliceChannel = split
+
+
+def concat(*data: NDArray, dim: int = 1, out: NDArray | None = None, **kwargs: Any) -> NDArray:
+    """The arrays joined along ``dim`` (MXNet's ``Concat``; note its default axis is 1)."""
+    if not data:
+        raise OperatorError("Concat: needs at least one array")
+    inputs = tuple(check_nd("Concat", x) for x in data)
+    return invoke(_ops.OPS["Concat"], inputs, {"dim": int(dim)}, out=out)
+
+
+Concat = concat
+
+
+def concatenate(arrays: Sequence[NDArray], axis: int = 0, always_copy: bool = True) -> NDArray:
+    """MXNet's Python ``concatenate``: the arrays joined along ``axis`` (default 0), one ``Concat`` push."""
+    arrays = list(arrays)
+    if len(arrays) == 1 and not always_copy:
+        return arrays[0]
+    return concat(*arrays, dim=axis)
+
+
+def stack(*data: NDArray, axis: int = 0, out: NDArray | None = None, **kwargs: Any) -> NDArray:
+    """Arrays of one shape joined along a new axis ``axis``."""
+    if not data:
+        raise OperatorError("stack: needs at least one array")
+    return invoke(_ops.OPS["stack"], tuple(check_nd("stack", x) for x in data), {"axis": int(axis)}, out=out)
+
+
+def one_hot(
+    indices: NDArray,
+    depth: int,
+    on_value: float = 1.0,
+    off_value: float = 0.0,
+    dtype: Any = "float32",
+    out: NDArray | None = None,
+) -> NDArray:
+    """A new last axis of size ``depth``: ``on_value`` at each index, ``off_value`` elsewhere (and for indices out of range)."""
+    attrs = {"depth": int(depth), "on_value": on_value, "off_value": off_value, "dtype": _numeric(dtype)}
+    return invoke(_ops.OPS["one_hot"], (check_nd("one_hot", indices),), attrs, out=out, allow_new_dtype=True)
+
+
+def onehot_encode(indices: NDArray, out: NDArray) -> NDArray:
+    """MXNet's legacy one-hot: fills ``out`` of shape ``(n, depth)`` from ``n`` indices; returns ``out``."""
+    check_nd("onehot_encode", out)
+    if out.ndim != 2:
+        raise OperatorError(f"onehot_encode: out must be 2-D (n, depth), got shape {out.shape}")
+    return one_hot(indices, out.shape[1], dtype=out._data.dtype, out=out)
+
+
+def eye(N: int, M: int = 0, k: int = 0, ctx: Context | None = None, dtype: Any = None, **kwargs: Any) -> NDArray:
+    """An ``N x M`` array (``M=0`` means ``N``) of zeros with ones on diagonal ``k``."""
+    return create("_eye", (int(N), int(M) or int(N)), dtype, k=int(k))
+
+
+def linspace(
+    start: float,
+    stop: float,
+    num: int,
+    endpoint: bool = True,
+    ctx: Context | None = None,
+    dtype: Any = None,
+    **kwargs: Any,
+) -> NDArray:
+    """``num`` evenly spaced values from ``start`` to ``stop`` (included unless ``endpoint=False``)."""
+    return create("_linspace", int(num), dtype, start=float(start), stop=float(stop), endpoint=bool(endpoint))
+
+
+def from_numpy(ndarray: np.ndarray, zero_copy: bool = True, **kwargs: Any) -> NDArray:
+    """An NDArray on ``ndarray``'s own buffer (``zero_copy=True``, as MXNet), or on a copy.
+
+    Zero-copy needs a C-contiguous array and, as in MXNet, makes the NumPy array read-only: the
+    NDArray owns the buffer now (its writes show in the NumPy array, which must not be written).
+    """
+    if not isinstance(ndarray, np.ndarray):
+        raise TypeError(f"from_numpy: expected a numpy.ndarray, got {type(ndarray).__name__}")
+    _numeric(ndarray.dtype)
+    if not zero_copy:
+        return array(ndarray, dtype=ndarray.dtype)
+    if not ndarray.flags["C_CONTIGUOUS"]:
+        raise ValueError("from_numpy: zero_copy needs a C-contiguous array; pass zero_copy=False or np.ascontiguousarray(...)")
+    if not ndarray.flags.writeable:
+        # Already handed over by an earlier from_numpy (MXNet shares it again): a writable view
+        # needs the flag back for a moment, which NumPy allows only if the memory is writable.
+        try:
+            ndarray.flags.writeable = True
+        except ValueError:
+            raise ValueError("from_numpy: zero_copy needs writable memory; pass zero_copy=False for a copy") from None
+    view = ndarray.view()  # stays writable after the source is made read-only below
+    ndarray.flags.writeable = False
+    return NDArray(view)
+
+
+# ---------------------------------------------------------------------------- sorting
+def topk(
+    data: NDArray,
+    axis: int | None = -1,
+    k: int = 1,
+    ret_typ: str = "indices",
+    is_ascend: bool = False,
+    dtype: Any = "float32",
+) -> Any:
+    """The ``k`` largest (smallest with ``is_ascend``) along ``axis`` (of the flattened array if None).
+
+    ``ret_typ`` is ``"indices"`` (in ``dtype``, float32 by default as in MXNet), ``"value"``,
+    ``"mask"`` (1 where selected) or ``"both"``: ``[values, indices]``, pushed as two ``topk`` ops.
+    """
+    check_nd("topk", data)
+    attrs = {"axis": None if axis is None else int(axis), "k": int(k), "is_ascend": bool(is_ascend), "dtype": _numeric(dtype)}
+    if ret_typ == "both":
+        return [
+            invoke(_ops.OPS["topk"], (data,), {**attrs, "ret_typ": "value"}),
+            invoke(_ops.OPS["topk"], (data,), {**attrs, "ret_typ": "indices"}),
+        ]
+    return invoke(_ops.OPS["topk"], (data,), {**attrs, "ret_typ": ret_typ})
+
+
+def sort(data: NDArray, axis: int | None = -1, is_ascend: bool = True, out: NDArray | None = None) -> NDArray:
+    """The values sorted along ``axis`` (the flattened array if None)."""
+    attrs = {"axis": None if axis is None else int(axis), "is_ascend": bool(is_ascend)}
+    return invoke(_ops.OPS["sort"], (check_nd("sort", data),), attrs, out=out)
+
+
+def argsort(
+    data: NDArray, axis: int | None = -1, is_ascend: bool = True, dtype: Any = "float32", out: NDArray | None = None
+) -> NDArray:
+    """The indices that sort ``data`` along ``axis``, in ``dtype`` (float32 by default, as in MXNet)."""
+    attrs = {"axis": None if axis is None else int(axis), "is_ascend": bool(is_ascend), "dtype": _numeric(dtype)}
+    return invoke(_ops.OPS["argsort"], (check_nd("argsort", data),), attrs, out=out, allow_new_dtype=True)
+
+
+# ---------------------------------------------------------------------------- softmax, dropout
+def _softmax_fn(name: str, what: str) -> Any:
+    def fn(
+        data: NDArray,
+        axis: int = -1,
+        temperature: float | None = None,
+        dtype: Any = None,
+        out: NDArray | None = None,
+        **kwargs: Any,
+    ) -> NDArray:
+        if kwargs.get("use_length"):
+            raise OperatorError(f"{name}: use_length is not supported")
+        attrs = {"axis": int(axis), "temperature": temperature, "dtype": None if dtype is None else _numeric(dtype)}
+        return invoke(_ops.OPS[name], (check_nd(name, data),), attrs, out=out, allow_new_dtype=True)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"{what} along ``axis`` of ``data / temperature``, computed in float64 and given in ``dtype``."
+    return fn
+
+
+softmax = _softmax_fn("softmax", "exp(x) / sum(exp(x))")
+log_softmax = _softmax_fn("log_softmax", "log(softmax(x))")
+softmin = _softmax_fn("softmin", "softmax(-x)")
+
+
+def Dropout(
+    data: NDArray,
+    p: float = 0.5,
+    mode: str = "training",
+    axes: Sequence[int] = (),
+    out: NDArray | None = None,
+    **kwargs: Any,
+) -> NDArray:
+    """Zero each element with probability ``p`` and scale the rest by ``1/(1-p)``; the identity outside training.
+
+    It is active when ``autograd.is_training()`` (``mode="always"``: every time), decided at push
+    time. Its mask comes from a seed drawn then from ``mx.random``'s sequence, so both engines
+    drop the same elements; ``axes`` share one mask value along those axes.
+    """
+
+    if mode not in ("training", "always"):
+        raise OperatorError(f"Dropout: mode must be 'training' or 'always', got {mode!r}")
+    active = mode == "always" or _tape.is_training()
+    attrs = {"p": float(p), "active": active, "axes": tuple(int(a) for a in axes), "seed": seeds.next_seed() if active else None}
+    return invoke(_ops.OPS["Dropout"], (check_nd("Dropout", data),), attrs, out=out)
 
 
 # ---------------------------------------------------------------------------- backward

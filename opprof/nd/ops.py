@@ -506,3 +506,639 @@ register(
     None,
     lambda n, s, d, a: (a["shape"], a["dtype"]),
 )
+
+
+# ----------------------------------------------------------------------------- multi-output ops
+MultiForward = Callable[[Sequence[np.ndarray], Sequence[np.ndarray], Attrs], None]
+MultiBackward = Callable[[Sequence[np.ndarray], Sequence[np.ndarray], Sequence[np.ndarray], Attrs], list[np.ndarray | None]]
+MultiInfer = Callable[[str, Sequence[Shape], Sequence[np.dtype], Attrs], list[tuple[Shape, np.dtype]]]
+
+
+@dataclass(frozen=True, slots=True)
+class MultiOpDef:
+    """An operator with several outputs, all written by one engine push (MXNet's ``SliceChannel``...).
+
+    ``forward(ins, outs, attrs)`` fills every output; ``backward(ins, outs, grads, attrs)`` gets one
+    gradient per output (zeros where an output got none) and returns one per input.
+    """
+
+    name: str
+    forward: MultiForward
+    backward: MultiBackward | None
+    infer: MultiInfer
+
+
+MULTI_OPS: dict[str, MultiOpDef] = {}
+
+
+def register_multi(name: str, forward: MultiForward, backward: MultiBackward | None, infer: MultiInfer) -> MultiOpDef:
+    op = MultiOpDef(name, forward, backward, infer)
+    MULTI_OPS[name] = op
+    return op
+
+
+# ----------------------------------------------------------------------------- more unary ops
+def _zero_grad(x: np.ndarray, y: np.ndarray, g: np.ndarray) -> np.ndarray:
+    """Rounding is flat almost everywhere: MXNet gives it a zero gradient (and still records it)."""
+    return np.zeros_like(g)
+
+
+def _round_half_away(x: np.ndarray, out: np.ndarray, casting: str = "unsafe") -> None:
+    # MXNet's round is C's round(): halves go away from zero (NumPy's np.round goes to even; that is rint).
+    np.copyto(out, np.sign(x) * np.floor(np.abs(x) + 0.5), casting="unsafe")
+
+
+_unary("floor", np.floor, _zero_grad)
+_unary("ceil", np.ceil, _zero_grad)
+_unary("round", _round_half_away, _zero_grad)
+_unary("rint", np.rint, _zero_grad)
+_unary("trunc", np.trunc, _zero_grad)
+_unary("fix", np.trunc, _zero_grad)  # MXNet's fix rounds toward zero, which is trunc
+_unary("square", np.square, lambda x, y, g: 2 * x * g)
+
+
+def _clip_infer(name: str, shapes: Sequence[Shape], dtypes: Sequence[np.dtype], a: Attrs) -> tuple[Shape, np.dtype]:
+    if a["a_min"] > a["a_max"]:
+        raise OperatorError(f"clip: a_min ({a['a_min']}) must not be greater than a_max ({a['a_max']}), shape {shapes[0]}")
+    return shapes[0], dtypes[0]
+
+
+register(
+    "clip",
+    lambda ins, out, a: np.copyto(out, np.clip(ins[0], a["a_min"], a["a_max"]), casting="unsafe"),
+    lambda ins, out, g, a: [g * ((ins[0] >= a["a_min"]) & (ins[0] <= a["a_max"]))],
+    _clip_infer,
+)
+
+
+# ----------------------------------------------------------------------------- max, min, norm, arg-reductions
+def _extreme_backward(ins: Sequence[np.ndarray], out: np.ndarray, g: np.ndarray, a: Attrs) -> list[np.ndarray | None]:
+    """The gradient goes to every element equal to the extreme (ties share it, as in MXNet)."""
+    x = ins[0]
+    axes = _reduce_axes(a, x.ndim)
+    axes = tuple(range(x.ndim)) if axes is None else axes
+    kept = [1 if i in axes else n for i, n in enumerate(x.shape)]
+    return [np.broadcast_to(g.reshape(kept), x.shape) * (x == out.reshape(kept))]
+
+
+def _extreme_forward(fn: Callable[..., Any]) -> Forward:
+    def forward(ins: Sequence[np.ndarray], out: np.ndarray, a: Attrs) -> None:
+        np.copyto(out, fn(ins[0], axis=_reduce_axes(a, ins[0].ndim), keepdims=bool(a.get("keepdims"))), casting="unsafe")
+
+    return forward
+
+
+register("max", _extreme_forward(np.max), _extreme_backward, _reduce_infer)
+register("min", _extreme_forward(np.min), _extreme_backward, _reduce_infer)
+
+
+def _norm_infer(name: str, shapes: Sequence[Shape], dtypes: Sequence[np.dtype], a: Attrs) -> tuple[Shape, np.dtype]:
+    if a.get("ord") not in (1, 2):
+        raise OperatorError(f"norm: ord must be 1 or 2, got {a.get('ord')!r} (shape {shapes[0]})")
+    shape, dtype = _reduce_infer(name, shapes, dtypes, a)
+    return shape, np.dtype(a["out_dtype"]) if a.get("out_dtype") is not None else dtype
+
+
+def _norm_value(x: np.ndarray, a: Attrs, keepdims: bool) -> np.ndarray:
+    axes = _reduce_axes(a, x.ndim)
+    x = x.astype(np.float64)  # accumulate wide, as MXNET_SAFE_ACCUMULATION does
+    if a["ord"] == 1:
+        return np.sum(np.abs(x), axis=axes, keepdims=keepdims)
+    return np.sqrt(np.sum(x * x, axis=axes, keepdims=keepdims))
+
+
+def _norm_backward(ins: Sequence[np.ndarray], out: np.ndarray, g: np.ndarray, a: Attrs) -> list[np.ndarray | None]:
+    x = ins[0]
+    axes = _reduce_axes(a, x.ndim)
+    axes = tuple(range(x.ndim)) if axes is None else axes
+    g = g.reshape([1 if i in axes else n for i, n in enumerate(x.shape)])
+    if a["ord"] == 1:
+        return [g * np.sign(x)]
+    n = _norm_value(x, a, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return [np.where(n == 0, 0.0, g * x / n)]
+
+
+register(
+    "norm",
+    lambda ins, out, a: np.copyto(out, _norm_value(ins[0], a, bool(a.get("keepdims"))).reshape(out.shape), casting="unsafe"),
+    _norm_backward,
+    _norm_infer,
+)
+
+
+def _one_axis(name: str, shape: Shape, axis: Any, extra: int = 0) -> int:
+    """``axis`` checked against ``shape`` (``extra`` allows that many positions past the end) and made non-negative."""
+    n = len(shape) + extra
+    if not isinstance(axis, (int, np.integer)) or not -n <= axis < n:
+        raise OperatorError(f"{name}: axis {axis!r} is out of range for shape {shape}")
+    return int(axis) % n
+
+
+def _argreduce_infer(name: str, shapes: Sequence[Shape], dtypes: Sequence[np.dtype], a: Attrs) -> tuple[Shape, np.dtype]:
+    (shape,) = shapes
+    if a.get("axis") is None:
+        return ((1,) * len(shape) if a.get("keepdims") else (1,)), dtypes[0]
+    ax = _one_axis(name, shape, a["axis"])
+    if shape[ax] == 0:
+        raise OperatorError(f"{name}: cannot reduce the empty axis {ax} of shape {shape}")
+    out = list(shape)
+    if a.get("keepdims"):
+        out[ax] = 1
+    else:
+        del out[ax]
+    return tuple(out) or (1,), dtypes[0]  # MXNet: the index has the input's dtype
+
+
+def _argreduce_forward(fn: Callable[..., Any]) -> Forward:
+    def forward(ins: Sequence[np.ndarray], out: np.ndarray, a: Attrs) -> None:
+        axis = a.get("axis")
+        np.copyto(out, np.reshape(fn(ins[0], axis=axis), out.shape), casting="unsafe")
+
+    return forward
+
+
+register("argmax", _argreduce_forward(np.argmax), None, _argreduce_infer)
+register("argmin", _argreduce_forward(np.argmin), None, _argreduce_infer)
+
+
+# ----------------------------------------------------------------------------- reshaping ops (copies)
+def _reshaping(name: str, rule: Callable[[str, Shape, Attrs], Shape], n_inputs: int = 1) -> None:
+    """An op whose output is its first input's data under another shape; only that input gets a gradient."""
+
+    def infer(name: str, shapes: Sequence[Shape], dtypes: Sequence[np.dtype], a: Attrs) -> tuple[Shape, np.dtype]:
+        shape = rule(name, shapes[0], {**a, "_shapes": shapes})
+        size = int(np.prod(shape, dtype=np.int64))
+        if size != int(np.prod(shapes[0], dtype=np.int64)):
+            raise OperatorError(f"{name}: cannot reshape {shapes[0]} to {shape} (the sizes differ)")
+        return shape, dtypes[0]
+
+    register(
+        name,
+        lambda ins, out, a: np.copyto(out, ins[0].reshape(out.shape), casting="unsafe"),
+        lambda ins, out, g, a: [g.reshape(ins[0].shape), *([None] * (len(ins) - 1))],
+        infer,
+    )
+
+
+def expand_dims_shape(name: str, shape: Shape, a: Attrs) -> Shape:
+    ax = _one_axis(name, shape, a["axis"], extra=1)
+    return (*shape[:ax], 1, *shape[ax:])
+
+
+def flatten_shape(name: str, shape: Shape, a: Attrs) -> Shape:
+    if not shape:
+        return (1, 1)
+    return (shape[0], int(np.prod(shape[1:], dtype=np.int64)))
+
+
+def squeeze_shape(name: str, shape: Shape, a: Attrs) -> Shape:
+    axis = a.get("axis")
+    if axis is None:
+        drop = {i for i, n in enumerate(shape) if n == 1}
+    else:
+        axes = (axis,) if isinstance(axis, int) else tuple(axis)
+        drop = {_one_axis(name, shape, ax) for ax in axes}
+        if len(drop) != len(axes):
+            raise OperatorError(f"{name}: axis {tuple(axes)} repeats an axis of shape {shape}")
+        bad = [ax for ax in sorted(drop) if shape[ax] != 1]
+        if bad:
+            raise OperatorError(f"{name}: cannot squeeze axis {bad[0]} of shape {shape}: its size is {shape[bad[0]]}, not 1")
+    return tuple(n for i, n in enumerate(shape) if i not in drop) or (1,)  # MXNet keeps (1,) for all-ones
+
+
+_reshaping("expand_dims", expand_dims_shape)
+_reshaping("Flatten", flatten_shape)
+_reshaping("squeeze", squeeze_shape)
+_reshaping("reshape_like", lambda name, shape, a: a["_shapes"][1], n_inputs=2)
+
+
+# ----------------------------------------------------------------------------- broadcasting to a shape
+def _broadcast_to_infer(name: str, shapes: Sequence[Shape], dtypes: Sequence[np.dtype], a: Attrs) -> tuple[Shape, np.dtype]:
+    src, target = shapes[0], tuple(a["shape"])
+    if len(target) != len(src):
+        raise OperatorError(f"{name}: cannot broadcast shape {src} to {target}: they have different numbers of dimensions")
+    out = tuple(s if t == 0 else t for s, t in zip(src, target, strict=True))  # 0 keeps the input's dimension
+    for s, t in zip(src, out, strict=True):
+        if s != t and s != 1:
+            raise OperatorError(f"{name}: cannot broadcast shape {src} to {target}: only size-1 dimensions can grow")
+    return out, dtypes[0]
+
+
+def _broadcast_like_shape(name: str, shapes: Sequence[Shape], a: Attrs) -> Shape:
+    lhs, rhs = shapes[0], shapes[1]
+    la, ra = a.get("lhs_axes"), a.get("rhs_axes")
+    if la is None and ra is None:
+        return rhs
+    if la is None or ra is None or len(la) != len(ra) or not la:
+        raise OperatorError(
+            f"{name}: lhs_axes {la} and rhs_axes {ra} must be non-empty and of equal length (shapes {lhs}, {rhs})"
+        )
+    out = list(lhs)
+    for lx, rx in zip(la, ra, strict=True):
+        out[_one_axis(name, lhs, lx)] = rhs[_one_axis(name, rhs, rx)]
+    return tuple(out)
+
+
+def _broadcast_like_infer(name: str, shapes: Sequence[Shape], dtypes: Sequence[np.dtype], a: Attrs) -> tuple[Shape, np.dtype]:
+    target = _broadcast_like_shape(name, shapes, a)
+    return _broadcast_to_infer(name, shapes[:1], dtypes[:1], {"shape": target})
+
+
+register(
+    "broadcast_to",
+    lambda ins, out, a: np.copyto(out, np.broadcast_to(ins[0], out.shape), casting="unsafe"),
+    lambda ins, out, g, a: [unbroadcast(g, ins[0].shape)],
+    _broadcast_to_infer,
+)
+register(
+    "broadcast_like",
+    lambda ins, out, a: np.copyto(out, np.broadcast_to(ins[0], out.shape), casting="unsafe"),
+    lambda ins, out, g, a: [unbroadcast(g, ins[0].shape), None],
+    _broadcast_like_infer,
+)
+
+
+# ----------------------------------------------------------------------------- axis permutations
+def _axes_attr(name: str, shape: Shape, axis: Any) -> tuple[int, ...]:
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    out = tuple(_one_axis(name, shape, ax) for ax in axes)
+    if len(set(out)) != len(out):
+        raise OperatorError(f"{name}: axis {axes} repeats an axis of shape {shape}")
+    return out
+
+
+def _reverse_infer(name: str, shapes: Sequence[Shape], dtypes: Sequence[np.dtype], a: Attrs) -> tuple[Shape, np.dtype]:
+    _axes_attr(name, shapes[0], a["axis"])
+    return shapes[0], dtypes[0]
+
+
+register(
+    "reverse",
+    lambda ins, out, a: np.copyto(out, np.flip(ins[0], _axes_attr("reverse", ins[0].shape, a["axis"]))),
+    lambda ins, out, g, a: [np.flip(g, _axes_attr("reverse", g.shape, a["axis"]))],
+    _reverse_infer,
+)
+
+
+def _swapaxis_infer(name: str, shapes: Sequence[Shape], dtypes: Sequence[np.dtype], a: Attrs) -> tuple[Shape, np.dtype]:
+    shape = list(shapes[0])
+    d1, d2 = _one_axis(name, shapes[0], a["dim1"]), _one_axis(name, shapes[0], a["dim2"])
+    shape[d1], shape[d2] = shape[d2], shape[d1]
+    return tuple(shape), dtypes[0]
+
+
+register(
+    "SwapAxis",
+    lambda ins, out, a: np.copyto(out, np.swapaxes(ins[0], a["dim1"], a["dim2"])),
+    lambda ins, out, g, a: [np.swapaxes(g, a["dim1"], a["dim2"])],
+    _swapaxis_infer,
+)
+
+
+# ----------------------------------------------------------------------------- take, one_hot
+def _take_indices(idx: np.ndarray, n: int, mode: str) -> np.ndarray:
+    i = np.asarray(idx).astype(np.int64)  # MXNet casts (float) indices to integers
+    if mode == "wrap":
+        return np.mod(i, n)
+    if mode == "raise" and i.size and (i.min() < 0 or i.max() >= n):
+        raise OperatorError(f"take: an index is out of range for an axis of size {n} (mode='raise')")
+    return np.clip(i, 0, n - 1)
+
+
+def _take_infer(name: str, shapes: Sequence[Shape], dtypes: Sequence[np.dtype], a: Attrs) -> tuple[Shape, np.dtype]:
+    data, idx = shapes
+    ax = _one_axis(name, data, a["axis"])
+    if a["mode"] not in ("clip", "wrap", "raise"):
+        raise OperatorError(f"take: mode must be 'clip', 'wrap' or 'raise', got {a['mode']!r}")
+    if data[ax] == 0:
+        raise OperatorError(f"take: cannot take from the empty axis {ax} of shape {data}")
+    return (*data[:ax], *idx, *data[ax + 1 :]), dtypes[0]
+
+
+def _take_backward(ins: Sequence[np.ndarray], out: np.ndarray, g: np.ndarray, a: Attrs) -> list[np.ndarray | None]:
+    data, idx = ins
+    ax = a["axis"] % data.ndim
+    i = _take_indices(idx, data.shape[ax], a["mode"])
+    grad = np.zeros(data.shape, dtype=g.dtype)
+    moved = np.moveaxis(grad, ax, 0)  # a view; add.at sums the gradients of repeated indices
+    np.add.at(moved, i, np.moveaxis(g, list(range(ax, ax + i.ndim)), list(range(i.ndim))))
+    return [grad, None]
+
+
+register(
+    "take",
+    lambda ins, out, a: np.copyto(
+        out, np.take(ins[0], _take_indices(ins[1], ins[0].shape[a["axis"] % ins[0].ndim], a["mode"]), axis=a["axis"]),
+        casting="unsafe",
+    ),
+    _take_backward,
+    _take_infer,
+)
+
+
+def _one_hot_forward(ins: Sequence[np.ndarray], out: np.ndarray, a: Attrs) -> None:
+    idx = ins[0].astype(np.int64)
+    out.fill(a["off_value"])
+    hit = (idx >= 0) & (idx < a["depth"])  # MXNet: an index outside [0, depth) gives a row of off_value
+    flat = out.reshape(-1, a["depth"])
+    rows = np.nonzero(hit.reshape(-1))[0]
+    flat[rows, idx.reshape(-1)[rows]] = a["on_value"]
+    if not np.shares_memory(flat, out):
+        out[...] = flat.reshape(out.shape)
+
+
+def _one_hot_infer(name: str, shapes: Sequence[Shape], dtypes: Sequence[np.dtype], a: Attrs) -> tuple[Shape, np.dtype]:
+    if int(a["depth"]) <= 0:
+        raise OperatorError(f"one_hot: depth must be positive, got {a['depth']} (indices of shape {shapes[0]})")
+    return (*shapes[0], int(a["depth"])), np.dtype(a["dtype"])
+
+
+register("one_hot", _one_hot_forward, None, _one_hot_infer)
+
+
+# ----------------------------------------------------------------------------- joining
+def _concat_infer(name: str, shapes: Sequence[Shape], dtypes: Sequence[np.dtype], a: Attrs) -> tuple[Shape, np.dtype]:
+    if not shapes:
+        raise OperatorError("Concat: needs at least one array")
+    first = shapes[0]
+    ax = _one_axis(name, first, a["dim"])
+    for s in shapes[1:]:
+        if len(s) != len(first) or any(m != n for i, (m, n) in enumerate(zip(s, first, strict=True)) if i != ax):
+            raise OperatorError(
+                f"Concat: shapes {' and '.join(map(str, shapes))} differ outside the concatenation axis {a['dim']}"
+            )
+    out = list(first)
+    out[ax] = int(np.sum([s[ax] for s in shapes]))
+    return tuple(out), np.result_type(*dtypes)
+
+
+def _concat_backward(ins: Sequence[np.ndarray], out: np.ndarray, g: np.ndarray, a: Attrs) -> list[np.ndarray | None]:
+    ax = a["dim"] % g.ndim
+    cuts = np.cumsum([x.shape[ax] for x in ins])[:-1]
+    return list(np.split(g, cuts, axis=ax))
+
+
+def _concat_forward(ins: Sequence[np.ndarray], out: np.ndarray, a: Attrs) -> None:
+    np.concatenate(ins, axis=a["dim"], out=out, casting="unsafe")
+
+
+register(
+    "Concat",
+    _concat_forward,
+    _concat_backward,
+    _concat_infer,
+)
+
+
+def _stack_infer(name: str, shapes: Sequence[Shape], dtypes: Sequence[np.dtype], a: Attrs) -> tuple[Shape, np.dtype]:
+    if not shapes:
+        raise OperatorError("stack: needs at least one array")
+    if any(s != shapes[0] for s in shapes):
+        raise OperatorError(f"stack: inputs must have the same shape, got {' and '.join(map(str, shapes))}")
+    ax = _one_axis(name, shapes[0], a["axis"], extra=1)
+    return (*shapes[0][:ax], len(shapes), *shapes[0][ax:]), np.result_type(*dtypes)
+
+
+def _stack_forward(ins: Sequence[np.ndarray], out: np.ndarray, a: Attrs) -> None:
+    np.stack(ins, axis=a["axis"], out=out, casting="unsafe")
+
+
+register(
+    "stack",
+    _stack_forward,
+    lambda ins, out, g, a: list(np.moveaxis(g, a["axis"], 0)),
+    _stack_infer,
+)
+
+
+def _split_infer(name: str, shapes: Sequence[Shape], dtypes: Sequence[np.dtype], a: Attrs) -> list[tuple[Shape, np.dtype]]:
+    (shape,) = shapes
+    n = int(a["num_outputs"])
+    ax = _one_axis(name, shape, a["axis"])
+    if n < 1 or shape[ax] % n:
+        raise OperatorError(f"{name}: cannot split axis {a['axis']} of shape {shape} (size {shape[ax]}) into {n} equal parts")
+    piece = list(shape)
+    piece[ax] //= n
+    if a.get("squeeze_axis"):
+        if piece[ax] != 1:
+            raise OperatorError(f"{name}: squeeze_axis needs parts of size 1, splitting shape {shape} gives {piece[ax]}")
+        del piece[ax]
+    return [(tuple(piece), dtypes[0])] * n
+
+
+def _split_forward(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], a: Attrs) -> None:
+    for out, part in zip(outs, np.split(ins[0], len(outs), axis=a["axis"]), strict=True):
+        np.copyto(out, part.reshape(out.shape))
+
+
+def _split_backward(
+    ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], gs: Sequence[np.ndarray], a: Attrs
+) -> list[np.ndarray | None]:
+    ax = a["axis"] % ins[0].ndim
+    parts = [np.expand_dims(g, ax) if a.get("squeeze_axis") else g for g in gs]
+    return [np.concatenate(parts, axis=ax)]
+
+
+register_multi("SliceChannel", _split_forward, _split_backward, _split_infer)
+
+
+# ----------------------------------------------------------------------------- sorting
+def _sort_axis(name: str, shape: Shape, a: Attrs) -> int | None:
+    return None if a.get("axis") is None else _one_axis(name, shape, a["axis"])
+
+
+def _order(x: np.ndarray, a: Attrs, k: int | None = None) -> tuple[np.ndarray, int]:
+    """Indices that sort ``x`` along the axis (all of it flattened if the axis is None), and that axis.
+
+    Descending order is the ascending (stable) order reversed, as MXNet's is; for a few of many
+    elements a partition picks them first.
+    """
+    if a.get("axis") is None:
+        x, ax = x.reshape(-1), 0
+    else:
+        ax = a["axis"] % x.ndim
+    n = x.shape[ax]
+    asc = bool(a.get("is_ascend"))
+    if k is not None and 0 < k < n // 8:
+        part = np.argpartition(x, k - 1 if asc else n - k, axis=ax)
+        part = np.take(part, np.arange(k) if asc else np.arange(n - k, n), axis=ax)
+        sub = np.argsort(np.take_along_axis(x, part, axis=ax), axis=ax, kind="stable")
+        idx = np.take_along_axis(part, sub, axis=ax)
+        return (idx if asc else np.flip(idx, ax)), ax
+    idx = np.argsort(x, axis=ax, kind="stable")
+    if not asc:
+        idx = np.flip(idx, ax)
+    return (idx if k is None else np.take(idx, np.arange(k), axis=ax)), ax
+
+
+def _topk_k(shape: Shape, a: Attrs) -> int:
+    n = int(np.prod(shape, dtype=np.int64)) if a.get("axis") is None else shape[a["axis"] % len(shape)]
+    k = int(a["k"])
+    return n if k < 1 else k
+
+
+def _topk_infer(name: str, shapes: Sequence[Shape], dtypes: Sequence[np.dtype], a: Attrs) -> tuple[Shape, np.dtype]:
+    (shape,) = shapes
+    ax = _sort_axis(name, shape, a)
+    if a["ret_typ"] not in ("value", "indices", "mask"):
+        raise OperatorError(f"topk: ret_typ must be 'value', 'indices', 'mask' or 'both', got {a['ret_typ']!r}")
+    k = _topk_k(shape, a)
+    n = int(np.prod(shape, dtype=np.int64)) if ax is None else shape[ax]
+    if k > n:
+        raise OperatorError(f"topk: k={k} is more than the {n} elements along axis {a.get('axis')} of shape {shape}")
+    if a["ret_typ"] == "mask":
+        return shape, dtypes[0]
+    out: Shape = (k,) if ax is None else (*shape[:ax], k, *shape[ax + 1 :])
+    return out, dtypes[0] if a["ret_typ"] == "value" else np.dtype(a["dtype"])
+
+
+def _topk_forward(ins: Sequence[np.ndarray], out: np.ndarray, a: Attrs) -> None:
+    x = ins[0]
+    idx, ax = _order(x, a, _topk_k(x.shape, a))
+    flat = x.reshape(-1) if a.get("axis") is None else x
+    if a["ret_typ"] == "indices":
+        np.copyto(out, idx, casting="unsafe")
+    elif a["ret_typ"] == "value":
+        np.copyto(out, np.take_along_axis(flat, idx, axis=ax), casting="unsafe")
+    else:
+        mask = np.zeros(flat.shape, dtype=out.dtype)
+        np.put_along_axis(mask, idx, 1, axis=ax)
+        np.copyto(out, mask.reshape(out.shape))
+
+
+def _topk_backward(ins: Sequence[np.ndarray], out: np.ndarray, g: np.ndarray, a: Attrs) -> list[np.ndarray | None]:
+    """The value's gradient goes back to where each value came from; indices and masks have none (zeros)."""
+    x = ins[0]
+    grad = np.zeros(x.size if a.get("axis") is None else x.shape, dtype=g.dtype)
+    if a["ret_typ"] == "value":
+        idx, ax = _order(x, a, _topk_k(x.shape, a))
+        np.put_along_axis(grad, idx, g, axis=ax)
+    return [grad.reshape(x.shape)]
+
+
+register("topk", _topk_forward, _topk_backward, _topk_infer)
+
+
+def _sort_infer(name: str, shapes: Sequence[Shape], dtypes: Sequence[np.dtype], a: Attrs) -> tuple[Shape, np.dtype]:
+    ax = _sort_axis(name, shapes[0], a)
+    shape = (int(np.prod(shapes[0], dtype=np.int64)),) if ax is None else shapes[0]
+    return shape, dtypes[0] if name == "sort" else np.dtype(a["dtype"])
+
+
+def _sort_forward(ins: Sequence[np.ndarray], out: np.ndarray, a: Attrs) -> None:
+    idx, ax = _order(ins[0], a)
+    flat = ins[0].reshape(-1) if a.get("axis") is None else ins[0]
+    np.copyto(out, np.take_along_axis(flat, idx, axis=ax), casting="unsafe")
+
+
+def _sort_backward(ins: Sequence[np.ndarray], out: np.ndarray, g: np.ndarray, a: Attrs) -> list[np.ndarray | None]:
+    x = ins[0]
+    idx, ax = _order(x, a)
+    grad = np.zeros(idx.shape, dtype=g.dtype)
+    np.put_along_axis(grad, idx, g, axis=ax)
+    return [grad.reshape(x.shape)]
+
+
+register("sort", _sort_forward, _sort_backward, _sort_infer)
+register("argsort", lambda ins, out, a: np.copyto(out, _order(ins[0], a)[0], casting="unsafe"), None, _sort_infer)
+
+
+# ----------------------------------------------------------------------------- softmax family
+def _softmax_infer(name: str, shapes: Sequence[Shape], dtypes: Sequence[np.dtype], a: Attrs) -> tuple[Shape, np.dtype]:
+    _one_axis(name, shapes[0], a["axis"])
+    t = a.get("temperature")
+    if t is not None and t == 0:
+        raise OperatorError(f"{name}: temperature must not be 0 (shape {shapes[0]})")
+    return shapes[0], np.dtype(a["dtype"]) if a.get("dtype") is not None else dtypes[0]
+
+
+def _scaled(x: np.ndarray, a: Attrs, name: str) -> np.ndarray:
+    """The logits in float64 (MXNet accumulates softmax wide), divided by the temperature, negated for softmin."""
+    z = x.astype(np.float64) / (a.get("temperature") or 1.0)
+    return -z if name == "softmin" else z
+
+
+def _log_softmax_value(z: np.ndarray, ax: int) -> np.ndarray:
+    z = z - np.max(z, axis=ax, keepdims=True)
+    return z - np.log(np.sum(np.exp(z), axis=ax, keepdims=True))
+
+
+def _softmax_op(name: str) -> None:
+    log = name == "log_softmax"
+
+    def forward(ins: Sequence[np.ndarray], out: np.ndarray, a: Attrs) -> None:
+        ls = _log_softmax_value(_scaled(ins[0], a, name), a["axis"])
+        np.copyto(out, ls if log else np.exp(ls), casting="unsafe")
+
+    def backward(ins: Sequence[np.ndarray], out: np.ndarray, g: np.ndarray, a: Attrs) -> list[np.ndarray | None]:
+        ax = a["axis"]
+        ls = _log_softmax_value(_scaled(ins[0], a, name), ax)
+        p, g = np.exp(ls), g.astype(np.float64)
+        dz = g - p * np.sum(g, axis=ax, keepdims=True) if log else p * (g - np.sum(g * p, axis=ax, keepdims=True))
+        dz = dz / (a.get("temperature") or 1.0)
+        return [-dz if name == "softmin" else dz]
+
+    register(name, forward, backward, _softmax_infer)
+
+
+for _name in ("softmax", "log_softmax", "softmin"):
+    _softmax_op(_name)
+
+
+# ----------------------------------------------------------------------------- dropout
+def _dropout_scale(shape: Shape, a: Attrs) -> np.ndarray | None:
+    """The factor each element is multiplied by (0 or 1/(1-p)), or None when dropout is off.
+
+    The mask comes from the seed drawn at push time, so forward and backward agree, on any engine.
+    """
+    p = a["p"]
+    if not a["active"] or p == 0:
+        return None
+    mask_shape = tuple(1 if i in a["axes"] else n for i, n in enumerate(shape))
+    keep = np.random.default_rng(a["seed"]).random(mask_shape) >= p
+    return np.zeros(mask_shape) if p >= 1 else keep / (1.0 - p)
+
+
+def _dropout_infer(name: str, shapes: Sequence[Shape], dtypes: Sequence[np.dtype], a: Attrs) -> tuple[Shape, np.dtype]:
+    if not 0 <= a["p"] <= 1:
+        raise OperatorError(f"Dropout: p must be in [0, 1], got {a['p']} (shape {shapes[0]})")
+    for ax in a["axes"]:
+        _one_axis(name, shapes[0], ax)
+    return shapes[0], dtypes[0]
+
+
+def _dropout_forward(ins: Sequence[np.ndarray], out: np.ndarray, a: Attrs) -> None:
+    scale = _dropout_scale(ins[0].shape, a)
+    np.copyto(out, ins[0] if scale is None else ins[0] * scale, casting="unsafe")
+
+
+def _dropout_backward(ins: Sequence[np.ndarray], out: np.ndarray, g: np.ndarray, a: Attrs) -> list[np.ndarray | None]:
+    scale = _dropout_scale(ins[0].shape, a)
+    return [g if scale is None else g * scale]
+
+
+register("Dropout", _dropout_forward, _dropout_backward, _dropout_infer)
+
+
+# ----------------------------------------------------------------------------- more creation ops
+def _eye_forward(ins: Sequence[np.ndarray], out: np.ndarray, a: Attrs) -> None:
+    np.copyto(out, np.eye(out.shape[0], out.shape[1], a["k"]), casting="unsafe")
+
+
+def _linspace_forward(ins: Sequence[np.ndarray], out: np.ndarray, a: Attrs) -> None:
+    np.copyto(out, np.linspace(a["start"], a["stop"], out.shape[0], endpoint=a["endpoint"], dtype=out.dtype), casting="unsafe")
+
+
+register(
+    "_eye",
+    _eye_forward,
+    None,
+    lambda n, s, d, a: (a["shape"], a["dtype"]),
+)
+register(
+    "_linspace",
+    _linspace_forward,
+    None,
+    lambda n, s, d, a: (a["shape"], a["dtype"]),
+)

@@ -6,36 +6,17 @@ only on push order; the threaded engine may run the ops in any order and still m
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
-import numpy as np
-
+from . import seeds
 from .context import Context
 from .ndarray import NDArray, create
 
 __all__ = ["seed", "uniform", "normal"]
 
-_lock = threading.Lock()
-_seeds = np.random.SeedSequence(0)
-_counter = 0
-
-
 def seed(seed_state: int, ctx: Any = "all") -> None:
     """Restart the sequence of per-op seeds (``mx.random.seed``)."""
-    global _seeds, _counter
-    with _lock:
-        _seeds = np.random.SeedSequence(int(seed_state))
-        _counter = 0
-
-
-def _next_seed() -> tuple[int, ...]:
-    global _counter
-    with _lock:
-        _counter += 1
-        entropy = _seeds.entropy
-        assert isinstance(entropy, int)  # seed() always makes it from one int
-        return (entropy, _counter)
+    seeds.restart(seed_state)
 
 
 def uniform(
@@ -50,7 +31,7 @@ def uniform(
     """Samples of U[low, high) (``mx.nd.random.uniform``; also ``mx.nd.uniform``, ``mx.nd.random_uniform``)."""
     if out is not None and shape == (1,):
         shape = out.shape
-    return create("_random_uniform", shape, dtype, out, low=float(low), high=float(high), seed=_next_seed())
+    return create("_random_uniform", shape, dtype, out, low=float(low), high=float(high), seed=seeds.next_seed())
 
 
 def normal(
@@ -68,4 +49,4 @@ def normal(
     """
     if out is not None and shape == (1,):
         shape = out.shape
-    return create("_random_normal", shape, dtype, out, loc=float(loc), scale=float(scale), seed=_next_seed())
+    return create("_random_normal", shape, dtype, out, loc=float(loc), scale=float(scale), seed=seeds.next_seed())
