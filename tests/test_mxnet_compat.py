@@ -506,6 +506,24 @@ def test_contrib_index_copy_and_its_gradients() -> None:
 
 def test_contrib_allclose_is_numpys() -> None:
     a = nd.array([1.0, 2.0])
-    assert nd.contrib.allclose(a, a * (1 + 1e-7)).asnumpy().tolist() == [1.0]
-    assert nd.contrib.allclose(a, a + 1, atol=0.5).asnumpy().tolist() == [0.0]
-    assert nd.contrib.allclose(a, a + 1, atol=1.5).shape == (1,)
+    assert nd.contrib.allclose(a, a * (1 + 1e-7)).asnumpy().tolist() == 1.0
+    assert nd.contrib.allclose(a, a + 1, atol=0.5).asnumpy().tolist() == 0.0
+    assert nd.contrib.allclose(a, a + 1, atol=1.5).shape == ()  # one value, 0-d as MXNet's (code formats it)
+
+
+def test_fresh_grad_says_which_leaves_the_last_backward_reached() -> None:
+    x, y = nd.ones((2,)), nd.ones((2,))
+    mx.autograd.mark_variables([x, y], [nd.zeros((2,)), nd.zeros((2,))])
+    assert not x._fresh_grad and not y._fresh_grad
+    with mx.autograd.record():
+        z = (x + 2).detach() + y
+    z.backward()
+    assert not x._fresh_grad and y._fresh_grad
+
+
+def test_randint_and_elementwisesum() -> None:
+    r = nd.random.randint(3, 7, shape=(200,))
+    assert r.dtype == np.int32 and set(np.unique(r.asnumpy())) <= {3, 4, 5, 6} and len(set(r.asnumpy().tolist())) == 4
+    with pytest.raises(ValueError, match="greater than low"):
+        nd.random.randint(5, 5)
+    np.testing.assert_array_equal(nd.ElementWiseSum(nd.ones((2,)), nd.ones((2,)) * 2).asnumpy(), [3, 3])

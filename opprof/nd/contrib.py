@@ -76,7 +76,7 @@ def _allclose_forward(ins: Sequence[np.ndarray], out: np.ndarray, a: Attrs) -> N
 
 def _allclose_infer(name: str, shapes: Sequence[Shape], dtypes: Sequence[np.dtype], a: Attrs) -> tuple[Shape, np.dtype]:
     _ops.broadcast_shape(name, shapes, dtypes, a)  # a and b must broadcast together
-    return (1,), np.dtype(np.float32)
+    return (), np.dtype(np.float32)  # 0-d, as MXNet's: code formats it as one value
 
 
 _ALLCLOSE = _ops.register("_contrib_allclose", _allclose_forward, None, _allclose_infer)

@@ -57,6 +57,7 @@ __all__ = [
     "sum",
     "mean",
     "add_n",
+    "ElementWiseSum",
     "maximum",
     "minimum",
     "abs",
@@ -123,7 +124,7 @@ _SCALAR_TYPES = (numbers.Number, np.generic)
 class NDArray:
     """An n-dimensional array whose operators run asynchronously on the engine."""
 
-    __slots__ = ("__weakref__", "_data", "_grad", "_grad_req", "_node", "_var")
+    __slots__ = ("__weakref__", "_data", "_fresh_grad", "_grad", "_grad_req", "_node", "_var")
     # Make NumPy defer to our reflected operators (np.float32(2) * x -> x.__rmul__).
     __array_priority__ = 1000.0
 
@@ -133,6 +134,9 @@ class NDArray:
         self._grad: NDArray | None = None
         self._grad_req = "null"
         self._node: tuple[Any, int] | None = None
+        # Whether a backward pass wrote this leaf's gradient since it was last cleared (MXNet's
+        # flag: a trainer reads it to skip parameters the last pass did not reach).
+        self._fresh_grad = False
 
     # ------------------------------------------------------------------ metadata (no waiting)
     @property
@@ -257,6 +261,7 @@ class NDArray:
 
     def _accumulate_grad(self, g: NDArray) -> None:
         assert self._grad is not None
+        self._fresh_grad = True
         if self._grad_req == "add":
             invoke(_ELEMWISE_ADD, (self._grad, g), {}, out=self._grad)
         else:
@@ -930,6 +935,11 @@ def add_n(*args: NDArray, out: NDArray | None = None) -> NDArray:
     if not args:
         raise OperatorError("add_n: needs at least one array")
     return invoke(_ops.OPS["add_n"], tuple(check_nd("add_n", a) for a in args), {}, out=out)
+
+
+def ElementWiseSum(*args: NDArray, out: NDArray | None = None, **kwargs: Any) -> NDArray:
+    """MXNet's other name of :func:`add_n` (pushed as ``add_n``)."""
+    return add_n(*args, out=out)
 
 
 def _binary_fn(stem: str) -> Any:

@@ -209,6 +209,8 @@ _unary("log", np.log, lambda x, y, g: g / x)
 _unary("sqrt", np.sqrt, lambda x, y, g: g / (2 * y))
 _unary("tanh", np.tanh, lambda x, y, g: g * (1 - y * y))
 _unary("sigmoid", _sigmoid, lambda x, y, g: g * y * (1 - y))
+
+
 def _relu_grad(x: np.ndarray, y: np.ndarray, g: np.ndarray) -> np.ndarray:
     # MXNet's relu_grad passes a NaN input on (x > 0 alone would make its gradient 0, silently).
     return g * np.where(np.isnan(x), x, x > 0)
@@ -494,6 +496,14 @@ register(
     "_random_uniform",
     lambda ins, out, a: np.copyto(
         out, np.random.default_rng(a["seed"]).uniform(a["low"], a["high"], out.shape), casting="unsafe"
+    ),
+    None,
+    lambda n, s, d, a: (a["shape"], a["dtype"]),
+)
+register(
+    "_random_randint",
+    lambda ins, out, a: np.copyto(
+        out, np.random.default_rng(a["seed"]).integers(a["low"], a["high"], out.shape), casting="unsafe"
     ),
     None,
     lambda n, s, d, a: (a["shape"], a["dtype"]),
@@ -829,7 +839,8 @@ def _take_backward(ins: Sequence[np.ndarray], out: np.ndarray, g: np.ndarray, a:
 register(
     "take",
     lambda ins, out, a: np.copyto(
-        out, np.take(ins[0], _take_indices(ins[1], ins[0].shape[a["axis"] % ins[0].ndim], a["mode"]), axis=a["axis"]),
+        out,
+        np.take(ins[0], _take_indices(ins[1], ins[0].shape[a["axis"] % ins[0].ndim], a["mode"]), axis=a["axis"]),
         casting="unsafe",
     ),
     _take_backward,

@@ -12,7 +12,8 @@ from . import seeds
 from .context import Context
 from .ndarray import NDArray, create
 
-__all__ = ["seed", "uniform", "normal"]
+__all__ = ["normal", "randint", "seed", "uniform"]
+
 
 def seed(seed_state: int, ctx: Any = "all") -> None:
     """Restart the sequence of per-op seeds (``mx.random.seed``)."""
@@ -50,3 +51,20 @@ def normal(
     if out is not None and shape == (1,):
         shape = out.shape
     return create("_random_normal", shape, dtype, out, loc=float(loc), scale=float(scale), seed=seeds.next_seed())
+
+
+def randint(
+    low: int,
+    high: int,
+    shape: Any = (1,),
+    dtype: Any = "int32",
+    ctx: Context | None = None,
+    out: NDArray | None = None,
+    **kwargs: Any,
+) -> NDArray:
+    """Integers drawn uniformly from [low, high) (``mx.nd.random.randint``; int32 unless ``dtype``)."""
+    if int(high) <= int(low):
+        raise ValueError(f"randint: high ({high}) must be greater than low ({low})")
+    if out is not None and shape == (1,):
+        shape = out.shape
+    return create("_random_randint", shape, dtype, out, low=int(low), high=int(high), seed=seeds.next_seed())
