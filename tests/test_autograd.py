@@ -375,6 +375,54 @@ GRAD_CASES: list[GradCase] = [
         lambda x, y: mx.nd.contrib.index_copy(x, mx.nd.array([2, 0]), y),
         [normal(S, 1), normal((2, 4), 2)],
     ),
+    # indexing
+    GradCase("slice_like", "slice_like", lambda x: mx.nd.slice_like(x, mx.nd.zeros((2, 3))), [normal(S)]),
+    GradCase("slice_like axes", "slice_like", lambda x: mx.nd.slice_like(x, mx.nd.zeros((1, 2)), axes=(-1,)), [normal(S)]),
+    GradCase("pick", "pick", lambda x: mx.nd.pick(x, mx.nd.array([0, 3, 1])), [normal(S)]),
+    GradCase("pick axis=0 keepdims", "pick", lambda x: mx.nd.pick(x, mx.nd.array([2, 0, 1, 2]), 0, True), [normal(S)]),
+    GradCase(
+        "choose_element_0index", "pick", lambda x: mx.nd.choose_element_0index(x, mx.nd.array([1, 1, 2])), [normal(S)]
+    ),
+    GradCase("gather_nd", "gather_nd", lambda x: mx.nd.gather_nd(x, mx.nd.array([[0, 2, 2], [1, -1, -1]])), [normal(S)]),
+    GradCase("gather_nd rows", "gather_nd", lambda x: mx.nd.gather_nd(x, mx.nd.array([[2, 0]])), [normal(S)]),
+    # nn
+    GradCase(
+        "Pooling max 2d",
+        "Pooling",
+        lambda x: mx.nd.Pooling(x, kernel=(2, 2), stride=(1, 2), pad=(1, 0), pool_type="max"),
+        [normal((2, 2, 4, 5))],
+    ),
+    GradCase(
+        "Pooling avg full",
+        "Pooling",
+        lambda x: mx.nd.Pooling(x, kernel=(3, 2), stride=(2, 2), pad=(1, 1), pool_type="avg", pooling_convention="full"),
+        [normal((1, 2, 5, 4))],
+    ),
+    GradCase(
+        "Pooling avg no pad count",
+        "Pooling",
+        lambda x: mx.nd.Pooling(x, kernel=(3,), stride=(2,), pad=(1,), pool_type="avg", count_include_pad=False),
+        [normal((2, 3, 6))],
+    ),
+    GradCase(
+        "Pooling sum same",
+        "Pooling",
+        lambda x: mx.nd.Pooling(x, kernel=3, stride=2, pool_type="sum", pooling_convention="same"),
+        [normal((1, 2, 7))],
+    ),
+    GradCase("Pooling global max", "Pooling", lambda x: mx.nd.Pooling(x, global_pool=True), [normal((2, 3, 2, 3))]),
+    GradCase(
+        "FullyConnected",
+        "FullyConnected",
+        lambda x, w, b: mx.nd.FullyConnected(x, w, b, num_hidden=3),
+        [normal((4, 2, 3), 1), normal((3, 6), 2), normal((3,), 3)],
+    ),
+    GradCase(
+        "FullyConnected no_bias flatten=False",
+        "FullyConnected",
+        lambda x, w: mx.nd.FullyConnected(x, w, num_hidden=2, no_bias=True, flatten=False),
+        [normal((2, 3, 4), 1), normal((2, 4), 2)],
+    ),
 ]
 
 

@@ -338,3 +338,302 @@ def test_dropout_masks_do_not_depend_on_the_engine() -> None:
     finally:
         mx.set_engine("threaded")
     np.testing.assert_array_equal(first, again)
+
+
+# ---------------------------------------------------------------------------- slice_like, pick, crop, gather_nd
+def test_slice_like() -> None:
+    a = grid(3, 4)
+    x = nd.array(a)
+    like = nd.zeros((2, 3), dtype="int32")
+    z = nd.slice_like(x, like)
+    assert z.dtype == np.float32
+    assert_np(z, a[:2, :3])
+    assert_np(nd.slice_like(x, nd.zeros((1, 2)), axes=(1,)), a[:, :2])
+    assert_np(nd.slice_like(x, nd.zeros((1, 2)), axes=(0, -1)), a[:1, :2])
+    with pytest.raises(OperatorError, match=r"slice_like: cannot slice axis 1 of shape \(3, 4\)"):
+        nd.slice_like(x, nd.zeros((2, 5)))
+    with pytest.raises(OperatorError, match="slice_like: with no axes"):
+        nd.slice_like(x, nd.zeros((2,)))
+
+
+def test_pick_choose_batch_take_fill() -> None:
+    a = grid(3, 4)
+    x = nd.array(a)
+    idx = np.array([0, 3, 5])  # 5 is out of range: clipped to 3
+    clipped = np.clip(idx, 0, 3)
+    assert_np(nd.pick(x, nd.array(idx)), a[np.arange(3), clipped])
+    assert_np(nd.choose_element_0index(x, nd.array(idx)), a[np.arange(3), clipped])
+    assert_np(nd.pick(x, nd.array([2, -1, 5]), mode="wrap"), a[np.arange(3), np.mod([2, -1, 5], 4)])
+    assert_np(nd.pick(x, nd.array([2, 0, 1, 1]), axis=0, keepdims=True), a[[2, 0, 1, 1], np.arange(4)][None, :])
+    assert_np(nd.batch_take(x, nd.array(idx, dtype="int32")), a[np.arange(3), clipped])
+    filled = a.copy()
+    filled[np.arange(3), [1, 0, 3]] = [10, 20, 30]
+    assert_np(nd.fill_element_0index(x, nd.array([10, 20, 30]), nd.array([1, 0, 3])), filled)
+    assert_np(x, a)  # the input is unchanged
+    with pytest.raises(OperatorError, match=r"batch_take: needs 2-D data"):
+        nd.batch_take(x, nd.array([0, 1]))
+    with pytest.raises(OperatorError, match=r"pick: mode must be"):
+        nd.pick(x, nd.array(idx), mode="raise")
+
+
+def test_crop_and_crop_assign() -> None:
+    a = grid(2, 3, 4)
+    x = nd.array(a)
+    assert_np(nd.crop(x, begin=(0, 1, 1), end=(2, 3, 4)), a[0:2, 1:3, 1:4])
+    assert_np(nd.crop(x, begin=(None, 0), end=(None, 3), step=(None, 2)), a[:, 0:3:2])
+    y = nd.array(a)
+    out = nd._internal._crop_assign(y, nd.zeros((2, 1, 3)), begin=(0, 0, 0), end=(2, 1, 3), out=y)
+    expected = a.copy()
+    expected[0:2, 0:1, 0:3] = 0
+    assert out is y
+    assert_np(y, expected)
+    fresh = nd._internal._crop_assign_scalar(x, scalar=5, begin=(1,), end=(2,))
+    expected = a.copy()
+    expected[1:2] = 5
+    assert_np(fresh, expected)
+    assert_np(x, a)
+    with pytest.raises(OperatorError, match="_slice_assign: cannot assign shape"):
+        nd._internal._crop_assign(y, nd.zeros((2, 2)), begin=(0, 0), end=(1, 1), out=y)
+
+
+def test_gather_nd() -> None:
+    a = grid(2, 3, 2)
+    x = nd.array(a)
+    idx = np.array([[0, 1, -1], [2, 0, -3]])
+    assert_np(nd.gather_nd(x, nd.array(idx)), a[np.mod(idx[0], 2), np.mod(idx[1], 3)])
+    assert_np(nd.gather_nd(x, nd.array([[1, 0]])), a[[1, 0]])
+    bad = nd.gather_nd(x, nd.array([[0, 2]]))  # raises when it runs, as an IndexError
+    with pytest.raises(IndexError, match="gather_nd: index 2 is out of bounds for axis 0 with size 2"):
+        bad.asnumpy()
+    with pytest.raises(OperatorError, match=r"gather_nd: indices of shape \(4, 1\)"):
+        nd.gather_nd(x, nd.array([[0], [0], [0], [0]]))
+
+
+def test_sample_normal() -> None:
+    mu, sigma = nd.array([10.0, -3.0]), nd.array([0.5, 0.0])
+    assert nd.sample_normal(mu, sigma).shape == (2,)
+    assert nd.sample_normal(mu, sigma, shape=1).shape == (2, 1)
+    mx.random.seed(3)
+    s = nd.sample_normal(mu, sigma, shape=(2000,))
+    mx.random.seed(3)
+    again = nd.sample_normal(mu, sigma, shape=(2000,)).asnumpy()
+    got = s.asnumpy()
+    assert got.shape == (2, 2000) and got.dtype == np.float32
+    np.testing.assert_array_equal(got, again)
+    assert abs(got[0].mean() - 10.0) < 0.05 and abs(got[0].std() - 0.5) < 0.05
+    np.testing.assert_array_equal(got[1], -3.0)  # sigma 0: exactly mu
+    with pytest.raises(OperatorError, match="_sample_normal: mu and sigma must have the same shape"):
+        nd.sample_normal(mu, nd.array([1.0]))
+
+
+# ---------------------------------------------------------------------------- Pooling, FullyConnected
+def ref_pool(x: np.ndarray, kernel: tuple[int, ...], stride: tuple[int, ...], pad: tuple[int, ...], kind: str,
+             out_sizes: tuple[int, ...], include_pad: bool = True) -> np.ndarray:
+    """Pooling written out window by window: padded values never win a max, and count in an average's divisor."""
+    out = np.zeros(x.shape[:2] + out_sizes)
+    for pos in np.ndindex(*out_sizes):
+        sl, size, clipped = [], 1, 1
+        for o, n, k, s, p in zip(pos, x.shape[2:], kernel, stride, pad, strict=True):
+            start, end = o * s - p, min(o * s - p + k, n + p)
+            lo, hi = max(start, 0), min(end, n)
+            sl.append(slice(lo, hi))
+            size, clipped = size * (end - start), clipped * (hi - lo)
+        w = x[(Ellipsis, *sl)].reshape(x.shape[0], x.shape[1], -1)
+        v = w.max(axis=2) if kind == "max" else w.sum(axis=2)
+        if kind == "avg":
+            v = v / (size if include_pad else clipped)
+        out[(Ellipsis, *pos)] = v
+    return out
+
+
+@pytest.mark.parametrize("kind", ["max", "avg", "sum"])
+def test_pooling_2d_matches_reference(kind: str) -> None:
+    x = np.random.default_rng(0).normal(size=(2, 3, 5, 6)).astype(np.float32)
+    # valid: 1 + (5 + 2 - 3) // 2 = 3 and 1 + (6 + 0 - 2) // 2 = 3
+    y = nd.Pooling(nd.array(x), kernel=(3, 2), stride=(2, 2), pad=(1, 0), pool_type=kind)
+    np.testing.assert_allclose(y.asnumpy(), ref_pool(x, (3, 2), (2, 2), (1, 0), kind, (3, 3)), rtol=1e-5, atol=1e-6)
+    x7 = np.random.default_rng(1).normal(size=(2, 3, 5, 7)).astype(np.float32)
+    full = nd.Pooling(nd.array(x7), kernel=(2, 2), stride=(3, 3), pool_type=kind, pooling_convention="full")
+    assert full.shape == (2, 3, 2, 3)  # 1 + ceil(3 / 3) = 2, 1 + ceil(5 / 3) = 3: the last window is cut short
+    np.testing.assert_allclose(full.asnumpy(), ref_pool(x7, (2, 2), (3, 3), (0, 0), kind, (2, 3)), rtol=1e-5, atol=1e-6)
+    valid = nd.Pooling(nd.array(x7), kernel=(2, 2), stride=(3, 3), pool_type=kind)
+    assert valid.shape == (2, 3, 2, 2)
+    np.testing.assert_allclose(valid.asnumpy(), ref_pool(x7, (2, 2), (3, 3), (0, 0), kind, (2, 2)), rtol=1e-5, atol=1e-6)
+
+
+def test_pooling_avg_count_include_pad_and_global() -> None:
+    x = grid(1, 2, 5)
+    y = nd.Pooling(nd.array(x), kernel=(3,), stride=(2,), pad=(1,), pool_type="avg", count_include_pad=False)
+    np.testing.assert_allclose(y.asnumpy(), ref_pool(x, (3,), (2,), (1,), "avg", (3,), include_pad=False), rtol=1e-6)
+    with_pad = nd.Pooling(nd.array(x), kernel=(3,), stride=(2,), pad=(1,), pool_type="avg")
+    np.testing.assert_allclose(with_pad.asnumpy()[0, 0, 0], (x[0, 0, 0] + x[0, 0, 1]) / 3, rtol=1e-6)
+    g = grid(2, 3, 4, 2)
+    assert_np(nd.Pooling(nd.array(g), global_pool=True, pool_type="max"), g.max(axis=(2, 3), keepdims=True))
+    assert_np(nd.Pooling(nd.array(g), kernel=(1, 1), global_pool=True, pool_type="avg"), g.mean(axis=(2, 3), keepdims=True))
+
+
+def test_pooling_same_convention_and_errors() -> None:
+    x = grid(1, 1, 10)
+    y = nd.Pooling(nd.array(x), kernel=2, stride=2, pad=(0, 0, 0), pooling_convention="same")
+    assert y.shape == (1, 1, 5)
+    assert_np(y, x.reshape(1, 1, 5, 2).max(axis=3))
+    odd = nd.Pooling(nd.array(grid(1, 1, 7)), kernel=3, stride=2, pooling_convention="same", pool_type="sum")
+    assert odd.shape == (1, 1, 4)  # ceil(7 / 2); the last window is cut at the end
+    assert_np(odd, [[[-5 - 4 - 3, -3 - 2 - 1, -1 + 0 + 1, 1]]])
+    with pytest.raises(OperatorError, match="Pooling: pooling_convention='same' does not allow a pad"):
+        nd.Pooling(nd.array(x), kernel=2, stride=2, pad=2, pooling_convention="same")
+    with pytest.raises(OperatorError, match="Pooling: pooling_convention='same' supports 1-D"):
+        nd.Pooling(nd.array(grid(1, 1, 4, 4)), kernel=(2, 2), pooling_convention="same")
+    with pytest.raises(OperatorError, match=r"Pooling: kernel \(6,\) exceeds input of shape \(1, 1, 5\)"):
+        nd.Pooling(nd.array(grid(1, 1, 5)), kernel=6)
+    with pytest.raises(OperatorError, match="Pooling: a 2-D kernel"):
+        nd.Pooling(nd.array(grid(1, 1, 5)), kernel=(2, 2))
+    with pytest.raises(OperatorError, match="Pooling: pool_type must be one of"):
+        nd.Pooling(nd.array(x), kernel=2, pool_type="median")
+
+
+def test_fully_connected() -> None:
+    rng = np.random.default_rng(1)
+    x, w, b = rng.normal(size=(4, 2, 3)), rng.normal(size=(5, 6)), rng.normal(size=(5,))
+    y = nd.FullyConnected(nd.array(x), nd.array(w), nd.array(b), num_hidden=5)
+    np.testing.assert_allclose(y.asnumpy(), x.reshape(4, 6) @ w.T + b, rtol=1e-5, atol=1e-5)
+    w2 = rng.normal(size=(5, 3))
+    y2 = nd.FullyConnected(nd.array(x), nd.array(w2), num_hidden=5, no_bias=True, flatten=False)
+    assert y2.shape == (4, 2, 5)
+    np.testing.assert_allclose(y2.asnumpy(), x @ w2.T, rtol=1e-5, atol=1e-5)
+    with pytest.raises(OperatorError, match=r"FullyConnected: weight of shape \(5, 6\) does not fit data of shape \(4, 2, 3\)"):
+        nd.FullyConnected(nd.array(x), nd.array(w), nd.array(b), num_hidden=5, flatten=False)
+    with pytest.raises(OperatorError, match=r"FullyConnected: bias must have shape \(5,\)"):
+        nd.FullyConnected(nd.array(x), nd.array(w), nd.array(b[:3]), num_hidden=5)
+
+
+# ---------------------------------------------------------------------------- optimizer updates
+def _clip(g: np.ndarray, c: float) -> np.ndarray:
+    return np.clip(g, -c, c) if c >= 0 else g
+
+
+def _update_case(name: str) -> tuple[dict[str, float], Any]:
+    """The op's parameters and a NumPy reference ``(w, g, states) -> (new_w, new_states)``."""
+    lr, wd, rg, cg = 0.1, 0.01, 0.5, 0.3
+
+    def sgd(w: Any, g: Any, s: Any) -> Any:
+        return (1 - lr * wd) * w - lr * _clip(rg * g, cg), []
+
+    def sgd_mom(w: Any, g: Any, s: Any) -> Any:
+        mom = 0.9 * s[0] - lr * wd * w - lr * _clip(rg * g, cg)
+        return w + mom, [mom]
+
+    def nag_mom(w: Any, g: Any, s: Any) -> Any:
+        step = _clip(rg * g, cg) + wd * w
+        mom = 0.9 * s[0] - lr * step
+        return w + 0.9 * mom - lr * step, [mom]
+
+    def signsgd(w: Any, g: Any, s: Any) -> Any:
+        return (1 - lr * wd) * w - lr * np.sign(g), []
+
+    def signum(w: Any, g: Any, s: Any) -> Any:
+        mom = 0.9 * s[0] - 0.1 * wd * w - 0.1 * _clip(rg * g, cg)
+        return (1 - lr * 0.02) * w + lr * np.sign(mom), [mom]
+
+    def adam(w: Any, g: Any, s: Any) -> Any:
+        gr = _clip(rg * g + wd * w, cg)
+        m, v = 0.9 * s[0] + 0.1 * gr, 0.999 * s[1] + 0.001 * gr * gr
+        return w - lr * m / (np.sqrt(v) + 1e-8), [m, v]
+
+    def rmsprop(w: Any, g: Any, s: Any) -> Any:
+        gr = _clip(rg * g + wd * w, cg)
+        n = 0.05 * gr * gr + 0.95 * s[0]
+        return _clip(w - lr * gr / np.sqrt(n + 1e-8), 0.9), [n]
+
+    def rmspropalex(w: Any, g: Any, s: Any) -> Any:
+        gr = _clip(rg * g + wd * w, cg)
+        n, mean = 0.05 * gr * gr + 0.95 * s[0], 0.05 * gr + 0.95 * s[1]
+        delta = 0.9 * s[2] - lr * gr / np.sqrt(n - mean * mean + 1e-8)
+        return w + delta, [n, mean, delta]
+
+    def ftrl(w: Any, g: Any, s: Any) -> Any:
+        gr = _clip(rg * g, cg)
+        z = s[0] + gr - (np.sqrt(s[1] + gr * gr) - np.sqrt(s[1])) * w / lr
+        n = s[1] + gr * gr
+        return (np.sign(z) * 0.01 - z) / ((1.0 + np.sqrt(n)) / lr + wd) * (np.abs(z) > 0.01), [z, n]
+
+    def ftml(w: Any, g: Any, s: Any) -> Any:
+        t = 3
+        gr = _clip(rg * g + wd * w, cg)
+        v = 0.999 * s[1] + 0.001 * gr * gr
+        d = (1 - 0.6**t) / lr * (np.sqrt(v / (1 - 0.999**t)) + 1e-8)
+        z = 0.6 * s[2] + 0.4 * gr - (d - 0.6 * s[0]) * w
+        return -z / d, [d, v, z]
+
+    base = {"lr": lr, "wd": wd, "rescale_grad": rg}
+    cases: dict[str, tuple[dict[str, float], Any]] = {
+        "sgd_update": ({**base, "clip_gradient": cg}, sgd),
+        "sgd_mom_update": ({**base, "clip_gradient": cg, "momentum": 0.9}, sgd_mom),
+        "nag_mom_update": ({**base, "clip_gradient": cg, "momentum": 0.9}, nag_mom),
+        "signsgd_update": ({**base, "clip_gradient": cg}, signsgd),
+        "signum_update": ({**base, "clip_gradient": cg, "momentum": 0.9, "wd_lh": 0.02}, signum),
+        "adam_update": ({**base, "clip_gradient": cg}, adam),
+        "rmsprop_update": ({**base, "clip_gradient": cg, "clip_weights": 0.9}, rmsprop),
+        "rmspropalex_update": ({**base, "clip_gradient": cg}, rmspropalex),
+        "ftrl_update": ({**base, "clip_gradient": cg}, ftrl),
+        "ftml_update": ({**base, "clip_grad": cg, "t": 3}, ftml),
+    }
+    return cases[name]
+
+
+UPDATE_STATE_COUNTS = {
+    "sgd_update": 0,
+    "sgd_mom_update": 1,
+    "nag_mom_update": 1,
+    "signsgd_update": 0,
+    "signum_update": 1,
+    "adam_update": 2,
+    "rmsprop_update": 1,
+    "rmspropalex_update": 3,
+    "ftrl_update": 2,
+    "ftml_update": 3,
+}
+
+
+@pytest.mark.parametrize("name", sorted(UPDATE_STATE_COUNTS))
+def test_update_op_matches_reference(name: str) -> None:
+    rng = np.random.default_rng(5)
+    shape = (3, 4)
+    w, g = rng.normal(size=shape), rng.normal(size=shape) * 2
+    states = [rng.uniform(0.5, 1.0, size=shape) for _ in range(UPDATE_STATE_COUNTS[name])]  # positive: n, v are squares
+    if name == "rmspropalex_update":
+        states[1] *= 0.3  # the running mean of g, small enough that n - mean² stays positive
+    params, ref = _update_case(name)
+    new_w, new_states = ref(w, g, states)
+    assert np.isfinite(new_w).all()
+    weight, grad = nd.array(w, dtype="float64"), nd.array(g, dtype="float64")
+    nd_states = [nd.array(s, dtype="float64") for s in states]
+    result = getattr(nd, name)(weight, grad, *nd_states, out=weight, **params)
+    assert result is weight
+    np.testing.assert_allclose(weight.asnumpy(), new_w, rtol=1e-10, atol=1e-12)
+    for got, expected in zip(nd_states, new_states, strict=True):
+        np.testing.assert_allclose(got.asnumpy(), expected, rtol=1e-10, atol=1e-12)
+    np.testing.assert_array_equal(grad.asnumpy(), g)  # the gradient is only read
+
+
+def test_update_ops_defaults_new_output_and_errors() -> None:
+    w, g = nd.array([1.0, -2.0]), nd.array([0.5, 3.0])
+    fresh = nd.sgd_update(w, g, lr=0.1)  # no clipping, no wd, rescale 1 by default
+    assert_np(fresh, [0.95, -2.3])
+    assert_np(w, [1.0, -2.0])
+    mom = nd.zeros((2,))
+    nd.sgd_mom_update(w, g, mom, lr=0.1, momentum=0.5, out=w)
+    nd.sgd_mom_update(w, g, mom, lr=0.1, momentum=0.5, out=w)  # the second update reads the first's mom
+    assert_np(mom, [-0.075, -0.45])
+    assert_np(w, [1.0 - 0.05 - 0.075, -2.0 - 0.3 - 0.45])
+    mean, var = nd.zeros((2,)), nd.zeros((2,))
+    nd.adam_update(w, g, mean=mean, var=var, lr=0.01, out=w)
+    np.testing.assert_allclose(mean.asnumpy(), [0.05, 0.3], rtol=1e-6)
+    with pytest.raises(TypeError, match="sgd_update: the parameter 'lr' is required"):
+        nd.sgd_update(w, g)
+    with pytest.raises(TypeError, match="sgd_mom_update: needs weight, grad and the states mom"):
+        nd.sgd_mom_update(w, g, lr=0.1)
+    with pytest.raises(TypeError, match="sgd_update: unknown parameter 'momentum'"):
+        nd.sgd_update(w, g, lr=0.1, momentum=0.9)
+    with pytest.raises(OperatorError, match=r"adam_update: weight, grad and states must have the same shape"):
+        nd.adam_update(w, g, nd.zeros((3,)), var, lr=0.1)

@@ -12,6 +12,7 @@ import builtins
 import numbers
 from collections.abc import Sequence
 from functools import partial
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -112,6 +113,27 @@ __all__ = [
     "log_softmax",
     "softmin",
     "Dropout",
+    "slice_like",
+    "pick",
+    "choose_element_0index",
+    "batch_take",
+    "fill_element_0index",
+    "crop",
+    "gather_nd",
+    "sample_normal",
+    "_internal",
+    "Pooling",
+    "FullyConnected",
+    "sgd_update",
+    "sgd_mom_update",
+    "nag_mom_update",
+    "signsgd_update",
+    "signum_update",
+    "adam_update",
+    "rmsprop_update",
+    "rmspropalex_update",
+    "ftrl_update",
+    "ftml_update",
 ]
 
 #: The builtin ``slice``, under the name MXNet's ndarray module keeps it by (its tests import it).
@@ -1370,3 +1392,283 @@ def backward(
             for h in heads:
                 if h._node is not None:
                     h._node = None
+
+
+# ---------------------------------------------------------------------------- indexing: slice_like, pick, crop, gather_nd
+def _index_array(x: Any) -> NDArray:
+    if isinstance(x, NDArray):
+        return x
+    a = np.asarray(x)
+    return array(a, dtype=a.dtype)
+
+
+def slice_like(data: NDArray, shape_like: NDArray, axes: Sequence[int] = (), out: NDArray | None = None) -> NDArray:
+    """``data`` sliced from the start to ``shape_like``'s size along ``axes`` (all axes if empty)."""
+    inputs = (check_nd("slice_like", data), check_nd("slice_like", shape_like))
+    return invoke(_ops.OPS["slice_like"], inputs, {"axes": tuple(int(a) for a in axes)}, out=out)
+
+
+def pick(
+    data: NDArray, index: Any, axis: int = -1, keepdims: bool = False, mode: str = "clip", out: NDArray | None = None
+) -> NDArray:
+    """``data[..., index[...], ...]`` along ``axis``: one element per index (clipped, or wrapped with ``mode='wrap'``)."""
+    attrs = {"axis": int(axis), "keepdims": bool(keepdims), "mode": mode}
+    return invoke(_ops.OPS["pick"], (check_nd("pick", data), _index_array(index)), attrs, out=out)
+
+
+def choose_element_0index(data: NDArray, index: Any, out: NDArray | None = None) -> NDArray:
+    """MXNet's legacy name of ``pick`` along the last axis: ``data[i, index[i]]``."""
+    return pick(data, index, axis=-1, out=out)
+
+
+def batch_take(a: NDArray, indices: Any, out: NDArray | None = None) -> NDArray:
+    """``a[i, indices[i]]`` of a 2-D ``a`` (indices clipped to range); MXNet's deprecated ``pick``."""
+    return invoke(_ops.OPS["batch_take"], (check_nd("batch_take", a), _index_array(indices)), {}, out=out)
+
+
+def fill_element_0index(lhs: NDArray, mhs: NDArray, rhs: NDArray, out: NDArray | None = None) -> NDArray:
+    """A copy of the 2-D ``lhs`` with ``lhs[i, rhs[i]] = mhs[i]`` for every row ``i``."""
+    inputs = (check_nd("fill_element_0index", lhs), check_nd("fill_element_0index", mhs), _index_array(rhs))
+    return invoke(_ops.OPS["fill_element_0index"], inputs, {}, out=out)
+
+
+def _crop_key(shape: tuple[int, ...], begin: Sequence[Any], end: Sequence[Any], step: Sequence[Any] | None) -> tuple[Any, ...]:
+    if len(begin) != len(end) or len(begin) > len(shape) or (step is not None and len(step) and len(step) != len(begin)):
+        raise OperatorError(f"slice: begin {tuple(begin)}, end {tuple(end)} and step do not fit shape {shape}")
+    steps = list(step) if step else [None] * len(begin)
+    return tuple(py_slice(b, e, s) for b, e, s in zip(begin, end, steps, strict=True))
+
+
+def crop(
+    data: NDArray, begin: Sequence[Any], end: Sequence[Any], step: Sequence[Any] | None = None, out: NDArray | None = None
+) -> NDArray:
+    """MXNet's legacy ``crop``, which is ``slice``: ``data[begin[0]:end[0], begin[1]:end[1], ...]`` (a copy)."""
+    check_nd("slice", data)
+    return invoke(_SLICE, (data,), {"key": _crop_key(data.shape, begin, end, step)}, out=out)
+
+
+def _crop_assign_into(lhs: NDArray, out: NDArray | None) -> NDArray:
+    if out is None:
+        return lhs.copy()
+    if out is not lhs:
+        lhs.copyto(out)
+    return out
+
+
+def _crop_assign(
+    lhs: NDArray, rhs: NDArray, begin: Sequence[Any], end: Sequence[Any], step: Sequence[Any] | None = None,
+    out: NDArray | None = None,
+) -> NDArray:
+    """``lhs`` with ``lhs[begin:end] = rhs`` (MXNet's ``_slice_assign``, alias ``_crop_assign``), into ``out``."""
+    check_nd("_slice_assign", lhs)
+    target = _crop_assign_into(lhs, out)
+    view = target._view(_crop_key(lhs.shape, begin, end, step))
+    if tuple(rhs.shape) != view.shape:
+        raise OperatorError(f"_slice_assign: cannot assign shape {rhs.shape} to a slice of shape {view.shape}")
+    invoke(_SLICE_ASSIGN, (check_nd("_slice_assign", rhs),), {}, out=view, check_shape=False)
+    return target
+
+
+def _crop_assign_scalar(
+    lhs: NDArray, scalar: float = 0.0, begin: Sequence[Any] = (), end: Sequence[Any] = (),
+    step: Sequence[Any] | None = None, out: NDArray | None = None,
+) -> NDArray:
+    """``lhs`` with ``lhs[begin:end] = scalar`` (MXNet's ``_slice_assign_scalar``), into ``out``."""
+    check_nd("_slice_assign_scalar", lhs)
+    target = _crop_assign_into(lhs, out)
+    view = target._view(_crop_key(lhs.shape, begin, end, step))
+    invoke(_SLICE_ASSIGN_SCALAR, (), {"value": scalar}, out=view, check_shape=False)
+    return target
+
+
+#: ``mx.nd._internal``: the few internal operators MXNet's own tests call by name.
+_internal = SimpleNamespace(
+    _crop_assign=_crop_assign,
+    _slice_assign=_crop_assign,
+    _crop_assign_scalar=_crop_assign_scalar,
+    _slice_assign_scalar=_crop_assign_scalar,
+)
+
+
+def gather_nd(data: NDArray, indices: Any, out: NDArray | None = None) -> NDArray:
+    """``data[indices[0], indices[1], ...]``: the first axis of ``indices`` indexes the leading axes of ``data``.
+
+    Negative indices count from the end; one out of range raises IndexError when the op runs.
+    """
+    return invoke(_ops.OPS["gather_nd"], (check_nd("gather_nd", data), _index_array(indices)), {}, out=out)
+
+
+def sample_normal(
+    mu: NDArray, sigma: NDArray, shape: Any = (), dtype: Any = None, out: NDArray | None = None, **kwargs: Any
+) -> NDArray:
+    """Samples of N(mu[i], sigma[i]²) for each element: shape ``mu.shape + shape`` (``_sample_normal``)."""
+    extra = () if shape is None else _shape(shape)
+    attrs = {"shape": extra, "dtype": None if dtype is None else _numeric(dtype), "seed": seeds.next_seed()}
+    inputs = (check_nd("_sample_normal", mu), check_nd("_sample_normal", sigma))
+    return invoke(_ops.OPS["_sample_normal"], inputs, attrs, out=out, allow_new_dtype=True)
+
+
+# ---------------------------------------------------------------------------- Pooling, FullyConnected
+def _tuple_attr(v: Any) -> tuple[int, ...]:
+    if v is None:
+        return ()
+    return (int(v),) if isinstance(v, numbers.Integral) else tuple(int(n) for n in v)
+
+
+def Pooling(
+    data: NDArray,
+    kernel: Any = (),
+    pool_type: str = "max",
+    global_pool: bool = False,
+    cudnn_off: bool = False,
+    pooling_convention: str = "valid",
+    stride: Any = (),
+    pad: Any = (),
+    p_value: Any = None,
+    count_include_pad: bool | None = None,
+    layout: str | None = None,
+    out: NDArray | None = None,
+    **kwargs: Any,
+) -> NDArray:
+    """Max, average or sum pooling over the spatial axes of NCW, NCHW or NCDHW data (MXNet's ``Pooling``).
+
+    ``pooling_convention`` sizes the output: ``valid`` (floor), ``full`` (ceil) or ``same``
+    (``ceil(n / stride)``, 1-D only, no pad); ``global_pool`` pools each whole channel.
+    """
+    attrs = {
+        "kernel": _tuple_attr(kernel),
+        "pool_type": pool_type,
+        "global_pool": bool(global_pool),
+        "pooling_convention": pooling_convention,
+        "stride": _tuple_attr(stride),
+        "pad": _tuple_attr(pad),
+        "count_include_pad": count_include_pad,
+        "layout": layout,
+    }
+    if p_value is not None or pool_type == "lp":
+        raise OperatorError("Pooling: pool_type='lp' is not supported")
+    return invoke(_ops.OPS["Pooling"], (check_nd("Pooling", data),), attrs, out=out)
+
+
+def FullyConnected(
+    data: NDArray,
+    weight: NDArray,
+    bias: NDArray | None = None,
+    num_hidden: int = 0,
+    no_bias: bool = False,
+    flatten: bool = True,
+    out: NDArray | None = None,
+    **kwargs: Any,
+) -> NDArray:
+    """``data @ weight.T + bias``: data flattened to 2-D (``flatten``) or over its last axis."""
+    inputs = [check_nd("FullyConnected", data), check_nd("FullyConnected", weight)]
+    if not no_bias:
+        if bias is None:
+            raise OperatorError("FullyConnected: bias is required unless no_bias=True")
+        inputs.append(check_nd("FullyConnected", bias))
+    attrs = {"num_hidden": int(num_hidden), "no_bias": bool(no_bias), "flatten": bool(flatten)}
+    return invoke(_ops.OPS["FullyConnected"], inputs, attrs, out=out)
+
+
+# ---------------------------------------------------------------------------- optimizer updates
+def invoke_update(op: _ops.OpDef, inputs: Sequence[NDArray], attrs: dict[str, Any], out: NDArray | None = None) -> NDArray:
+    """Push an update op: the new weight goes to ``out``; the state inputs (after weight, grad) are written in place.
+
+    The states are pushed as writes, so later reads of them wait for the update, on any engine.
+    """
+    datas = [x._data for x in inputs]
+    shape, dtype = op.infer(op.name, [d.shape for d in datas], [d.dtype for d in datas], attrs)
+    if out is None:
+        out = NDArray(np.empty(shape, dtype))
+    elif out._data.shape != shape:
+        raise OperatorError(f"{op.name}: result shape {shape} does not fit the output of shape {out.shape}")
+    states = inputs[2:]
+    if _tape.state.recording and any(_tape.requires_grad(x) for x in (out, *states)):
+        raise OperatorError(f"{op.name}: updates of arrays in the autograd graph are not supported while recording")
+    writes: list[Var] = []
+    for v in (out._var, *(x._var for x in states)):
+        if v not in writes:
+            writes.append(v)
+    reads = [x._var for x in inputs[:2] if x._var not in writes]
+    get_engine().push(partial(op.forward, datas, out._data, attrs), reads, writes, op.name)
+    return out
+
+
+#: Each update op's state names (its inputs after weight and grad) and its parameters' defaults
+#: (``None``: required), as in MXNet's optimizer_op.
+_UPDATE_DEFAULTS: dict[str, tuple[tuple[str, ...], dict[str, float | None]]] = {
+    "sgd_update": ((), {"lr": None, "wd": 0.0, "rescale_grad": 1.0, "clip_gradient": -1.0}),
+    "sgd_mom_update": (("mom",), {"lr": None, "momentum": 0.0, "wd": 0.0, "rescale_grad": 1.0, "clip_gradient": -1.0}),
+    "nag_mom_update": (("mom",), {"lr": None, "momentum": 0.0, "wd": 0.0, "rescale_grad": 1.0, "clip_gradient": -1.0}),
+    "signsgd_update": ((), {"lr": None, "wd": 0.0, "rescale_grad": 1.0, "clip_gradient": -1.0}),
+    "signum_update": (
+        ("mom",),
+        {"lr": None, "momentum": 0.0, "wd": 0.0, "rescale_grad": 1.0, "clip_gradient": -1.0, "wd_lh": 0.0},
+    ),
+    "adam_update": (
+        ("mean", "var"),
+        {"lr": None, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8, "wd": 0.0, "rescale_grad": 1.0, "clip_gradient": -1.0},
+    ),
+    "rmsprop_update": (
+        ("n",),
+        {"lr": None, "gamma1": 0.95, "epsilon": 1e-8, "wd": 0.0, "rescale_grad": 1.0, "clip_gradient": -1.0,
+         "clip_weights": -1.0},
+    ),
+    "rmspropalex_update": (
+        ("n", "g", "delta"),
+        {
+            "lr": None, "gamma1": 0.95, "gamma2": 0.9, "epsilon": 1e-8, "wd": 0.0,
+            "rescale_grad": 1.0, "clip_gradient": -1.0, "clip_weights": -1.0,
+        },
+    ),
+    "ftrl_update": (
+        ("z", "n"),
+        {"lr": None, "lamda1": 0.01, "beta": 1.0, "wd": 0.0, "rescale_grad": 1.0, "clip_gradient": -1.0},
+    ),
+    "ftml_update": (
+        ("d", "v", "z"),
+        {"lr": None, "beta1": 0.6, "beta2": 0.999, "epsilon": 1e-8, "t": None, "wd": 0.0, "rescale_grad": 1.0, "clip_grad": -1.0},
+    ),
+}
+
+
+def _update_fn(name: str) -> Any:
+    op = _ops.OPS[name]
+    state_names, defaults = _UPDATE_DEFAULTS[name]
+
+    def fn(weight: NDArray, grad: NDArray, *states: NDArray, out: NDArray | None = None, **kwargs: Any) -> NDArray:
+        kwargs.pop("name", None)
+        kwargs.pop("lazy_update", None)
+        given = list(states) + [kwargs.pop(s) for s in state_names[len(states) :] if s in kwargs]
+        if len(given) != len(state_names):
+            raise TypeError(f"{name}: needs weight, grad and the states {', '.join(state_names) or '(none)'}")
+        unknown = sorted(set(kwargs) - set(defaults))
+        if unknown:
+            raise TypeError(f"{name}: unknown parameter {unknown[0]!r} (parameters: {', '.join(defaults)})")
+        attrs: dict[str, Any] = {}
+        for key, default in defaults.items():
+            value = kwargs.get(key, default)
+            if value is None:
+                raise TypeError(f"{name}: the parameter {key!r} is required")
+            attrs[key] = float(value)
+        inputs = [check_nd(name, x) for x in (weight, grad, *given)]
+        return invoke_update(op, inputs, attrs, out=out)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = (
+        f"MXNet's ``{name}``: the new weight into ``out`` (usually ``weight`` itself); "
+        f"the states ({', '.join(state_names) or 'none'}) are updated in place."
+    )
+    return fn
+
+
+sgd_update = _update_fn("sgd_update")
+sgd_mom_update = _update_fn("sgd_mom_update")
+nag_mom_update = _update_fn("nag_mom_update")
+signsgd_update = _update_fn("signsgd_update")
+signum_update = _update_fn("signum_update")
+adam_update = _update_fn("adam_update")
+rmsprop_update = _update_fn("rmsprop_update")
+rmspropalex_update = _update_fn("rmspropalex_update")
+ftrl_update = _update_fn("ftrl_update")
+ftml_update = _update_fn("ftml_update")

@@ -492,30 +492,18 @@ register(
     None,
     lambda n, s, d, a: ((len(range(0, int(np.ceil((a["stop"] - a["start"]) / a["step"])))),), a["dtype"]),
 )
-register(
-    "_random_uniform",
-    lambda ins, out, a: np.copyto(
-        out, np.random.default_rng(a["seed"]).uniform(a["low"], a["high"], out.shape), casting="unsafe"
-    ),
-    None,
-    lambda n, s, d, a: (a["shape"], a["dtype"]),
-)
-register(
-    "_random_randint",
-    lambda ins, out, a: np.copyto(
-        out, np.random.default_rng(a["seed"]).integers(a["low"], a["high"], out.shape), casting="unsafe"
-    ),
-    None,
-    lambda n, s, d, a: (a["shape"], a["dtype"]),
-)
-register(
-    "_random_normal",
-    lambda ins, out, a: np.copyto(
-        out, np.random.default_rng(a["seed"]).normal(a["loc"], a["scale"], out.shape), casting="unsafe"
-    ),
-    None,
-    lambda n, s, d, a: (a["shape"], a["dtype"]),
-)
+def _sampler(name: str, draw: Callable[[np.random.Generator, Attrs, Shape], np.ndarray]) -> None:
+    """A random op: its own generator from the seed drawn at push time, so the engine's order does not matter."""
+
+    def forward(ins: Sequence[np.ndarray], out: np.ndarray, a: Attrs) -> None:
+        np.copyto(out, draw(np.random.default_rng(a["seed"]), a, out.shape), casting="unsafe")
+
+    register(name, forward, None, lambda n, s, d, a: (a["shape"], a["dtype"]))
+
+
+_sampler("_random_uniform", lambda rng, a, shape: rng.uniform(a["low"], a["high"], shape))
+_sampler("_random_randint", lambda rng, a, shape: rng.integers(a["low"], a["high"], shape))
+_sampler("_random_normal", lambda rng, a, shape: rng.normal(a["loc"], a["scale"], shape))
 
 
 # ----------------------------------------------------------------------------- multi-output ops
@@ -1153,3 +1141,441 @@ register(
     None,
     lambda n, s, d, a: (a["shape"], a["dtype"]),
 )
+
+
+# ----------------------------------------------------------------------------- slice_like, pick, batch_take, gather_nd
+def _slice_like_key(name: str, data: Shape, like: Shape, axes: Sequence[int]) -> tuple[slice, ...]:
+    if not axes:
+        if len(data) != len(like):
+            raise OperatorError(f"{name}: with no axes, shapes {data} and {like} must have the same number of dimensions")
+        axes = range(len(data))
+    key = [slice(None)] * len(data)
+    for ax in axes:
+        i = _one_axis(name, data, ax)
+        if i >= len(like):
+            raise OperatorError(f"{name}: axis {ax} is out of range for the shape {like} to slice like")
+        if like[i] > data[i]:
+            raise OperatorError(f"{name}: cannot slice axis {ax} of shape {data} to {like[i]} (from shape {like})")
+        key[i] = slice(0, like[i])
+    return tuple(key)
+
+
+def _slice_like_infer(name: str, shapes: Sequence[Shape], dtypes: Sequence[np.dtype], a: Attrs) -> tuple[Shape, np.dtype]:
+    key = _slice_like_key(name, shapes[0], shapes[1], a["axes"])
+    return np.empty(shapes[0], dtype=np.bool_)[key].shape, dtypes[0]
+
+
+def _slice_like_backward(ins: Sequence[np.ndarray], out: np.ndarray, g: np.ndarray, a: Attrs) -> list[np.ndarray | None]:
+    grad = np.zeros(ins[0].shape, dtype=g.dtype)
+    grad[_slice_like_key("slice_like", ins[0].shape, ins[1].shape, a["axes"])] = g
+    return [grad, None]
+
+
+register(
+    "slice_like",
+    lambda ins, out, a: np.copyto(out, ins[0][_slice_like_key("slice_like", ins[0].shape, ins[1].shape, a["axes"])]),
+    _slice_like_backward,
+    _slice_like_infer,
+)
+
+
+def _pick_infer(name: str, shapes: Sequence[Shape], dtypes: Sequence[np.dtype], a: Attrs) -> tuple[Shape, np.dtype]:
+    data, idx = shapes
+    ax = _one_axis(name, data, a["axis"])
+    if a["mode"] not in ("clip", "wrap"):
+        raise OperatorError(f"{name}: mode must be 'clip' or 'wrap', got {a['mode']!r}")
+    kept = (*data[:ax], 1, *data[ax + 1 :])
+    dropped = (*data[:ax], *data[ax + 1 :])
+    if idx not in (kept, dropped) and int(np.prod(idx, dtype=np.int64)) != int(np.prod(dropped, dtype=np.int64)):
+        raise OperatorError(f"{name}: index of shape {idx} does not fit data of shape {data} along axis {a['axis']}")
+    return (kept if a.get("keepdims") else dropped) or (1,), dtypes[0]
+
+
+def _pick_index(ins: Sequence[np.ndarray], a: Attrs) -> tuple[np.ndarray, int]:
+    data, idx = ins
+    ax = a["axis"] % data.ndim
+    i = _take_indices(idx, data.shape[ax], "wrap" if a["mode"] == "wrap" else "clip")
+    return i.reshape((*data.shape[:ax], 1, *data.shape[ax + 1 :])), ax
+
+
+def _pick_forward(ins: Sequence[np.ndarray], out: np.ndarray, a: Attrs) -> None:
+    i, ax = _pick_index(ins, a)
+    np.copyto(out, np.take_along_axis(ins[0], i, axis=ax).reshape(out.shape), casting="unsafe")
+
+
+def _pick_backward(ins: Sequence[np.ndarray], out: np.ndarray, g: np.ndarray, a: Attrs) -> list[np.ndarray | None]:
+    i, ax = _pick_index(ins, a)
+    grad = np.zeros(ins[0].shape, dtype=g.dtype)
+    np.put_along_axis(grad, i, g.reshape(i.shape), axis=ax)
+    return [grad, None]
+
+
+register("pick", _pick_forward, _pick_backward, _pick_infer)
+
+
+def _batch_take_infer(name: str, shapes: Sequence[Shape], dtypes: Sequence[np.dtype], a: Attrs) -> tuple[Shape, np.dtype]:
+    data, idx = shapes
+    if len(data) != 2 or int(np.prod(idx, dtype=np.int64)) != data[0]:
+        raise OperatorError(f"{name}: needs 2-D data (n, m) and n indices, got shapes {data} and {idx}")
+    return tuple(idx), dtypes[0]
+
+
+def _batch_take_forward(ins: Sequence[np.ndarray], out: np.ndarray, a: Attrs) -> None:
+    data = ins[0]
+    i = np.clip(ins[1].reshape(-1).astype(np.int64), 0, data.shape[1] - 1)
+    np.copyto(out, data[np.arange(data.shape[0]), i].reshape(out.shape), casting="unsafe")
+
+
+register("batch_take", _batch_take_forward, None, _batch_take_infer)
+
+
+def _fill_element_infer(name: str, shapes: Sequence[Shape], dtypes: Sequence[np.dtype], a: Attrs) -> tuple[Shape, np.dtype]:
+    data, value, idx = shapes
+    if len(data) != 2 or value != (data[0],) or idx != (data[0],):
+        raise OperatorError(f"{name}: needs 2-D data (n, m), n values and n indices, got shapes {data}, {value} and {idx}")
+    return data, dtypes[0]
+
+
+def _fill_element_forward(ins: Sequence[np.ndarray], out: np.ndarray, a: Attrs) -> None:
+    data, value, idx = ins
+    result = data.copy()
+    i = np.clip(idx.astype(np.int64), 0, data.shape[1] - 1)
+    result[np.arange(data.shape[0]), i] = value
+    np.copyto(out, result, casting="unsafe")
+
+
+register("fill_element_0index", _fill_element_forward, None, _fill_element_infer)
+
+
+class GatherIndexError(OperatorError, IndexError):
+    """An index of ``gather_nd`` is out of range (raised when the op runs, as in MXNet)."""
+
+
+def _gather_nd_infer(name: str, shapes: Sequence[Shape], dtypes: Sequence[np.dtype], a: Attrs) -> tuple[Shape, np.dtype]:
+    data, idx = shapes
+    if len(idx) < 1 or idx[0] > len(data) or idx[0] < 1:
+        raise OperatorError(f"{name}: indices of shape {idx} cannot index data of shape {data}")
+    return (*idx[1:], *data[idx[0] :]) or (1,), dtypes[0]
+
+
+def _gather_nd_index(ins: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
+    data, idx = ins
+    i = idx.astype(np.int64)
+    for k in range(i.shape[0]):
+        n = data.shape[k]
+        bad = (i[k] < -n) | (i[k] >= n)
+        if bad.any():
+            raise GatherIndexError(f"gather_nd: index {int(i[k][bad].flat[0])} is out of bounds for axis {k} with size {n}")
+    return tuple(np.mod(i[k], data.shape[k]) for k in range(i.shape[0]))
+
+
+def _gather_nd_backward(ins: Sequence[np.ndarray], out: np.ndarray, g: np.ndarray, a: Attrs) -> list[np.ndarray | None]:
+    key = _gather_nd_index(ins)
+    grad = np.zeros(ins[0].shape, dtype=g.dtype)
+    np.add.at(grad, key, g.reshape(key[0].shape + ins[0].shape[len(key) :]))
+    return [grad, None]
+
+
+register(
+    "gather_nd",
+    lambda ins, out, a: np.copyto(out, ins[0][_gather_nd_index(ins)].reshape(out.shape), casting="unsafe"),
+    _gather_nd_backward,
+    _gather_nd_infer,
+)
+
+
+def _sample_normal_infer(name: str, shapes: Sequence[Shape], dtypes: Sequence[np.dtype], a: Attrs) -> tuple[Shape, np.dtype]:
+    mu, sigma = shapes
+    if mu != sigma:
+        raise OperatorError(f"{name}: mu and sigma must have the same shape, got {mu} and {sigma}")
+    return (*mu, *a["shape"]), np.dtype(a["dtype"]) if a.get("dtype") is not None else dtypes[0]
+
+
+def _sample_normal_forward(ins: Sequence[np.ndarray], out: np.ndarray, a: Attrs) -> None:
+    mu, sigma = ins
+    extra = (1,) * len(a["shape"])
+    loc, scale = mu.reshape(mu.shape + extra), sigma.reshape(sigma.shape + extra)
+    np.copyto(out, np.random.default_rng(a["seed"]).normal(loc, scale, out.shape), casting="unsafe")
+
+
+register("_sample_normal", _sample_normal_forward, None, _sample_normal_infer)
+
+
+# ----------------------------------------------------------------------------- Pooling
+POOL_TYPES = ("max", "avg", "sum")
+POOL_CONVENTIONS = ("valid", "full", "same")
+
+
+def _pool_params(name: str, shape: Shape, a: Attrs) -> tuple[Shape, Shape, Shape]:
+    """Kernel, stride and pad, one per spatial axis (the global pool's kernel is the whole input)."""
+    nd = len(shape) - 2
+    if a.get("global_pool"):
+        return tuple(shape[2:]), (1,) * nd, (0,) * nd
+    kernel = tuple(a["kernel"])
+    if len(kernel) != nd:
+        raise OperatorError(f"{name}: a {len(kernel)}-D kernel {kernel} does not fit input of shape {shape} ({nd} spatial axes)")
+    stride = tuple(a["stride"]) or (1,) * nd
+    pad = tuple(a["pad"]) or (0,) * nd
+    if len(stride) != nd or len(pad) < nd:
+        raise OperatorError(f"{name}: stride {stride} and pad {pad} must have one value per kernel axis (kernel {kernel})")
+    return kernel, stride, pad[:nd]
+
+
+def _pool_infer(name: str, shapes: Sequence[Shape], dtypes: Sequence[np.dtype], a: Attrs) -> tuple[Shape, np.dtype]:
+    (shape,) = shapes
+    if a["pool_type"] not in POOL_TYPES:
+        raise OperatorError(f"{name}: pool_type must be one of {', '.join(POOL_TYPES)}, got {a['pool_type']!r}")
+    if a["pooling_convention"] not in POOL_CONVENTIONS:
+        raise OperatorError(f"{name}: pooling_convention must be 'valid', 'full' or 'same', got {a['pooling_convention']!r}")
+    if a.get("layout") not in (None, "NCW", "NCHW", "NCDHW"):
+        raise OperatorError(f"{name}: only the NCW, NCHW and NCDHW layouts are supported, got {a['layout']!r}")
+    if not 3 <= len(shape) <= 5:
+        raise OperatorError(f"{name}: input must be 3-D (N, C, W), 4-D (N, C, H, W) or 5-D (N, C, D, H, W), got shape {shape}")
+    conv = a["pooling_convention"]
+    if conv == "same" and not a.get("global_pool"):
+        if len(shape) != 3:
+            raise OperatorError(f"{name}: pooling_convention='same' supports 1-D pooling of 3-D input only, got shape {shape}")
+        if any(p != 0 for p in a["pad"]):
+            raise OperatorError(f"{name}: pooling_convention='same' does not allow a pad, got pad {tuple(a['pad'])}")
+    kernel, stride, pad = _pool_params(name, shape, a)
+    if any(s < 1 for s in stride) or any(k < 1 for k in kernel) or any(p < 0 for p in pad):
+        raise OperatorError(f"{name}: kernel {kernel} and stride {stride} must be positive, pad {pad} non-negative")
+    out = list(shape[:2])
+    for n, k, s, p in zip(shape[2:], kernel, stride, pad, strict=True):
+        if k > n + 2 * p:
+            raise OperatorError(f"{name}: kernel {kernel} exceeds input of shape {shape} padded by {pad}")
+        if a.get("global_pool"):
+            out.append(1)
+        elif conv == "valid":
+            out.append(1 + (n + 2 * p - k) // s)
+        elif conv == "full":
+            out.append(1 + -(-(n + 2 * p - k) // s))
+        else:
+            out.append(-(-(n + 2 * p) // s))
+    return tuple(out), dtypes[0]
+
+
+def _pool_windows(shape: Shape, out_shape: Shape, a: Attrs) -> Any:
+    """Each output position with its window (a tuple of slices over the spatial axes) and its divisor for avg."""
+    kernel, stride, pad = _pool_params("Pooling", shape, a)
+    include_pad = a.get("count_include_pad")
+    include_pad = True if include_pad is None else include_pad
+    for pos in np.ndindex(*out_shape[2:]):
+        window, size, clipped = [], 1, 1
+        for o, n, k, s, p in zip(pos, shape[2:], kernel, stride, pad, strict=True):
+            start = o * s - p
+            end = min(start + k, n + p)
+            lo, hi = max(start, 0), min(end, n)
+            size *= end - start
+            clipped *= max(hi - lo, 0)
+            window.append(slice(lo, max(hi, lo)))
+        yield pos, tuple(window), (size if include_pad else clipped)
+
+
+def _pool_forward(ins: Sequence[np.ndarray], out: np.ndarray, a: Attrs) -> None:
+    x = ins[0]
+    axes = tuple(range(2, x.ndim))
+    kind = a["pool_type"]
+    for pos, window, size in _pool_windows(x.shape, out.shape, a):
+        key = (Ellipsis, *window)
+        w = x[key]
+        at = (Ellipsis, *pos)
+        if kind == "max":
+            if w.size == 0:  # a window past the end ("full" with stride > kernel): MXNet gives the lowest value
+                out[at] = np.finfo(out.dtype).min if out.dtype.kind == "f" else np.iinfo(out.dtype).min
+                continue
+            v = np.max(w, axis=axes)
+        else:
+            v = np.sum(w, axis=axes, dtype=np.float64)
+            if kind == "avg":
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    v = v / size
+        out[at] = v
+
+
+def _pool_backward(ins: Sequence[np.ndarray], out: np.ndarray, g: np.ndarray, a: Attrs) -> list[np.ndarray | None]:
+    x = ins[0]
+    grad = np.zeros(x.shape, dtype=g.dtype)
+    n, c = x.shape[:2]
+    kind = a["pool_type"]
+    for pos, window, size in _pool_windows(x.shape, out.shape, a):
+        at, key = (Ellipsis, *pos), (Ellipsis, *window)
+        gp = g[at]
+        w = x[key]
+        if w.size == 0:
+            continue
+        if kind == "max":
+            # The gradient goes to the first maximum of the window, as in MXNet.
+            flat = np.argmax(w.reshape(n, c, -1), axis=2)
+            where = np.unravel_index(flat, w.shape[2:])
+            idx = tuple(np.asarray(i) + sl.start for i, sl in zip(where, window, strict=True))
+            np.add.at(grad, (np.arange(n)[:, None], np.arange(c)[None, :], *idx), gp)
+        else:
+            share = gp / size if kind == "avg" else gp
+            grad[key] += share.reshape(n, c, *([1] * len(window)))
+    return [grad]
+
+
+register("Pooling", _pool_forward, _pool_backward, _pool_infer)
+
+
+# ----------------------------------------------------------------------------- FullyConnected
+def _fc_infer(name: str, shapes: Sequence[Shape], dtypes: Sequence[np.dtype], a: Attrs) -> tuple[Shape, np.dtype]:
+    data, weight = shapes[0], shapes[1]
+    nh = int(a["num_hidden"])
+    if not data:
+        raise OperatorError(f"{name}: data must have at least one dimension, got shape {data}")
+    k = int(np.prod(data[1:], dtype=np.int64)) if a["flatten"] else data[-1]
+    if weight != (nh, k):
+        raise OperatorError(f"{name}: weight of shape {weight} does not fit data of shape {data}: expected {(nh, k)}")
+    if not a["no_bias"]:
+        if len(shapes) != 3 or shapes[2] not in ((nh,), (nh, 1), (1, nh)):
+            raise OperatorError(f"{name}: bias must have shape ({nh},), got {shapes[2] if len(shapes) > 2 else 'none'}")
+    elif len(shapes) != 2:
+        raise OperatorError(f"{name}: no_bias=True takes no bias (got {len(shapes)} inputs)")
+    out = (data[0], nh) if a["flatten"] else (*data[:-1], nh)
+    return out, np.result_type(*dtypes)
+
+
+def _fc_data(x: np.ndarray, a: Attrs) -> np.ndarray:
+    return x.reshape(x.shape[0], -1) if a["flatten"] else x.reshape(-1, x.shape[-1])
+
+
+def _fc_forward(ins: Sequence[np.ndarray], out: np.ndarray, a: Attrs) -> None:
+    y = _fc_data(ins[0], a) @ ins[1].T
+    if not a["no_bias"]:
+        y = y + ins[2].reshape(-1)
+    np.copyto(out, y.reshape(out.shape), casting="unsafe")
+
+
+def _fc_backward(ins: Sequence[np.ndarray], out: np.ndarray, g: np.ndarray, a: Attrs) -> list[np.ndarray | None]:
+    x2, w = _fc_data(ins[0], a), ins[1]
+    g2 = g.reshape(-1, w.shape[0])
+    grads: list[np.ndarray | None] = [(g2 @ w).reshape(ins[0].shape), g2.T @ x2]
+    if not a["no_bias"]:
+        grads.append(g2.sum(axis=0).reshape(ins[2].shape))
+    return grads
+
+
+register("FullyConnected", _fc_forward, _fc_backward, _fc_infer)
+
+
+# ----------------------------------------------------------------------------- optimizer updates
+#: Update ops: the inputs are ``weight, grad, *states``; ``out`` gets the new weight and the
+#: states are updated in place (the NDArray layer pushes them as writes). No gradients.
+UpdateRule = Callable[[np.ndarray, np.ndarray, list[np.ndarray], Attrs], np.ndarray]
+
+#: Each update op's number of state inputs (after weight and grad).
+UPDATE_STATES: dict[str, int] = {}
+
+
+def _clip_grad(g: np.ndarray, bound: float) -> np.ndarray:
+    """``clip(g, -bound, bound)``; a negative bound (MXNet's default -1) means no clipping."""
+    return np.clip(g, -bound, bound) if bound >= 0 else g
+
+
+def _update_infer(name: str, shapes: Sequence[Shape], dtypes: Sequence[np.dtype], a: Attrs) -> tuple[Shape, np.dtype]:
+    expected = 2 + UPDATE_STATES[name]
+    if len(shapes) != expected:
+        raise OperatorError(f"{name}: takes {expected} arrays (weight, grad and {expected - 2} states), got {len(shapes)}")
+    if any(s != shapes[0] for s in shapes):
+        raise OperatorError(f"{name}: weight, grad and states must have the same shape, got {' and '.join(map(str, shapes))}")
+    return shapes[0], dtypes[0]
+
+
+def _update_op(name: str, n_states: int, rule: UpdateRule) -> None:
+    def forward(ins: Sequence[np.ndarray], out: np.ndarray, a: Attrs) -> None:
+        states = [s.astype(np.float64) for s in ins[2:]]
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            w = rule(ins[0].astype(np.float64), ins[1].astype(np.float64), states, a)
+        for buf, new in zip(ins[2:], states, strict=True):
+            np.copyto(buf, new, casting="unsafe")
+        np.copyto(out, w, casting="unsafe")
+
+    UPDATE_STATES[name] = n_states
+    register(name, forward, None, _update_infer)
+
+
+def _sgd(w: np.ndarray, g: np.ndarray, s: list[np.ndarray], a: Attrs) -> np.ndarray:
+    return (1 - a["lr"] * a["wd"]) * w - a["lr"] * _clip_grad(a["rescale_grad"] * g, a["clip_gradient"])
+
+
+def _sgd_mom(w: np.ndarray, g: np.ndarray, s: list[np.ndarray], a: Attrs) -> np.ndarray:
+    lr = a["lr"]
+    s[0][...] = a["momentum"] * s[0] - lr * a["wd"] * w - lr * _clip_grad(a["rescale_grad"] * g, a["clip_gradient"])
+    return w + s[0]
+
+
+def _nag_mom(w: np.ndarray, g: np.ndarray, s: list[np.ndarray], a: Attrs) -> np.ndarray:
+    lr, m = a["lr"], a["momentum"]
+    step = lr * (_clip_grad(a["rescale_grad"] * g, a["clip_gradient"]) + a["wd"] * w)
+    mom = m * s[0]
+    s[0][...] = mom - step
+    return w - mom + (m + 1) * (mom - step)
+
+
+def _signsgd(w: np.ndarray, g: np.ndarray, s: list[np.ndarray], a: Attrs) -> np.ndarray:
+    return (1 - a["lr"] * a["wd"]) * w - a["lr"] * np.sign(g)  # clipping and rescaling cannot change a sign
+
+
+def _signum(w: np.ndarray, g: np.ndarray, s: list[np.ndarray], a: Attrs) -> np.ndarray:
+    m = a["momentum"]
+    s[0][...] = m * s[0] - (1 - m) * a["wd"] * w - (1 - m) * _clip_grad(a["rescale_grad"] * g, a["clip_gradient"])
+    return (1 - a["lr"] * a["wd_lh"]) * w + a["lr"] * np.sign(s[0])
+
+
+def _adam(w: np.ndarray, g: np.ndarray, s: list[np.ndarray], a: Attrs) -> np.ndarray:
+    mean, var = s
+    g = _clip_grad(a["rescale_grad"] * g + a["wd"] * w, a["clip_gradient"])
+    mean[...] = a["beta1"] * mean + (1 - a["beta1"]) * g
+    var[...] = a["beta2"] * var + (1 - a["beta2"]) * g * g
+    return w - a["lr"] * mean / (np.sqrt(var) + a["epsilon"])
+
+
+def _rmsprop(w: np.ndarray, g: np.ndarray, s: list[np.ndarray], a: Attrs) -> np.ndarray:
+    (n,) = s
+    g = _clip_grad(a["rescale_grad"] * g + a["wd"] * w, a["clip_gradient"])
+    n[...] = (1 - a["gamma1"]) * g * g + a["gamma1"] * n
+    return _clip_grad(w - a["lr"] * g / np.sqrt(n + a["epsilon"]), a["clip_weights"])
+
+
+def _rmspropalex(w: np.ndarray, g: np.ndarray, s: list[np.ndarray], a: Attrs) -> np.ndarray:
+    n, mean, delta = s
+    g = _clip_grad(a["rescale_grad"] * g + a["wd"] * w, a["clip_gradient"])
+    gamma1 = a["gamma1"]
+    n[...] = (1 - gamma1) * g * g + gamma1 * n
+    mean[...] = (1 - gamma1) * g + gamma1 * mean
+    delta[...] = a["gamma2"] * delta - a["lr"] * g / np.sqrt(n - mean * mean + a["epsilon"])
+    return _clip_grad(w + delta, a["clip_weights"])
+
+
+def _ftrl(w: np.ndarray, g: np.ndarray, s: list[np.ndarray], a: Attrs) -> np.ndarray:
+    z, n = s
+    lr, l1 = a["lr"], a["lamda1"]
+    g = _clip_grad(a["rescale_grad"] * g, a["clip_gradient"])
+    z += g - (np.sqrt(n + g * g) - np.sqrt(n)) * w / lr
+    n += g * g
+    return (np.sign(z) * l1 - z) / ((a["beta"] + np.sqrt(n)) / lr + a["wd"]) * (np.abs(z) > l1)
+
+
+def _ftml(w: np.ndarray, g: np.ndarray, s: list[np.ndarray], a: Attrs) -> np.ndarray:
+    d, v, z = s
+    b1, b2, t = a["beta1"], a["beta2"], a["t"]
+    g = _clip_grad(a["rescale_grad"] * g + a["wd"] * w, a["clip_grad"])
+    v[...] = b2 * v + (1 - b2) * g * g
+    d_t = (1 - b1**t) / a["lr"] * (np.sqrt(v / (1 - b2**t)) + a["epsilon"])
+    z[...] = b1 * z + (1 - b1) * g - (d_t - b1 * d) * w
+    d[...] = d_t
+    return -z / d_t
+
+
+_update_op("sgd_update", 0, _sgd)
+_update_op("sgd_mom_update", 1, _sgd_mom)
+_update_op("nag_mom_update", 1, _nag_mom)
+_update_op("signsgd_update", 0, _signsgd)
+_update_op("signum_update", 1, _signum)
+_update_op("adam_update", 2, _adam)
+_update_op("rmsprop_update", 1, _rmsprop)
+_update_op("rmspropalex_update", 3, _rmspropalex)
+_update_op("ftrl_update", 2, _ftrl)
+_update_op("ftml_update", 3, _ftml)
