@@ -527,3 +527,31 @@ def test_randint_and_elementwisesum() -> None:
     with pytest.raises(ValueError, match="greater than low"):
         nd.random.randint(5, 5)
     np.testing.assert_array_equal(nd.ElementWiseSum(nd.ones((2,)), nd.ones((2,)) * 2).asnumpy(), [3, 3])
+
+
+def test_gluon_imports_and_refuses_at_first_use() -> None:
+    from opprof import gluon
+    from opprof.gluon import nn
+
+    with pytest.raises(NotImplementedError, match=r"mx\.gluon\.nn\.Dense: opprof has no Gluon"):
+        nn.Dense(10)
+    with pytest.raises(NotImplementedError, match=r"mx\.gluon\.Trainer"):
+        _ = gluon.Trainer.step
+    assert not hasattr(gluon, "__wrapped__")  # dunder lookups stay AttributeErrors (copy, pickle, inspect)
+
+
+def test_numpy_mode_decorators_import_and_refuse_when_called() -> None:
+    @mx.test_utils.use_np
+    def f() -> int:
+        return 1
+
+    @mx.use_np_shape
+    def g() -> int:
+        return 2
+
+    for fn in (f, g):
+        with pytest.raises(NotImplementedError, match="NumPy-shape mode"):
+            fn()
+    with pytest.raises(NotImplementedError):
+        mx.util.set_np_shape(True)
+    assert mx.util.set_np_shape(False) is False and not mx.util.is_np_shape()

@@ -27,6 +27,7 @@ import numpy.random as rnd
 
 from .context import Context, current_context
 from .ndarray import NDArray, array, waitall
+from .util import use_np
 
 __all__ = [
     # What ``from mxnet.test_utils import *`` also hands its importers, and MXNet's tests use
@@ -37,6 +38,7 @@ __all__ = [
     "logging",
     "mx",  # noqa: F822 - given by __getattr__ below
     "np",
+    "use_np",
     "npt",  # noqa: F822 - NumPy's testing module, loaded by __getattr__ on first use (it is slow to import)
     "os",
     "rnd",

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-__all__ = ["is_np_shape", "np_shape", "set_np_shape", "use_np_shape"]
+__all__ = ["is_np_shape", "np_shape", "set_np_shape", "use_np", "use_np_shape"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 _REFUSAL = "opprof has no NumPy-shape mode (MXNet's mx.np semantics: zero-size and scalar shapes); use the classic NDArray API"
@@ -42,3 +42,8 @@ def use_np_shape(func: F) -> F:
         raise NotImplementedError(f"{func.__qualname__}: {_REFUSAL}")
 
     return refused  # type: ignore[return-value]
+
+
+def use_np(func: F) -> F:
+    """MXNet's ``use_np`` (NumPy semantics for a function or a Gluon block): refused like :func:`use_np_shape`."""
+    return use_np_shape(func)
