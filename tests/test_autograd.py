@@ -116,6 +116,45 @@ def check_grad(
     return got
 
 
+def check_loss_grad(
+    f: Callable[..., Any], loss: Callable[..., Any], arrays: list[np.ndarray], op: str, rtol: float = 1e-5, atol: float = 1e-6
+) -> None:
+    """Autograd's gradient through ``f`` (whatever the head gradient) against central differences of ``loss``."""
+    arrays = [np.asarray(a, dtype=np.float64) for a in arrays]
+    xs = [nd64(a) for a in arrays]
+    for x in xs:
+        x.attach_grad()
+    with ag.record():
+        y = f(*xs)
+    with record_pushes() as rec:
+        y.backward(nd64(_rng(1000).uniform(0.5, 1.5, y.shape)))
+    assert f"_backward_{op.lstrip('_')}" in rec.backward_names, rec.names
+    expected = numeric_grads(loss, arrays, np.ones((1,)))
+    for i, (x, e) in enumerate(zip(xs, expected, strict=True)):
+        np.testing.assert_allclose(x.grad.asnumpy(), e, rtol=rtol, atol=atol, err_msg=f"gradient of input {i}")
+
+
+def _softmax_output_weights(label: np.ndarray, classes: int, keep: np.ndarray, scale: float) -> np.ndarray:
+    """one_hot(label) on axis 1, zero where not ``keep``, times ``scale``: -sum(weights * log_softmax) is the loss."""
+    onehot = np.moveaxis(np.eye(classes)[label.astype(int)], -1, 1)
+    return onehot * np.expand_dims(keep, 1) * scale
+
+
+_SO_LABEL = np.array([0.0, 2.0, 1.0, 2.0])
+_SO_W = _softmax_output_weights(_SO_LABEL, 3, np.ones(4, bool), 0.7 / 4)
+_SO_ML = np.array([[[0.0, 1.0], [2.0, 1.0]], [[1.0, 1.0], [0.0, 2.0]]])
+_SO_MW = _softmax_output_weights(_SO_ML, 3, _SO_ML != 1, 1.3 / 4)  # 4 labels are not the ignored 1
+_SO_MN = _softmax_output_weights(_SO_ML, 3, np.ones(_SO_ML.shape, bool), 1.0 / 4)  # null: / spatial size
+
+
+
+def _batch_norm(op: Any, x: Any, gamma: Any, beta: Any, **kwargs: Any) -> Any:
+    """A training-mode (batch statistics) BatchNorm with fresh moving statistics, also outside record()."""
+    c = x.shape[kwargs.get("axis", 1)]
+    with ag.train_mode():
+        return op(x, gamma, beta, mx.nd.zeros((c,), dtype=np.float64), mx.nd.ones((c,), dtype=np.float64), **kwargs)
+
+
 # ---------------------------------------------------------------------------- recording state
 
 
@@ -220,6 +259,9 @@ class GradCase:
     op: str  # the registry name whose backward is checked
     f: Callable[..., Any]
     inputs: list[np.ndarray]
+    #: For an op whose backward is not its output's gradient (SoftmaxOutput's is the gradient of a
+    #: loss it does not compute): the scalar loss whose finite differences the gradient must match.
+    loss: Callable[..., Any] | None = None
 
 
 S = (3, 4)
@@ -387,6 +429,53 @@ GRAD_CASES: list[GradCase] = [
     GradCase("gather_nd rows", "gather_nd", lambda x: mx.nd.gather_nd(x, mx.nd.array([[2, 0]])), [normal(S)]),
     # nn
     GradCase(
+        "SoftmaxOutput batch",
+        "SoftmaxOutput",
+        lambda x: mx.nd.SoftmaxOutput(x, nd64(_SO_LABEL), grad_scale=0.7, normalization="batch"),
+        [normal((4, 3))],
+        loss=lambda x: -(mx.nd.log_softmax(x, axis=1) * nd64(_SO_W)).sum(),
+    ),
+    GradCase(
+        "SoftmaxOutput multi valid ignore",
+        "SoftmaxOutput",
+        lambda x: mx.nd.SoftmaxOutput(
+            x, nd64(_SO_ML), grad_scale=1.3, multi_output=True, use_ignore=True, ignore_label=1, normalization="valid"
+        ),
+        [normal((2, 3, 2, 2))],
+        loss=lambda x: -(mx.nd.log_softmax(x, axis=1) * nd64(_SO_MW)).sum(),
+    ),
+    GradCase(
+        "SoftmaxOutput multi null",
+        "SoftmaxOutput",
+        lambda x: mx.nd.SoftmaxOutput(x, nd64(_SO_ML), multi_output=True),
+        [normal((2, 3, 2, 2))],
+        loss=lambda x: -(mx.nd.log_softmax(x, axis=1) * nd64(_SO_MN)).sum(),
+    ),
+    GradCase(
+        "AdaptiveAvgPooling2D",
+        "_contrib_AdaptiveAvgPooling2D",
+        lambda x: mx.nd.contrib.AdaptiveAvgPooling2D(x, output_size=(2, 3)),
+        [normal((1, 2, 5, 4))],
+    ),
+    GradCase(
+        "BatchNorm axis 1",
+        "BatchNorm",
+        lambda x, g, b: _batch_norm(mx.nd.BatchNorm, x, g, b, fix_gamma=False, eps=1e-3),
+        [normal((3, 2, 2)), normal((2,), 1), normal((2,), 2)],
+    ),
+    GradCase(
+        "BatchNorm last axis fix_gamma",
+        "BatchNorm",
+        lambda x, g, b: _batch_norm(mx.nd.BatchNorm, x, g, b, axis=-1, eps=1e-3),
+        [normal((4, 3)), normal((3,), 1), normal((3,), 2)],
+    ),
+    GradCase(
+        "SyncBatchNorm",
+        "_contrib_SyncBatchNorm",
+        lambda x, g, b: _batch_norm(mx.nd.contrib.SyncBatchNorm, x, g, b, fix_gamma=False, eps=1e-3),
+        [normal((2, 3, 2)), normal((3,), 1), normal((3,), 2)],
+    ),
+    GradCase(
         "Pooling max 2d",
         "Pooling",
         lambda x: mx.nd.Pooling(x, kernel=(2, 2), stride=(1, 2), pad=(1, 0), pool_type="max"),
@@ -457,7 +546,10 @@ GRAD_CASES += _bcast_cases()
 
 @pytest.mark.parametrize("case", GRAD_CASES, ids=[c.id for c in GRAD_CASES])
 def test_gradient_matches_finite_differences(case: GradCase) -> None:
-    check_grad(case.f, case.inputs, op=case.op)
+    if case.loss is not None:
+        check_loss_grad(case.f, case.loss, case.inputs, op=case.op)
+    else:
+        check_grad(case.f, case.inputs, op=case.op)
     # Recording pushes the op itself and does not change the forward result.
     plain = case.f(*[nd64(a) for a in case.inputs])
     ys = [nd64(a) for a in case.inputs]

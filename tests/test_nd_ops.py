@@ -637,3 +637,188 @@ def test_update_ops_defaults_new_output_and_errors() -> None:
         nd.sgd_update(w, g, lr=0.1, momentum=0.9)
     with pytest.raises(OperatorError, match=r"adam_update: weight, grad and states must have the same shape"):
         nd.adam_update(w, g, nd.zeros((3,)), var, lr=0.1)
+
+
+# ---------------------------------------------------------------------------- SoftmaxOutput, contrib ops, Correlation
+def test_basic_indexing_slice_is_contiguous_matches_numpy() -> None:
+    x = np.zeros((3, 4, 5))
+    pred = mx.nd.NDArray._basic_indexing_slice_is_contiguous
+    for key in [
+        (slice(None),) * 3,
+        (slice(1, 2), slice(None), slice(None)),
+        (slice(None), slice(1, 3), slice(None)),
+        (slice(None), slice(None), slice(None, None, 2)),
+        (slice(0, 1), slice(0, 1), slice(None, None, -1)),
+        (slice(0, 1), slice(2, 3), slice(4, 5)),
+        (slice(0, 0), slice(None), slice(None, None, 2)),
+    ]:
+        assert pred(key, x.shape) == x[key].flags.contiguous, key
+
+
+def test_softmax_output_forward_and_label_shape() -> None:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2, 3, 2, 2))
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    out = mx.nd.SoftmaxOutput(mx.nd.array(x), mx.nd.zeros((2, 2, 2)), multi_output=True)
+    np.testing.assert_allclose(out.asnumpy(), e / e.sum(axis=1, keepdims=True), rtol=1e-5)
+    flat = x.reshape(2, 12)
+    e = np.exp(flat - flat.max(axis=1, keepdims=True))
+    out = mx.nd.SoftmaxOutput(mx.nd.array(x), mx.nd.zeros((2,)))
+    np.testing.assert_allclose(out.asnumpy(), (e / e.sum(axis=1, keepdims=True)).reshape(x.shape), rtol=1e-5)
+    with pytest.raises(OperatorError, match="SoftmaxOutput"):
+        mx.nd.SoftmaxOutput(mx.nd.array(x), mx.nd.zeros((3,)))
+
+
+def test_softmax_output_label_gets_no_gradient() -> None:
+    x, label = mx.nd.array([[1.0, 2.0, 0.5]]), mx.nd.array([1.0])
+    x.attach_grad()
+    label.attach_grad()
+    with mx.autograd.record():
+        y = mx.nd.SoftmaxOutput(x, label, grad_scale=2.0)
+    y.backward()
+    p = np.exp([1.0, 2.0, 0.5]) / np.exp([1.0, 2.0, 0.5]).sum()
+    np.testing.assert_allclose(x.grad.asnumpy(), [2 * (p - [0, 1, 0])], rtol=1e-5)
+    np.testing.assert_array_equal(label.grad.asnumpy(), [0.0])
+
+
+def _adaptive_ref(x: np.ndarray, oh: int, ow: int) -> np.ndarray:
+    h, w = x.shape[2:]
+    y = np.empty((*x.shape[:2], oh, ow))
+    for i in range(oh):
+        h0, h1 = int(np.floor(i * h / oh)), int(np.ceil((i + 1) * h / oh))
+        for j in range(ow):
+            w0, w1 = int(np.floor(j * w / ow)), int(np.ceil((j + 1) * w / ow))
+            y[:, :, i, j] = x[:, :, h0:h1, w0:w1].mean(axis=(2, 3))
+    return y
+
+
+@pytest.mark.parametrize("size", [1, 3, (2, 5), (7, 4)])
+def test_adaptive_avg_pooling_matches_reference(size: Any) -> None:
+    x = np.random.default_rng(1).uniform(size=(2, 3, 7, 5))
+    oh, ow = (size, size) if isinstance(size, int) else size
+    y = mx.nd.contrib.AdaptiveAvgPooling2D(mx.nd.array(x), output_size=size)
+    np.testing.assert_allclose(y.asnumpy(), _adaptive_ref(x, oh, ow), rtol=1e-5)
+    with pytest.raises(OperatorError, match="AdaptiveAvgPooling2D"):
+        mx.nd.contrib.AdaptiveAvgPooling2D(mx.nd.zeros((2, 3, 4)), output_size=2)
+
+
+def test_quantize_int8_and_uint8_round_trip() -> None:
+    x = np.array([[-0.9, -0.2, 0.0], [0.3, 0.55, 1.0]], dtype=np.float32)
+    lo, hi = mx.nd.array([-1.0]), mx.nd.array([1.0])
+    q, qmin, qmax = mx.nd.contrib.quantize(mx.nd.array(x), lo, hi, out_type="int8")
+    assert q.dtype == np.int8
+    np.testing.assert_array_equal(q.asnumpy(), np.trunc(np.sign(x) * np.minimum(np.abs(x) * 127 + 0.5, 127)))
+    np.testing.assert_array_equal([qmin.asscalar(), qmax.asscalar()], [-1.0, 1.0])
+    back = mx.nd.contrib.dequantize(q, qmin, qmax)
+    np.testing.assert_allclose(back.asnumpy(), x, atol=1 / 127)
+    q, qmin, qmax = mx.nd.contrib.quantize(mx.nd.array(x), lo, hi, out_type="uint8")
+    assert q.dtype == np.uint8
+    np.testing.assert_array_equal(q.asnumpy(), np.trunc((x + 1) * np.float32(127.5) + 0.5))
+    back = mx.nd.contrib.dequantize(q, qmin, qmax)
+    np.testing.assert_allclose(back.asnumpy(), x, atol=2 / 255)
+
+
+def _correlation_ref(a: np.ndarray, b: np.ndarray, k: int, md: int, s1: int, s2: int, pad: int, mul: bool) -> np.ndarray:
+    n, c, h, w = a.shape
+    pa = np.pad(a, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    pb = np.pad(b, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    border = md + (k - 1) // 2
+    th = int(np.ceil((h + 2 * pad - 2 * border) / s1))
+    tw = int(np.ceil((w + 2 * pad - 2 * border) / s1))
+    r = md // s2
+    gw = 2 * r + 1
+    out = np.zeros((n, gw * gw, th, tw))
+    for i in range(th):
+        for j in range(tw):
+            y1, x1 = i * s1 + md, j * s1 + md
+            for tc in range(gw * gw):
+                y2, x2 = y1 + (tc // gw - r) * s2, x1 + (tc % gw - r) * s2
+                p1 = pa[:, :, y1 : y1 + k, x1 : x1 + k]
+                p2 = pb[:, :, y2 : y2 + k, x2 : x2 + k]
+                v = p1 * p2 if mul else np.abs(p1 - p2)
+                out[:, tc, i, j] = v.sum(axis=(1, 2, 3)) / (k * k * c)
+    return out
+
+
+@pytest.mark.parametrize(
+    "k,md,s1,s2,pad,mul", [(1, 1, 1, 1, 0, True), (3, 2, 1, 2, 1, True), (3, 1, 2, 1, 2, False), (5, 0, 1, 1, 0, True)]
+)
+def test_correlation_matches_reference(k: int, md: int, s1: int, s2: int, pad: int, mul: bool) -> None:
+    rng = np.random.default_rng(2)
+    a, b = rng.normal(size=(2, 3, 8, 9)), rng.normal(size=(2, 3, 8, 9))
+    y = mx.nd.Correlation(
+        mx.nd.array(a), mx.nd.array(b), kernel_size=k, max_displacement=md, stride1=s1, stride2=s2, pad_size=pad,
+        is_multiply=mul,
+    )
+    np.testing.assert_allclose(y.asnumpy(), _correlation_ref(a, b, k, md, s1, s2, pad, mul), rtol=1e-4, atol=1e-6)
+
+
+def test_correlation_rejects_even_kernel_and_too_small_data() -> None:
+    x = mx.nd.zeros((1, 1, 6, 6))
+    with pytest.raises(OperatorError, match="odd"):
+        mx.nd.Correlation(x, x, kernel_size=4)
+    with pytest.raises(OperatorError, match="do not fit"):
+        mx.nd.Correlation(x, x, kernel_size=5, max_displacement=2)
+
+
+def _bn_ref(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, mean: np.ndarray, var: np.ndarray, axis: int, eps: float) -> Any:
+    shape = [1] * x.ndim
+    shape[axis] = x.shape[axis]
+    return (x - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + eps) * gamma.reshape(shape) + beta.reshape(shape)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_batch_norm_training_inference_and_moving_stats(axis: int) -> None:
+    rng = np.random.default_rng(3)
+    x = rng.uniform(size=(4, 3, 5))
+    c = x.shape[axis]
+    gamma, beta = rng.uniform(size=c), rng.uniform(size=c)
+    reduce = tuple(i for i in range(3) if i != axis % 3)
+    mm, mv = mx.nd.array(np.full(c, 0.2)), mx.nd.array(np.full(c, 2.0))
+    args = (mx.nd.array(x), mx.nd.array(gamma), mx.nd.array(beta), mm, mv)
+    # Inference: the moving statistics, which stay as they are.
+    y = mx.nd.BatchNorm(*args, fix_gamma=False, eps=1e-3, axis=axis)
+    ref = _bn_ref(x, gamma, beta, np.full(c, 0.2), np.full(c, 2.0), axis % 3, 1e-3)
+    np.testing.assert_allclose(y.asnumpy(), ref, rtol=1e-5)
+    np.testing.assert_allclose(mm.asnumpy(), np.full(c, 0.2), rtol=1e-6)
+    # Training: the batch statistics; the moving ones move by (1 - momentum).
+    with mx.autograd.record():
+        y, mean, invstd = mx.nd.BatchNorm(*args, fix_gamma=True, eps=1e-3, momentum=0.8, axis=axis, output_mean_var=True)
+    bm, bv = x.mean(axis=reduce), x.var(axis=reduce)
+    np.testing.assert_allclose(y.asnumpy(), _bn_ref(x, np.ones(c), beta, bm, bv, axis % 3, 1e-3), rtol=1e-4)
+    np.testing.assert_allclose(mean.asnumpy(), bm, rtol=1e-5)
+    np.testing.assert_allclose(invstd.asnumpy(), 1 / np.sqrt(bv + 1e-3), rtol=1e-5)
+    np.testing.assert_allclose(mm.asnumpy(), 0.2 * 0.8 + bm * 0.2, rtol=1e-5)
+    np.testing.assert_allclose(mv.asnumpy(), 2.0 * 0.8 + bv * 0.2, rtol=1e-5)
+    # use_global_stats: the moving statistics even when training, left unchanged.
+    before = mm.asnumpy().copy()
+    with mx.autograd.record():
+        y = mx.nd.BatchNorm(*args, fix_gamma=False, use_global_stats=True, eps=1e-3, axis=axis)
+    np.testing.assert_allclose(y.asnumpy(), _bn_ref(x, gamma, beta, before, mv.asnumpy(), axis % 3, 1e-3), rtol=1e-5)
+    np.testing.assert_array_equal(mm.asnumpy(), before)
+
+
+def test_batch_norm_rejects_mismatched_parameters() -> None:
+    with pytest.raises(OperatorError, match="BatchNorm"):
+        mx.nd.BatchNorm(mx.nd.zeros((2, 3)), *(mx.nd.ones((2,)) for _ in range(4)))
+
+
+def test_sync_batch_norm_outputs_variance() -> None:
+    x = np.random.default_rng(4).uniform(size=(4, 2, 3))
+    ones, zeros = mx.nd.ones((2,)), mx.nd.zeros((2,))
+    with mx.autograd.record():
+        _, mean, var = mx.nd.contrib.SyncBatchNorm(
+            mx.nd.array(x), ones, zeros, mx.nd.zeros((2,)), mx.nd.ones((2,)), output_mean_var=True, key="k"
+        )
+    np.testing.assert_allclose(mean.asnumpy(), x.mean(axis=(0, 2)), rtol=1e-5)
+    np.testing.assert_allclose(var.asnumpy(), x.var(axis=(0, 2)), rtol=1e-4)
+
+
+def test_sum_mean_exclude_and_power() -> None:
+    x = np.arange(24.0).reshape(2, 3, 4)
+    a = mx.nd.array(x)
+    np.testing.assert_allclose(a.sum(axis=1, exclude=True).asnumpy(), x.sum(axis=(0, 2)))
+    np.testing.assert_allclose(mx.nd.mean(a, axis=(0, 2), exclude=True, keepdims=True).asnumpy(), x.mean(1, keepdims=True))
+    np.testing.assert_allclose(mx.nd.power(a, 2).asnumpy(), x**2)
+    np.testing.assert_allclose(mx.nd.power(2, a[0]).asnumpy(), 2 ** x[0])
+    np.testing.assert_allclose(mx.nd.power(a, a).asnumpy(), x**x, rtol=1e-5)

@@ -60,6 +60,7 @@ __all__ = [
     "add_n",
     "ElementWiseSum",
     "maximum",
+    "power",
     "minimum",
     "abs",
     "exp",
@@ -123,6 +124,9 @@ __all__ = [
     "sample_normal",
     "_internal",
     "Pooling",
+    "SoftmaxOutput",
+    "Correlation",
+    "BatchNorm",
     "FullyConnected",
     "sgd_update",
     "sgd_mom_update",
@@ -298,6 +302,32 @@ class NDArray:
             return invoke(_SLICE, (self,), {"key": key})
         return self._view(key)
 
+    @staticmethod
+    def _basic_indexing_slice_is_contiguous(slc_key: Sequence[slice], shape: Sequence[int]) -> bool:
+        """Whether basic indexing with ``slc_key`` (one slice per axis of ``shape``) gives a contiguous array.
+
+        MXNet's rule: from the last axis back, once an axis is sliced to a proper subset, every
+        earlier axis must keep at most one element; a step other than 1 over several elements is
+        never contiguous. Selecting 0 or 1 element in all is always contiguous.
+        """
+        assert len(slc_key) == len(shape)
+        lengths = [len(range(*slc.indices(n))) for slc, n in zip(slc_key, shape, strict=True)]
+        if int(np.prod(lengths)) in (0, 1):
+            return True
+        is_subset = False
+        for slc, n, count in zip(reversed(slc_key), reversed(shape), reversed(lengths), strict=True):
+            step = slc.indices(n)[2]
+            if count == 0:
+                return True
+            if count > 1 and step != 1:
+                return False
+            if is_subset:
+                if count > 1:
+                    return False
+            elif count < n:
+                is_subset = True
+        return True
+
     def _view(self, key: tuple[Any, ...]) -> NDArray:
         try:
             view = self._data[key if Ellipsis in key else (*key, Ellipsis)]  # never a NumPy scalar
@@ -428,11 +458,11 @@ class NDArray:
     def transpose(self, axes: Sequence[int] | None = None) -> NDArray:
         return transpose(self, axes)
 
-    def sum(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> NDArray:
-        return sum(self, axis=axis, keepdims=keepdims)
+    def sum(self, axis: int | Sequence[int] | None = None, keepdims: bool = False, exclude: bool = False) -> NDArray:
+        return sum(self, axis=axis, keepdims=keepdims, exclude=exclude)
 
-    def mean(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> NDArray:
-        return mean(self, axis=axis, keepdims=keepdims)
+    def mean(self, axis: int | Sequence[int] | None = None, keepdims: bool = False, exclude: bool = False) -> NDArray:
+        return mean(self, axis=axis, keepdims=keepdims, exclude=exclude)
 
     def dot(self, other: NDArray, transpose_a: bool = False, transpose_b: bool = False) -> NDArray:
         return dot(self, other, transpose_a, transpose_b)
@@ -607,8 +637,8 @@ def _push_backward(
 
     def run() -> None:
         for buf, res in zip(bufs, backward(in_datas, out_data, g_data, attrs), strict=True):
-            if buf is not None and res is not None:
-                np.copyto(buf, res, casting="unsafe")
+            if buf is not None:  # an input the op gives no gradient (a label, an index) gets zeros
+                np.copyto(buf, 0 if res is None else res, casting="unsafe")
 
     reads = [x._var for x in inputs] + [out._var, g._var]
     get_engine().push(run, reads, [gr._var for gr in grads if gr is not None], "_backward_" + op.name.lstrip("_"))
@@ -641,8 +671,8 @@ def _push_multi_backward(
 
     def run() -> None:
         for buf, res in zip(bufs, backward(in_datas, out_datas, g_datas, attrs), strict=True):
-            if buf is not None and res is not None:
-                np.copyto(buf, res, casting="unsafe")
+            if buf is not None:  # an input the op gives no gradient (a label, an index) gets zeros
+                np.copyto(buf, 0 if res is None else res, casting="unsafe")
 
     reads = [x._var for x in inputs] + [o._var for o in outs] + [g._var for g in ograds]
     get_engine().push(run, reads, [gr._var for gr in grads if gr is not None], "_backward_" + op.name.lstrip("_"))
@@ -936,12 +966,27 @@ def Activation(data: NDArray, act_type: str, out: NDArray | None = None, **kwarg
     return invoke(_ops.OPS["Activation"], (check_nd("Activation", data),), {"act_type": act_type}, out=out)
 
 
-def sum(data: NDArray, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> NDArray:
-    return invoke(_ops.OPS["sum"], (check_nd("sum", data),), {"axis": _axis(axis), "keepdims": bool(keepdims)})
+def _reduce(name: str, data: NDArray, axis: Any, keepdims: bool, exclude: bool) -> NDArray:
+    data = check_nd(name, data)
+    ax = _axis(axis)
+    if exclude:  # MXNet's exclude=True: reduce over every axis *not* listed
+        listed = () if ax is None else (ax,) if isinstance(ax, int) else ax
+        for a in listed:
+            if not -data.ndim <= a < data.ndim:
+                raise OperatorError(f"{name}: axis {a} is out of range for shape {data.shape}")
+        kept = {a % data.ndim for a in listed}
+        ax = tuple(i for i in range(data.ndim) if i not in kept)
+        if not ax:
+            return data.copy()
+    return invoke(_ops.OPS[name], (data,), {"axis": ax, "keepdims": bool(keepdims)})
 
 
-def mean(data: NDArray, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> NDArray:
-    return invoke(_ops.OPS["mean"], (check_nd("mean", data),), {"axis": _axis(axis), "keepdims": bool(keepdims)})
+def sum(data: NDArray, axis: int | Sequence[int] | None = None, keepdims: bool = False, exclude: bool = False) -> NDArray:
+    return _reduce("sum", data, axis, keepdims, exclude)
+
+
+def mean(data: NDArray, axis: int | Sequence[int] | None = None, keepdims: bool = False, exclude: bool = False) -> NDArray:
+    return _reduce("mean", data, axis, keepdims, exclude)
 
 
 def _axis(axis: Any) -> int | tuple[int, ...] | None:
@@ -981,6 +1026,15 @@ def _binary_fn(stem: str) -> Any:
 
 maximum = _binary_fn("maximum")
 minimum = _binary_fn("minimum")
+
+
+def power(base: Any, exp: Any) -> NDArray:
+    """``base ** exp`` element-wise, broadcasting; either side may be a scalar (``_power_scalar``, ``_rpower_scalar``)."""
+    if isinstance(base, NDArray):
+        return _arith(base, exp, "power", "_power_scalar", "_rpower_scalar")
+    if isinstance(exp, NDArray) and _as_scalar(base):
+        return _arith(exp, base, "power", "_power_scalar", "_rpower_scalar", reflected=True)
+    raise TypeError(f"power: expected NDArrays or scalars, got {type(base).__name__} and {type(exp).__name__}")
 
 
 def _named_binary(name: str) -> Any:
@@ -1506,6 +1560,160 @@ def sample_normal(
     attrs = {"shape": extra, "dtype": None if dtype is None else _numeric(dtype), "seed": seeds.next_seed()}
     inputs = (check_nd("_sample_normal", mu), check_nd("_sample_normal", sigma))
     return invoke(_ops.OPS["_sample_normal"], inputs, attrs, out=out, allow_new_dtype=True)
+
+
+# ---------------------------------------------------------------------------- SoftmaxOutput
+def SoftmaxOutput(
+    data: NDArray,
+    label: NDArray,
+    grad_scale: float = 1.0,
+    ignore_label: float = -1.0,
+    multi_output: bool = False,
+    use_ignore: bool = False,
+    preserve_shape: bool = False,
+    normalization: str = "null",
+    out_grad: bool = False,
+    smooth_alpha: float = 0.0,
+    out: NDArray | None = None,
+    **kwargs: Any,
+) -> NDArray:
+    """Softmax of ``data`` over its classes; its backward is the cross-entropy gradient against ``label``.
+
+    As in MXNet, the gradient ignores the head gradient (unless ``out_grad``): it is
+    ``(softmax - one_hot(label)) * grad_scale``, divided by the batch size (``normalization="batch"``)
+    or the count of labels not ignored (``"valid"``), and for ``multi_output`` (classes on axis 1)
+    by the spatial size too unless ``"valid"``. The label gets no gradient.
+    """
+    if normalization not in ("null", "batch", "valid"):
+        raise OperatorError(f"SoftmaxOutput: normalization must be null, batch or valid, got {normalization!r}")
+    attrs = {
+        "grad_scale": float(grad_scale),
+        "ignore_label": float(ignore_label),
+        "multi_output": bool(multi_output),
+        "use_ignore": bool(use_ignore),
+        "preserve_shape": bool(preserve_shape),
+        "normalization": normalization,
+        "out_grad": bool(out_grad),
+        "smooth_alpha": float(smooth_alpha),
+    }
+    inputs = (check_nd("SoftmaxOutput", data), check_nd("SoftmaxOutput", label))
+    return invoke(_ops.OPS["SoftmaxOutput"], inputs, attrs, out=out)
+
+
+def invoke_multi_mutating(
+    op: _ops.MultiOpDef, inputs: Sequence[NDArray], attrs: dict[str, Any], mutated: Sequence[int]
+) -> list[NDArray]:
+    """:func:`invoke_multi` for an op that also writes some of its inputs in place (MXNet's aux states:
+    BatchNorm's moving statistics): those are pushed as writes, so later reads wait for the update."""
+    if _tape.state.recording and any(_tape.requires_grad(inputs[i]) for i in mutated):
+        raise OperatorError(f"{op.name}: its state inputs are updated in place and cannot be in the autograd graph")
+    datas = [x._data for x in inputs]
+    specs = op.infer(op.name, [d.shape for d in datas], [d.dtype for d in datas], attrs)
+    outs = [NDArray(np.empty(shape, dtype)) for shape, dtype in specs]
+    writes: list[Var] = [o._var for o in outs]
+    for i in mutated:
+        if inputs[i]._var not in writes:
+            writes.append(inputs[i]._var)
+    reads = [x._var for x in inputs if x._var not in writes]
+    get_engine().push(partial(op.forward, datas, [o._data for o in outs], attrs), reads, writes, op.name)
+    if _tape.state.recording and op.backward is not None and inputs:
+        _tape.record_node(op.name, inputs, outs, partial(_push_multi_backward, op, tuple(inputs), tuple(outs), attrs))
+    return outs
+
+
+def BatchNorm(
+    data: NDArray,
+    gamma: NDArray,
+    beta: NDArray,
+    moving_mean: NDArray,
+    moving_var: NDArray,
+    eps: float = 1e-3,
+    momentum: float = 0.9,
+    fix_gamma: bool = True,
+    use_global_stats: bool = False,
+    output_mean_var: bool = False,
+    axis: int = 1,
+    cudnn_off: bool = False,
+    **kwargs: Any,
+) -> Any:
+    """Batch normalization over every axis but ``axis``.
+
+    In training mode (``autograd.record()``/``train_mode``) without ``use_global_stats`` it uses the
+    batch's mean and (biased) variance and updates ``moving_mean``/``moving_var`` in place
+    (``moving = moving * momentum + batch * (1 - momentum)``); otherwise it uses the moving
+    statistics. ``fix_gamma`` treats gamma as 1 (and gives it a zero gradient). With
+    ``output_mean_var`` it returns ``[out, mean, 1 / sqrt(var + eps)]``.
+    """
+    inputs = tuple(check_nd("BatchNorm", x) for x in (data, gamma, beta, moving_mean, moving_var))
+    attrs = {
+        "eps": float(eps),
+        "momentum": float(momentum),
+        "fix_gamma": bool(fix_gamma),
+        "axis": int(axis),
+        "training": _tape.state.training and not use_global_stats,
+    }
+    outs = invoke_multi_mutating(_ops.MULTI_OPS["BatchNorm"], inputs, attrs, mutated=(3, 4))
+    return outs if output_mean_var else outs[0]
+
+
+def _sync_batch_norm(
+    data: NDArray,
+    gamma: NDArray,
+    beta: NDArray,
+    moving_mean: NDArray,
+    moving_var: NDArray,
+    eps: float = 1e-3,
+    momentum: float = 0.9,
+    fix_gamma: bool = True,
+    use_global_stats: bool = False,
+    output_mean_var: bool = False,
+    ndev: int = 1,
+    key: str = "",
+    **kwargs: Any,
+) -> Any:
+    """``mx.nd.contrib.SyncBatchNorm`` on one device: BatchNorm over axis 1, whose outputs with
+    ``output_mean_var`` are ``[out, mean, var]`` (the variance, not its inverse root)."""
+    inputs = tuple(check_nd("SyncBatchNorm", x) for x in (data, gamma, beta, moving_mean, moving_var))
+    attrs = {
+        "eps": float(eps),
+        "momentum": float(momentum),
+        "fix_gamma": bool(fix_gamma),
+        "axis": 1,
+        "training": _tape.state.training and not use_global_stats,
+        "output_var": True,
+    }
+    outs = invoke_multi_mutating(_ops.MULTI_OPS["_contrib_SyncBatchNorm"], inputs, attrs, mutated=(3, 4))
+    return outs if output_mean_var else outs[0]
+
+
+def Correlation(
+    data1: NDArray,
+    data2: NDArray,
+    kernel_size: int = 1,
+    max_displacement: int = 1,
+    stride1: int = 1,
+    stride2: int = 1,
+    pad_size: int = 0,
+    is_multiply: bool = True,
+    out: NDArray | None = None,
+    **kwargs: Any,
+) -> NDArray:
+    """MXNet's ``Correlation`` (FlowNet): for each displacement of ``data2`` within ``max_displacement``
+    (in steps of ``stride2``), the mean over a ``kernel_size`` window and the channels of
+    ``data1 * data2`` (``|data1 - data2|`` unless ``is_multiply``). ``kernel_size`` must be odd.
+
+    Forward only here: recording it gives no gradient to ``data1`` or ``data2``.
+    """
+    attrs = {
+        "kernel_size": int(kernel_size),
+        "max_displacement": int(max_displacement),
+        "stride1": int(stride1),
+        "stride2": int(stride2),
+        "pad_size": int(pad_size),
+        "is_multiply": bool(is_multiply),
+    }
+    inputs = (check_nd("Correlation", data1), check_nd("Correlation", data2))
+    return invoke(_ops.OPS["Correlation"], inputs, attrs, out=out)
 
 
 # ---------------------------------------------------------------------------- Pooling, FullyConnected

@@ -1579,3 +1579,208 @@ _update_op("rmsprop_update", 1, _rmsprop)
 _update_op("rmspropalex_update", 3, _rmspropalex)
 _update_op("ftrl_update", 2, _ftrl)
 _update_op("ftml_update", 3, _ftml)
+
+
+# ----------------------------------------------------------------------------- SoftmaxOutput
+def _softmax_output_layout(shape: Shape, a: Attrs) -> tuple[Shape, int]:
+    """The shape SoftmaxOutput works on and its class axis: axis 1 for ``multi_output``, the last
+    axis for ``preserve_shape``, else the data flattened to (batch, classes)."""
+    if a["multi_output"]:
+        return shape, 1
+    if a["preserve_shape"]:
+        return shape, len(shape) - 1
+    return (shape[0], int(np.prod(shape[1:]))), 1
+
+
+def _softmax_output_infer(name: str, shapes: Sequence[Shape], dtypes: Sequence[np.dtype], a: Attrs) -> tuple[Shape, np.dtype]:
+    data, label = shapes
+    if (len(data) < 2 and not a["preserve_shape"]) or len(data) < 1:
+        raise OperatorError(f"SoftmaxOutput: data must have at least 2 dimensions, got shape {data}")
+    work, ax = _softmax_output_layout(data, a)
+    classes = work[ax]
+    if int(np.prod(label)) * classes != int(np.prod(data)):
+        raise OperatorError(
+            f"SoftmaxOutput: label of shape {label} does not fit data of shape {data}: it needs one label per "
+            f"position of the data without its class axis ({classes} classes)"
+        )
+    return data, dtypes[0]
+
+
+def _softmax_output_forward(ins: Sequence[np.ndarray], out: np.ndarray, a: Attrs) -> None:
+    work, ax = _softmax_output_layout(ins[0].shape, a)
+    z = ins[0].reshape(work).astype(np.float64)
+    np.copyto(out, np.exp(_log_softmax_value(z, ax)).reshape(out.shape), casting="unsafe")
+
+
+def _softmax_output_backward(
+    ins: Sequence[np.ndarray], out: np.ndarray, g: np.ndarray, a: Attrs
+) -> list[np.ndarray | None]:
+    """MXNet's special gradient, of the cross-entropy loss rather than of the output:
+    ``(softmax - one_hot(label)) * grad_scale / normalizer``, zero where the label is ignored."""
+    work, ax = _softmax_output_layout(ins[0].shape, a)
+    p = np.exp(_log_softmax_value(ins[0].reshape(work).astype(np.float64), ax))
+    k = work[ax]
+    label_shape = work[:ax] + work[ax + 1 :]
+    label = ins[1].reshape(label_shape).astype(np.int64)
+    classes = np.arange(k).reshape((1,) * ax + (k,) + (1,) * (len(work) - ax - 1))
+    onehot = (np.expand_dims(label, ax) == classes).astype(np.float64)
+    alpha = a["smooth_alpha"]
+    if alpha:
+        onehot = onehot * (1 - alpha) + (1 - onehot) * (alpha / (k - 1))
+    grad = p - onehot
+    if a["out_grad"]:
+        grad = grad * g.reshape(work)
+    if a["use_ignore"]:
+        keep = ins[1].reshape(label_shape) != a["ignore_label"]
+        grad = grad * np.expand_dims(keep, ax)
+        valid = int(keep.sum())
+    else:
+        valid = label.size
+    norm = a["normalization"]
+    if norm == "valid":
+        scale = a["grad_scale"] / max(1, valid)
+    else:
+        scale = a["grad_scale"] / (work[0] if norm == "batch" else 1)
+        if a["multi_output"]:
+            scale /= max(1, int(np.prod(work[2:])))
+    return [(grad * scale).reshape(ins[0].shape), None]
+
+
+register("SoftmaxOutput", _softmax_output_forward, _softmax_output_backward, _softmax_output_infer)
+
+
+# ----------------------------------------------------------------------------- Correlation
+def _correlation_geometry(shape: Shape, a: Attrs) -> tuple[int, int, int, int]:
+    """(grid radius, grid width, top height, top width), as MXNet's correlation-inl.h computes them."""
+    radius = (a["kernel_size"] - 1) // 2
+    border = a["max_displacement"] + radius
+    hp, wp = shape[2] + 2 * a["pad_size"], shape[3] + 2 * a["pad_size"]
+    top_h = -(-(hp - 2 * border) // a["stride1"])
+    top_w = -(-(wp - 2 * border) // a["stride1"])
+    grid_r = a["max_displacement"] // a["stride2"]
+    return grid_r, 2 * grid_r + 1, top_h, top_w
+
+
+def _correlation_infer(name: str, shapes: Sequence[Shape], dtypes: Sequence[np.dtype], a: Attrs) -> tuple[Shape, np.dtype]:
+    s1, s2 = shapes
+    if len(s1) != 4 or len(s2) != 4:
+        raise OperatorError(f"Correlation: data1 and data2 must be 4-D (batch, channel, height, width), got {s1} and {s2}")
+    if s1 != s2:
+        raise OperatorError(f"Correlation: data1 and data2 must have the same shape, got {s1} and {s2}")
+    k = a["kernel_size"]
+    if k < 1 or k % 2 == 0:
+        raise OperatorError(f"Correlation: kernel size should be an odd number, got kernel_size={k} (data shape {s1})")
+    if a["stride1"] < 1 or a["stride2"] < 1 or a["max_displacement"] < 0 or a["pad_size"] < 0:
+        raise OperatorError(
+            f"Correlation: strides must be positive and max_displacement, pad_size non-negative, got {a} (data shape {s1})"
+        )
+    _, gw, th, tw = _correlation_geometry(s1, a)
+    if th < 1 or tw < 1:
+        raise OperatorError(
+            f"Correlation cannot be done with these settings: the neighborhood (max_displacement="
+            f"{a['max_displacement']}) and kernel (kernel_size={k}) do not fit in data of shape {s1} (pad_size={a['pad_size']})"
+        )
+    return (s1[0], gw * gw, th, tw), np.result_type(*dtypes)
+
+
+def _correlation_forward(ins: Sequence[np.ndarray], out: np.ndarray, a: Attrs) -> None:
+    """out[n, c, i, j]: the mean over a kernel window at (i*stride1 + max_displacement, ...) and the
+    channels of data1 times (or minus, in absolute value) data2 displaced by channel c's offset."""
+    k, md, s1, s2, pad = a["kernel_size"], a["max_displacement"], a["stride1"], a["stride2"], a["pad_size"]
+    grid_r, gw, th, tw = _correlation_geometry(ins[0].shape, a)
+    spatial = ((0, 0), (0, 0), (pad, pad + k + s1), (pad, pad + k + s1))  # extra zeros past the end: never read by MXNet
+    x1 = np.pad(ins[0].astype(np.float64), spatial)
+    x2 = np.pad(ins[1].astype(np.float64), ((0, 0), (0, 0), (pad + md, pad + md + k + s1), (pad + md, pad + md + k + s1)))
+    hp, wp = x1.shape[2], x1.shape[3]
+    n_elems = k * k * ins[0].shape[1]
+    for tc in range(gw * gw):
+        dy, dx = (tc // gw - grid_r) * s2, (tc % gw - grid_r) * s2
+        shifted = x2[:, :, md + dy : md + dy + hp, md + dx : md + dx + wp]
+        pair = x1 * shifted if a["is_multiply"] else np.abs(x1 - shifted)
+        m = pair.sum(axis=1)
+        acc = np.zeros((ins[0].shape[0], th, tw))
+        for h in range(k):
+            for w in range(k):
+                acc += m[:, md + h : md + h + s1 * (th - 1) + 1 : s1, md + w : md + w + s1 * (tw - 1) + 1 : s1]
+        out[:, tc] = acc / n_elems
+
+
+register("Correlation", _correlation_forward, None, _correlation_infer)
+
+
+# ----------------------------------------------------------------------------- BatchNorm
+def _bn_axes(x: np.ndarray, axis: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The axes reduced over (all but ``axis``) and the shape a per-channel vector broadcasts as."""
+    reduce = tuple(i for i in range(x.ndim) if i != axis)
+    expand = tuple(n if i == axis else 1 for i, n in enumerate(x.shape))
+    return reduce, expand
+
+
+def _bn_infer(name: str, shapes: Sequence[Shape], dtypes: Sequence[np.dtype], a: Attrs) -> list[tuple[Shape, np.dtype]]:
+    if len(shapes) != 5:
+        raise OperatorError(f"{name}: takes data, gamma, beta, moving_mean and moving_var, got {len(shapes)} arrays")
+    data = shapes[0]
+    if len(data) < 1:
+        raise OperatorError(f"{name}: data must have at least 1 dimension, got shape {data}")
+    axis = _one_axis(name, data, a["axis"])
+    channels = (data[axis],)
+    if any(s != channels for s in shapes[1:]):
+        raise OperatorError(
+            f"{name}: gamma, beta, moving_mean and moving_var must have shape {channels} (data {data}, axis {axis}), "
+            f"got {' and '.join(map(str, shapes[1:]))}"
+        )
+    return [(data, dtypes[0]), (channels, dtypes[0]), (channels, dtypes[0])]
+
+
+def _bn_stats(ins: Sequence[np.ndarray], a: Attrs) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, tuple[int, ...]]:
+    """(x in float64, mean, inverse std, axis, broadcast shape): batch statistics when training, else the moving ones."""
+    x = ins[0].astype(np.float64)
+    axis = a["axis"] % x.ndim
+    reduce, expand = _bn_axes(x, axis)
+    if a["training"]:
+        mean = x.mean(axis=reduce)
+        var = np.square(x - mean.reshape(expand)).mean(axis=reduce)
+    else:
+        mean, var = ins[3].astype(np.float64), ins[4].astype(np.float64)
+    return x, mean, 1.0 / np.sqrt(var + a["eps"]), axis, expand
+
+
+def _bn_forward(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], a: Attrs) -> None:
+    x, mean, invstd, _, expand = _bn_stats(ins, a)
+    gamma = np.ones_like(mean) if a["fix_gamma"] else ins[1].astype(np.float64)
+    y = (x - mean.reshape(expand)) * (invstd * gamma).reshape(expand) + ins[2].astype(np.float64).reshape(expand)
+    np.copyto(outs[0], y, casting="unsafe")
+    np.copyto(outs[1], mean, casting="unsafe")
+    # BatchNorm's third output is the inverse std; SyncBatchNorm's is the variance.
+    np.copyto(outs[2], 1.0 / np.square(invstd) - a["eps"] if a.get("output_var") else invstd, casting="unsafe")
+    if a["training"]:  # the moving statistics (inputs 3 and 4) are updated in place, as MXNet's aux states
+        m = a["momentum"]
+        var = 1.0 / np.square(invstd) - a["eps"]
+        np.copyto(ins[3], ins[3] * m + mean * (1 - m), casting="unsafe")
+        np.copyto(ins[4], ins[4] * m + var * (1 - m), casting="unsafe")
+
+
+def _bn_backward(
+    ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], grads: Sequence[np.ndarray], a: Attrs
+) -> list[np.ndarray | None]:
+    """Gradients of data, gamma (zero with ``fix_gamma``) and beta; the mean and std outputs pass none back, as in MXNet."""
+    x, mean, invstd, axis, expand = _bn_stats(ins, a)  # recomputed from data: the same batch as the forward
+    reduce = tuple(i for i in range(x.ndim) if i != axis)
+    g = grads[0].astype(np.float64)
+    gamma = np.ones_like(mean) if a["fix_gamma"] else ins[1].astype(np.float64)
+    xhat = (x - mean.reshape(expand)) * invstd.reshape(expand)
+    dgamma = np.zeros_like(mean) if a["fix_gamma"] else (g * xhat).sum(axis=reduce)
+    dbeta = g.sum(axis=reduce)
+    dxhat = g * gamma.reshape(expand)
+    if a["training"]:
+        m = x.size // x.shape[axis]
+        dx = (invstd.reshape(expand) / m) * (
+            m * dxhat - dxhat.sum(axis=reduce).reshape(expand) - xhat * (dxhat * xhat).sum(axis=reduce).reshape(expand)
+        )
+    else:
+        dx = dxhat * invstd.reshape(expand)
+    return [dx, dgamma, dbeta, None, None]
+
+
+register_multi("BatchNorm", _bn_forward, _bn_backward, _bn_infer)
+register_multi("_contrib_SyncBatchNorm", _bn_forward, _bn_backward, _bn_infer)
