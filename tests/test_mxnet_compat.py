@@ -555,3 +555,13 @@ def test_numpy_mode_decorators_import_and_refuse_when_called() -> None:
     with pytest.raises(NotImplementedError):
         mx.util.set_np_shape(True)
     assert mx.util.set_np_shape(False) is False and not mx.util.is_np_shape()
+
+
+def test_operator_arguments_read_off_the_functions() -> None:
+    act = mx.operator.get_operator_arguments("Activation")
+    assert isinstance(act, mx.operator.OperatorArguments) and act.narg == 2 and act.names == ["data", "act_type"]
+    assert act.types == ["NDArray-or-Symbol", "{'relu', 'sigmoid', 'softrelu', 'softsign', 'tanh'}, required"]
+    dot = mx.operator.get_operator_arguments("dot")
+    assert dot.names == ["lhs", "rhs", "transpose_a", "transpose_b"] and dot.types[2] == "boolean, optional, default=False"
+    with pytest.raises(OperatorError, match="no operator function"):
+        mx.operator.get_operator_arguments("NotAnOp")

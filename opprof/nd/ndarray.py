@@ -13,7 +13,7 @@ import numbers
 from collections.abc import Sequence
 from functools import partial
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -961,7 +961,10 @@ def Reshape(
     return reshape(data, shape, reverse=reverse, out=out)
 
 
-def Activation(data: NDArray, act_type: str, out: NDArray | None = None, **kwargs: Any) -> NDArray:
+ActType = Literal["relu", "sigmoid", "softrelu", "softsign", "tanh"]
+
+
+def Activation(data: NDArray, act_type: ActType, out: NDArray | None = None, **kwargs: Any) -> NDArray:
     """``relu``, ``sigmoid``, ``tanh``, ``softrelu`` or ``softsign`` (MXNet's ``Activation`` operator)."""
     return invoke(_ops.OPS["Activation"], (check_nd("Activation", data),), {"act_type": act_type}, out=out)
 

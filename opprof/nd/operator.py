@@ -19,21 +19,33 @@ An invocation of ``nd.Custom(x, op_type="MyAddOne")`` goes through these steps:
 from __future__ import annotations
 
 import functools
+import inspect
 import itertools
+import typing
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from ..engine import Engine, Invocation, Var, bind_thread, current_invocation, get_engine
 from ..engine.interrupts import call_user, shielded
 from ..engine.state import thread_state
+from . import ndarray as _nd
 from . import tape as _tape
 from .context import Context, cpu
 from .ndarray import NDArray, OperatorError
 from .ops import OPS
 
-__all__ = ["Custom", "CustomOp", "CustomOpProp", "current_invocation", "get_all_registered_operators", "register"]
+__all__ = [
+    "Custom",
+    "CustomOp",
+    "CustomOpProp",
+    "OperatorArguments",
+    "current_invocation",
+    "get_all_registered_operators",
+    "get_operator_arguments",
+    "register",
+]
 
 _REGISTRY: dict[str, type[CustomOpProp]] = {}
 _invocation_ids = itertools.count(1)
@@ -115,6 +127,40 @@ def register(reg_name: str) -> Callable[[type[CustomOpProp]], type[CustomOpProp]
         return prop_cls
 
     return deco
+
+
+class OperatorArguments(NamedTuple):
+    """An operator's arguments as MXNet describes them (``mx.operator.get_operator_arguments``)."""
+
+    narg: int
+    names: list[str]
+    types: list[str]
+
+
+def get_operator_arguments(op_name: str) -> OperatorArguments:
+    """The arguments of the ``mx.nd`` function named ``op_name``, read off its signature and type hints.
+
+    Types are written MXNet's way: ``NDArray-or-Symbol`` for arrays, ``{'a', 'b'}`` for a choice
+    (a ``Literal``), then ``required`` or ``optional, default=...``.
+    """
+    fn = getattr(_nd, op_name, None)
+    if not callable(fn) or op_name not in _nd.__all__:
+        raise OperatorError(f"get_operator_arguments: no operator function {op_name!r} in mx.nd")
+    hints = typing.get_type_hints(fn)
+    names, types = [], []
+    for p in inspect.signature(fn).parameters.values():
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or p.name in ("out", "ctx", "name"):
+            continue
+        names.append(p.name)
+        presence = "required" if p.default is p.empty else f"optional, default={p.default!r}"
+        types.append(f"{_type_word(hints.get(p.name))}, {presence}" if hints.get(p.name) is not NDArray else "NDArray-or-Symbol")
+    return OperatorArguments(len(names), names, types)
+
+
+def _type_word(hint: Any) -> str:
+    if typing.get_origin(hint) is typing.Literal:
+        return "{" + ", ".join(repr(v) for v in typing.get_args(hint)) + "}"
+    return {bool: "boolean", int: "int", float: "float", str: "string"}.get(hint, "Shape(tuple)" if hint else "any")
 
 
 def get_all_registered_operators() -> list[str]:
