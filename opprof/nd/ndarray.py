@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import builtins
 import numbers
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from types import SimpleNamespace
 from typing import Any, Literal
@@ -627,56 +627,45 @@ def _push_backward(
     op: _ops.OpDef, inputs: tuple[NDArray, ...], out: NDArray, attrs: dict[str, Any], ograds: list[NDArray]
 ) -> list[NDArray | None]:
     """Push ``_backward_<op>``: one engine op computing the gradient of every input that needs it."""
-    g = ograds[0]
-    grads = [NDArray(np.empty(x.shape, x._data.dtype)) if _tape.requires_grad(x) else None for x in inputs]
-    in_datas = [x._data for x in inputs]
-    bufs = [gr._data if gr is not None else None for gr in grads]
-    out_data, g_data = out._data, g._data
     backward = op.backward
     assert backward is not None
+    g = ograds[0]
+    in_datas, out_data, g_data = [x._data for x in inputs], out._data, g._data
+    return _push_gradients(op.name, inputs, [out._var, g._var], lambda: backward(in_datas, out_data, g_data, attrs))
+
+
+def _push_gradients(
+    name: str, inputs: Sequence[NDArray], also_reads: list[Var], compute: Callable[[], Sequence[Any]]
+) -> list[NDArray | None]:
+    """One engine op, ``_backward_<name>``: ``compute()`` gives one gradient per input (or None),
+    written into a fresh array for each input that needs one; inputs that get none get zeros."""
+    grads = [NDArray(np.empty(x.shape, x._data.dtype)) if _tape.requires_grad(x) else None for x in inputs]
+    bufs = [gr._data if gr is not None else None for gr in grads]
 
     def run() -> None:
-        for buf, res in zip(bufs, backward(in_datas, out_data, g_data, attrs), strict=True):
+        for buf, res in zip(bufs, compute(), strict=True):
             if buf is not None:  # an input the op gives no gradient (a label, an index) gets zeros
                 np.copyto(buf, 0 if res is None else res, casting="unsafe")
 
-    reads = [x._var for x in inputs] + [out._var, g._var]
-    get_engine().push(run, reads, [gr._var for gr in grads if gr is not None], "_backward_" + op.name.lstrip("_"))
+    reads = [x._var for x in inputs] + also_reads
+    get_engine().push(run, reads, [gr._var for gr in grads if gr is not None], "_backward_" + name.lstrip("_"))
     return grads
 
 
 def invoke_multi(op: _ops.MultiOpDef, inputs: Sequence[NDArray], attrs: dict[str, Any]) -> list[NDArray]:
     """Push ``op`` once, writing every one of its outputs (and record one node with all of them)."""
-    datas = [x._data for x in inputs]
-    specs = op.infer(op.name, [d.shape for d in datas], [d.dtype for d in datas], attrs)
-    outs = [NDArray(np.empty(shape, dtype)) for shape, dtype in specs]
-    out_datas = [o._data for o in outs]
-    get_engine().push(partial(op.forward, datas, out_datas, attrs), [x._var for x in inputs], [o._var for o in outs], op.name)
-    if _tape.state.recording and op.backward is not None and inputs:
-        _tape.record_node(op.name, inputs, outs, partial(_push_multi_backward, op, tuple(inputs), tuple(outs), attrs))
-    return outs
+    return invoke_multi_mutating(op, inputs, attrs, mutated=())
 
 
 def _push_multi_backward(
     op: _ops.MultiOpDef, inputs: tuple[NDArray, ...], outs: tuple[NDArray, ...], attrs: dict[str, Any], ograds: list[NDArray]
 ) -> list[NDArray | None]:
     """Push ``_backward_<op>`` of a multi-output op: one engine op reading every output's gradient."""
-    grads = [NDArray(np.empty(x.shape, x._data.dtype)) if _tape.requires_grad(x) else None for x in inputs]
-    in_datas = [x._data for x in inputs]
-    out_datas = [o._data for o in outs]
-    g_datas = [g._data for g in ograds]
-    bufs = [gr._data if gr is not None else None for gr in grads]
     backward = op.backward
     assert backward is not None
-
-    def run() -> None:
-        for buf, res in zip(bufs, backward(in_datas, out_datas, g_datas, attrs), strict=True):
-            if buf is not None:  # an input the op gives no gradient (a label, an index) gets zeros
-                np.copyto(buf, 0 if res is None else res, casting="unsafe")
-
-    reads = [x._var for x in inputs] + [o._var for o in outs] + [g._var for g in ograds]
-    get_engine().push(run, reads, [gr._var for gr in grads if gr is not None], "_backward_" + op.name.lstrip("_"))
-    return grads
+    in_datas, out_datas, g_datas = [x._data for x in inputs], [o._data for o in outs], [g._data for g in ograds]
+    also_reads = [o._var for o in outs] + [g._var for g in ograds]
+    return _push_gradients(op.name, inputs, also_reads, lambda: backward(in_datas, out_datas, g_datas, attrs))
 
 
 def _push_assign_backward(key: tuple[Any, ...], value: NDArray, ograds: list[NDArray]) -> list[NDArray | None]:
