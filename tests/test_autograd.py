@@ -81,6 +81,15 @@ def numeric_grads(f: Callable[..., Any], arrays: list[np.ndarray], w: np.ndarray
     return grads
 
 
+def _leaves(arrays: list[np.ndarray]) -> tuple[list[np.ndarray], list[Any]]:
+    """The inputs as float64, and as NDArrays that collect their gradients."""
+    arrays = [np.asarray(a, dtype=np.float64) for a in arrays]
+    xs = [nd64(a) for a in arrays]
+    for x in xs:
+        x.attach_grad()
+    return arrays, xs
+
+
 def check_grad(
     f: Callable[..., Any],
     arrays: list[np.ndarray],
@@ -93,10 +102,7 @@ def check_grad(
 
     ``op`` is the registry name whose ``_backward_<op>`` push must appear in the backward pass.
     """
-    arrays = [np.asarray(a, dtype=np.float64) for a in arrays]
-    xs = [nd64(a) for a in arrays]
-    for x in xs:
-        x.attach_grad()
+    arrays, xs = _leaves(arrays)
     with ag.record():
         y = f(*xs)
         w = _rng(seed + 1000).uniform(0.5, 1.5, y.shape)
@@ -120,10 +126,7 @@ def check_loss_grad(
     f: Callable[..., Any], loss: Callable[..., Any], arrays: list[np.ndarray], op: str, rtol: float = 1e-5, atol: float = 1e-6
 ) -> None:
     """Autograd's gradient through ``f`` (whatever the head gradient) against central differences of ``loss``."""
-    arrays = [np.asarray(a, dtype=np.float64) for a in arrays]
-    xs = [nd64(a) for a in arrays]
-    for x in xs:
-        x.attach_grad()
+    arrays, xs = _leaves(arrays)
     with ag.record():
         y = f(*xs)
     with record_pushes() as rec:
