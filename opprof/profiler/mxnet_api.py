@@ -11,6 +11,8 @@ import numbers
 import os
 from typing import Any
 
+import numpy as np
+
 from ..engine import get_engine
 from ..trace import Trace
 from ..trace.records import USER
@@ -154,8 +156,9 @@ def _since(trace: Trace, t_ns: int | None) -> Trace:
     """``trace`` with only the spans that start at ``t_ns`` or later (all when None)."""
     if t_ns is None:
         return trace
-    spans = [s for s in trace.spans if s.start >= t_ns]
-    return Trace(trace.threads, spans, trace.instants, trace.counters, trace.flows, trace.metadata)
+    t = trace.table
+    spans = t.take(np.flatnonzero(t.start >= t_ns))
+    return Trace(trace.threads, spans, trace.instants, trace.counters, trace.flow_table, trace.metadata)
 
 
 def _recorder() -> Recorder | None:

@@ -7,6 +7,8 @@ tools' traces), then :mod:`.model` (:class:`Trace`, with the analyses as methods
 (every text rendering of a trace).
 """
 
+from .columns import FlowTable, SpanTable
+from .data import TraceData
 from .jsonio import TraceFormatError
 from .model import Trace, from_chrome, load
 from .records import (
@@ -18,7 +20,6 @@ from .records import (
     Role,
     Span,
     ThreadInfo,
-    TraceData,
 )
 from .split import split_invocation
 from .stats import OpTypeSplit, StatRow
@@ -29,10 +30,12 @@ __all__ = [
     "CounterSample",
     "CustomOpRow",
     "Flow",
+    "FlowTable",
     "Instant",
     "OpTypeSplit",
     "Role",
     "Span",
+    "SpanTable",
     "StatRow",
     "ThreadInfo",
     "Trace",

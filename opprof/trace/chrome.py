@@ -20,9 +20,13 @@ import os
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+import numpy as np
+
+from .columns import ROLE_CODE, FlowTable, SpanTable
+from .data import TraceData
 from .importer import import_chrome
 from .jsonio import TraceFormatError, dumps, loads, no_gc, open_maybe_gzip, parse_json, read_trace_file
-from .records import CUSTOM_OP, ROLE_OF, CounterSample, Flow, Instant, Role, Span, ThreadInfo, TraceData
+from .records import CUSTOM_OP, CounterSample, Instant, Role, ThreadInfo
 
 __all__ = ["from_chrome", "load", "save", "to_chrome"]
 
@@ -33,18 +37,17 @@ def _us(ns: int, t0: int) -> float:
     return (ns - t0) / 1e3
 
 
-def _async_children(parent: Span, family: list[Span]) -> list[Span]:
-    """The children that nest properly inside ``parent`` on one async track (greedy, by start)."""
-    kept: list[Span] = []
-    stack: list[Span] = [parent]
-    for s in sorted(family, key=lambda s: (s.start, -s.end)):
-        if s is parent:
-            continue
-        while len(stack) > 1 and stack[-1].end <= s.start:
+def _async_children(members: list[int], starts: list[int], ends: list[int], p_start: int, p_end: int) -> list[int]:
+    """The children (sorted by start, longer first) that nest properly inside their parent on one track."""
+    kept: list[int] = []
+    stack: list[tuple[int, int]] = [(p_start, p_end)]
+    for i in members:
+        a, b = starts[i], ends[i]
+        while len(stack) > 1 and stack[-1][1] <= a:
             stack.pop()
-        if s.start >= stack[-1].start and s.end <= stack[-1].end:
-            kept.append(s)
-            stack.append(s)
+        if a >= stack[-1][0] and b <= stack[-1][1]:
+            kept.append(i)
+            stack.append((a, b))
     return kept
 
 
@@ -62,13 +65,30 @@ CHUNK = 50_000
 
 
 def _origin(trace: TraceData) -> int:
-    t0 = min((s.start for s in trace.spans), default=0)
-    return min([t0, *(f.src_ts for f in trace.flows), *(i.ts for i in trace.instants), *(c.ts for c in trace.counters)])
+    t, f = trace.table, trace.flow_table
+    firsts = [int(t.start.min()) if len(t) else 0]
+    if len(f):
+        firsts.append(int(f.src_ts.min()))
+    return min([*firsts, *(i.ts for i in trace.instants), *(c.ts for c in trace.counters)])
 
 
 def _other_data(trace: TraceData, t0: int) -> dict[str, Any]:
     # Flows are not repeated here: their s/f events hold every field (files before 2026-11-30 did).
     return {"opprof": {"t0_ns": t0, "metadata": trace.metadata}}
+
+
+class _Columns:
+    """The span columns export reads, as Python lists (one ``tolist`` each beats indexing arrays)."""
+
+    def __init__(self, t: SpanTable) -> None:
+        self.names = t.str_list(t.name)
+        self.cats = t.str_list(t.cat)
+        self.tids = t.tid.tolist()
+        self.starts = t.start.tolist()
+        self.ends = t.end.tolist()
+        self.args = t.all_args()
+        self.is_parent = (t.role == ROLE_CODE[Role.PARENT]).tolist()
+        self.t = t
 
 
 def _event_chunks(trace: TraceData, t0: int) -> Iterator[list[dict[str, Any]]]:
@@ -77,47 +97,28 @@ def _event_chunks(trace: TraceData, t0: int) -> Iterator[list[dict[str, Any]]]:
     Each part is one loop that reads fields directly (no properties, no helper call per event):
     a profile of 1M spans is about 2.5M events.
     """
-    families: dict[int, list[Span]] = {}
-    parents: dict[int, Span] = {}
-    yield from _slice_chunks(trace, t0, families, parents)
-    yield from _track_chunks(families, parents, t0)
+    c = _Columns(trace.table)
+    yield from _slice_chunks(trace, c, t0)
+    yield from _track_chunks(c, t0)
     yield from _flow_chunks(trace, t0)
     yield _point_events(trace, t0)
 
 
-def _slice_chunks(
-    trace: TraceData, t0: int, families: dict[int, list[Span]], parents: dict[int, Span]
-) -> Iterator[list[dict[str, Any]]]:
-    """Metadata, then one ``X`` slice per span on its thread; fills ``families`` and ``parents``."""
+def _slice_chunks(trace: TraceData, c: _Columns, t0: int) -> Iterator[list[dict[str, Any]]]:
+    """Metadata, then one ``X`` slice per span on its thread (a custom-op parent has its own track)."""
     events: list[dict[str, Any]] = [
         {"ph": "M", "name": "process_name", "pid": PID, "tid": 0, "args": {"name": trace.metadata.get("process_name", "opprof")}}
     ]
-    for i, t in enumerate(trace.threads):
-        events.append({"ph": "M", "name": "thread_name", "pid": PID, "tid": t.tid, "args": {"name": t.name}})
-        events.append({"ph": "M", "name": "thread_sort_index", "pid": PID, "tid": t.tid, "args": {"sort_index": i}})
+    for i, th in enumerate(trace.threads):
+        events.append({"ph": "M", "name": "thread_name", "pid": PID, "tid": th.tid, "args": {"name": th.name}})
+        events.append({"ph": "M", "name": "thread_sort_index", "pid": PID, "tid": th.tid, "args": {"sort_index": i}})
     append = events.append
-    for s in trace.spans:
-        args = s.args
-        if args:
-            inv = args.get("invocation")
-            if inv is not None:
-                family = families.get(inv)
-                if family is None:
-                    families[inv] = family = []
-                family.append(s)
-            if args.get("role") == Role.PARENT:
-                if inv is not None:
-                    parents.setdefault(inv, s)
-                continue
-        ev = {
-            "ph": "X",
-            "name": s.name,
-            "cat": s.cat,
-            "pid": PID,
-            "tid": s.tid,
-            "ts": (s.start - t0) / 1e3,
-            "dur": (s.end - s.start) / 1e3,
-        }
+    for name, cat, tid, start, end, args, parent in zip(
+        c.names, c.cats, c.tids, c.starts, c.ends, c.args, c.is_parent, strict=True
+    ):
+        if parent:
+            continue
+        ev = {"ph": "X", "name": name, "cat": cat, "pid": PID, "tid": tid, "ts": (start - t0) / 1e3, "dur": (end - start) / 1e3}
         if args:
             ev["args"] = args
         append(ev)
@@ -128,25 +129,62 @@ def _slice_chunks(
     yield events
 
 
-def _track_chunks(families: dict[int, list[Span]], parents: dict[int, Span], t0: int) -> Iterator[list[dict[str, Any]]]:
+def _families(t: SpanTable) -> list[tuple[int, list[int]]]:
+    """(parent, its other members sorted by start, longer first) per invocation that has a parent,
+    in the order each invocation first appears in the trace."""
+    members = np.flatnonzero(t.inv >= 0)
+    if not len(members):
+        return []
+    invs, first, group = np.unique(t.inv[members], return_index=True, return_inverse=True)
+    group = group.ravel()
+    is_p = t.role[members] == ROLE_CODE[Role.PARENT]
+    parent_of = np.full(len(invs), -1, dtype=np.int64)
+    pm, pg = members[is_p], group[is_p]
+    parent_of[pg[::-1]] = pm[::-1]  # the first parent of each invocation wins
+    # Members by group, each group by (start, -end), then by position (lexsort is stable).
+    order = np.lexsort((-t.end[members], t.start[members], group))
+    sm, sg = members[order], group[order]
+    bounds = np.searchsorted(sg, np.arange(len(invs) + 1))
+    sm_list = sm.tolist()
+    out = []
+    for g in np.argsort(first, kind="stable").tolist():
+        p = int(parent_of[g])
+        if p < 0:
+            continue
+        out.append((p, [i for i in sm_list[bounds[g] : bounds[g + 1]] if i != p]))
+    return out
+
+
+def _track_chunks(c: _Columns, t0: int) -> Iterator[list[dict[str, Any]]]:
     """One nestable async track per invocation: its parent, and the children that nest inside it."""
     events: list[dict[str, Any]] = []
     append = events.append
-    for inv, family in families.items():
-        parent = parents.get(inv)
-        if parent is None:
-            continue
-        tid = parent.tid
-        name = parent.name
-        ts = (parent.start - t0) / 1e3
-        append({"name": name, "cat": CUSTOM_OP, "id": inv, "pid": PID, "tid": tid, "ph": "b", "ts": ts, "args": parent.args})
-        append({"name": name, "cat": CUSTOM_OP, "id": inv, "pid": PID, "tid": tid, "ph": "e", "ts": (parent.end - t0) / 1e3})
+    names, starts, ends, tids, all_args = c.names, c.starts, c.ends, c.tids, c.args
+    invs = c.t.inv
+    for p, family in _families(c.t):
+        inv = int(invs[p])
+        tid = tids[p]
+        name = names[p]
+        ps, pe = starts[p], ends[p]
+        append(
+            {
+                "name": name,
+                "cat": CUSTOM_OP,
+                "id": inv,
+                "pid": PID,
+                "tid": tid,
+                "ph": "b",
+                "ts": (ps - t0) / 1e3,
+                "args": all_args[p],
+            }
+        )
+        append({"name": name, "cat": CUSTOM_OP, "id": inv, "pid": PID, "tid": tid, "ph": "e", "ts": (pe - t0) / 1e3})
         # The children carry no args here: their slices on their threads have them (a quarter of
         # a profile's file was these copies).
-        for s in _async_children(parent, family):
-            name = s.name
-            append({"name": name, "cat": CUSTOM_OP, "id": inv, "pid": PID, "tid": tid, "ph": "b", "ts": (s.start - t0) / 1e3})
-            append({"name": name, "cat": CUSTOM_OP, "id": inv, "pid": PID, "tid": tid, "ph": "e", "ts": (s.end - t0) / 1e3})
+        for i in _async_children(family, starts, ends, ps, pe):
+            name = names[i]
+            append({"name": name, "cat": CUSTOM_OP, "id": inv, "pid": PID, "tid": tid, "ph": "b", "ts": (starts[i] - t0) / 1e3})
+            append({"name": name, "cat": CUSTOM_OP, "id": inv, "pid": PID, "tid": tid, "ph": "e", "ts": (ends[i] - t0) / 1e3})
         if len(events) >= CHUNK:
             yield events
             events = []
@@ -156,14 +194,15 @@ def _track_chunks(families: dict[int, list[Span]], parents: dict[int, Span], t0:
 
 def _flow_chunks(trace: TraceData, t0: int) -> Iterator[list[dict[str, Any]]]:
     """Flow arrows: an ``s`` at the push, an ``f`` at the start of the op it pushed."""
+    f = trace.flow_table
     events: list[dict[str, Any]] = []
     append = events.append
-    for f in trace.flows:
-        name, cat, fid = f.name, f.cat, f.id
-        append({"name": name, "cat": cat, "id": fid, "pid": PID, "ph": "s", "tid": f.src_tid, "ts": (f.src_ts - t0) / 1e3})
-        append(
-            {"name": name, "cat": cat, "id": fid, "pid": PID, "ph": "f", "bp": "e", "tid": f.dst_tid, "ts": (f.dst_ts - t0) / 1e3}
-        )
+    names = [f.strings[k] for k in f.name.tolist()]
+    cats = [f.strings[k] for k in f.cat.tolist()]
+    cols = (f.id.tolist(), names, cats, f.src_tid.tolist(), f.src_ts.tolist(), f.dst_tid.tolist(), f.dst_ts.tolist())
+    for fid, name, cat, src_tid, src_ts, dst_tid, dst_ts in zip(*cols, strict=True):
+        append({"name": name, "cat": cat, "id": fid, "pid": PID, "ph": "s", "tid": src_tid, "ts": (src_ts - t0) / 1e3})
+        append({"name": name, "cat": cat, "id": fid, "pid": PID, "ph": "f", "bp": "e", "tid": dst_tid, "ts": (dst_ts - t0) / 1e3})
         if len(events) >= CHUNK:
             yield events
             events = []
@@ -302,26 +341,29 @@ def _from_ours(event_chunks: Iterable[list[Any]], other: dict[str, Any]) -> Trac
 def _from_chrome(event_chunks: Iterable[list[Any]], other: dict[str, Any]) -> TraceData:
     ours = other.get("opprof")
     reader = _OwnEventReader(int(ours["t0_ns"]) if ours else 0)
-    t0, add_span, read = reader.t0, reader.spans.append, reader.read
+    t0, read = reader.t0, reader.read
+    add_name, add_cat, add_tid = reader.names.append, reader.cats.append, reader.tids.append
+    add_start, add_end, add_args = reader.starts.append, reader.ends.append, reader.args.append
     i = -1
     for events in event_chunks:
         for ev in events:
             i += 1
-            # The bulk of a file: a well-formed X slice, read inline. Anything else (or anything
-            # odd about it) takes the careful path, which names the event when it is wrong.
+            # The bulk of a file: a well-formed X slice, read inline into the columns. Anything
+            # else (or anything odd about it) takes the careful path, which names the event when
+            # it is wrong.
             if type(ev) is dict and ev.get("ph") == "X":
                 ts: Any = ev.get("ts")
                 dur: Any = ev.get("dur", 0)
                 tt, td = type(ts), type(dur)
                 if (tt is float or tt is int) and (td is float or td is int) and dur >= 0:
                     start = t0 + round(ts * 1e3)
-                    end = start + round(dur * 1e3)
-                    name, cat, args = str(ev.get("name", "")), str(ev.get("cat", "")), ev.get("args") or None
-                    if args is not None:
-                        role = args.get("role")
-                        if type(role) is str:
-                            args["role"] = ROLE_OF.get(role, role)
-                    add_span(Span(name, cat, ev.get("tid", 0), start, end, args))
+                    add_start(start)
+                    add_end(start + round(dur * 1e3))
+                    name, cat = ev.get("name", ""), ev.get("cat", "")
+                    add_name(name if type(name) is str else str(name))
+                    add_cat(cat if type(cat) is str else str(cat))
+                    add_tid(ev.get("tid", 0))
+                    add_args(ev.get("args"))
                     continue
             try:
                 read(ev, i)
@@ -335,20 +377,37 @@ def _from_chrome(event_chunks: Iterable[list[Any]], other: dict[str, Any]) -> Tr
 
 
 class _OwnEventReader:
-    """What reading opprof's own Chrome events gathers, event by event, until the trace is built."""
+    """What reading opprof's own Chrome events gathers, event by event, until the trace is built.
+
+    Spans gather as one list per column, so the trace is built as columns without ever holding
+    a :class:`~.records.Span` per span.
+    """
 
     def __init__(self, t0: int) -> None:
         self.t0 = t0
-        self.names: dict[int, str] = {}
+        self.thread_names: dict[int, str] = {}
         self.order: dict[int, int] = {}
-        self.spans: list[Span] = []
-        self.parents: dict[int, Span] = {}
+        self.names: list[str] = []
+        self.cats: list[str] = []
+        self.tids: list[int] = []
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+        self.args: list[dict[str, Any] | None] = []
+        self.parents: dict[int, tuple[str, int, int, int, dict[str, Any]]] = {}
         self.instants: list[Instant] = []
         self.counters: list[CounterSample] = []
         # custom-op async tracks: open ``b`` events per (tid, invocation id), matched by ``e``
         self.open_b: dict[tuple[int, Any], list[dict[str, Any]]] = {}
-        self.flows: list[Flow] = []
+        self.flows: list[tuple[Any, str, str, int, int, int, int]] = []
         self.open_flows: dict[Any, list[dict[str, Any]]] = {}  # ``s`` events waiting for their ``f``
+
+    def span(self, name: str, cat: str, tid: int, start: int, end: int, args: dict[str, Any] | None) -> None:
+        self.names.append(name)
+        self.cats.append(cat)
+        self.tids.append(tid)
+        self.starts.append(start)
+        self.ends.append(end)
+        self.args.append(args)
 
     def read(self, ev: Any, i: int) -> None:
         """Take event number ``i``; raise :class:`TraceFormatError` naming it when it is wrong."""
@@ -359,7 +418,7 @@ class _OwnEventReader:
         tid = ev.get("tid", 0)
         if ph == "M":
             if ev.get("name") == "thread_name":
-                self.names[tid] = str((ev.get("args") or {}).get("name", ""))
+                self.thread_names[tid] = str((ev.get("args") or {}).get("name", ""))
             elif ev.get("name") == "thread_sort_index":
                 self.order[tid] = int((ev.get("args") or {}).get("sort_index", 0))
         elif ph == "X":
@@ -368,10 +427,7 @@ class _OwnEventReader:
             end = start + round(dur * 1e3) if isinstance(dur, (int, float)) else start
             if end < start:
                 raise TraceFormatError(f"event {i}: negative duration {dur!r}")
-            args = ev.get("args") or None
-            if args is not None and type(args.get("role")) is str:
-                args["role"] = ROLE_OF.get(args["role"], args["role"])
-            self.spans.append(Span(str(ev.get("name", "")), str(ev.get("cat", "")), tid, start, end, args))
+            self.span(str(ev.get("name", "")), str(ev.get("cat", "")), tid, start, end, ev.get("args") or None)
         elif ph == "b" and ev.get("cat") == CUSTOM_OP:
             self.open_b.setdefault((tid, ev.get("id")), []).append(ev)
         elif ph == "e" and ev.get("cat") == CUSTOM_OP:
@@ -381,8 +437,7 @@ class _OwnEventReader:
                 args = b.get("args") or {}
                 if args.get("role") == Role.PARENT:
                     start, end = _ns(b.get("ts"), t0, i), _ns(ev.get("ts"), t0, i)
-                    parent_args = {**args, "role": Role.PARENT}
-                    self.parents[args["invocation"]] = Span(str(b.get("name", "")), CUSTOM_OP, tid, start, end, parent_args)
+                    self.parents[args["invocation"]] = (str(b.get("name", "")), tid, start, end, dict(args))
         elif ph == "s":
             self.open_flows.setdefault(ev.get("id"), []).append(ev)
         elif ph == "f":
@@ -391,8 +446,7 @@ class _OwnEventReader:
                 src = starts.pop()
                 src_ts, dst_ts = _ns(src.get("ts"), t0, i), _ns(ev.get("ts"), t0, i)
                 name, cat = str(src.get("name", "")), str(src.get("cat", ""))
-                fid: Any = src.get("id")  # as the file has it
-                self.flows.append(Flow(fid, name, cat, src.get("tid", 0), src_ts, tid, dst_ts))
+                self.flows.append((src.get("id"), name, cat, src.get("tid", 0), src_ts, tid, dst_ts))
         elif ph in ("i", "I"):
             name, cat = str(ev.get("name", "")), str(ev.get("cat", ""))
             self.instants.append(Instant(name, cat, tid, _ns(ev.get("ts"), t0, i), ev.get("args")))
@@ -400,14 +454,15 @@ class _OwnEventReader:
             self.counters.append(CounterSample(str(ev.get("name", "")), _ns(ev.get("ts"), t0, i), dict(ev.get("args") or {})))
 
     def trace(self, ours: Any) -> TraceData:
-        spans = self.spans
-        spans.extend(self.parents.values())
-        spans.sort(key=lambda s: (s.start, -s.end))
-        order, names = self.order, self.names
-        tids = sorted({*names, *(s.tid for s in spans)}, key=lambda t: (order.get(t, 1 << 30), t))
-        flows = [Flow(*f) for f in ours["flows"]] if ours and "flows" in ours else self.flows
+        for name, tid, start, end, args in self.parents.values():
+            self.span(name, CUSTOM_OP, tid, start, end, args)
+        table = SpanTable.from_rows(self.names, self.cats, self.tids, self.starts, self.ends, self.args).sorted_by_start()
+        order, names = self.order, self.thread_names
+        tids = sorted({*names, *np.unique(table.tid).tolist()}, key=lambda t: (order.get(t, 1 << 30), t))
+        rows = [tuple(f) for f in ours["flows"]] if ours and "flows" in ours else self.flows
+        flows = FlowTable.from_rows(*(list(col) for col in zip(*rows, strict=True))) if rows else FlowTable.empty()
         meta = dict(ours.get("metadata", {})) if ours else {"producer": "chrome-json"}
         # An imported trace keeps each thread's process (small int) in its metadata: give it back.
         pids = {row[0]: row[1] for row in meta.get("source_threads", ()) if isinstance(row, list) and len(row) == 4}
         threads = [ThreadInfo(t, names.get(t) or f"thread {t}", pids.get(t, 0)) for t in tids]
-        return TraceData(threads=threads, spans=spans, instants=self.instants, counters=self.counters, flows=flows, metadata=meta)
+        return TraceData(threads=threads, spans=table, instants=self.instants, counters=self.counters, flows=flows, metadata=meta)

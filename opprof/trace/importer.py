@@ -45,9 +45,11 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
 
+from .columns import FlowTable, SpanTable
+from .data import TraceData
 from .jsonio import TraceFormatError
 from .mxnet import MXNET_PROCESSES, recover_mxnet
-from .records import CUSTOM_OP, CounterSample, Flow, Instant, Role, Span, ThreadInfo, TraceData, role_of
+from .records import CUSTOM_OP, CounterSample, Flow, Instant, Role, Span, ThreadInfo, role_of
 
 __all__ = ["import_chrome"]
 
@@ -581,7 +583,9 @@ class _Importer:
             meta["truncated"] = True
         trace = TraceData(threads=threads, spans=spans, instants=instants, counters=counters, flows=flows, metadata=meta)
         if self.producer == "mxnet":
-            recover_mxnet(trace)
+            recover_mxnet(trace)  # edits the span list, so it runs before the columns are made
+        trace.set_table(SpanTable.from_spans(trace.spans))
+        trace.flows = FlowTable.from_flows(trace.flows)
         meta["dropped_events"] = self.drops.total
         if self.drops.total:
             meta["dropped"] = dict(self.drops.count)

@@ -13,8 +13,9 @@ import os
 from typing import Any
 
 from . import chrome
-from .records import CustomOpRow, Role, TraceData
-from .split import parent_split
+from .data import TraceData
+from .records import CustomOpRow
+from .split import family_splits
 from .stats import StatRow, span_stats
 from .validate import validate
 
@@ -26,38 +27,36 @@ class Trace(TraceData):
 
     @classmethod
     def of(cls, data: TraceData) -> Trace:
-        """``data`` as a :class:`Trace` (the same lists, not copies)."""
+        """``data`` as a :class:`Trace` (the same columns and lists, not copies)."""
         if isinstance(data, Trace):
             return data
-        return cls(data.threads, data.spans, data.instants, data.counters, data.flows, data.metadata)
+        t = cls(data.threads, None, data.instants, data.counters, None, data.metadata)
+        t._table, t._spans = data._table, data._spans
+        t._flow_table, t._flows = data._flow_table, data._flows
+        return t
 
     def stats(self) -> list[StatRow]:
         """Count, total, min and max duration per (category, name), largest total first."""
-        return span_stats(self.spans)
+        return span_stats(self.table)
 
     def custom_ops(self) -> list[CustomOpRow]:
         """One row per custom-op invocation, in start order."""
-        rows = []
-        role = Role.PARENT
-        for inv, spans in self.families().items():
-            parent = next((s for s in spans if s.role == role), None)
-            if parent is None:
-                continue
-            py, sub, wait = parent_split(parent, spans)
-            a = parent.args or {}
-            rows.append(
-                CustomOpRow(
-                    op_type=str(a.get("op_type", parent.name)),
-                    backward=bool(a.get("backward", False)),
-                    invocation=inv,
-                    start_ns=parent.start,
-                    wall_ns=parent.dur,
-                    python_ns=py,
-                    subops_ns=sub,
-                    waiting_ns=wait,
-                    error=a.get("error"),
-                )
+        t = self.table
+        parents, split = family_splits(t)
+        if not len(parents):
+            return []
+        op_codes = t.op_type[parents]
+        names = t.str_list(t.name[parents])
+        ops = [names[k] if c < 0 else t.strings[c] for k, c in enumerate(op_codes.tolist())]
+        starts = t.start[parents].tolist()
+        walls = (t.end[parents] - t.start[parents]).tolist()
+        errors = [t.error_of(i) for i in parents.tolist()] if len(t.args_at) else [None] * len(parents)
+        rows = [
+            CustomOpRow(op, bw == 1, inv, st, wall, py, sub, wait, err)
+            for op, bw, inv, st, wall, (py, sub, wait), err in zip(
+                ops, t.backward[parents].tolist(), t.inv[parents].tolist(), starts, walls, split.tolist(), errors, strict=True
             )
+        ]
         rows.sort(key=lambda r: (r.start_ns, r.invocation))
         return rows
 
@@ -82,5 +81,3 @@ def load(path: str | os.PathLike[str]) -> Trace:
 def from_chrome(obj: Any) -> Trace:
     """A :class:`Trace` from a Chrome trace object already in memory (a dict or a list of events)."""
     return Trace.of(chrome.from_chrome(obj))
-
-

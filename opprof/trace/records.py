@@ -6,14 +6,13 @@ unique per invocation) and ``role``, a :class:`Role`. A ``parent`` span covers o
 the moment its engine op starts to the end of its ``Dummy_Wait``; it crosses threads, so it is not
 part of any thread's nesting (Chrome export draws it on an async track instead).
 
-Everything here is data. The :class:`~opprof.trace.model.Trace` above adds the analyses, and the
-readers and writers (:mod:`.chrome`, :mod:`.importer`) build and read :class:`TraceData`.
+Everything here is data: what one record means. How a trace holds millions of them is
+:mod:`.columns` (and :class:`~.data.TraceData`); these classes are the rows users build and read.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
@@ -32,7 +31,6 @@ __all__ = [
     "Role",
     "Span",
     "ThreadInfo",
-    "TraceData",
     "role_of",
 ]
 
@@ -173,30 +171,3 @@ class CustomOpRow:
     def name(self) -> str:
         """The parent's name: ``MyOp`` forward, ``_backward_MyOp`` backward."""
         return f"_backward_{self.op_type}" if self.backward else self.op_type
-
-
-@dataclass
-class TraceData:
-    """A trace's records, as readers build them and writers read them."""
-
-    threads: list[ThreadInfo] = field(default_factory=list)
-    spans: list[Span] = field(default_factory=list)
-    instants: list[Instant] = field(default_factory=list)
-    counters: list[CounterSample] = field(default_factory=list)
-    flows: list[Flow] = field(default_factory=list)
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-    def thread_name(self, tid: int) -> str:
-        for t in self.threads:
-            if t.tid == tid:
-                return t.name
-        return f"thread {tid}"
-
-    def families(self) -> dict[int, list[Span]]:
-        """Spans of each custom-op invocation, keyed by invocation id (parent included)."""
-        fam: dict[int, list[Span]] = defaultdict(list)
-        for s in self.spans:
-            inv = s.invocation
-            if inv is not None:
-                fam[inv].append(s)
-        return dict(fam)

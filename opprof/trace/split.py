@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import numpy as np
+
+from .columns import ROLE_CODE, ROLES, SpanTable
 from .records import Role, Span
 
-__all__ = ["parent_split", "split_invocation", "stored_split"]
+__all__ = ["family_splits", "parent_split", "split_invocation", "stored_split", "sweep_split"]
 
 
 def _union(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -58,27 +61,73 @@ def split_invocation(parent: Span, family: Iterable[Span]) -> tuple[int, int, in
     nor running a sub-operator inline, else *sub-ops* if one of its sub-operators executes, else
     *waiting* (queued behind other work, or the engine handing over). The three add up to the parent's duration exactly.
     """
+    members = [(s.start, s.end, s.tid, s.role) for s in family]
+    return sweep_split(parent.start, parent.end, members)
+
+
+def sweep_split(lo: int, hi: int, members: Iterable[tuple[int, int, int, Role | None]]) -> tuple[int, int, int]:
+    """:func:`split_invocation` of a parent over ``[lo, hi]`` whose family is ``(start, end, tid, role)``."""
     python, blocked, subops = [], [], []
+    members = list(members)
     python_tids = set()
-    for s in family:
-        if s.role == Role.PYTHON:
-            python.append((s.start, s.end))
-            python_tids.add(s.tid)
-    for s in family:
-        r = s.role
+    for a, b, tid, r in members:
+        if r == Role.PYTHON:
+            python.append((a, b))
+            python_tids.add(tid)
+    for a, b, tid, r in members:
         if r == Role.WAIT:
-            blocked.append((s.start, s.end))
+            blocked.append((a, b))
         elif r == Role.SUBOP or r == Role.DUMMY_WAIT:
-            subops.append((s.start, s.end))
-            if s.tid in python_tids:
+            subops.append((a, b))
+            if tid in python_tids:
                 # Run inline on the Python's own thread (the naive engine): not Python's own time.
-                blocked.append((s.start, s.end))
+                blocked.append((a, b))
     running = _subtract(_union(python), _union(blocked))
     busy = _subtract(_union(subops), running)
-    lo, hi = parent.start, parent.end
     py = _clip_len(running, lo, hi)
     sub = _clip_len(busy, lo, hi)
     return py, sub, (hi - lo) - py - sub
+
+
+def family_splits(table: SpanTable) -> tuple[np.ndarray, np.ndarray]:
+    """Each custom-op parent (its first span per invocation) and its (python, sub-ops, waiting) ns.
+
+    As the profiler stored them where it did (every profile: no sweep at all), else swept here
+    from the family's columns, one invocation at a time.
+    """
+    is_parent = (table.role == ROLE_CODE[Role.PARENT]) & (table.inv >= 0)
+    cand = np.flatnonzero(is_parent)
+    _, first = np.unique(table.inv[cand], return_index=True)
+    parents = np.sort(cand[first])
+    split = np.zeros((len(parents), 3), dtype=np.int64)
+    have = np.zeros(len(parents), dtype=bool)
+    if len(table.split_at):
+        pos = np.searchsorted(table.split_at, parents)
+        pos_ok = pos < len(table.split_at)
+        hit = np.zeros(len(parents), dtype=bool)
+        hit[pos_ok] = table.split_at[pos[pos_ok]] == parents[pos_ok]
+        split[hit] = table.split_ns[pos[hit]]
+        have = hit
+    missing = np.flatnonzero(~have)
+    if len(missing):
+        members = np.flatnonzero((table.inv >= 0) & ~is_parent)
+        order = members[np.argsort(table.inv[members], kind="stable")]
+        sorted_inv = table.inv[order]
+        roles = [ROLES[c] for c in range(len(ROLES))]
+        for k in missing.tolist():
+            p = int(parents[k])
+            inv = table.inv[p]
+            lo_i, hi_i = np.searchsorted(sorted_inv, [inv, inv + 1])
+            idx = order[lo_i:hi_i]
+            fam = zip(
+                table.start[idx].tolist(),
+                table.end[idx].tolist(),
+                table.tid[idx].tolist(),
+                [roles[c] for c in table.role[idx].tolist()],
+                strict=True,
+            )
+            split[k] = sweep_split(int(table.start[p]), int(table.end[p]), fam)
+    return parents, split
 
 
 def stored_split(parent: Span) -> tuple[int, int, int] | None:

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from operator import attrgetter
 
 import numpy as np
 
+from .columns import SpanTable
 from .records import CustomOpRow, Span
 
 __all__ = [
@@ -77,23 +77,28 @@ class StatColumns:
         ]
 
 
-def stat_columns(spans: Sequence[Span], *, by_category: bool = True) -> StatColumns:
+def stat_columns(spans: SpanTable | Sequence[Span], *, by_category: bool = True) -> StatColumns:
     """Count, total, min and max duration per (category, name), or per name, of ``spans``.
 
-    Names and categories become codes (dict lookups on strings), then one stable sort of the
-    combined code and ``reduceat`` give every group at once, with exact integer totals.
+    The table's name and category codes are the groups already: one stable sort of the combined
+    code and ``reduceat`` give every group at once, with exact integer totals.
     """
-    n = len(spans)
-    name_code, names = factorize(list(map(attrgetter("name"), spans)))
-    key = name_code
-    cats: list[str] = []
-    if by_category:
-        cat_code, cats = factorize(list(map(attrgetter("cat"), spans)))
-        key = cat_code * max(1, len(names)) + name_code
+    t = spans if isinstance(spans, SpanTable) else SpanTable.from_spans(spans)
+    n = len(t)
     if not n:
         empty = np.zeros(0, dtype=np.int64)
         return StatColumns([], [] if by_category else None, empty, empty, empty, empty)
-    dur = np.fromiter(map(attrgetter("end"), spans), np.int64, n) - np.fromiter(map(attrgetter("start"), spans), np.int64, n)
+    # Codes of strings no span uses as a name (categories, op types) make empty groups: compact
+    # them so that ranks and keys stay small.
+    name_code, names_i = _compact(t.name)
+    names = [t.strings[i] for i in names_i.tolist()]
+    key = name_code
+    cats: list[str] = []
+    if by_category:
+        cat_code, cats_i = _compact(t.cat)
+        cats = [t.strings[i] for i in cats_i.tolist()]
+        key = cat_code * max(1, len(names)) + name_code
+    dur = t.end - t.start
     order = np.argsort(key, kind="stable")
     key, dur = key[order], dur[order]
     firsts = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
@@ -117,13 +122,19 @@ def stat_columns(spans: Sequence[Span], *, by_category: bool = True) -> StatColu
     )
 
 
+def _compact(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(dense codes 0..k-1, the original code of each): groups only for strings in use."""
+    used, dense = np.unique(codes, return_inverse=True)
+    return dense.ravel().astype(np.int64), used
+
+
 def _rank(values: list[str]) -> np.ndarray:
     rank = np.empty(len(values), dtype=np.int64)
     rank[np.argsort(np.array(values, dtype=object), kind="stable")] = np.arange(len(values))
     return rank
 
 
-def span_stats(spans: Sequence[Span]) -> list[StatRow]:
+def span_stats(spans: SpanTable | Sequence[Span]) -> list[StatRow]:
     """Stats per (category, name) of ``spans`` as rows, largest total first (then category, name)."""
     return stat_columns(spans).rows()
 

@@ -13,6 +13,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
+from .columns import SpanTable
 from .model import Trace
 from .records import CUSTOM_OP, Role
 from .stats import StatRow, custom_op_summary, sort_rows, span_stats
@@ -22,7 +25,7 @@ __all__ = ["fmt_us", "mxnet_stats_json", "split_table", "stats_json", "stats_tab
 
 def _aggregate(traces: Sequence[Trace]) -> list[StatRow]:
     """Stats per (category, name) over several traces."""
-    return span_stats([s for t in traces for s in t.spans])
+    return span_stats(SpanTable.concat([t.table for t in traces]))
 
 
 def _ms(ns: float) -> str:
@@ -145,7 +148,7 @@ def summary_line(trace: Trace, wall_s: float | None = None) -> str:
     parts = []
     if wall_s is not None:
         parts.append(f"{wall_s * 1e3:.1f} ms wall")
-    parts.append(f"{len(trace.spans)} spans on {len(trace.threads)} threads")
+    parts.append(f"{trace.n_spans} spans on {len(trace.threads)} threads")
     if rows:
         wall = sum(r.wall_ns for r in rows) or 1
         py = sum(r.python_ns for r in rows)
@@ -177,16 +180,14 @@ def split_table(trace: Trace) -> str:
 
 def text_summary(trace: Trace) -> str:
     """A few lines about ``trace`` for front ends that show only text (where no widget renders)."""
-    parent = Role.PARENT
-    n_inv = sum(1 for s in trace.spans if s.role == parent)
-    if trace.spans:
-        t0 = min(s.start for s in trace.spans)
-        t1 = max(s.end for s in trace.spans)
-        length = fmt_us((t1 - t0) / 1e3)
+    t = trace.table
+    n_inv = int(np.count_nonzero(t.role_is(Role.PARENT)))
+    if len(t):
+        length = fmt_us((int(t.end.max()) - int(t.start.min())) / 1e3)
     else:
         length = "0 s"
     return (
-        f"opprof timeline: {len(trace.spans):,} spans on {len(trace.threads)} threads over {length}, "
+        f"opprof timeline: {len(t):,} spans on {len(trace.threads)} threads over {length}, "
         f"{n_inv:,} custom-op invocations.\n"
         "Display it in JupyterLab or Notebook 7 for the interactive widget, or .save('timeline.html')."
     )

@@ -1,0 +1,478 @@
+"""Spans and flows as NumPy columns: how a trace is held, whatever made it.
+
+A span costs 46 bytes here (start, end, thread, name, category, role, invocation, op type,
+backward) against ~450 as a :class:`~.records.Span` with its own ``args`` dict, so ten million
+spans fit in half a gigabyte, and every analysis is a handful of array operations instead of a
+Python loop per span.
+
+What a span's ``args`` say about its custom-op family (``role``, ``invocation``, ``op_type``,
+``backward`` and the parent's stored split) are columns; whatever else a span carries (an error, an
+imported trace's own args) is kept *sparse*: ``args_at`` lists the spans that have any, ``args``
+holds them, so a profile of a million spans keeps a handful of dicts. :meth:`SpanTable.args_of`
+puts both back together as the dict a :class:`~.records.Span` shows.
+
+Strings (names, categories, op types) are codes into one table per :class:`SpanTable`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from operator import attrgetter
+from typing import Any
+
+import numpy as np
+
+from .records import SPLIT_ARGS, Flow, Role, Span
+
+__all__ = [
+    "NO_ROLE",
+    "OTHER_ROLE",
+    "ROLE_CODE",
+    "ROLES",
+    "FlowTable",
+    "SpanTable",
+    "StringTable",
+]
+
+#: Role of each code in the ``role`` column: 0 is no role (a span outside any custom op), then each
+#: :class:`Role` in its declared order, then "some other value" (kept verbatim in the sparse args).
+ROLES: tuple[Role | None, ...] = (None, *Role, None)
+ROLE_CODE: dict[Role, int] = {r: i for i, r in enumerate(Role, start=1)}
+NO_ROLE = 0
+OTHER_ROLE = len(ROLES) - 1
+_ROLE_OF_VALUE: dict[Any, int] = {**ROLE_CODE, **{r.value: c for r, c in ROLE_CODE.items()}}
+_I64 = np.int64
+_EMPTY_I64 = np.zeros(0, dtype=_I64)
+
+
+class StringTable:
+    """Distinct strings in first-seen order, and each one's code (a dict lookup beats sorting strings)."""
+
+    __slots__ = ("index", "strings")
+
+    def __init__(self, strings: Iterable[str] = ()) -> None:
+        self.strings: list[str] = list(strings)
+        self.index: dict[str, int] = {s: i for i, s in enumerate(self.strings)}
+
+    def code(self, s: str) -> int:
+        c = self.index.get(s)
+        if c is None:
+            c = self.index[s] = len(self.strings)
+            self.strings.append(s)
+        return c
+
+    def codes(self, values: Sequence[str]) -> np.ndarray:
+        """Codes of ``values`` (added as needed), as int32: the loop runs in C (``map`` over dict methods)."""
+        index = self.index
+        for s in dict.fromkeys(values):
+            if s not in index:
+                index[s] = len(self.strings)
+                self.strings.append(s)
+        return np.fromiter(map(index.__getitem__, values), dtype=np.int32, count=len(values))
+
+
+def _family_fields(args: dict[str, Any]) -> tuple[int, int, str | None, int, tuple[int, int, int] | None, dict[str, Any] | None]:
+    """A span's args as (role code, invocation, op type, backward, stored split in ns, the rest).
+
+    Only values the columns hold exactly leave the dict: an unknown role word, an invocation
+    that is not an int, a split in µs that is not a whole number of ns stay among the rest, so
+    :meth:`SpanTable.args_of` gives back an equal dict.
+    """
+    rest = dict(args)
+    code = NO_ROLE
+    if "role" in rest:
+        role = rest["role"]
+        known = _ROLE_OF_VALUE.get(role) if isinstance(role, str) else None  # a Role is a str
+        if known is None:
+            code = OTHER_ROLE  # the value stays among the rest, as it was
+        else:
+            code = known
+            del rest["role"]
+    inv = rest.get("invocation")
+    if type(inv) is int and inv >= 0:
+        del rest["invocation"]
+    else:
+        inv = -1
+    op_type = rest.get("op_type")
+    if type(op_type) is str:
+        del rest["op_type"]
+    else:
+        op_type = None
+    backward = rest.get("backward")
+    if type(backward) is bool:
+        del rest["backward"]
+        bw = int(backward)
+    else:
+        bw = -1
+    split = None
+    if code == ROLE_CODE[Role.PARENT] and all(k in rest for k in SPLIT_ARGS):
+        values = [rest[k] for k in SPLIT_ARGS]
+        if all(type(v) in (int, float) for v in values):
+            ns = tuple(round(v * 1e3) for v in values)
+            if all(n / 1e3 == v for n, v in zip(ns, values, strict=True)):
+                split = (ns[0], ns[1], ns[2])
+                for k in SPLIT_ARGS:
+                    del rest[k]
+    return code, inv, op_type, bw, split, rest or None
+
+
+@dataclass(eq=False)
+class SpanTable:
+    """Every span of a trace, one entry per span in each column (see the module docstring)."""
+
+    strings: list[str]
+    start: np.ndarray  # ns, int64
+    end: np.ndarray
+    tid: np.ndarray  # int64
+    name: np.ndarray  # int32 code into strings
+    cat: np.ndarray
+    role: np.ndarray  # int8 code into ROLES
+    inv: np.ndarray  # int64 invocation id, -1 outside custom ops
+    op_type: np.ndarray  # int32 code into strings, -1 for none
+    backward: np.ndarray  # int8: 1 backward, 0 forward, -1 not said
+    split_at: np.ndarray = field(default_factory=lambda: _EMPTY_I64)  # spans (parents) with a stored split
+    split_ns: np.ndarray = field(default_factory=lambda: np.zeros((0, 3), dtype=_I64))  # python, sub-ops, waiting
+    args_at: np.ndarray = field(default_factory=lambda: _EMPTY_I64)  # spans with other args, ascending
+    args: list[dict[str, Any]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    @property
+    def dur(self) -> np.ndarray:
+        return self.end - self.start
+
+    @property
+    def nbytes(self) -> int:
+        cols = (self.start, self.end, self.tid, self.name, self.cat, self.role, self.inv, self.op_type, self.backward)
+        return sum(c.nbytes for c in cols) + self.split_at.nbytes + self.split_ns.nbytes + self.args_at.nbytes
+
+    # ------------------------------------------------------------------ building
+    @classmethod
+    def empty(cls) -> SpanTable:
+        return cls.from_rows([], [], [], [], [], [])
+
+    @classmethod
+    def from_rows(
+        cls,
+        names: Sequence[str],
+        cats: Sequence[str],
+        tids: Sequence[int],
+        starts: Sequence[int],
+        ends: Sequence[int],
+        args: Sequence[dict[str, Any] | None],
+        strings: StringTable | None = None,
+    ) -> SpanTable:
+        """Columns from one list per field (what readers gather); family args leave the dicts."""
+        n = len(names)
+        st = strings or StringTable()
+        role = np.zeros(n, dtype=np.int8)
+        inv = np.full(n, -1, dtype=_I64)
+        op_type = np.full(n, -1, dtype=np.int32)
+        backward = np.full(n, -1, dtype=np.int8)
+        split_at: list[int] = []
+        split_ns: list[tuple[int, int, int]] = []
+        args_at: list[int] = []
+        rest_args: list[dict[str, Any]] = []
+        code = st.code
+        # One pass over the spans that have args (the rest need nothing): per field, Python lists
+        # then one array write each, which beats item assignment into arrays by ~3x.
+        with_args = [i for i, a in enumerate(args) if a]
+        roles, invs, ops, bws = [], [], [], []
+        for i in with_args:
+            r, v, o, b, split, rest = _family_fields(args[i])  # type: ignore[arg-type]
+            roles.append(r)
+            invs.append(v)
+            ops.append(-1 if o is None else code(o))
+            bws.append(b)
+            if split is not None:
+                split_at.append(i)
+                split_ns.append(split)
+            if rest is not None:
+                args_at.append(i)
+                rest_args.append(rest)
+        if with_args:
+            idx = np.array(with_args, dtype=_I64)
+            role[idx] = roles
+            inv[idx] = invs
+            op_type[idx] = ops
+            backward[idx] = bws
+        return cls(
+            strings=st.strings,
+            start=np.array(starts, dtype=_I64).reshape(n),
+            end=np.array(ends, dtype=_I64).reshape(n),
+            tid=np.array(tids, dtype=_I64).reshape(n),
+            name=st.codes(names),
+            cat=st.codes(cats),
+            role=role,
+            inv=inv,
+            op_type=op_type,
+            backward=backward,
+            split_at=np.array(split_at, dtype=_I64),
+            split_ns=np.array(split_ns, dtype=_I64).reshape(-1, 3),
+            args_at=np.array(args_at, dtype=_I64),
+            args=rest_args,
+        )
+
+    @classmethod
+    def from_spans(cls, spans: Sequence[Span]) -> SpanTable:
+        """Columns of a list of :class:`~.records.Span` (what users and older code build)."""
+        g = attrgetter
+        return cls.from_rows(
+            list(map(g("name"), spans)),
+            list(map(g("cat"), spans)),
+            list(map(g("tid"), spans)),
+            list(map(g("start"), spans)),
+            list(map(g("end"), spans)),
+            list(map(g("args"), spans)),
+        )
+
+    # ------------------------------------------------------------------ reading
+    def args_of(self, i: int) -> dict[str, Any] | None:
+        """Span ``i``'s args as one dict (family fields first, as the profiler writes them), or None."""
+        out: dict[str, Any] = {}
+        op = int(self.op_type[i])
+        if op >= 0:
+            out["op_type"] = self.strings[op]
+        role = ROLES[int(self.role[i])]
+        if role is not None:
+            out["role"] = role
+        inv = int(self.inv[i])
+        if inv >= 0:
+            out["invocation"] = inv
+        bw = int(self.backward[i])
+        if bw >= 0:
+            out["backward"] = bool(bw)
+        if role is Role.PARENT and len(self.split_at):
+            k = int(np.searchsorted(self.split_at, i))
+            if k < len(self.split_at) and self.split_at[k] == i:
+                for key, ns in zip(SPLIT_ARGS, self.split_ns[k].tolist(), strict=True):
+                    out[key] = ns / 1e3
+        if len(self.args_at):
+            k = int(np.searchsorted(self.args_at, i))
+            if k < len(self.args_at) and self.args_at[k] == i:
+                out.update(self.args[k])
+        return out or None
+
+    def all_args(self) -> list[dict[str, Any] | None]:
+        """Every span's args (None where it has none), built in one pass: for writers and the view."""
+        n = len(self)
+        out: list[dict[str, Any] | None] = [None] * n
+        strings = self.strings
+        has = np.flatnonzero((self.op_type >= 0) | (self.role != NO_ROLE) | (self.inv >= 0) | (self.backward >= 0))
+        ops, roles = self.op_type[has].tolist(), self.role[has].tolist()
+        invs, bws = self.inv[has].tolist(), self.backward[has].tolist()
+        for i, o, r, v, b in zip(has.tolist(), ops, roles, invs, bws, strict=True):
+            d: dict[str, Any] = {}
+            if o >= 0:
+                d["op_type"] = strings[o]
+            if r:
+                role = ROLES[r]
+                if role is not None:
+                    d["role"] = role
+            if v >= 0:
+                d["invocation"] = v
+            if b >= 0:
+                d["backward"] = b == 1
+            out[i] = d
+        for i, (py, sub, wait) in zip(self.split_at.tolist(), self.split_ns.tolist(), strict=True):
+            d = out[i]
+            assert d is not None
+            d["python_us"], d["subops_us"], d["waiting_us"] = py / 1e3, sub / 1e3, wait / 1e3
+        for i, extra in zip(self.args_at.tolist(), self.args, strict=True):
+            d = out[i]
+            if d is None:
+                out[i] = dict(extra)
+            else:
+                d.update(extra)
+        return out
+
+    def to_spans(self) -> list[Span]:
+        """The spans as :class:`~.records.Span` objects (the compatible view; ~1 µs and ~400 bytes each)."""
+        names = self.str_list(self.name)
+        cats = self.str_list(self.cat)
+        return list(map(Span, names, cats, self.tid.tolist(), self.start.tolist(), self.end.tolist(), self.all_args()))
+
+    def str_list(self, codes: np.ndarray) -> list[str]:
+        """The strings of ``codes`` as a list (through the distinct codes: cheap for repeated names)."""
+        strings = self.strings
+        return [strings[c] for c in codes.tolist()]
+
+    def strs(self, codes: np.ndarray) -> np.ndarray:
+        """The strings of ``codes`` as an object array (for the few vectorised string operations)."""
+        table = np.array(self.strings + [""], dtype=object)
+        return table[np.where(codes < 0, len(self.strings), codes)]
+
+    def code_of(self, s: str) -> int:
+        """The code of string ``s``, or -1 when no span uses it."""
+        try:
+            return self.strings.index(s)
+        except ValueError:
+            return -1
+
+    def role_is(self, role: Role) -> np.ndarray:
+        return self.role == ROLE_CODE[role]
+
+    def split_columns(self) -> tuple[np.ndarray, np.ndarray]:
+        """(span index, (python, sub-ops, waiting) ns) of each parent with a stored split."""
+        return self.split_at, self.split_ns
+
+    def error_of(self, i: int) -> Any:
+        """The ``error`` arg of span ``i`` (None when it has none)."""
+        if not len(self.args_at):
+            return None
+        k = int(np.searchsorted(self.args_at, i))
+        if k < len(self.args_at) and self.args_at[k] == i:
+            return self.args[k].get("error")
+        return None
+
+    # ------------------------------------------------------------------ reshaping
+    def take(self, idx: np.ndarray) -> SpanTable:
+        """The spans at ``idx`` (in that order), with their sparse args."""
+        idx = np.asarray(idx, dtype=_I64)
+        n = len(self)
+        new_pos = np.full(n, -1, dtype=_I64)
+        new_pos[idx] = np.arange(len(idx), dtype=_I64)
+
+        def sparse(at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            pos = new_pos[at] if len(at) else _EMPTY_I64
+            keep = np.flatnonzero(pos >= 0)
+            order = keep[np.argsort(pos[keep], kind="stable")]
+            return pos[order], order
+
+        s_at, s_keep = sparse(self.split_at)
+        a_at, a_keep = sparse(self.args_at)
+        return SpanTable(
+            strings=self.strings,
+            start=self.start[idx],
+            end=self.end[idx],
+            tid=self.tid[idx],
+            name=self.name[idx],
+            cat=self.cat[idx],
+            role=self.role[idx],
+            inv=self.inv[idx],
+            op_type=self.op_type[idx],
+            backward=self.backward[idx],
+            split_at=s_at,
+            split_ns=self.split_ns[s_keep],
+            args_at=a_at,
+            args=[self.args[k] for k in a_keep.tolist()],
+        )
+
+    def sorted_by_start(self) -> SpanTable:
+        """Ordered by start, longer first at one start (so a parent precedes what it holds)."""
+        order = np.lexsort((-self.end, self.start))
+        if len(order) and bool(np.all(order[1:] > order[:-1])):
+            return self
+        return self.take(order)
+
+    @classmethod
+    def concat(cls, tables: Sequence[SpanTable]) -> SpanTable:
+        """One table holding every span of ``tables`` in turn (their strings merged)."""
+        if not tables:
+            return cls.empty()
+        st = StringTable(tables[0].strings)
+        parts: dict[str, list[np.ndarray]] = {
+            k: [] for k in ("start", "end", "tid", "name", "cat", "role", "inv", "op_type", "backward")
+        }
+        split_at, split_ns, args_at, args = [], [], [], []
+        offset = 0
+        for t in tables:
+            remap = np.array([st.code(s) for s in t.strings] + [-1], dtype=np.int32)
+            for k in ("start", "end", "tid", "role", "inv", "backward"):
+                parts[k].append(getattr(t, k))
+            parts["name"].append(remap[t.name])
+            parts["cat"].append(remap[t.cat])
+            parts["op_type"].append(remap[t.op_type])  # -1 indexes the trailing -1
+            split_at.append(t.split_at + offset)
+            split_ns.append(t.split_ns)
+            args_at.append(t.args_at + offset)
+            args.extend(t.args)
+            offset += len(t)
+        cols = {k: np.concatenate(v) for k, v in parts.items()}
+        return cls(
+            strings=st.strings,
+            split_at=np.concatenate(split_at),
+            split_ns=np.concatenate(split_ns).reshape(-1, 3),
+            args_at=np.concatenate(args_at),
+            args=args,
+            **cols,
+        )
+
+
+@dataclass(eq=False)
+class FlowTable:
+    """Flow arrows as columns: from where work was pushed (``src``) to the span that ran it (``dst``).
+
+    Ids are int64; a file's flow whose id is not an integer gets its position (1, 2, ...) instead.
+    """
+
+    strings: list[str]
+    id: np.ndarray
+    name: np.ndarray  # int32 codes
+    cat: np.ndarray
+    src_tid: np.ndarray
+    src_ts: np.ndarray
+    dst_tid: np.ndarray
+    dst_ts: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.id)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(c.nbytes for c in (self.id, self.name, self.cat, self.src_tid, self.src_ts, self.dst_tid, self.dst_ts))
+
+    @classmethod
+    def from_rows(
+        cls,
+        ids: Sequence[Any],
+        names: Sequence[str],
+        cats: Sequence[str],
+        src_tid: Sequence[int],
+        src_ts: Sequence[int],
+        dst_tid: Sequence[int],
+        dst_ts: Sequence[int],
+    ) -> FlowTable:
+        st = StringTable()
+        n = len(ids)
+        try:
+            id_col = np.array(ids, dtype=_I64).reshape(n)
+            if n and any(type(v) is not int for v in ids):
+                raise TypeError
+        except (TypeError, ValueError, OverflowError):
+            id_col = np.arange(1, n + 1, dtype=_I64)
+        return cls(
+            st.strings,
+            id_col,
+            st.codes(names),
+            st.codes(cats),
+            np.array(src_tid, dtype=_I64).reshape(n),
+            np.array(src_ts, dtype=_I64).reshape(n),
+            np.array(dst_tid, dtype=_I64).reshape(n),
+            np.array(dst_ts, dtype=_I64).reshape(n),
+        )
+
+    @classmethod
+    def empty(cls) -> FlowTable:
+        return cls.from_rows([], [], [], [], [], [], [])
+
+    @classmethod
+    def from_flows(cls, flows: Sequence[Flow]) -> FlowTable:
+        g = attrgetter
+        cols = [list(map(g(k), flows)) for k in ("id", "name", "cat", "src_tid", "src_ts", "dst_tid", "dst_ts")]
+        return cls.from_rows(*cols)
+
+    def to_flows(self) -> list[Flow]:
+        strings = self.strings
+        names = [strings[c] for c in self.name.tolist()]
+        cats = [strings[c] for c in self.cat.tolist()]
+        cols = (self.src_tid, self.src_ts, self.dst_tid, self.dst_ts)
+        return list(map(Flow, self.id.tolist(), names, cats, *(c.tolist() for c in cols)))
+
+    def take(self, idx: np.ndarray) -> FlowTable:
+        return FlowTable(
+            self.strings,
+            *(c[idx] for c in (self.id, self.name, self.cat, self.src_tid, self.src_ts, self.dst_tid, self.dst_ts)),
+        )
