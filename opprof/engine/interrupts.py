@@ -78,7 +78,6 @@ def call_user(fn: Callable[..., Any], *args: Any) -> Any:
     return fn(*args)
 
 
-
 def protected(frame: FrameType | None) -> bool:
     """Is ``frame`` inside engine bookkeeping? The innermost marked frame on its stack decides."""
     while frame is not None:

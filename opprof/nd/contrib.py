@@ -105,6 +105,7 @@ def allclose(
     attrs = {"rtol": float(rtol), "atol": float(atol), "equal_nan": bool(equal_nan)}
     return invoke(_ALLCLOSE, (check_nd("allclose", a), check_nd("allclose", b)), attrs, out=out)
 
+
 SyncBatchNorm = _sync_batch_norm
 
 
@@ -172,9 +173,7 @@ def _range_check(name: str, shapes: Sequence[Shape]) -> None:
         raise OperatorError(f"{name}: takes data, min_range and max_range (one value each), got shapes {list(shapes)}")
 
 
-def _quantize_infer(
-    name: str, shapes: Sequence[Shape], dtypes: Sequence[np.dtype], a: Attrs
-) -> list[tuple[Shape, np.dtype]]:
+def _quantize_infer(name: str, shapes: Sequence[Shape], dtypes: Sequence[np.dtype], a: Attrs) -> list[tuple[Shape, np.dtype]]:
     _range_check("quantize", shapes)
     f32 = np.dtype(np.float32)
     return [(shapes[0], _QUANTIZED[a["out_type"]]), ((1,), f32), ((1,), f32)]
@@ -230,7 +229,11 @@ _DEQUANTIZE = _ops.register("_contrib_dequantize", _dequantize_forward, None, _d
 
 
 def dequantize(
-    data: NDArray, min_range: NDArray, max_range: NDArray, out_type: str = "float32", out: NDArray | None = None,
+    data: NDArray,
+    min_range: NDArray,
+    max_range: NDArray,
+    out_type: str = "float32",
+    out: NDArray | None = None,
     **kwargs: Any,
 ) -> NDArray:
     """The float32 values of ``data`` (int8 or uint8) quantized over ``[min_range, max_range]``."""

@@ -591,7 +591,6 @@ class NDArray:
         return log_softmax(self, axis, temperature, dtype)
 
 
-
 # ---------------------------------------------------------------------------- op invocation
 def invoke(
     op: _ops.OpDef,
@@ -783,9 +782,7 @@ _SLICE = _ops.OPS["slice"]
 _ELEMWISE_ADD = _ops.OPS["elemwise_add"]
 _SET_VALUE = _ops.register("_set_value", _assign_forward, None, lambda n, s, d, a: ((), np.dtype(np.float64)))
 _SLICE_ASSIGN = _ops.register("_slice_assign", _assign_forward, None, lambda n, s, d, a: (s[0], d[0]))
-_SLICE_ASSIGN_SCALAR = _ops.register(
-    "_slice_assign_scalar", _assign_forward, None, lambda n, s, d, a: ((), np.dtype(np.float64))
-)
+_SLICE_ASSIGN_SCALAR = _ops.register("_slice_assign_scalar", _assign_forward, None, lambda n, s, d, a: ((), np.dtype(np.float64)))
 
 
 # ---------------------------------------------------------------------------- creation
@@ -1121,9 +1118,7 @@ def broadcast_to(data: NDArray, shape: Any, out: NDArray | None = None) -> NDArr
     return invoke(_ops.OPS["broadcast_to"], (check_nd("broadcast_to", data),), attrs, out=out)
 
 
-def broadcast_like(
-    lhs: NDArray, rhs: NDArray, lhs_axes: Any = None, rhs_axes: Any = None, out: NDArray | None = None
-) -> NDArray:
+def broadcast_like(lhs: NDArray, rhs: NDArray, lhs_axes: Any = None, rhs_axes: Any = None, out: NDArray | None = None) -> NDArray:
     """``lhs`` broadcast to ``rhs``'s shape (or only ``lhs_axes`` to the sizes of ``rhs_axes``); keeps lhs's dtype."""
     attrs = {"lhs_axes": _axis_tuple(lhs_axes), "rhs_axes": _axis_tuple(rhs_axes)}
     inputs = (check_nd("broadcast_like", lhs), check_nd("broadcast_like", rhs))
@@ -1502,7 +1497,11 @@ def _crop_assign_into(lhs: NDArray, out: NDArray | None) -> NDArray:
 
 
 def _crop_assign(
-    lhs: NDArray, rhs: NDArray, begin: Sequence[Any], end: Sequence[Any], step: Sequence[Any] | None = None,
+    lhs: NDArray,
+    rhs: NDArray,
+    begin: Sequence[Any],
+    end: Sequence[Any],
+    step: Sequence[Any] | None = None,
     out: NDArray | None = None,
 ) -> NDArray:
     """``lhs`` with ``lhs[begin:end] = rhs`` (MXNet's ``_slice_assign``, alias ``_crop_assign``), into ``out``."""
@@ -1516,8 +1515,12 @@ def _crop_assign(
 
 
 def _crop_assign_scalar(
-    lhs: NDArray, scalar: float = 0.0, begin: Sequence[Any] = (), end: Sequence[Any] = (),
-    step: Sequence[Any] | None = None, out: NDArray | None = None,
+    lhs: NDArray,
+    scalar: float = 0.0,
+    begin: Sequence[Any] = (),
+    end: Sequence[Any] = (),
+    step: Sequence[Any] | None = None,
+    out: NDArray | None = None,
 ) -> NDArray:
     """``lhs`` with ``lhs[begin:end] = scalar`` (MXNet's ``_slice_assign_scalar``), into ``out``."""
     check_nd("_slice_assign_scalar", lhs)
@@ -1811,14 +1814,27 @@ _UPDATE_DEFAULTS: dict[str, tuple[tuple[str, ...], dict[str, float | None]]] = {
     ),
     "rmsprop_update": (
         ("n",),
-        {"lr": None, "gamma1": 0.95, "epsilon": 1e-8, "wd": 0.0, "rescale_grad": 1.0, "clip_gradient": -1.0,
-         "clip_weights": -1.0},
+        {
+            "lr": None,
+            "gamma1": 0.95,
+            "epsilon": 1e-8,
+            "wd": 0.0,
+            "rescale_grad": 1.0,
+            "clip_gradient": -1.0,
+            "clip_weights": -1.0,
+        },
     ),
     "rmspropalex_update": (
         ("n", "g", "delta"),
         {
-            "lr": None, "gamma1": 0.95, "gamma2": 0.9, "epsilon": 1e-8, "wd": 0.0,
-            "rescale_grad": 1.0, "clip_gradient": -1.0, "clip_weights": -1.0,
+            "lr": None,
+            "gamma1": 0.95,
+            "gamma2": 0.9,
+            "epsilon": 1e-8,
+            "wd": 0.0,
+            "rescale_grad": 1.0,
+            "clip_gradient": -1.0,
+            "clip_weights": -1.0,
         },
     ),
     "ftrl_update": (

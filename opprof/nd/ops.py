@@ -492,6 +492,8 @@ register(
     None,
     lambda n, s, d, a: ((len(range(0, int(np.ceil((a["stop"] - a["start"]) / a["step"])))),), a["dtype"]),
 )
+
+
 def _sampler(name: str, draw: Callable[[np.random.Generator, Attrs, Shape], np.ndarray]) -> None:
     """A random op: its own generator from the seed drawn at push time, so the engine's order does not matter."""
 
@@ -1612,9 +1614,7 @@ def _softmax_output_forward(ins: Sequence[np.ndarray], out: np.ndarray, a: Attrs
     np.copyto(out, np.exp(_log_softmax_value(z, ax)).reshape(out.shape), casting="unsafe")
 
 
-def _softmax_output_backward(
-    ins: Sequence[np.ndarray], out: np.ndarray, g: np.ndarray, a: Attrs
-) -> list[np.ndarray | None]:
+def _softmax_output_backward(ins: Sequence[np.ndarray], out: np.ndarray, g: np.ndarray, a: Attrs) -> list[np.ndarray | None]:
     """MXNet's special gradient, of the cross-entropy loss rather than of the output:
     ``(softmax - one_hot(label)) * grad_scale / normalizer``, zero where the label is ignored."""
     work, ax = _softmax_output_layout(ins[0].shape, a)

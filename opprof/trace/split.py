@@ -11,10 +11,10 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from .columns import ROLE_CODE, ROLES, SpanTable
+from .columns import ROLE_CODE, SpanTable
 from .records import Role, Span
 
-__all__ = ["family_splits", "parent_split", "split_invocation", "stored_split", "sweep_split"]
+__all__ = ["family_splits", "parent_split", "split_columns", "split_invocation", "stored_split", "sweep_split"]
 
 
 def _union(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -89,11 +89,80 @@ def sweep_split(lo: int, hi: int, members: Iterable[tuple[int, int, int, Role | 
     return py, sub, (hi - lo) - py - sub
 
 
+def split_columns(
+    lo: np.ndarray,
+    hi: np.ndarray,
+    fam: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    tid: np.ndarray,
+    role: np.ndarray,
+) -> np.ndarray:
+    """:func:`sweep_split` of many invocations at once: ``(k, 3)`` ns, one row per parent ``[lo, hi]``.
+
+    Members are columns: ``fam`` the parent's row (0..k-1), then each member's times, thread and
+    role code. One sort of every member's start and end, a running count per kind (python,
+    blocked, sub-op) and the length of each piece between two boundaries give every split with no
+    loop in Python: the same rule, per invocation, as the sweep.
+    """
+    k = len(lo)
+    out = np.zeros((k, 3), dtype=np.int64)
+    if not k:
+        return out
+    is_py = role == ROLE_CODE[Role.PYTHON]
+    is_sub = (role == ROLE_CODE[Role.SUBOP]) | (role == ROLE_CODE[Role.DUMMY_WAIT])
+    # A sub-op run inline on its Python's own thread (the naive engine) blocks the Python.
+    py_fam = fam[is_py]
+    if not len(py_fam) or np.bincount(py_fam, minlength=k).max() <= 1:  # one Python each: a lookup
+        py_tid = np.full(k + 1, -1, dtype=np.int64)
+        py_tid[py_fam] = tid[is_py]
+        inline = is_sub & (py_tid[fam] == tid)
+    else:
+        span = int(tid.max()) + 1
+        inline = is_sub & np.isin(fam * span + tid, np.unique(py_fam * span + tid[is_py]))
+    is_blocked = (role == ROLE_CODE[Role.WAIT]) | inline
+    # The three running counts packed in one int64, 20 bits each (a million overlapping spans of one
+    # kind in one invocation before they would carry): one cumsum instead of three.
+    kinds = is_py.astype(np.int64) + (is_blocked.astype(np.int64) << 20) + (is_sub.astype(np.int64) << 40)
+    used = kinds != 0
+    f = fam
+    if not used.all():
+        f, kinds, start, end = fam[used], kinds[used], start[used], end[used]
+    a = np.clip(start, lo[f], hi[f])
+    b = np.maximum(a, np.clip(end, lo[f], hi[f]))
+    # Boundaries: +kind at each start, -kind at each end, ordered by (invocation, time), a start
+    # before an end at one time (a stable sort of starts then ends), so no count dips below zero.
+    t = np.concatenate([a, b])
+    ff = np.concatenate([f, f])
+    delta = np.concatenate([kinds, -kinds])
+    # One argsort of a combined key where it fits in int64 (about twice as fast as lexsort).
+    t_min = int(t.min()) if len(t) else 0
+    t_span = int(t.max()) - t_min + 1 if len(t) else 1
+    if k * t_span < 2**62:
+        order = np.argsort(ff * t_span + (t - t_min), kind="stable")
+    else:
+        order = np.lexsort((t, ff))
+    t, ff = t[order], ff[order]
+    counts = np.cumsum(delta[order])  # each invocation's boundaries net to zero: no reset needed
+    mask = (1 << 20) - 1
+    running = (counts & mask) > 0
+    blocked = ((counts >> 20) & mask) > 0
+    busy = ((counts >> 40) & mask) > 0
+    length = np.zeros(len(t), dtype=np.int64)
+    length[:-1] = np.where(ff[1:] == ff[:-1], t[1:] - t[:-1], 0)
+    python = running & ~blocked
+    subop = ~python & busy
+    out[:, 0] = np.bincount(ff, weights=np.where(python, length, 0), minlength=k)[:k].astype(np.int64)
+    out[:, 1] = np.bincount(ff, weights=np.where(subop, length, 0), minlength=k)[:k].astype(np.int64)
+    out[:, 2] = (hi - lo) - out[:, 0] - out[:, 1]
+    return out
+
+
 def family_splits(table: SpanTable) -> tuple[np.ndarray, np.ndarray]:
     """Each custom-op parent (its first span per invocation) and its (python, sub-ops, waiting) ns.
 
-    As the profiler stored them where it did (every profile: no sweep at all), else swept here
-    from the family's columns, one invocation at a time.
+    As the profiler stored them where it did (every profile: nothing to compute), else from the
+    family's columns (:func:`split_columns`).
     """
     is_parent = (table.role == ROLE_CODE[Role.PARENT]) & (table.inv >= 0)
     cand = np.flatnonzero(is_parent)
@@ -108,25 +177,25 @@ def family_splits(table: SpanTable) -> tuple[np.ndarray, np.ndarray]:
         hit[pos_ok] = table.split_at[pos[pos_ok]] == parents[pos_ok]
         split[hit] = table.split_ns[pos[hit]]
         have = hit
-    missing = np.flatnonzero(~have)
+    missing = parents[~have]
     if len(missing):
         members = np.flatnonzero((table.inv >= 0) & ~is_parent)
-        order = members[np.argsort(table.inv[members], kind="stable")]
-        sorted_inv = table.inv[order]
-        roles = [ROLES[c] for c in range(len(ROLES))]
-        for k in missing.tolist():
-            p = int(parents[k])
-            inv = table.inv[p]
-            lo_i, hi_i = np.searchsorted(sorted_inv, [inv, inv + 1])
-            idx = order[lo_i:hi_i]
-            fam = zip(
-                table.start[idx].tolist(),
-                table.end[idx].tolist(),
-                table.tid[idx].tolist(),
-                [roles[c] for c in table.role[idx].tolist()],
-                strict=True,
-            )
-            split[k] = sweep_split(int(table.start[p]), int(table.end[p]), fam)
+        m_inv = table.inv[members]
+        p_inv = table.inv[missing]
+        by_inv = np.argsort(p_inv)
+        pos = np.searchsorted(p_inv[by_inv], m_inv)
+        pos = np.minimum(pos, len(p_inv) - 1)
+        mine = p_inv[by_inv][pos] == m_inv
+        members, fam = members[mine], by_inv[pos[mine]]
+        split[~have] = split_columns(
+            table.start[missing],
+            table.end[missing],
+            fam,
+            table.start[members],
+            table.end[members],
+            table.tid[members],
+            table.role[members],
+        )
     return parents, split
 
 

@@ -1,0 +1,299 @@
+"""The recorder's raw records -> a :class:`~opprof.trace.Trace`, with array operations.
+
+Each thread records into three lists of one shape each (:class:`ThreadRecords`): plain ops as
+``(t0, t1, name)``, sub-ops pushed inside a custom op's Python as ``(t0, t1, name, push)``, and the
+rest (a custom op's own engine op and ``Dummy_Wait``, its Python, waits, errors, user spans,
+instants, counters) as ``(kind, t0, t1, name, info, pushed_in)``. ``map(itemgetter(k), records)``
+turns a list into columns in C (~20-60 ns a field; ``zip(*records)`` costs ~400 ns a record, an
+iterator each), and the bulk of a profile, plain ops, has three fields only.
+
+From there nothing runs per span in Python: the kind of each span, its custom-op family (through
+the ``id()`` of its :class:`~opprof.engine.Invocation`), its ``Type::op`` name (formatted once per
+distinct pair), which families are complete, their numbers, their parents and their python /
+sub-ops / waiting split (:func:`~opprof.trace.split.split_columns`), and the flow arrows are all
+NumPy. Python runs once per failed invocation and per instant or counter sample only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import chain, repeat
+from operator import attrgetter, itemgetter
+from typing import Any
+
+import numpy as np
+
+from ..engine import Invocation
+from ..trace import CUSTOM_OP, CounterSample, FlowTable, Instant, Role, SpanTable
+from ..trace.columns import ROLE_CODE, StringTable
+from ..trace.records import OPERATOR, WAIT
+from ..trace.split import split_columns
+
+__all__ = [
+    "COUNTER",
+    "DUMMY",
+    "ERROR",
+    "INSTANT",
+    "OP",
+    "PYTHON",
+    "START",
+    "USER",
+    "WAIT_REC",
+    "Built",
+    "ThreadRecords",
+    "build_columns",
+]
+
+# Kinds of record: in a thread's ``fam`` list (a custom op's engine op, its Dummy_Wait, its Python)
+# and its ``buf`` list (everything rare); the first field of each record.
+START, DUMMY, PYTHON = 0, 1, 2
+OP, WAIT_REC, ERROR, USER, INSTANT, COUNTER = 3, 4, 5, 6, 7, 8
+# Kinds of the other two lists, for the combined columns only.
+_PLAIN_K, _SUB_K = 9, 10
+
+
+class ThreadRecords:
+    """One thread's records: its name and its three lists (see the module docstring)."""
+
+    __slots__ = ("buf", "fam", "name", "plain", "sub")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.plain: list[tuple[int, int, str]] = []
+        self.sub: list[tuple[int, int, str, tuple[int, Any, Invocation]]] = []
+        self.fam: list[tuple[int, int, int, Invocation]] = []
+        self.buf: list[tuple[Any, ...]] = []
+
+    def __len__(self) -> int:
+        return len(self.plain) + len(self.sub) + len(self.fam) + len(self.buf)
+
+    def copy(self) -> ThreadRecords:
+        """The lists as they are now (other threads append while a live build reads)."""
+        c = ThreadRecords(self.name)
+        c.plain, c.sub, c.fam, c.buf = list(self.plain), list(self.sub), list(self.fam), list(self.buf)
+        return c
+
+
+class Built:
+    """What :func:`build_columns` makes: spans, flows, instants, counters and the dropped families."""
+
+    def __init__(
+        self, spans: SpanTable, flows: FlowTable, instants: list[Instant], counters: list[CounterSample], incomplete: int
+    ) -> None:
+        self.spans, self.flows, self.instants, self.counters, self.incomplete = spans, flows, instants, counters, incomplete
+
+
+def _cols(lists: Sequence[list[Any]], fields: int) -> tuple[list[Any], list[list[Any]]]:
+    """(the records of ``lists`` in turn, one list per field)."""
+    recs = list(chain.from_iterable(lists))
+    return recs, [list(map(itemgetter(k), recs)) for k in range(fields)]
+
+
+def _arr(values: list[Any], dtype: Any = np.int64) -> np.ndarray:
+    return np.fromiter(values, dtype=dtype, count=len(values))
+
+
+def _ids(values: Sequence[Any]) -> np.ndarray:
+    return np.fromiter(map(id, values), dtype=np.int64, count=len(values))
+
+
+def _factorize_ids(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(a code per id, where each code is first seen). ``np.unique`` (a sort, 1.4 ms at 80k ids):
+    a dict of ``id()`` values is ten times slower (every id becomes a Python int)."""
+    _, first, codes = np.unique(ids, return_index=True, return_inverse=True)
+    return codes.ravel(), first
+
+
+def build_columns(threads: Sequence[ThreadRecords]) -> Built:
+    """Columns of every thread's records (thread ``i + 1`` made ``threads[i]``)."""
+    tid_of = np.arange(1, len(threads) + 1, dtype=np.int64)
+    # The four lists, one after another in the combined columns: plain ops, sub-ops, families' own
+    # records, the rest.
+    _, (p_t0, p_t1, p_name) = _cols([r.plain for r in threads], 3)
+    _, (s_t0, s_t1, s_name, s_push) = _cols([r.sub for r in threads], 4)
+    _, (f_kind, f_t0, f_t1, f_inv) = _cols([r.fam for r in threads], 4)
+    _, (b_kind, b_t0, b_t1, b_name, b_info, b_pushed) = _cols([r.buf for r in threads], 6)
+    q, ns, nf, nb = len(p_t0), len(s_t0), len(f_t0), len(b_t0)
+    o_f, o_b = q + ns, q + ns + nf  # where the family and other records start
+    push_ts = _arr(list(map(itemgetter(0), s_push)))
+    push_buf = list(map(itemgetter(1), s_push))
+    s_inv_obj = list(map(itemgetter(2), s_push))
+    n = o_b + nb
+    kind = np.concatenate(
+        [np.full(q, _PLAIN_K, np.int8), np.full(ns, _SUB_K, np.int8), _arr(f_kind, np.int8), _arr(b_kind, np.int8)]
+    )
+    t0 = np.concatenate([_arr(p_t0), _arr(s_t0), _arr(f_t0), _arr(b_t0)])
+    t1 = np.concatenate([_arr(p_t1), _arr(s_t1), _arr(f_t1), _arr(b_t1)])
+    tid = np.concatenate([np.repeat(tid_of, [len(getattr(r, k)) for r in threads]) for k in ("plain", "sub", "fam", "buf")])
+    st = StringTable()
+    name_code = np.empty(n, dtype=np.int32)
+    name_code[:o_f] = st.codes(p_name + s_name)
+    fk = kind[o_f:o_b]
+    name_code[o_f:o_b] = np.where(fk == PYTHON, st.code("pure_python"), st.code("Dummy_Wait"))  # a start's is its label
+    name_code[o_b:] = st.codes(b_name)  # (the message, for an error)
+
+    # The rest: waits and errors inside a family carry its Invocation; so may an engine user's
+    # own op (some other info), a sub-op when pushed inside a custom op (without a flow: its push
+    # time is not kept), else a plain op. Rare: looked at one by one.
+    b_is_inv = np.fromiter(map(isinstance, b_info, repeat(Invocation)), dtype=bool, count=nb)
+    bk = kind[o_b:]
+    b_op = (bk == OP) | (bk == START)
+    b_sub = np.zeros(nb, dtype=bool)
+    for j in np.flatnonzero(b_op).tolist():
+        b_sub[j] = b_pushed[j] is not None
+    b_own = b_is_inv & ((bk == WAIT_REC) | (bk == ERROR))
+    # Every record's invocation object (None outside families), as one list: ids and codes in C.
+    objs: list[Any] = [None] * q + s_inv_obj + f_inv + b_info
+    for j in np.flatnonzero(b_sub).tolist():
+        objs[o_b + j] = b_pushed[j]
+    in_family = np.concatenate([np.zeros(q, bool), np.ones(ns + nf, bool), b_own | b_sub])
+    fam_rec = np.flatnonzero(in_family)
+    code, first_at = _factorize_ids(_ids(objs[q:])[fam_rec - q])  # plain ops belong to none
+    inv = np.full(n, -1, dtype=np.int64)
+    inv[fam_rec] = code
+    invocations: list[Invocation] = list(map(objs.__getitem__, fam_rec[first_at].tolist()))
+    m = len(invocations)
+
+    def at(lo: int, mask: np.ndarray) -> np.ndarray:
+        out = np.zeros(n, dtype=bool)
+        out[lo : lo + len(mask)] = mask
+        return out
+
+    start_rec = at(o_f, fk == START)
+    dummy = at(o_f, fk == DUMMY)
+    python = at(o_f, fk == PYTHON)
+    subop = at(q, np.ones(ns, bool)) | at(o_b, b_sub)
+    plain_op = at(0, np.ones(q, bool)) | at(o_b, b_op & ~b_sub)
+    fam_wait = at(o_b, b_own & (bk == WAIT_REC))
+    plain_wait = at(o_b, ~b_own & (bk == WAIT_REC))
+    error = at(o_b, b_own & (bk == ERROR))
+    user = at(o_b, bk == USER)
+
+    # Families: complete when they have a start, a Dummy_Wait and a Python (the cap or a pause can
+    # cut any of them off); numbered 1..n by start time.
+    f_start = np.full(m, -1, dtype=np.int64)
+    f_start_tid = np.zeros(m, dtype=np.int64)
+    f_end = np.full(m, -1, dtype=np.int64)
+    s_rec, d_rec = np.flatnonzero(start_rec), np.flatnonzero(dummy)
+    f_start[inv[s_rec]] = t0[s_rec]  # the last one wins, as a dict assignment did
+    f_start_tid[inv[s_rec]] = tid[s_rec]
+    f_end[inv[d_rec]] = t1[d_rec]
+    has = np.zeros((3, m), dtype=bool)
+    has[0, inv[s_rec]] = True
+    has[1, inv[d_rec]] = True
+    has[2, inv[python]] = True
+    complete = has.all(axis=0)
+    done = np.flatnonzero(complete)
+    done = done[np.argsort(f_start[done], kind="stable")]
+    number = np.full(m + 1, -1, dtype=np.int64)  # indexed by inv; inv -1 reads the -1 at the end
+    number[done] = np.arange(1, len(done) + 1)
+    child = (dummy | subop | fam_wait | python) & (inv >= 0)
+    incomplete = int(np.count_nonzero(np.bincount(inv[child], minlength=m)[~complete] > 0)) if m else 0
+
+    # Spans: the records that are spans and survive, in record order; the parents after them.
+    keep_child = child & (number[inv] > 0)
+    idx = np.flatnonzero(plain_op | plain_wait | user | keep_child)
+    s_inv = inv[idx]
+    s_child = keep_child[idx]
+    role = np.zeros(len(idx), dtype=np.int8)
+    role[dummy[idx]] = ROLE_CODE[Role.DUMMY_WAIT]
+    role[subop[idx] & s_child] = ROLE_CODE[Role.SUBOP]
+    role[fam_wait[idx]] = ROLE_CODE[Role.WAIT]
+    role[python[idx]] = ROLE_CODE[Role.PYTHON]
+    # Per invocation: its op type, direction and label, from attributes read in C.
+    op_code = np.append(st.codes(list(map(attrgetter("op_type"), invocations))), -1).astype(np.int32)
+    backward = np.append(np.fromiter(map(attrgetter("backward"), invocations), dtype=np.int8, count=m), -1).astype(np.int8)
+    label_code = _labels(st, op_code[:m], backward[:m])
+    names = name_code[idx].astype(np.int64)
+    c = np.flatnonzero(s_child)
+    if len(c):
+        # ``Type::op``: one string per distinct (label, op name) pair.
+        width = len(st.strings) + 1
+        upair, back = np.unique(label_code[s_inv[c]] * width + names[c], return_inverse=True)
+        joined = np.array([st.code(f"{st.strings[p // width]}::{st.strings[p % width]}") for p in upair.tolist()], dtype=np.int64)
+        names[c] = joined[back.ravel()]
+    cats = np.full(len(idx), st.code(OPERATOR), dtype=np.int32)
+    cats[s_child] = st.code(CUSTOM_OP)
+    cats[plain_wait[idx]] = st.code(WAIT)
+    u = np.flatnonzero(user[idx])
+    if len(u):
+        cats[u] = st.codes([b_info[i - o_b] for i in idx[u].tolist()])
+
+    # Parents, with their split.
+    k = len(done)
+    p_start, p_end = f_start[done], f_end[done]
+    fam_of = np.full(m + 1, -1, dtype=np.int64)
+    fam_of[done] = np.arange(k)
+    split = split_columns(p_start, p_end, fam_of[s_inv[c]], t0[idx[c]], t1[idx[c]], tid[idx[c]], role[c])
+    failed = np.flatnonzero(error)
+    message = dict(zip(inv[failed].tolist(), (b_name[i - o_b] for i in failed.tolist()), strict=True))
+    has_error = np.isin(done, np.array(list(message), dtype=np.int64))
+    n_sp = len(idx)
+    spans = SpanTable(
+        strings=st.strings,
+        start=np.concatenate([t0[idx], p_start]),
+        end=np.concatenate([t1[idx], p_end]),
+        tid=np.concatenate([tid[idx], f_start_tid[done]]),
+        name=np.concatenate([names, label_code[done]]).astype(np.int32),
+        cat=np.concatenate([cats, np.full(k, st.code(CUSTOM_OP), dtype=np.int32)]),
+        role=np.concatenate([role, np.full(k, ROLE_CODE[Role.PARENT], dtype=np.int8)]),
+        inv=np.concatenate([np.where(s_child, number[s_inv], -1), number[done]]),
+        op_type=np.concatenate([np.where(s_child, op_code[s_inv], -1), op_code[done]]).astype(np.int32),
+        backward=np.concatenate([np.where(s_child, backward[s_inv], -1), backward[done]]).astype(np.int8),
+        split_at=np.arange(n_sp, n_sp + k, dtype=np.int64),
+        split_ns=split,
+        args_at=n_sp + np.flatnonzero(has_error),
+        args=[{"error": message[f]} for f in done[has_error].tolist()],
+    )
+    # Flows: every kept sub-op from the sub-op lists (the only ones whose push is known).
+    flow_pos = np.flatnonzero(s_child & (kind[idx] == _SUB_K))
+    flows = _flows(threads, spans, flow_pos, idx[flow_pos] - q, push_ts, push_buf)
+    instants = [Instant(b_name[i], b_info[i], int(tid[o_b + i]), int(b_t0[i])) for i in np.flatnonzero(bk == INSTANT).tolist()]
+    counters = [CounterSample(b_name[i], int(b_t0[i]), {"value": b_info[i]}) for i in np.flatnonzero(bk == COUNTER).tolist()]
+    instants.sort(key=attrgetter("ts"))
+    counters.sort(key=attrgetter("ts"))
+    return Built(spans.sorted_by_start(), flows, instants, counters, incomplete)
+
+
+def _labels(st: StringTable, op_code: np.ndarray, backward: np.ndarray) -> np.ndarray:
+    """Each invocation's label (``MyOp``, ``_backward_MyOp``), formatted once per op type and direction."""
+    width = 2
+    key = op_code.astype(np.int64) * width + (backward > 0)
+    ukey, back = np.unique(key, return_inverse=True)
+    text = [("_backward_" if kk % width else "") + st.strings[kk // width] for kk in ukey.tolist()]
+    return np.append(np.array([st.code(t) for t in text], dtype=np.int64)[back.ravel()], -1)
+
+
+def _flows(
+    threads: Sequence[ThreadRecords],
+    spans: SpanTable,
+    pos: np.ndarray,
+    sub_rec: np.ndarray,
+    push_ts: np.ndarray,
+    push_buf: list[Any],
+) -> FlowTable:
+    """An arrow from each kept sub-op's push to its start; ``pos`` are the sub-ops among the spans
+    (before sorting), ``sub_rec`` their records in the sub-op lists.
+
+    The pushing thread is named by its ``buf`` list (``id()``), not its thread ident: Linux reuses
+    the ident of a finished thread. Flows share the spans' string table (their names are the sub-ops').
+    """
+    buf_ids = np.array([id(r.buf) for r in threads], dtype=np.int64)
+    order = np.argsort(buf_ids)
+    sorted_ids = buf_ids[order]
+    pushed_by = _ids(push_buf)[sub_rec]
+    where = np.minimum(np.searchsorted(sorted_ids, pushed_by), max(len(buf_ids) - 1, 0))
+    known = sorted_ids[where] == pushed_by if len(buf_ids) else np.zeros(len(pos), dtype=bool)
+    pos, sub_rec, where = pos[known], sub_rec[known], where[known]
+    dst_ts = spans.start[pos]
+    nf = len(pos)
+    return FlowTable(
+        spans.strings,
+        np.arange(1, nf + 1, dtype=np.int64),
+        spans.name[pos],
+        np.full(nf, StringTable.extend(spans.strings, "push"), dtype=np.int32),
+        (order[where] + 1).astype(np.int64),
+        np.minimum(push_ts[sub_rec], dst_ts),
+        spans.tid[pos],
+        dst_ts,
+    )
