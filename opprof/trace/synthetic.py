@@ -1,85 +1,156 @@
 """Synthetic traces of any size, shaped like the profiler's, for benchmarks and tests.
 
-Profiling a real workload long enough to record a million spans takes minutes; the timeline's
-speed goals (1M spans) and its level-of-detail tests need such traces in a second or two. The
-shape copies what the profiler records: a main thread with one ``step`` span per iteration, regular
-ops on engine threads, and custom-op invocations whose ``parent`` holds a python span (sometimes
-with a wait inside) on a custom-op thread, sub-ops on an engine thread and a ``Dummy_Wait`` ending
-with the parent, linked by flows from the push to each sub-op. Every trace passes
-:func:`opprof.trace.validate`.
+Profiling a real workload long enough to record ten million spans takes an hour; the timeline's
+and the formats' speed goals (1M and 10M spans) and the level-of-detail tests need such traces in
+seconds. The shape copies what the profiler records: a main thread with one ``step`` span per
+iteration, regular ops on engine threads, and custom-op invocations whose ``parent`` holds a python
+span (sometimes with a wait inside) on a custom-op thread, sub-ops on an engine thread and a
+``Dummy_Wait`` ending with the parent, linked by flows from the push to each sub-op. Every trace
+passes :func:`opprof.trace.validate`.
+
+Built as columns (no :class:`~.records.Span` objects): 10M spans take a few seconds and ~500 MB.
+Each iteration has a window of its own, so every time is a sum of the draws before it.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from .columns import ROLE_CODE, FlowTable, SpanTable, StringTable
 from .model import Trace
-from .records import CUSTOM_OP, OPERATOR, Flow, Role, Span, ThreadInfo
-from .split import split_invocation
+from .records import CUSTOM_OP, OPERATOR, Role, ThreadInfo
+from .split import split_columns
 
 __all__ = ["synthetic_trace"]
 
 _OPS = ("dot", "elemwise_add", "_plus_scalar", "relu", "sum", "broadcast_mul", "_copyto")
 _CUSTOM = ("ScaledTanh", "RowSquaredError", "_backward_ScaledTanh")
 _SUBOPS = ("_mul_scalar", "_plus_scalar", "elemwise_mul", "_copyto")
+_I = np.int64
 
 
 def synthetic_trace(n_spans: int, *, engine_threads: int = 4, custom_threads: int = 2, seed: int = 0) -> Trace:
-    """A valid trace with about ``n_spans`` spans (11 per iteration: 1 step, 4 ops, 6 custom-op spans)."""
+    """A valid trace with about ``n_spans`` spans (11.3 per iteration: 1 step, 4 ops, 6.3 custom-op spans)."""
     rng = np.random.default_rng(seed)
-    iters = max(1, n_spans // 11)
+    iters = max(1, round(n_spans / 11.3))
+    E, C = engine_threads, custom_threads
     threads = [ThreadInfo(1, "MainThread")]
-    engine = list(range(2, 2 + engine_threads))
-    custom = list(range(2 + engine_threads, 2 + engine_threads + custom_threads))
-    threads += [ThreadInfo(t, f"opprof-engine-{i}") for i, t in enumerate(engine)]
-    threads += [ThreadInfo(t, f"opprof-custom-{i}") for i, t in enumerate(custom)]
-    # Durations in ns, drawn up front: one array call instead of millions of scalar draws.
-    op_dur = rng.integers(2_000, 30_000, size=(iters, 4)).tolist()
-    py_dur = rng.integers(10_000, 60_000, size=iters).tolist()
-    sub_dur = rng.integers(2_000, 12_000, size=(iters, 3)).tolist()
-    with_wait = (rng.random(iters) < 0.3).tolist()
-    cursor = {t: 0 for t in engine + custom}
-    spans: list[Span] = []
-    flows: list[Flow] = []
-    add = spans.append
-    t = 1_000_000
-    for i in range(iters):
-        step_start = t
-        for k in range(4):
-            tid = engine[(i + k) % engine_threads]
-            s = max(cursor[tid], t) + 500
-            e = s + op_dur[i][k]
-            add(Span(_OPS[(i + k) % len(_OPS)], OPERATOR, tid, s, e))
-            cursor[tid] = e
-        op_type = _CUSTOM[i % len(_CUSTOM)]
-        inv = i + 1
-        base = {"op_type": op_type, "invocation": inv, "backward": op_type.startswith("_backward")}
-        ctid = custom[i % custom_threads]
-        p_start = t + 1_000
-        py_s = max(cursor[ctid], p_start + 2_000)
-        py_e = py_s + py_dur[i]
-        cursor[ctid] = py_e
-        kids = [Span(f"{op_type}::pure_python", CUSTOM_OP, ctid, py_s, py_e, {**base, "role": Role.PYTHON})]
-        if with_wait[i]:
-            kids.append(Span(f"{op_type}::WaitForVar", CUSTOM_OP, ctid, py_s + 3_000, py_s + 6_000, {**base, "role": Role.WAIT}))
-        etid = engine[(i + 1) % engine_threads]
-        for j in range(3):
-            push = py_s + (j + 1) * (py_e - py_s) // 4
-            s = max(cursor[etid], push + 1_000)
-            e = s + sub_dur[i][j]
-            name = f"{op_type}::{_SUBOPS[(i + j) % len(_SUBOPS)]}"
-            kids.append(Span(name, CUSTOM_OP, etid, s, e, {**base, "role": Role.SUBOP}))
-            flows.append(Flow(len(flows) + 1, name, "push", ctid, push, etid, s))
-            cursor[etid] = e
-        d_s = max(cursor[etid], py_e) + 500
-        d_e = d_s + 1_500
-        cursor[etid] = d_e
-        kids.append(Span(f"{op_type}::Dummy_Wait", CUSTOM_OP, etid, d_s, d_e, {**base, "role": Role.DUMMY_WAIT}))
-        parent = Span(op_type, CUSTOM_OP, engine[i % engine_threads], p_start, d_e, base)
-        py, sub, wait = split_invocation(parent, kids)  # stored on the parent, as the profiler does
-        base.update(role=Role.PARENT, python_us=py / 1e3, subops_us=sub / 1e3, waiting_us=wait / 1e3)
-        add(parent)
-        spans.extend(kids)
-        t = max(t + 40_000, min(cursor.values()))
-        add(Span(f"step {i}", "python", 1, step_start, t))
-    return Trace(threads=threads, spans=spans, flows=flows, metadata={"producer": "opprof.synthetic"})
+    threads += [ThreadInfo(2 + i, f"opprof-engine-{i}") for i in range(E)]
+    threads += [ThreadInfo(2 + E + i, f"opprof-custom-{i}") for i in range(C)]
+    it = np.arange(iters, dtype=_I)
+    op_dur = rng.integers(2_000, 30_000, size=(iters, 4))
+    py_dur = rng.integers(10_000, 60_000, size=iters)
+    sub_dur = rng.integers(2_000, 12_000, size=(iters, 3))
+    with_wait = rng.random(iters) < 0.3
+    # Within an iteration's window (from its start t): ops first, then the custom op.
+    py_s = 32_000 + np.zeros(iters, dtype=_I)
+    py_e = py_s + py_dur
+    push = py_s[:, None] + (np.arange(1, 4) * py_dur[:, None]) // 4
+    sub_s = push + 1_000 + np.arange(3) * 12_000
+    sub_e = sub_s + sub_dur
+    d_s = np.maximum(py_e, sub_e[:, 2]) + 500
+    d_e = d_s + 1_500
+    length = d_e + 1_000
+    t = 1_000_000 + np.concatenate(([0], np.cumsum(length)[:-1]))
+
+    st = StringTable()
+    op_type = it % len(_CUSTOM)
+    custom_codes = np.array([st.code(c) for c in _CUSTOM], dtype=np.int32)
+    op_codes = np.array([st.code(o) for o in _OPS], dtype=np.int32)
+    # ``Type::sub`` and the other child names, one code per (type, sub-op) pair.
+    sub_codes = np.array([[st.code(f"{c}::{s}") for s in _SUBOPS] for c in _CUSTOM], dtype=np.int32)
+    py_codes = np.array([st.code(f"{c}::pure_python") for c in _CUSTOM], dtype=np.int32)
+    wait_codes = np.array([st.code(f"{c}::WaitForVar") for c in _CUSTOM], dtype=np.int32)
+    dummy_codes = np.array([st.code(f"{c}::Dummy_Wait") for c in _CUSTOM], dtype=np.int32)
+    base_op = np.array([st.code(c.removeprefix("_backward_")) for c in _CUSTOM], dtype=np.int32)
+    bw_of = np.array([c.startswith("_backward") for c in _CUSTOM], dtype=np.int8)
+    c_op, c_custom, c_python = st.code(OPERATOR), st.code(CUSTOM_OP), st.code("python")
+    step_names = np.array([st.code(f"step {i}") for i in range(iters)], dtype=np.int32)
+
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("start", "end", "tid", "name", "cat", "role", "inv", "op", "bw")}
+
+    def add(
+        start: np.ndarray, end: np.ndarray, tid: np.ndarray, name: np.ndarray, cat: int, role: int, fam: np.ndarray | None
+    ) -> None:
+        k = len(start)
+        cols["start"].append(start)
+        cols["end"].append(end)
+        cols["tid"].append(np.broadcast_to(tid, k))
+        cols["name"].append(np.broadcast_to(name, k))
+        cols["cat"].append(np.full(k, cat, dtype=np.int32))
+        cols["role"].append(np.full(k, role, dtype=np.int8))
+        if fam is None:
+            cols["inv"].append(np.full(k, -1, dtype=_I))
+            cols["op"].append(np.full(k, -1, dtype=np.int32))
+            cols["bw"].append(np.full(k, -1, dtype=np.int8))
+        else:
+            cols["inv"].append(fam + 1)
+            cols["op"].append(base_op[op_type[fam]])
+            cols["bw"].append(bw_of[op_type[fam]])
+
+    for k in range(4):
+        tid = 2 + (it + k) % E
+        add(t + 500, t + 500 + op_dur[:, k], tid, op_codes[(it + k) % len(_OPS)], c_op, 0, None)
+    ctid = 2 + E + it % C
+    etid = 2 + (it + 1) % E
+    ptid = 2 + it % E
+    n_before = sum(len(a) for a in cols["start"])
+    add(t + 1_000, t + d_e, ptid, custom_codes[op_type], c_custom, ROLE_CODE[Role.PARENT], it)
+    add(t + py_s, t + py_e, ctid, py_codes[op_type], c_custom, ROLE_CODE[Role.PYTHON], it)
+    w = np.flatnonzero(with_wait)
+    add(t[w] + py_s[w] + 3_000, t[w] + py_s[w] + 6_000, ctid[w], wait_codes[op_type[w]], c_custom, ROLE_CODE[Role.WAIT], w)
+    for j in range(3):
+        add(
+            t + sub_s[:, j],
+            t + sub_e[:, j],
+            etid,
+            sub_codes[op_type, (it + j) % len(_SUBOPS)],
+            c_custom,
+            ROLE_CODE[Role.SUBOP],
+            it,
+        )
+    add(t + d_s, t + d_e, etid, dummy_codes[op_type], c_custom, ROLE_CODE[Role.DUMMY_WAIT], it)
+    add(t, t + length, np.array(1), step_names, c_python, 0, None)
+    cat = {k: np.concatenate(v) for k, v in cols.items()}
+    parents = np.arange(n_before, n_before + iters, dtype=_I)
+    kids = np.flatnonzero(cat["inv"] >= 0)
+    kids = kids[cat["role"][kids] != ROLE_CODE[Role.PARENT]]
+    split = split_columns(
+        cat["start"][parents],
+        cat["end"][parents],
+        cat["inv"][kids] - 1,
+        cat["start"][kids],
+        cat["end"][kids],
+        cat["tid"][kids],
+        cat["role"][kids],
+    )
+    table = SpanTable(
+        strings=st.strings,
+        start=cat["start"],
+        end=cat["end"],
+        tid=cat["tid"].astype(_I),
+        name=cat["name"].astype(np.int32),
+        cat=cat["cat"],
+        role=cat["role"],
+        inv=cat["inv"],
+        op_type=cat["op"].astype(np.int32),
+        backward=cat["bw"].astype(np.int8),
+        split_at=parents,
+        split_ns=split,  # stored on the parent, as the profiler does
+    )
+    # Flows: from each push (on the custom thread) to its sub-op, in iteration order.
+    push_abs = (t[:, None] + push).ravel()
+    dst = (t[:, None] + sub_s).ravel()
+    flow_names = sub_codes[op_type[:, None], (it[:, None] + np.arange(3)) % len(_SUBOPS)].ravel()
+    nf = len(dst)
+    flows = FlowTable(
+        st.strings,
+        np.arange(1, nf + 1, dtype=_I),
+        flow_names,
+        np.full(nf, st.code("push"), dtype=np.int32),
+        np.repeat(ctid, 3),
+        push_abs,
+        np.repeat(etid, 3),
+        dst,
+    )
+    return Trace(threads=threads, spans=table.sorted_by_start(), flows=flows, metadata={"producer": "opprof.synthetic"})

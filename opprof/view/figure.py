@@ -17,7 +17,6 @@ What keeps it safe: a trace's names and args are data. Tooltips use plain ``@fie
 from __future__ import annotations
 
 from dataclasses import dataclass
-from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -49,10 +48,11 @@ from bokeh.models import (
 )
 from bokeh.plotting import figure
 
-from ..trace import Role, Span, Trace
+from ..trace import Role, SpanTable, Trace
+from ..trace.columns import ROLE_CODE
 from ..trace.records import FAMILY_ARGS
-from ..trace.split import parent_split
-from ..trace.stats import factorize, stat_columns
+from ..trace.split import family_splits
+from ..trace.stats import stat_columns
 from ..trace.text import fmt_us
 from .layout import ROLE_NAMES, Blocks, Layout, blocks, build_layout
 
@@ -154,28 +154,40 @@ class Timeline:
 
 
 # ---------------------------------------------------------------------------- columns
-def _parent_split(span: Span, trace: Trace) -> tuple[float, float, float]:
-    """A parent's (python, sub-ops, waiting) in us, through the trace's one split accessor."""
-    inv = span.invocation
-    # A generator: a split the profiler stored is read without ever walking the trace.
-    py, sub, wait = parent_split(span, (s for s in trace.spans if s.invocation == inv and s is not span))
-    return py / 1e3, sub / 1e3, wait / 1e3
+def _split_text(py: float, sub: float, wait: float) -> str:
+    total = py + sub + wait or 1.0
+    return (
+        f"python {fmt_us(py)} ({100 * py / total:.0f}%) · sub-ops {fmt_us(sub)} ({100 * sub / total:.0f}%) · "
+        f"waiting {fmt_us(wait)} ({100 * wait / total:.0f}%)"
+    )
 
 
-def _detail(span: Span, trace: Trace) -> str:
-    """Hover text beyond the name: a parent's split, else the span's own args."""
-    if span.role == Role.PARENT:
-        py, sub, wait = _parent_split(span, trace)
-        total = py + sub + wait or 1.0
-        return (
-            f"python {fmt_us(py)} ({100 * py / total:.0f}%) · sub-ops {fmt_us(sub)} ({100 * sub / total:.0f}%) · "
-            f"waiting {fmt_us(wait)} ({100 * wait / total:.0f}%)"
-        )
-    a = span.args
-    if not a:
-        return ""
-    text = ", ".join(f"{k}={v}" for k, v in a.items() if k not in FAMILY_ARGS)
+def _args_text(args: dict[str, Any]) -> str:
+    text = ", ".join(f"{k}={v}" for k, v in args.items() if k not in FAMILY_ARGS)
     return text if len(text) <= 200 else text[:199] + "…"
+
+
+def _details(t: SpanTable, idx: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """Hover text beyond the name for the spans ``idx`` of the table: a parent's split, else the
+    span's own args (sparse: only spans that have any are looked at). (code per span, texts)."""
+    details: dict[str, int] = {"": 0}
+    code = np.zeros(len(idx), dtype=np.int32)
+    is_parent = t.role[idx] == ROLE_CODE[Role.PARENT]
+    if is_parent.any():
+        parents, split = family_splits(t)
+        where = np.flatnonzero(is_parent)
+        pos = np.minimum(np.searchsorted(parents, idx[where]), max(len(parents) - 1, 0))
+        ok = (parents[pos] == idx[where]) if len(parents) else np.zeros(len(where), dtype=bool)
+        for j, row in zip(where[ok].tolist(), (split[pos[ok]] / 1e3).tolist(), strict=True):
+            code[j] = details.setdefault(_split_text(*row), len(details))
+    if len(t.args_at):
+        pos = np.minimum(np.searchsorted(t.args_at, idx), len(t.args_at) - 1)
+        has = (t.args_at[pos] == idx) & ~is_parent
+        for j, k in zip(np.flatnonzero(has).tolist(), pos[has].tolist(), strict=True):
+            text = _args_text(t.args[k])
+            if text:
+                code[j] = details.setdefault(text, len(details))
+    return code, list(details)
 
 
 def _empty_flows() -> dict[str, Any]:
@@ -191,7 +203,7 @@ def _flow_segments(trace: Trace, layout: Layout, invs: np.ndarray) -> dict[str, 
     """
     out = {k: np.zeros(0) for k in ("x0", "y0", "x1", "y1")}
     out["inv"] = np.zeros(0, dtype=np.int32)
-    if not trace.flows or not len(invs):
+    if not trace.n_flows or not len(invs):
         return out
     thread_lane = np.array([ln.kind == "thread" for ln in layout.lanes])[layout.lane]
     fam_items = np.nonzero(thread_lane & np.isin(layout.invocation, invs))[0]
@@ -201,18 +213,15 @@ def _flow_segments(trace: Trace, layout: Layout, invs: np.ndarray) -> dict[str, 
     key = (layout.tid[fam_items] << 44) + start_ns
     order = np.argsort(key)
     key, fam_items = key[order], fam_items[order]
-    flows = trace.flows
-    n = len(flows)
-    dst = (np.fromiter(map(attrgetter("dst_tid"), flows), np.int64, n) << 44) + (
-        np.fromiter(map(attrgetter("dst_ts"), flows), np.int64, n) - layout.t0_ns
-    )
+    flows = trace.flow_table
+    dst = (flows.dst_tid << 44) + (flows.dst_ts - layout.t0_ns)
     pos = np.minimum(np.searchsorted(key, dst), len(key) - 1)
     hit = key[pos] == dst
     if not hit.any():
         return out
     items = fam_items[pos[hit]]
-    src_tid = np.fromiter(map(attrgetter("src_tid"), flows), np.int64, n)[hit]
-    src_us = (np.fromiter(map(attrgetter("src_ts"), flows), np.int64, n)[hit] - layout.t0_ns) / 1e3
+    src_tid = flows.src_tid[hit]
+    src_us = (flows.src_ts[hit] - layout.t0_ns) / 1e3
     inv = layout.invocation[items]
     # The source row: the family's python span on the pushing thread, else that thread's first row.
     py = np.nonzero(thread_lane & (layout.role == ROLE_NAMES.index("python")) & np.isin(layout.invocation, inv))[0]
@@ -236,22 +245,20 @@ def span_columns(trace: Trace, layout: Layout, b: Blocks) -> tuple[dict[str, Any
     family) and its ``dur`` is the busy time of the spans it holds.
     """
     items = b.items
-    spans = trace.spans
-    span_idx = layout.span_index[items].tolist()
-    picked = [spans[i] for i in span_idx]
-    name_code, name_list = factorize([s.name for s in picked])
+    t = trace.table
+    span_idx = layout.span_index[items]
+    used, name_code = np.unique(t.name[span_idx], return_inverse=True)
+    name_list = [t.strings[c] for c in used.tolist()]
     merged = b.counts > 1
     single = np.nonzero(~merged)[0]
-    details: dict[str, int] = {"": 0}
     detail_code = np.zeros(len(items), dtype=np.int32)
-    for j in single.tolist():
-        s = picked[j]
-        if s.args:
-            detail_code[j] = details.setdefault(_detail(s, trace), len(details))
+    single_code, detail_list = _details(t, span_idx[single])
+    detail_code[single] = single_code
     lane_tids = [ln.tid for ln in layout.lanes if ln.tid is not None]  # the thread lanes
     thread_labels = [trace.thread_name(t) for t in lane_tids]
     tid_pos = {t: i for i, t in enumerate(lane_tids)}
-    thread_code = np.fromiter((tid_pos.get(t, -1) for t in layout.tid[items].tolist()), dtype=np.int16, count=len(items))
+    # int32: past 32,767 lanes an int16 overflowed (thread-pool servers have that many threads).
+    thread_code = np.fromiter((tid_pos.get(x, -1) for x in layout.tid[items].tolist()), dtype=np.int32, count=len(items))
     inv = layout.invocation[items].astype(np.int32)
     inv[merged] = -1
     data = {
@@ -261,18 +268,18 @@ def span_columns(trace: Trace, layout: Layout, b: Blocks) -> tuple[dict[str, Any
         "bottom": layout.bottom[items].astype(np.float32),
         "dur": b.busy,
         "c": (layout.role[items] + np.where(merged, len(ROLE_NAMES), 0)).astype(np.int8),
-        "name": name_code.astype(np.int32),
+        "name": name_code.ravel().astype(np.int32),
         "thread": thread_code,
         "detail": detail_code,
         "inv": inv,
         "count": b.counts.astype(np.int32),
     }
-    n_lookup = max(len(name_list), len(thread_labels), len(details))
+    n_lookup = max(len(name_list), len(thread_labels), len(detail_list))
 
     def pad(xs: list[str]) -> list[str]:
         return xs + [""] * (n_lookup - len(xs))
 
-    names = {"name": pad(name_list), "thread": pad(thread_labels), "detail": pad(list(details))}
+    names = {"name": pad(name_list), "thread": pad(thread_labels), "detail": pad(detail_list)}
     family_invs = np.unique(inv[inv >= 0])
     return data, names, _flow_segments(trace, layout, family_invs)
 
@@ -360,7 +367,7 @@ def _style_lanes(p: Any, layout: Layout) -> None:
 
 def _stats_table(trace: Trace, limit: int = 500) -> tuple[ColumnDataSource, DataTable]:
     """Aggregate stats by name (the table highlights spans by name), the ``limit`` largest totals."""
-    st = stat_columns(trace.spans, by_category=False)
+    st = stat_columns(trace.table, by_category=False)
     k = len(st)
     top = slice(0, limit)
     src = ColumnDataSource(
@@ -393,25 +400,22 @@ def _stats_table(trace: Trace, limit: int = 500) -> tuple[ColumnDataSource, Data
 def op_type_splits(trace: Trace, layout: Layout | None = None) -> dict[str, tuple[int, float, float, float]]:
     """Per custom-op name (forward and backward apart): calls and total python, sub-ops, waiting (us).
 
-    With ``layout`` only the parents are visited (the layout knows which spans they are).
+    Sums over the parents' splits by name code, in NumPy (``layout`` is accepted for callers that
+    have one; the trace's columns already say which spans are parents).
     """
-    acc: dict[str, list[float]] = {}
-    if layout is None:
-        candidates = trace.spans
-    else:
-        parent_items = np.nonzero(layout.role == ROLE_NAMES.index("parent"))[0]
-        candidates = [trace.spans[i] for i in layout.span_index[parent_items].tolist()]
-    parent = Role.PARENT
-    for s in candidates:
-        args = s.args
-        if args and args.get("role") == parent:
-            py, sub, wait = _parent_split(s, trace)
-            a = acc.setdefault(s.name, [0, 0.0, 0.0, 0.0])
-            a[0] += 1
-            a[1] += py
-            a[2] += sub
-            a[3] += wait
-    return {k: (int(v[0]), v[1], v[2], v[3]) for k, v in acc.items()}
+    t = trace.table
+    parents, split = family_splits(t)
+    if not len(parents):
+        return {}
+    used, group = np.unique(t.name[parents], return_inverse=True)
+    group = group.ravel()
+    k = len(used)
+    calls = np.bincount(group, minlength=k)
+    sums = [np.bincount(group, weights=split[:, j] / 1e3, minlength=k) for j in range(3)]
+    return {
+        t.strings[c]: (int(calls[g]), float(sums[0][g]), float(sums[1][g]), float(sums[2][g]))
+        for g, c in enumerate(used.tolist())
+    }
 
 
 def _split_bars(trace: Trace, layout: Layout, width: int) -> Any:
@@ -483,7 +487,7 @@ def build_timeline(
     tap = CustomJS(args={"source": source, "flows": flows, "flows_all": flows_all}, code=_TAP_JS)
     hover = _hover(source, names)
     p = figure(
-        title=title or f"opprof timeline: {len(trace.spans):,} spans on {len(trace.threads)} threads",
+        title=title or f"opprof timeline: {trace.n_spans:,} spans on {len(trace.threads)} threads",
         width=width,
         height=fig_h,
         x_range=x_range,

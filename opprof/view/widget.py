@@ -96,11 +96,10 @@ class TimelineWidget(W.VBox):
         return None if keep.all() else keep
 
     def _name_codes(self) -> tuple[np.ndarray, list[str]]:
-        """Every span's name as a code into the distinct names (built once, on the first filter)."""
+        """Every span's name as a code into the trace's strings (the table's own codes: no work)."""
         if self._names is None:
-            names = [s.name for s in self.trace.spans]
-            table = {v: i for i, v in enumerate(dict.fromkeys(names))}
-            self._names = np.fromiter(map(table.__getitem__, names), dtype=np.int32, count=len(names)), list(table)
+            t = self.trace.table
+            self._names = t.name, list(t.strings)
         return self._names
 
     def _on_control(self, change: Any = None) -> None:
