@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from . import chrome
+from . import chrome, native
 from .data import TraceData
 from .records import CustomOpRow
 from .split import family_splits
@@ -68,13 +68,25 @@ class Trace(TraceData):
         """The Chrome Trace Event JSON object (what Perfetto and chrome://tracing open)."""
         return chrome.to_chrome(self)
 
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write Chrome trace JSON (gzipped when the name ends in ``.gz``)."""
-        chrome.save(self, path)
+    def save(self, path: str | os.PathLike[str], *, compress: bool = False) -> None:
+        """Write the trace: opprof's own format when the name ends in ``.opprof`` (lossless, loads
+        without parsing; ``compress`` makes it ~4x smaller), else Chrome trace JSON (gzipped when
+        the name ends in ``.gz``), the format Perfetto and chrome://tracing open."""
+        if os.fspath(path).endswith(NATIVE_SUFFIX):
+            native.save(self, path, compress=compress)
+        else:
+            chrome.save(self, path)
+
+
+#: The file name ending that :meth:`Trace.save` writes opprof's own format for.
+NATIVE_SUFFIX = ".opprof"
 
 
 def load(path: str | os.PathLike[str]) -> Trace:
-    """Read a Chrome trace JSON file (``.json`` or ``.json.gz``, opprof's own or any tool's)."""
+    """Read a trace file, telling the formats apart by content, not name: opprof's own (``.opprof``),
+    or Chrome trace JSON (``.json`` or ``.json.gz``, opprof's own losslessly or any tool's)."""
+    if native.is_native(path):
+        return Trace.of(native.load(path))
     return Trace.of(chrome.load(path))
 
 
