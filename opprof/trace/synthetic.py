@@ -21,7 +21,7 @@ from .model import Trace
 from .records import CUSTOM_OP, OPERATOR, Role, ThreadInfo
 from .split import split_columns
 
-__all__ = ["synthetic_trace"]
+__all__ = ["many_threads_trace", "synthetic_trace"]
 
 _OPS = ("dot", "elemwise_add", "_plus_scalar", "relu", "sum", "broadcast_mul", "_copyto")
 _CUSTOM = ("ScaledTanh", "RowSquaredError", "_backward_ScaledTanh")
@@ -154,3 +154,36 @@ def synthetic_trace(n_spans: int, *, engine_threads: int = 4, custom_threads: in
         dst,
     )
     return Trace(threads=threads, spans=table.sorted_by_start(), flows=flows, metadata={"producer": "opprof.synthetic"})
+
+
+def many_threads_trace(n_threads: int, spans_per_thread: int = 4, *, seed: int = 0) -> Trace:
+    """A valid trace of ``n_threads`` threads (a thread pool server's shape), each with a request
+    span holding ``spans_per_thread - 1`` calls one after another: for the lanes' scaling goals."""
+    rng = np.random.default_rng(seed)
+    k = max(1, spans_per_thread - 1)
+    tid = np.arange(1, n_threads + 1, dtype=_I)
+    begin = rng.integers(0, 1_000_000, size=n_threads)
+    call = rng.integers(1_000, 20_000, size=(n_threads, k))
+    gap = 200
+    c_start = begin[:, None] + gap + np.concatenate([np.zeros((n_threads, 1), _I), np.cumsum(call + gap, axis=1)[:, :-1]], axis=1)
+    c_end = c_start + call
+    r_end = c_end[:, -1] + gap
+    st = StringTable()
+    names = np.array([st.code(n) for n in ("handle_request", "db.query", "render", "json.dumps")], dtype=np.int32)
+    start = np.concatenate([begin, c_start.ravel()])
+    end = np.concatenate([r_end, c_end.ravel()])
+    n = len(start)
+    table = SpanTable(
+        strings=st.strings,
+        start=start.astype(_I),
+        end=end.astype(_I),
+        tid=np.concatenate([tid, np.repeat(tid, k)]),
+        name=np.concatenate([np.full(n_threads, names[0]), names[1 + np.arange(n_threads * k) % 3]]).astype(np.int32),
+        cat=np.full(n, st.code("python"), dtype=np.int32),
+        role=np.zeros(n, dtype=np.int8),
+        inv=np.full(n, -1, dtype=_I),
+        op_type=np.full(n, -1, dtype=np.int32),
+        backward=np.full(n, -1, dtype=np.int8),
+    )
+    threads = [ThreadInfo(int(t), f"worker-{int(t)}") for t in tid]
+    return Trace(threads=threads, spans=table.sorted_by_start(), metadata={"producer": "opprof.synthetic"})

@@ -16,13 +16,13 @@ What keeps it safe: a trace's names and args are data. Tooltips use plain ``@fie
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from bokeh.layouts import column
 from bokeh.models import (
-    BoxAnnotation,
     BoxZoomTool,
     ColumnDataSource,
     CustomJS,
@@ -54,7 +54,7 @@ from ..trace.records import FAMILY_ARGS
 from ..trace.split import family_splits
 from ..trace.stats import stat_columns
 from ..trace.text import fmt_us
-from .layout import ROLE_NAMES, Blocks, Layout, blocks, build_layout
+from .layout import MAX_LANES, ROLE_NAMES, Blocks, LaneKind, Layout, blocks, build_layout
 
 __all__ = [
     "ROLE_COLORS",
@@ -205,7 +205,7 @@ def _flow_segments(trace: Trace, layout: Layout, invs: np.ndarray) -> dict[str, 
     out["inv"] = np.zeros(0, dtype=np.int32)
     if not trace.n_flows or not len(invs):
         return out
-    thread_lane = np.array([ln.kind == "thread" for ln in layout.lanes])[layout.lane]
+    thread_lane = np.array([ln.kind != LaneKind.CUSTOM for ln in layout.lanes])[layout.lane]
     fam_items = np.nonzero(thread_lane & np.isin(layout.invocation, invs))[0]
     if not len(fam_items):
         return out
@@ -226,7 +226,7 @@ def _flow_segments(trace: Trace, layout: Layout, invs: np.ndarray) -> dict[str, 
     # The source row: the family's python span on the pushing thread, else that thread's first row.
     py = np.nonzero(thread_lane & (layout.role == ROLE_NAMES.index("python")) & np.isin(layout.invocation, inv))[0]
     py_mid = dict(zip(layout.invocation[py].tolist(), ((layout.top[py] + layout.bottom[py]) / 2).tolist(), strict=True))
-    lane_mid = {ln.tid: ln.top + 0.5 for ln in layout.lanes if ln.kind == "thread"}
+    lane_mid = {ln.tid: ln.top + 0.5 for ln in layout.lanes if ln.kind == LaneKind.THREAD}
     y0 = np.array([py_mid.get(i, lane_mid.get(t, 0.0)) for i, t in zip(inv.tolist(), src_tid.tolist(), strict=True)])
     return {
         "x0": src_us,
@@ -254,11 +254,12 @@ def span_columns(trace: Trace, layout: Layout, b: Blocks) -> tuple[dict[str, Any
     detail_code = np.zeros(len(items), dtype=np.int32)
     single_code, detail_list = _details(t, span_idx[single])
     detail_code[single] = single_code
-    lane_tids = [ln.tid for ln in layout.lanes if ln.tid is not None]  # the thread lanes
-    thread_labels = [trace.thread_name(t) for t in lane_tids]
-    tid_pos = {t: i for i, t in enumerate(lane_tids)}
+    # Thread names of the drawn rectangles only (a lookup as long as the screen, not the trace).
+    drawn_tids, thread_code = np.unique(layout.tid[items], return_inverse=True)
+    names_of = trace.thread_names()
+    thread_labels = [names_of.get(x, f"thread {x}") for x in drawn_tids.tolist()]
     # int32: past 32,767 lanes an int16 overflowed (thread-pool servers have that many threads).
-    thread_code = np.fromiter((tid_pos.get(x, -1) for x in layout.tid[items].tolist()), dtype=np.int32, count=len(items))
+    thread_code = thread_code.ravel().astype(np.int32)
     inv = layout.invocation[items].astype(np.int32)
     inv[merged] = -1
     data = {
@@ -345,24 +346,33 @@ def _hover(source: ColumnDataSource, names: ColumnDataSource) -> HoverTool:
     )
 
 
-def _style_lanes(p: Any, layout: Layout) -> None:
-    """Lane labels on the y axis (drawn as canvas text) and alternate lane shading."""
-    mids = [ln.top + ln.rows / 2 for ln in layout.lanes]
-    p.yaxis.ticker = FixedTicker(ticks=mids)
-    p.yaxis.major_label_overrides = {m: ln.label for m, ln in zip(mids, layout.lanes, strict=True)}
+#: Lane labels at least this many pixels apart (others are left unlabelled, not overprinted).
+LABEL_SPACING_PX = 14
+
+
+def _style_lanes(p: Any, layout: Layout, height_px: int, x_bounds: tuple[float, float]) -> None:
+    """Lane labels on the y axis (drawn as canvas text) and alternate lane shading.
+
+    The shading is one glyph for all lanes (a BoxAnnotation each was quadratic: 23 s at 8,000
+    lanes), and labels are thinned to what the figure's height can show.
+    """
+    lanes = layout.lanes
+    mids = [ln.top + ln.rows / 2 for ln in lanes]
+    rows_per_px = (layout.height + 0.6) / max(1, height_px - 60)
+    step = max(1, math.ceil(LABEL_SPACING_PX * rows_per_px / max(1.0, layout.height / max(1, len(lanes)))))
+    shown = [k for k in range(len(lanes)) if k % step == 0 or lanes[k].kind != LaneKind.THREAD]
+    p.yaxis.ticker = FixedTicker(ticks=[mids[k] for k in shown])
+    p.yaxis.major_label_overrides = {mids[k]: lanes[k].label for k in shown}
     p.ygrid.grid_line_color = None
-    for k, ln in enumerate(layout.lanes):
-        if k % 2 == 0 or ln.kind == "custom":
-            p.add_layout(
-                BoxAnnotation(
-                    top=ln.top - 0.25,
-                    bottom=ln.top + ln.rows + 0.25,
-                    fill_color="#fff4d6" if ln.kind == "custom" else "#000000",
-                    fill_alpha=0.5 if ln.kind == "custom" else 0.035,
-                    line_alpha=0,
-                    level="underlay",
-                )
-            )
+    band = [k for k, ln in enumerate(lanes) if k % 2 == 0 or ln.kind == LaneKind.CUSTOM]
+    custom = [lanes[k].kind == LaneKind.CUSTOM for k in band]
+    tops = [lanes[k].top - 0.25 for k in band]
+    bottoms = [lanes[k].top + lanes[k].rows + 0.25 for k in band]
+    p.quad(
+        left=x_bounds[0], right=x_bounds[1], top=tops, bottom=bottoms,
+        fill_color=["#fff4d6" if c else "#000000" for c in custom], fill_alpha=[0.5 if c else 0.035 for c in custom],
+        line_alpha=0, level="underlay",
+    )  # fmt: skip
 
 
 def _stats_table(trace: Trace, limit: int = 500) -> tuple[ColumnDataSource, DataTable]:
@@ -457,6 +467,7 @@ def build_timeline(
     pixels: int | None = None,
     backend: str = "canvas",
     title: str | None = None,
+    max_lanes: int = MAX_LANES,
 ) -> Timeline:
     """The timeline of ``trace``: main figure, overview strip, stats table, split bars, note.
 
@@ -464,8 +475,10 @@ def build_timeline(
     pixel (at ``pixels``, default twice ``width`` for HiDPI screens) are merged into counted blocks.
     ``backend="webgl"`` draws with WebGL (faster pan on huge views in a real GPU browser; canvas
     is the default because software GL in headless browsers is slower and logs warnings).
+    Past ``max_lanes`` threads, the busiest ``max_lanes - 1`` keep lanes and the rest share one
+    collapsed lane; the note above the figure says so.
     """
-    layout = build_layout(trace)
+    layout = build_layout(trace, max_lanes)
     px = pixels or 2 * width
     x0, x1 = layout.extent
     pad = max((x1 - x0) * 0.01, 1e-3)
@@ -499,7 +512,7 @@ def build_timeline(
         toolbar_location="above",
     )
     p.xaxis.formatter = CustomJSTickFormatter(code=_TICK_JS)
-    _style_lanes(p, layout)
+    _style_lanes(p, layout, fig_h, (x0 - 20 * pad, x1 + 20 * pad))
     mapper = LinearColorMapper(palette=PALETTE, low=-0.5, high=len(PALETTE) - 0.5)
     color = {"field": "c", "transform": mapper}
     line_mapper = LinearColorMapper(palette=LINE_PALETTE, low=-0.5, high=len(PALETTE) - 0.5)
@@ -520,7 +533,8 @@ def build_timeline(
     )
     bars = _split_bars(trace, layout, width)
     n_merged = int(b.counts[b.counts > 1].sum())
-    note = Div(text=_note_text(len(layout), len(b), n_merged), render_as_text=True, width=width)
+    note_text = _note_text(len(layout), len(b), n_merged, layout.collapsed_threads, max_lanes)
+    note = Div(text=note_text, render_as_text=True, width=width)
     table_title = Div(text=table.name, render_as_text=True)
     root = column(note, p, overview, bars, table_title, table)
     return Timeline(
@@ -569,15 +583,22 @@ def _every_span(layout: Layout, mask: np.ndarray | None = None) -> Blocks:
     return Blocks(idx, np.ones(len(idx), dtype=np.int64), layout.right[idx], layout.right[idx] - layout.left[idx])
 
 
-def _note_text(n_items: int, n_drawn: int, n_merged: int) -> str:
+def _note_text(n_items: int, n_drawn: int, n_merged: int, collapsed: int = 0, max_lanes: int = MAX_LANES) -> str:
     base = "Scroll to zoom in time, drag to pan, click a span to highlight its custom-op invocation."
-    if not n_merged:
-        return base
-    return (
-        f"{n_merged:,} of {n_items:,} span rectangles are merged ({n_drawn:,} drawn; a custom-op child is drawn on "
-        f"its thread and in the band): spans narrower than a pixel are shown as pale counted blocks — zoom in "
-        f"the notebook widget (opprof.timeline) to see each span. {base}"
-    )
+    parts = []
+    if collapsed:
+        parts.append(
+            f"{collapsed:,} threads share the lane '{collapsed:,} more threads (collapsed)' at the bottom, their spans "
+            f"overlaid by nesting depth: only the {max_lanes - 1} busiest threads have lanes of their own "
+            f"(build_timeline(..., max_lanes=N) to change)."
+        )
+    if n_merged:
+        parts.append(
+            f"{n_merged:,} of {n_items:,} span rectangles are merged ({n_drawn:,} drawn; a custom-op child is drawn on "
+            f"its thread and in the band): spans narrower than a pixel are shown as pale counted blocks — zoom in "
+            f"the notebook widget (opprof.timeline) to see each span."
+        )
+    return " ".join([*parts, base])
 
 
 def save_html(trace: Trace, path: str, *, title: str = "opprof timeline", **options: Any) -> Timeline:

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
+from enum import Enum
 
 import numpy as np
 
-from ..trace import Role, ThreadInfo, TraceData
+from ..trace import Role, TraceData
 from ..trace.columns import OTHER_ROLE, ROLES
 
-__all__ = ["ROLE_NAMES", "Blocks", "Lane", "Layout", "blocks", "build_layout"]
+__all__ = ["MAX_LANES", "ROLE_NAMES", "Blocks", "Lane", "LaneKind", "Layout", "blocks", "build_layout"]
 
 #: Role codes in the ``role`` column: 0 ("op") is a span outside any custom op, then each Role.
 ROLE_NAMES: tuple[str, ...] = ("op", *(r.value for r in Role))
@@ -34,12 +35,25 @@ ROW_HEIGHT = 1.0
 LANE_GAP = 0.6
 
 
+class LaneKind(str, Enum):
+    """What a lane holds."""
+
+    THREAD = "thread"  # one thread's spans, rows by nesting depth
+    COLLAPSED = "collapsed"  # the threads past ``max_lanes``, overlaid: rows by each one's depth
+    CUSTOM = "custom"  # the custom-op group: a band per invocation
+
+
+#: Thread lanes drawn as lanes of their own at most (a 720-pixel figure shows ~100 legibly; box
+#: zoom reaches more). Past it the busiest keep theirs and the rest share one collapsed lane.
+MAX_LANES = 500
+
+
 @dataclass(frozen=True, slots=True)
 class Lane:
-    """A horizontal band: one thread, or the custom-op group."""
+    """A horizontal band: one thread, the collapsed threads, or the custom-op group."""
 
     label: str
-    kind: str  # "thread" or "custom"
+    kind: LaneKind
     tid: int | None
     top: float  # y of its first row
     rows: int
@@ -63,6 +77,7 @@ class Layout:
     tid: np.ndarray  # the span's thread (a custom-op parent: the thread its engine op started on)
     extent: tuple[float, float] = (0.0, 1.0)
     height: float = 1.0
+    collapsed_threads: int = 0  # threads drawn in the collapsed lane (0: every thread has its own)
 
     def __len__(self) -> int:
         return len(self.left)
@@ -195,13 +210,13 @@ class _Copies:
     bottom: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
-def build_layout(trace: TraceData) -> Layout:
-    """Place every span of ``trace`` (see the module docstring)."""
+def build_layout(trace: TraceData, max_lanes: int = MAX_LANES) -> Layout:
+    """Place every span of ``trace`` (see the module docstring); at most ``max_lanes`` thread lanes."""
     c = _Columns.of(trace)
     n = len(c.starts)
     t0 = int(c.starts.min()) if n else 0
     p = _Placement.empty(n)
-    _place_threads(trace, c, p)
+    collapsed = _place_threads(trace, c, p, max(1, max_lanes))
     copies = _place_custom_band(c, p)
     keep = np.nonzero(p.lane >= 0)[0]
     span_index = np.concatenate([keep, copies.items])
@@ -220,28 +235,89 @@ def build_layout(trace: TraceData) -> Layout:
         tid=c.tids[span_index],
         extent=(0.0, float((c.ends.max() - t0) / 1e3) if n else 1.0),
         height=max(p.y - LANE_GAP, ROW_HEIGHT),
+        collapsed_threads=collapsed,
     )
 
 
-def _place_threads(trace: TraceData, c: _Columns, p: _Placement) -> None:
-    """A lane per thread, in the trace's thread order, rows by nesting depth; no span, no lane."""
+def _group_depths(group: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """:func:`_depths` of every group at once; input sorted by (group, start, -end).
+
+    Times become ranks (so ``group * (ranks + 1) + rank`` fits in int64 for any trace) and one
+    searchsorted over the ends sorted per group counts, for each span, the spans of its group
+    ended by its start.
+    """
+    n = len(starts)
+    if not n:
+        return np.zeros(0, dtype=np.int64)
+    times, rank = np.unique(np.concatenate([starts, ends]), return_inverse=True)
+    rank = rank.ravel()
+    r_start, r_end = rank[:n], rank[n:]
+    width = len(times) + 1
+    key_end = np.sort(group * width + r_end)
+    first = np.concatenate(([0], np.flatnonzero(group[1:] != group[:-1]) + 1))
+    g_first = np.repeat(first, np.diff(np.append(first, n)))  # each span's group's first position
+    ended = np.searchsorted(key_end, group * width + r_start, side="right") - g_first
+    zero = ends == starts
+    if zero.any():
+        # Zero-length spans at the same start sort after the longer ones and are not "earlier":
+        # take back out those starting by this span's start (z_upto) that come after it.
+        zc = np.cumsum(zero) - zero  # zero-length spans before each position
+        key_zero = (group * width + r_start)[zero]
+        z_upto = np.searchsorted(key_zero, group * width + r_start, side="right") - zc[g_first]
+        z_before = zc - zc[g_first]
+        ended = ended - (z_upto - z_before)
+    return np.maximum(np.arange(n) - g_first - ended, 0)
+
+
+def _place_threads(trace: TraceData, c: _Columns, p: _Placement, max_lanes: int) -> int:
+    """A lane per thread, in the trace's thread order, rows by nesting depth; no span, no lane.
+
+    Past ``max_lanes`` threads the busiest ``max_lanes - 1`` (by time in their outermost spans)
+    keep their lanes and the others share one collapsed lane below them; returns how many.
+    """
     on_thread = np.nonzero(c.roles != _ROLE_CODE["parent"])[0]
     on_thread = on_thread[np.lexsort((-c.ends[on_thread], c.starts[on_thread], c.tids[on_thread]))]
-    sorted_tids = c.tids[on_thread]
-    known = {t.tid for t in trace.threads}
-    extra = [ThreadInfo(int(t), f"thread {int(t)}") for t in np.unique(sorted_tids) if int(t) not in known]
-    for t in [*trace.threads, *extra]:  # an imported trace may name no thread at all
-        lo, hi = np.searchsorted(sorted_tids, [t.tid, t.tid + 1])
-        if lo == hi:
-            continue
-        idx = on_thread[lo:hi]
-        depth = _depths(c.starts[idx], c.ends[idx])
-        y, first_row = p.y, p.next_row
-        p.lane[idx] = p.add_lane(Lane(t.name, "thread", t.tid, y, int(depth.max()) + 1))
-        p.depth[idx] = depth
-        p.row[idx] = first_row + depth
-        p.top[idx] = y + depth * ROW_HEIGHT + 0.05
-        p.bottom[idx] = y + (depth + 1) * ROW_HEIGHT - 0.05
+    if not len(on_thread):
+        return 0
+    tids = c.tids[on_thread]
+    utids, first, group = np.unique(tids, return_index=True, return_inverse=True)
+    group = group.ravel()
+    depth = _group_depths(group, c.starts[on_thread], c.ends[on_thread])
+    n_threads = len(utids)
+    # Lane order: the trace's thread order, then threads it does not name, by tid.
+    names = trace.thread_names()
+    position = {t.tid: i for i, t in enumerate(trace.threads)}
+    big = len(position)
+    order_key = np.array([position.get(t, big) for t in utids.tolist()], dtype=np.int64)
+    lane_order = np.lexsort((utids, order_key))
+    keep = np.ones(n_threads, dtype=bool)
+    collapsed = 0
+    if n_threads > max_lanes:
+        busy = np.bincount(group, weights=np.where(depth == 0, c.ends[on_thread] - c.starts[on_thread], 0), minlength=n_threads)
+        top = np.argsort(-busy, kind="stable")[: max_lanes - 1]
+        keep[:] = False
+        keep[top] = True
+        collapsed = n_threads - len(top)
+    rows = np.maximum.reduceat(depth, first) + 1
+    lane_of = np.full(n_threads, -1, dtype=np.int64)
+    for g in lane_order[keep[lane_order]].tolist():
+        t = int(utids[g])
+        lane_of[g] = p.add_lane(Lane(names.get(t, f"thread {t}"), LaneKind.THREAD, t, p.y, int(rows[g])))
+    if collapsed:
+        rest = ~keep
+        label = f"{collapsed:,} more threads (collapsed)"
+        lane_of[rest] = p.add_lane(Lane(label, LaneKind.COLLAPSED, None, p.y, int(rows[rest].max())))
+    lanes = p.lanes
+    lane_top = np.array([ln.top for ln in lanes], dtype=np.float64)
+    lane_row = np.concatenate(([0], np.cumsum([ln.rows for ln in lanes])[:-1])).astype(np.int64)
+    ln = lane_of[group]
+    p.lane[on_thread] = ln
+    p.depth[on_thread] = depth
+    p.row[on_thread] = lane_row[ln] + depth
+    y = lane_top[ln]
+    p.top[on_thread] = y + depth * ROW_HEIGHT + 0.05
+    p.bottom[on_thread] = y + (depth + 1) * ROW_HEIGHT - 0.05
+    return collapsed
 
 
 def _place_custom_band(c: _Columns, p: _Placement) -> _Copies:
@@ -262,7 +338,7 @@ def _place_custom_band(c: _Columns, p: _Placement) -> _Copies:
     slots = np.array(_first_fit(c.starts[parents].tolist(), c.ends[parents].tolist()), dtype=np.int64)
     y, first_row = p.y, p.next_row
     base = slots * band
-    p.lane[parents] = p.add_lane(Lane("custom ops", "custom", None, y, (int(slots.max()) + 1) * band))
+    p.lane[parents] = p.add_lane(Lane("custom ops", LaneKind.CUSTOM, None, y, (int(slots.max()) + 1) * band))
     p.row[parents] = first_row + base
     p.top[parents] = y + base * ROW_HEIGHT + 0.02
     p.bottom[parents] = y + (base + band) * ROW_HEIGHT - 0.02
