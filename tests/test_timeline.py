@@ -11,14 +11,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 from bokeh.models import BoxZoomTool, CustomJS, CustomJSHover, PanTool, Range1d, RangeTool, ResetTool, TapTool, WheelZoomTool
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import opprof
 import opprof.demo
 from opprof.trace import Span, ThreadInfo, Trace
-from opprof.trace.synthetic import synthetic_trace
+from opprof.trace.synthetic import many_threads_trace, synthetic_trace
 from opprof.trace.text import fmt_us
 from opprof.view.figure import PALETTE, ROLE_COLORS, ROLE_LABELS, build_timeline, save_html
-from opprof.view.layout import ROLE_NAMES, blocks, build_layout
+from opprof.view.layout import MAX_LANES, ROLE_NAMES, LaneKind, _depths, blocks, build_layout
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -232,3 +234,60 @@ def test_import_opprof_does_not_import_bokeh() -> None:
     code = "import opprof.view, opprof, opprof.trace as t; print(type(opprof.timeline(t.Trace(), load_js=False)).__name__)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "TimelineWidget"
+
+
+# ---------------------------------------------------------------------------- many threads
+def test_a_hundred_thousand_threads_draw_with_the_rest_collapsed_and_the_note_says_so(tmp_path: Path) -> None:
+    trace = many_threads_trace(100_000)
+    tl = build_timeline(trace)
+    lanes = tl.layout.lanes
+    assert len(lanes) == MAX_LANES  # 499 busiest threads, then one collapsed lane
+    assert [ln.kind for ln in lanes].count(LaneKind.COLLAPSED) == 1
+    assert lanes[-1].kind == LaneKind.COLLAPSED and lanes[-1].label == "99,501 more threads (collapsed)"
+    assert tl.layout.collapsed_threads == 99_501
+    assert "99,501 threads share the lane" in tl.note.text
+    # Every span is placed, and the kept lanes are the busiest threads.
+    assert len(tl.layout) == trace.n_spans and (tl.layout.lane >= 0).all()
+    t = trace.table
+    busy = np.bincount(t.tid, weights=np.where(t.name == t.code_of("handle_request"), t.end - t.start, 0))
+    kept = {ln.tid for ln in lanes if ln.kind == LaneKind.THREAD}
+    assert min(busy[list(kept)]) >= max(np.delete(busy, [0, *kept]))
+    # Hover names any thread, collapsed or not.
+    assert all(name.startswith("worker-") for name in tl.names.data["thread"] if name)
+    save_html(trace, str(tmp_path / "t.html"))
+
+
+def test_ten_thousand_threads_each_get_a_lane_when_asked() -> None:
+    trace = many_threads_trace(10_000)
+    layout = build_layout(trace, max_lanes=10_000)
+    assert len(layout.lanes) == 10_000 and layout.collapsed_threads == 0
+    assert [ln.tid for ln in layout.lanes] == [th.tid for th in trace.threads]
+    tl = build_timeline(trace, max_lanes=10_000)
+    assert "collapsed" not in tl.note.text
+    ticks = tl.figure.yaxis.ticker.ticks
+    assert 10 <= len(ticks) < 200, "labels thinned to what 720 pixels show"
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 4), st.integers(0, 30), st.integers(0, 12)), max_size=40), st.integers(1, 5))
+def test_rows_are_each_threads_own_nesting_depth_however_many_lanes(raw: list[tuple[int, int, int]], max_lanes: int) -> None:
+    """Placing all threads at once (own lanes or collapsed) gives each span the depth that placing
+    its thread alone gives (:func:`_depths`, the one-thread rule)."""
+    spans, open_until = [], {}
+    for tid, start, dur in sorted(raw, key=lambda r: (r[1], -r[2])):
+        stack = [e for e in open_until.get(tid, []) if e > start]
+        end = min([start + dur, *stack])  # inside every span still open on its thread
+        spans.append(Span(f"s{len(spans)}", "python", tid, start, end))
+        open_until[tid] = [*stack, end]
+    trace = Trace(threads=[ThreadInfo(t, f"t{t}") for t in range(1, 5)], spans=spans)
+    assert trace.validate() == []
+    layout = build_layout(trace, max_lanes=max_lanes)
+    first_row = np.concatenate(([0], np.cumsum([ln.rows for ln in layout.lanes])))
+    for tid in range(1, 5):
+        mine = sorted((i for i, s in enumerate(spans) if s.tid == tid), key=lambda i: (spans[i].start, -spans[i].end))
+        if not mine:
+            continue
+        want = _depths(np.array([spans[i].start for i in mine]), np.array([spans[i].end for i in mine]))
+        pos = [int(np.flatnonzero(layout.span_index == i)[0]) for i in mine]
+        got = [int(layout.row[p] - first_row[layout.lane[p]]) for p in pos]
+        assert got == want.tolist()

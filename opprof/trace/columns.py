@@ -282,8 +282,8 @@ class SpanTable:
         names: Sequence[str],
         cats: Sequence[str],
         tids: Sequence[int],
-        starts: Sequence[int],
-        ends: Sequence[int],
+        starts: Sequence[int] | np.ndarray,
+        ends: Sequence[int] | np.ndarray,
         args: Sequence[dict[str, Any] | None],
         strings: StringTable | None = None,
     ) -> SpanTable:
@@ -315,7 +315,7 @@ class SpanTable:
         # then one array write each, which beats item assignment into arrays by ~3x.
         roles, invs, ops, bws = [], [], [], []
         for i in slow:
-            r, v, o, b, split, rest = _family_fields(args[i])  # type: ignore[arg-type]
+            r, v, o, b, split, rest = _family_fields(args[i])
             roles.append(r)
             invs.append(v)
             ops.append(-1 if o is None else code(o))

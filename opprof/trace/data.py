@@ -44,8 +44,8 @@ class TraceData:
         self._flow_table: FlowTable | None = None
         self._flows: list[Flow] | None = None
         self._names: tuple[int, int, dict[int, str]] | None = None
-        self.spans = spans  # type: ignore[assignment]
-        self.flows = flows  # type: ignore[assignment]
+        self.spans = spans
+        self.flows = flows
 
     # ------------------------------------------------------------------ spans
     @property

@@ -14,7 +14,7 @@ import numpy as np
 from .columns import ROLE_CODE, SpanTable
 from .records import Role, Span
 
-__all__ = ["family_splits", "parent_split", "split_columns", "split_invocation", "stored_split", "sweep_split"]
+__all__ = ["family_splits", "parent_split", "split_columns", "split_in_args", "split_invocation", "stored_split", "sweep_split"]
 
 
 def _union(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -177,6 +177,12 @@ def family_splits(table: SpanTable) -> tuple[np.ndarray, np.ndarray]:
         hit[pos_ok] = table.split_at[pos[pos_ok]] == parents[pos_ok]
         split[hit] = table.split_ns[pos[hit]]
         have = hit
+    if len(table.args_at) and not have.all():
+        # A file's split in µs that are not whole ns stays among the sparse args: read it there.
+        for k in np.flatnonzero(~have).tolist():
+            stored = split_in_args(table, int(parents[k]))
+            if stored is not None:
+                split[k], have[k] = stored, True
     missing = parents[~have]
     if len(missing):
         members = np.flatnonzero((table.inv >= 0) & ~is_parent)
@@ -197,6 +203,19 @@ def family_splits(table: SpanTable) -> tuple[np.ndarray, np.ndarray]:
             table.role[members],
         )
     return parents, split
+
+
+def split_in_args(table: SpanTable, i: int) -> tuple[int, int, int] | None:
+    """A split of span ``i`` kept among its sparse args (µs that are not whole ns), in ns, or None."""
+    k = int(np.searchsorted(table.args_at, i))
+    if k >= len(table.args_at) or table.args_at[k] != i:
+        return None
+    a = table.args[k]
+    try:
+        py, sub, wait = a["python_us"], a["subops_us"], a["waiting_us"]
+        return round(float(py) * 1e3), round(float(sub) * 1e3), round(float(wait) * 1e3)
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def stored_split(parent: Span) -> tuple[int, int, int] | None:

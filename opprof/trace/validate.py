@@ -15,6 +15,7 @@ import numpy as np
 from .columns import NO_ROLE, OTHER_ROLE, ROLE_CODE, ROLES, SpanTable
 from .data import TraceData
 from .records import Role
+from .split import split_in_args
 
 __all__ = ["validate"]
 
@@ -145,15 +146,11 @@ def _iter_families(t: SpanTable) -> Iterator[str]:
 
 def _split_from_args(t: SpanTable, split_sum: np.ndarray, has_split: np.ndarray) -> None:
     """Splits a file stored in µs that are not whole ns (kept among the sparse args) count too."""
-    for i, extra in zip(t.args_at.tolist(), t.args, strict=True):
-        if t.role[i] != _PARENT or has_split[i]:
-            continue
-        try:
-            values = [float(extra[k]) for k in ("python_us", "subops_us", "waiting_us")]
-        except (KeyError, TypeError, ValueError):
-            continue
-        split_sum[i] = sum(round(v * 1e3) for v in values)
-        has_split[i] = True
+    for i in t.args_at.tolist():
+        if t.role[i] == _PARENT and not has_split[i]:
+            stored = split_in_args(t, i)
+            if stored is not None:
+                split_sum[i], has_split[i] = sum(stored), True
 
 
 def validate(trace: TraceData) -> list[str]:
