@@ -20,8 +20,6 @@ ag = mx.autograd
 # ---------------------------------------------------------------------------- fixtures and helpers
 
 
-
-
 def nd64(a: Any) -> Any:
     return mx.nd.array(np.asarray(a, dtype=np.float64))
 
@@ -148,7 +146,6 @@ _SO_W = _softmax_output_weights(_SO_LABEL, 3, np.ones(4, bool), 0.7 / 4)
 _SO_ML = np.array([[[0.0, 1.0], [2.0, 1.0]], [[1.0, 1.0], [0.0, 2.0]]])
 _SO_MW = _softmax_output_weights(_SO_ML, 3, _SO_ML != 1, 1.3 / 4)  # 4 labels are not the ignored 1
 _SO_MN = _softmax_output_weights(_SO_ML, 3, np.ones(_SO_ML.shape, bool), 1.0 / 4)  # null: / spatial size
-
 
 
 def _batch_norm(op: Any, x: Any, gamma: Any, beta: Any, **kwargs: Any) -> Any:
@@ -425,9 +422,7 @@ GRAD_CASES: list[GradCase] = [
     GradCase("slice_like axes", "slice_like", lambda x: mx.nd.slice_like(x, mx.nd.zeros((1, 2)), axes=(-1,)), [normal(S)]),
     GradCase("pick", "pick", lambda x: mx.nd.pick(x, mx.nd.array([0, 3, 1])), [normal(S)]),
     GradCase("pick axis=0 keepdims", "pick", lambda x: mx.nd.pick(x, mx.nd.array([2, 0, 1, 2]), 0, True), [normal(S)]),
-    GradCase(
-        "choose_element_0index", "pick", lambda x: mx.nd.choose_element_0index(x, mx.nd.array([1, 1, 2])), [normal(S)]
-    ),
+    GradCase("choose_element_0index", "pick", lambda x: mx.nd.choose_element_0index(x, mx.nd.array([1, 1, 2])), [normal(S)]),
     GradCase("gather_nd", "gather_nd", lambda x: mx.nd.gather_nd(x, mx.nd.array([[0, 2, 2], [1, -1, -1]])), [normal(S)]),
     GradCase("gather_nd rows", "gather_nd", lambda x: mx.nd.gather_nd(x, mx.nd.array([[2, 0]])), [normal(S)]),
     # nn

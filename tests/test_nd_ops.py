@@ -427,8 +427,15 @@ def test_sample_normal() -> None:
 
 
 # ---------------------------------------------------------------------------- Pooling, FullyConnected
-def ref_pool(x: np.ndarray, kernel: tuple[int, ...], stride: tuple[int, ...], pad: tuple[int, ...], kind: str,
-             out_sizes: tuple[int, ...], include_pad: bool = True) -> np.ndarray:
+def ref_pool(
+    x: np.ndarray,
+    kernel: tuple[int, ...],
+    stride: tuple[int, ...],
+    pad: tuple[int, ...],
+    kind: str,
+    out_sizes: tuple[int, ...],
+    include_pad: bool = True,
+) -> np.ndarray:
     """Pooling written out window by window: padded values never win a max, and count in an average's divisor."""
     out = np.zeros(x.shape[:2] + out_sizes)
     for pos in np.ndindex(*out_sizes):
@@ -747,7 +754,13 @@ def test_correlation_matches_reference(k: int, md: int, s1: int, s2: int, pad: i
     rng = np.random.default_rng(2)
     a, b = rng.normal(size=(2, 3, 8, 9)), rng.normal(size=(2, 3, 8, 9))
     y = mx.nd.Correlation(
-        mx.nd.array(a), mx.nd.array(b), kernel_size=k, max_displacement=md, stride1=s1, stride2=s2, pad_size=pad,
+        mx.nd.array(a),
+        mx.nd.array(b),
+        kernel_size=k,
+        max_displacement=md,
+        stride1=s1,
+        stride2=s2,
+        pad_size=pad,
         is_multiply=mul,
     )
     np.testing.assert_allclose(y.asnumpy(), _correlation_ref(a, b, k, md, s1, s2, pad, mul), rtol=1e-4, atol=1e-6)

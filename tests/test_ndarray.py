@@ -16,8 +16,6 @@ import opprof as mx
 # ---------------------------------------------------------------------------- fixtures and helpers
 
 
-
-
 def rng(seed: int = 0) -> np.random.Generator:
     return np.random.default_rng(seed)
 

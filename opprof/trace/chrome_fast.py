@@ -14,14 +14,14 @@ event when one is wrong. So this module decides only how fast a file loads, neve
 from __future__ import annotations
 
 from collections.abc import Iterator
-from itertools import chain, compress, repeat
-from operator import attrgetter, is_not
+from itertools import compress, repeat
+from operator import attrgetter
 from typing import Any
 
 import msgspec
 import numpy as np
 
-from .columns import FlowTable, SpanTable
+from .columns import FlowTable, SpanTable, StringTable
 from .records import CUSTOM_OP, CounterSample, Instant, Role
 
 __all__ = ["NotFast", "read_lines"]
@@ -62,17 +62,26 @@ def _ns(t0: int, us: np.ndarray) -> np.ndarray:
 
 
 class _Gathered:
-    """What the lines hold, gathered as columns until the whole file is read."""
+    """What the lines hold, as columns, until the whole file is read. Each line's events become
+    columns before the next line is decoded, so the decoded structs (and the slices' args dicts)
+    of one line only are alive at a time."""
 
     def __init__(self) -> None:
-        self.names: list[str] = []
-        self.cats: list[str] = []
-        self.tids: list[Any] = []
-        self.starts: list[np.ndarray] = []
-        self.ends: list[np.ndarray] = []
-        self.args: list[Any] = []
-        self.track: list[tuple[np.ndarray, list[_Ev]]] = []  # custom-op b/e events, with their order
-        self.flow: list[tuple[np.ndarray, list[_Ev]]] = []  # s/f events, with their order
+        self.strings = StringTable()  # shared by every line's table: concatenating needs no remap
+        self.tables: list[SpanTable] = []
+        # custom-op b/e events: is it a b, its (tid, id), its time; the b events that have args
+        self.track_open: list[np.ndarray] = []
+        self.track_tid: list[Any] = []
+        self.track_id: list[Any] = []
+        self.track_ts: list[np.ndarray] = []
+        self.track_args: dict[int, tuple[Any, Any, Any]] = {}  # position -> (name, tid, args)
+        # s/f events
+        self.flow_open: list[np.ndarray] = []
+        self.flow_id: list[Any] = []
+        self.flow_name: list[Any] = []
+        self.flow_cat: list[Any] = []
+        self.flow_tid: list[Any] = []
+        self.flow_ts: list[np.ndarray] = []
         self.thread_names: dict[Any, str] = {}
         self.order: dict[Any, int] = {}
         self.instants: list[Instant] = []
@@ -82,25 +91,16 @@ class _Gathered:
 def read_lines(lines: Iterator[bytes], t0: int) -> tuple[SpanTable, FlowTable, _Gathered]:
     """The spans and flows of the lines ``save`` wrote (each a chunk of events without brackets)."""
     g = _Gathered()
-    offset = 0
     for line in lines:
         try:
             evs = _DECODER.decode(b"[" + line + b"]")
         except (msgspec.DecodeError, msgspec.ValidationError):
             raise NotFast from None
-        _line(g, evs, offset, t0)
-        offset += len(evs)
-    spans = SpanTable.from_rows(
-        g.names,
-        g.cats,
-        g.tids,
-        np.concatenate(g.starts) if g.starts else np.zeros(0, np.int64),
-        np.concatenate(g.ends) if g.ends else np.zeros(0, np.int64),
-        g.args,
-    )
+        _line(g, evs, t0)
+        del evs
     parents = _parents(g, t0)
-    if parents is not None:
-        spans = SpanTable.concat([spans, parents])
+    tables = g.tables + ([parents] if parents is not None else [])
+    spans = SpanTable.concat(tables) if tables else SpanTable.empty()
     return spans.sorted_by_start(), _flows(g, t0), g
 
 
@@ -109,7 +109,7 @@ _PH = {"X": 0, "b": 1, "e": 2, "s": 3, "f": 4}
 _OTHER_PH = 5
 
 
-def _line(g: _Gathered, evs: list[_Ev], offset: int, t0: int) -> None:
+def _line(g: _Gathered, evs: list[_Ev], t0: int) -> None:
     ph = np.fromiter(map(_PH.get, map(attrgetter("ph"), evs), repeat(_OTHER_PH)), dtype=np.int8, count=len(evs))
     is_x = ph == 0
     if is_x.any():
@@ -123,24 +123,38 @@ def _line(g: _Gathered, evs: list[_Ev], offset: int, t0: int) -> None:
         if (dur < 0).any():
             raise NotFast
         start = _ns(t0, ts)
-        g.starts.append(start)
-        g.ends.append(start + np.rint(dur * 1e3).astype(np.int64))
-        g.names.extend(names)
-        g.cats.extend(cats)
+        end = start + np.rint(dur * 1e3).astype(np.int64)
         args = list(map(attrgetter("args"), xs))
         if set(map(type, args)) - {type(None), dict}:
             raise NotFast
-        g.tids.extend(map(attrgetter("tid"), xs))
-        g.args.extend(args)
+        tids = list(map(attrgetter("tid"), xs))
+        try:
+            g.tables.append(SpanTable.from_rows(names, cats, tids, start, end, args, strings=g.strings))
+        except (TypeError, ValueError, OverflowError):
+            raise NotFast from None
     is_be = (ph == 1) | (ph == 2)
     if is_be.any():
         evs_be = list(compress(evs, is_be.tolist()))
         if set(map(attrgetter("cat"), evs_be)) != {CUSTOM_OP}:
             raise NotFast  # another tool's async events: the careful reader skips them as it should
-        g.track.append((np.flatnonzero(is_be) + offset, evs_be))
+        base = len(g.track_tid)
+        g.track_open.append(ph[is_be] == 1)
+        g.track_tid.extend(map(attrgetter("tid"), evs_be))
+        g.track_id.extend(map(attrgetter("id"), evs_be))
+        g.track_ts.append(_numbers(list(map(attrgetter("ts"), evs_be))))
+        # Only an opening event with args can be a parent: the children's carry none.
+        for k, ev in enumerate(evs_be):
+            if ev.args is not None and ev.ph == "b":
+                g.track_args[base + k] = (ev.name, ev.tid, ev.args)
     is_sf = (ph == 3) | (ph == 4)
     if is_sf.any():
-        g.flow.append((np.flatnonzero(is_sf) + offset, list(compress(evs, is_sf.tolist()))))
+        evs_sf = list(compress(evs, is_sf.tolist()))
+        g.flow_open.append(ph[is_sf] == 3)
+        g.flow_id.extend(map(attrgetter("id"), evs_sf))
+        g.flow_name.extend(map(attrgetter("name"), evs_sf))
+        g.flow_cat.extend(map(attrgetter("cat"), evs_sf))
+        g.flow_tid.extend(map(attrgetter("tid"), evs_sf))
+        g.flow_ts.append(_numbers(list(map(attrgetter("ts"), evs_sf))))
     for ev in compress(evs, (ph == _OTHER_PH).tolist()):
         _point(g, ev, t0)
 
@@ -218,30 +232,28 @@ def _brackets(key: np.ndarray, opens: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 def _parents(g: _Gathered, t0: int) -> SpanTable | None:
     """A span per custom-op parent track (its ``b`` holds the parent's args; its ``e`` ends it)."""
-    if not g.track:
+    if not g.track_tid:
         return None
-    evs = list(chain.from_iterable(part for _, part in g.track))
-    opens = np.fromiter(map(_PH.get, map(attrgetter("ph"), evs)), dtype=np.int8, count=len(evs)) == _PH["b"]
-    key = _pair_keys(list(map(attrgetter("tid"), evs)), list(map(attrgetter("id"), evs)))
-    ts = _ns(t0, _numbers(list(map(attrgetter("ts"), evs))))
+    opens = np.concatenate(g.track_open)
+    key = _pair_keys(g.track_tid, g.track_id)
+    ts = _ns(t0, np.concatenate(g.track_ts))
     b, e = _brackets(key, opens)
     by_close = np.argsort(e, kind="stable")  # the careful reader makes each parent at its close
     b, e = b[by_close], e[by_close]
-    # Only a track's opening event with args can be a parent: the children's carry none.
-    with_args = np.fromiter(map(is_not, map(attrgetter("args"), evs), repeat(None)), dtype=bool, count=len(evs))
+    with_args = np.zeros(len(opens), dtype=bool)
+    with_args[list(g.track_args)] = True
     keep_pair = with_args[b]
     b, e = b[keep_pair], e[keep_pair]
     names, tids, starts, ends, args = [], [], [], [], []
     for i, j in zip(b.tolist(), e.tolist(), strict=True):
-        a = evs[i].args
+        name, tid, a = g.track_args[i]
         if not isinstance(a, dict):
             raise NotFast
         if a and a.get("role") == Role.PARENT:
-            inv = a.get("invocation")
-            if type(inv) is not int:
+            if type(a.get("invocation")) is not int:
                 raise NotFast
-            names.append(str(evs[i].name))
-            tids.append(evs[i].tid)
+            names.append(str(name))
+            tids.append(tid)
             starts.append(int(ts[i]))
             ends.append(int(ts[j]))
             args.append(dict(a))
@@ -257,31 +269,29 @@ def _parents(g: _Gathered, t0: int) -> SpanTable | None:
         [starts[k] for k in keep],
         [ends[k] for k in keep],
         [args[k] for k in keep],
+        strings=g.strings,
     )
 
 
 def _flows(g: _Gathered, t0: int) -> FlowTable:
     """An arrow per ``s`` and the ``f`` that closes it (matched per id as a stack), in ``f`` order."""
-    if not g.flow:
+    if not g.flow_id:
         return FlowTable.empty()
-    evs = list(chain.from_iterable(part for _, part in g.flow))
-    opens = np.fromiter(map(_PH.get, map(attrgetter("ph"), evs)), dtype=np.int8, count=len(evs)) == _PH["s"]
-    key = _keys(list(map(attrgetter("id"), evs)))
-    ts = _ns(t0, _numbers(list(map(attrgetter("ts"), evs))))
+    opens = np.concatenate(g.flow_open)
+    key = _keys(g.flow_id)
+    ts = _ns(t0, np.concatenate(g.flow_ts))
     s, f = _brackets(key, opens)
     by_f = np.argsort(f, kind="stable")
-    s, f = s[by_f], f[by_f]
-    src = list(map(evs.__getitem__, s.tolist()))
-    dst = list(map(evs.__getitem__, f.tolist()))
-    name, cat = list(map(attrgetter("name"), src)), list(map(attrgetter("cat"), src))
-    if set(map(type, name)) - {str} or set(map(type, cat)) - {str}:
+    s, f = s[by_f].tolist(), f[by_f].tolist()
+    pick = list(map(g.flow_name.__getitem__, s)), list(map(g.flow_cat.__getitem__, s))
+    if set(map(type, pick[0])) - {str} or set(map(type, pick[1])) - {str}:
         raise NotFast
     return FlowTable.from_rows(
-        list(map(attrgetter("id"), src)),
-        name,
-        cat,
-        list(map(attrgetter("tid"), src)),
+        list(map(g.flow_id.__getitem__, s)),
+        pick[0],
+        pick[1],
+        list(map(g.flow_tid.__getitem__, s)),
         ts[s],
-        list(map(attrgetter("tid"), dst)),
+        list(map(g.flow_tid.__getitem__, f)),
         ts[f],
     )

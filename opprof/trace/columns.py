@@ -508,6 +508,8 @@ class SpanTable:
         """One table holding every span of ``tables`` in turn (their strings merged)."""
         if not tables:
             return cls.empty()
+        if all(t.strings is tables[0].strings for t in tables):  # one shared table: codes as they are
+            return cls._concat_shared(tables)
         st = StringTable(tables[0].strings)
         parts: dict[str, list[np.ndarray]] = {
             k: [] for k in ("start", "end", "tid", "name", "cat", "role", "inv", "op_type", "backward")
@@ -533,6 +535,23 @@ class SpanTable:
             split_ns=np.concatenate(split_ns).reshape(-1, 3),
             args_at=np.concatenate(args_at),
             args=args,
+            **cols,
+        )
+
+    @classmethod
+    def _concat_shared(cls, tables: Sequence[SpanTable]) -> SpanTable:
+        """:meth:`concat` of tables that share one string list (a reader's lines)."""
+        offsets = np.cumsum([0] + [len(t) for t in tables])[:-1].tolist()
+        cols = {
+            k: np.concatenate([getattr(t, k) for t in tables])
+            for k in ("start", "end", "tid", "name", "cat", "role", "inv", "op_type", "backward")
+        }
+        return cls(
+            strings=tables[0].strings,
+            split_at=np.concatenate([t.split_at + o for t, o in zip(tables, offsets, strict=True)]),
+            split_ns=np.concatenate([t.split_ns for t in tables]).reshape(-1, 3),
+            args_at=np.concatenate([t.args_at + o for t, o in zip(tables, offsets, strict=True)]),
+            args=[a for t in tables for a in t.args],
             **cols,
         )
 

@@ -99,6 +99,20 @@ def stat_columns(spans: SpanTable | Sequence[Span], *, by_category: bool = True)
         cats = [t.strings[i] for i in cats_i.tolist()]
         key = cat_code * max(1, len(names)) + name_code
     dur = t.end - t.start
+    n_keys = max(1, len(names)) * max(1, len(cats) if by_category else 1)
+    if n_keys <= 4 * n + (1 << 16):
+        # Dense groups: reductions by group with no sort (a stable argsort of 10M keys took 1.7 s);
+        # int64 ``ufunc.at`` keeps the totals exact.
+        count_all = np.bincount(key, minlength=n_keys)
+        used = np.flatnonzero(count_all)
+        total_all = np.zeros(n_keys, dtype=np.int64)
+        np.add.at(total_all, key, dur)
+        lo_all = np.full(n_keys, np.iinfo(np.int64).max)
+        np.minimum.at(lo_all, key, dur)
+        hi_all = np.full(n_keys, np.iinfo(np.int64).min)
+        np.maximum.at(hi_all, key, dur)
+        count, total, lo, hi, group = count_all[used], total_all[used], lo_all[used], hi_all[used], used
+        return _finish(names, cats, by_category, group, count, total, lo, hi)
     order = np.argsort(key, kind="stable")
     key, dur = key[order], dur[order]
     firsts = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
@@ -107,9 +121,22 @@ def stat_columns(spans: SpanTable | Sequence[Span], *, by_category: bool = True)
     lo = np.minimum.reduceat(dur, firsts)
     hi = np.maximum.reduceat(dur, firsts)
     group = key[firsts]
+    return _finish(names, cats, by_category, group, count, total, lo, hi)
+
+
+def _finish(
+    names: list[str],
+    cats: list[str],
+    by_category: bool,
+    group: np.ndarray,
+    count: np.ndarray,
+    total: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+) -> StatColumns:
+    """The groups in their order: largest total first, then category and name as strings."""
     g_name = group % max(1, len(names))
     g_cat = group // max(1, len(names))
-    # Ties in total go by category, then name, as strings: rank the distinct strings once.
     by = np.lexsort((_rank(names)[g_name], _rank(cats)[g_cat] if by_category else g_cat, -total))
     g_name, g_cat = g_name[by].tolist(), g_cat[by].tolist()
     return StatColumns(
@@ -123,9 +150,14 @@ def stat_columns(spans: SpanTable | Sequence[Span], *, by_category: bool = True)
 
 
 def _compact(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(dense codes 0..k-1, the original code of each): groups only for strings in use."""
-    used, dense = np.unique(codes, return_inverse=True)
-    return dense.ravel().astype(np.int64), used
+    """(dense codes 0..k-1, the original code of each): groups only for strings in use. Codes are
+    small (a string table's), so a count per code finds them with no sort."""
+    if not len(codes):
+        return codes.astype(np.int64), codes.astype(np.int64)
+    used = np.flatnonzero(np.bincount(codes))
+    dense = np.full(int(codes.max()) + 1, -1, dtype=np.int64)
+    dense[used] = np.arange(len(used))
+    return dense[codes], used
 
 
 def _rank(values: list[str]) -> np.ndarray:

@@ -105,7 +105,30 @@ def _depths(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
 
 
 def _first_fit(starts: list[int], ends: list[int]) -> list[int]:
-    """Lowest free row per interval so that intervals in one row never overlap (input sorted by start)."""
+    """Lowest free row per interval so that intervals in one row never overlap (input sorted by start).
+
+    Intervals that overlap no earlier one (most custom ops run one after another) take row 0
+    without the heap: only runs of overlapping intervals are packed one by one.
+    """
+    n = len(starts)
+    if not n:
+        return []
+    s, e = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
+    reach = np.maximum.accumulate(e)
+    alone = np.ones(n, dtype=bool)
+    alone[1:] = s[1:] >= reach[:-1]  # starts after everything before it has ended
+    if alone.all():
+        return [0] * n
+    rows = np.zeros(n, dtype=np.int64)
+    cut = np.flatnonzero(alone).tolist() + [n]  # each run of overlapping intervals starts at a cut
+    for a, b in zip(cut[:-1], cut[1:], strict=True):
+        if b - a > 1:
+            rows[a:b] = _heap_fit(starts[a:b], ends[a:b])
+    return rows.tolist()
+
+
+def _heap_fit(starts: list[int], ends: list[int]) -> list[int]:
+    """First fit with a heap of busy rows (one run of overlapping intervals)."""
     busy: list[tuple[int, int]] = []  # (end, row) of rows in use
     free: list[int] = []
     rows = []
@@ -226,9 +249,11 @@ def build_layout(trace: TraceData, max_lanes: int = MAX_LANES) -> Layout:
         span_index=span_index,
         left=(c.starts[span_index] - t0) / 1e3,
         right=(c.ends[span_index] - t0) / 1e3,
-        top=np.concatenate([p.top[keep], copies.top]),
-        bottom=np.concatenate([p.bottom[keep], copies.bottom]),
-        row=np.concatenate([p.row[keep], copies.row]),
+        # float32 and int32: what is drawn is float32 anyway, and at 10M spans (16M rectangles
+        # with the band's copies) each 8-byte column is 128 MB.
+        top=np.concatenate([p.top[keep], copies.top]).astype(np.float32),
+        bottom=np.concatenate([p.bottom[keep], copies.bottom]).astype(np.float32),
+        row=np.concatenate([p.row[keep], copies.row]).astype(np.int32),
         lane=np.concatenate([p.lane[keep], np.full(len(copies.items), len(p.lanes) - 1, dtype=np.int32)]),
         role=c.roles[span_index],
         invocation=c.invs[span_index],
@@ -239,21 +264,43 @@ def build_layout(trace: TraceData, max_lanes: int = MAX_LANES) -> Layout:
     )
 
 
+def _thread_order(tids: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The order by (thread, start, -end). A trace's spans are already by (start, -end), so one
+    stable sort by thread does it: a radix sort when the thread codes fit 16 bits (0.2 s for 10M
+    spans, where the three-key lexsort took 4.5 s)."""
+    n = len(tids)
+    if n and bool(np.all((starts[1:] > starts[:-1]) | ((starts[1:] == starts[:-1]) & (ends[1:] <= ends[:-1])))):
+        codes = tids
+        if tids.min() < 0 or tids.max() >= 1 << 16:
+            _, codes = np.unique(tids, return_inverse=True)
+            codes = codes.ravel()
+        if codes.max() < 1 << 16:
+            return np.argsort(codes.astype(np.uint16), kind="stable")
+        return np.argsort(codes, kind="stable")
+    return np.lexsort((-ends, starts, tids))
+
+
 def _group_depths(group: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """:func:`_depths` of every group at once; input sorted by (group, start, -end).
 
-    Times become ranks (so ``group * (ranks + 1) + rank`` fits in int64 for any trace) and one
-    searchsorted over the ends sorted per group counts, for each span, the spans of its group
-    ended by its start.
+    Each group's times are offset past the previous group's (or, where that would not fit in
+    int64, replaced by their ranks) and one searchsorted over the ends sorted per group counts,
+    for each span, the spans of its group ended by its start.
     """
     n = len(starts)
     if not n:
         return np.zeros(0, dtype=np.int64)
-    times, rank = np.unique(np.concatenate([starts, ends]), return_inverse=True)
-    rank = rank.ravel()
-    r_start, r_end = rank[:n], rank[n:]
-    width = len(times) + 1
-    key_end = np.sort(group * width + r_end)
+    lo = int(min(starts.min(), ends.min()))
+    span = int(max(starts.max(), ends.max())) - lo + 1
+    if (int(group[-1]) + 1) * span < 1 << 62:
+        # Times offset per group fit in int64: no ranks needed (a sort of 2n times saved).
+        r_start, r_end, width = starts - lo, ends - lo, span
+    else:
+        times, rank = np.unique(np.concatenate([starts, ends]), return_inverse=True)
+        rank = rank.ravel()
+        r_start, r_end = rank[:n], rank[n:]
+        width = len(times) + 1
+    key_end = np.sort(group * width + r_end, kind="stable")  # nearly sorted already: timsort merges runs
     first = np.concatenate(([0], np.flatnonzero(group[1:] != group[:-1]) + 1))
     g_first = np.repeat(first, np.diff(np.append(first, n)))  # each span's group's first position
     ended = np.searchsorted(key_end, group * width + r_start, side="right") - g_first
@@ -276,7 +323,7 @@ def _place_threads(trace: TraceData, c: _Columns, p: _Placement, max_lanes: int)
     keep their lanes and the others share one collapsed lane below them; returns how many.
     """
     on_thread = np.nonzero(c.roles != _ROLE_CODE["parent"])[0]
-    on_thread = on_thread[np.lexsort((-c.ends[on_thread], c.starts[on_thread], c.tids[on_thread]))]
+    on_thread = on_thread[_thread_order(c.tids[on_thread], c.starts[on_thread], c.ends[on_thread])]
     if not len(on_thread):
         return 0
     tids = c.tids[on_thread]
@@ -387,20 +434,40 @@ def blocks(layout: Layout, x0: float, x1: float, pixels: int = 1200, mask: np.nd
     if not len(small):
         return Blocks(big, one, layout.right[big], width[wide])
     col = np.floor((layout.left[small] - x0) / px).astype(np.int64)
-    order = np.lexsort((layout.left[small], col, layout.row[small]))
-    small = small[order]
-    key_row = layout.row[small]
-    key_col = col[order]
-    first = np.ones(len(small), dtype=bool)
-    first[1:] = (key_row[1:] != key_row[:-1]) | (key_col[1:] != key_col[:-1])
-    starts = np.nonzero(first)[0]
-    counts = np.diff(np.append(starts, len(small)))
-    right = np.maximum.reduceat(layout.right[small], starts)
+    col = np.clip(col, -1, pixels + 1) + 1  # spans starting off screen share the edge columns
+    ncols = pixels + 3
+    rows = int(layout.row.max()) + 1 if len(layout.row) else 1
+    key = layout.row[small].astype(np.int64) * ncols + col
+    left, right_s = layout.left[small], layout.right[small]
+    if rows * ncols <= max(4 * len(small), 1 << 22):
+        # Dense groups (every row and pixel column a slot): reductions by slot, no sort at all;
+        # a three-key lexsort of 10M spans took 4.5 s.
+        size = rows * ncols
+        counts_all = np.bincount(key, minlength=size)
+        slots = np.flatnonzero(counts_all)
+        min_left = np.full(size, np.inf)
+        np.minimum.at(min_left, key, left)
+        at_min = np.flatnonzero(left == min_left[key])
+        first_pos = np.full(size, len(small), dtype=np.int64)
+        np.minimum.at(first_pos, key[at_min], at_min)  # the earliest-listed of the leftmost
+        max_right = np.full(size, -np.inf)
+        np.maximum.at(max_right, key, right_s)
+        first = small[first_pos[slots]]
+        counts = counts_all[slots]
+        right = max_right[slots]
+        busy = np.bincount(key, weights=right_s - left, minlength=size)[slots]
+    else:
+        order = np.lexsort((left, key))
+        k = key[order]
+        starts = np.flatnonzero(np.concatenate(([True], k[1:] != k[:-1])))
+        counts = np.diff(np.append(starts, len(small)))
+        first = small[order[starts]]
+        right = np.maximum.reduceat(right_s[order], starts)
+        busy = np.add.reduceat((right_s - left)[order], starts)
     merged = counts > 1
-    right[merged] = np.maximum(right[merged], layout.left[small[starts]][merged] + px)
-    busy = np.add.reduceat(layout.right[small] - layout.left[small], starts)
+    right[merged] = np.maximum(right[merged], layout.left[first][merged] + px)
     return Blocks(
-        np.concatenate([big, small[starts]]),
+        np.concatenate([big, first]),
         np.concatenate([one, counts]),
         np.concatenate([layout.right[big], right]),
         np.concatenate([width[wide], busy]),
