@@ -17,6 +17,7 @@ x is microseconds since the trace's first event; y grows downward (row 0 at the 
 from __future__ import annotations
 
 import heapq
+import itertools
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -120,8 +121,8 @@ def _first_fit(starts: list[int], ends: list[int]) -> list[int]:
     if alone.all():
         return [0] * n
     rows = np.zeros(n, dtype=np.int64)
-    cut = np.flatnonzero(alone).tolist() + [n]  # each run of overlapping intervals starts at a cut
-    for a, b in zip(cut[:-1], cut[1:], strict=True):
+    cut = [*np.flatnonzero(alone).tolist(), n]  # each run of overlapping intervals starts at a cut
+    for a, b in itertools.pairwise(cut):
         if b - a > 1:
             rows[a:b] = _heap_fit(starts[a:b], ends[a:b])
     return rows.tolist()
