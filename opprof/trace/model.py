@@ -70,7 +70,7 @@ class Trace(TraceData):
 
     def save(self, path: str | os.PathLike[str], *, compress: bool = False) -> None:
         """Write the trace: opprof's own format when the name ends in ``.opprof`` (lossless, loads
-        without parsing; ``compress`` makes it ~4x smaller), else Chrome trace JSON (gzipped when
+        without parsing; ``compress`` makes it ~5x smaller), else Chrome trace JSON (gzipped when
         the name ends in ``.gz``), the format Perfetto and chrome://tracing open."""
         if os.fspath(path).endswith(NATIVE_SUFFIX):
             native.save(self, path, compress=compress)
