@@ -382,3 +382,14 @@ def test_analyses_on_columns_equal_the_object_model(t: Trace) -> None:
     for m in want:
         if "unknown role" not in m:
             assert m in got
+
+
+def test_stats_break_many_ties_by_category_then_name() -> None:
+    """Thousands of groups with one total (a trace of one-off names) take the ranked path."""
+    rng = np.random.default_rng(0)
+    spans = [
+        Span(f"step {k}", str(rng.choice(["python", "user"])), 1, 10 * k, 10 * k + int(rng.choice([5, 7])))
+        for k in rng.permutation(3000).tolist()
+    ]
+    t = Trace(threads=list(THREADS), spans=spans)
+    assert [(r.name, r.cat, r.count, r.total_ns, r.min_ns, r.max_ns) for r in t.stats()] == oracle_stats(spans)

@@ -137,7 +137,27 @@ def _finish(
     """The groups in their order: largest total first, then category and name as strings."""
     g_name = group % max(1, len(names))
     g_cat = group // max(1, len(names))
-    by = np.lexsort((_rank(names)[g_name], _rank(cats)[g_cat] if by_category else g_cat, -total))
+    by = np.argsort(-total, kind="stable")
+    t = total[by]
+    tied = np.zeros(len(t), dtype=bool)
+    tied[1:] = t[1:] == t[:-1]
+    tied[:-1] |= tied[1:]
+    k = int(np.count_nonzero(tied))
+    if k > 1000:
+        # Many ties (a trace of many one-off names): rank the tied groups' strings in C.
+        sub = by[tied]
+        name_rank = _rank([names[i] for i in g_name[sub].tolist()])
+        cat_rank = _rank([cats[i] for i in g_cat[sub].tolist()]) if by_category else np.zeros(k, dtype=np.int64)
+        by[tied] = sub[np.lexsort((name_rank, cat_rank, -total[sub]))]
+    elif k:
+        # Ties in total go by category, then name, as strings: sorted only where totals tie.
+        run_start = np.flatnonzero(np.concatenate(([True], t[1:] != t[:-1])))
+        run_end = np.append(run_start[1:], len(t))
+        long = run_end - run_start > 1
+        for a, b in zip(run_start[long].tolist(), run_end[long].tolist(), strict=True):
+            seg = by[a:b].tolist()
+            seg.sort(key=lambda i: ((cats[g_cat[i]] if by_category else ""), names[g_name[i]]))
+            by[a:b] = seg
     g_name, g_cat = g_name[by].tolist(), g_cat[by].tolist()
     return StatColumns(
         [names[i] for i in g_name],
@@ -158,12 +178,6 @@ def _compact(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     dense = np.full(int(codes.max()) + 1, -1, dtype=np.int64)
     dense[used] = np.arange(len(used))
     return dense[codes], used
-
-
-def _rank(values: list[str]) -> np.ndarray:
-    rank = np.empty(len(values), dtype=np.int64)
-    rank[np.argsort(np.array(values, dtype=object), kind="stable")] = np.arange(len(values))
-    return rank
 
 
 def span_stats(spans: SpanTable | Sequence[Span]) -> list[StatRow]:
@@ -215,3 +229,10 @@ def custom_op_summary(rows: Iterable[CustomOpRow]) -> list[OpTypeSplit]:
     out = [OpTypeSplit(name, *v) for name, v in acc.items()]
     out.sort(key=lambda s: -s.wall_ns)
     return out
+
+
+def _rank(values: list[str]) -> np.ndarray:
+    """Each string's rank among ``values`` (equal strings get distinct, order-keeping ranks)."""
+    rank = np.empty(len(values), dtype=np.int64)
+    rank[np.argsort(np.array(values, dtype=object), kind="stable")] = np.arange(len(values))
+    return rank

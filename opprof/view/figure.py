@@ -210,7 +210,7 @@ def _flow_segments(trace: Trace, layout: Layout, invs: np.ndarray) -> dict[str, 
     if not len(fam_items):
         return out
     start_ns = np.rint(layout.left[fam_items] * 1e3).astype(np.int64)
-    key = (layout.tid[fam_items] << 44) + start_ns
+    key = (layout.tid[fam_items].astype(np.int64) << 44) + start_ns
     order = np.argsort(key)
     key, fam_items = key[order], fam_items[order]
     flows = trace.flow_table
@@ -525,7 +525,9 @@ def build_timeline(
     hover.renderers = [r]
     p.segment(x0="x0", y0="y0", x1="x1", y1="y1", source=flows, line_color="black", line_width=1.5, line_dash="dashed")
     _legend(p)
-    overview = _overview(layout, x_range, width, backend, pad)
+    # The overview shows the whole trace coarsely: the first view's blocks when it is merged
+    # already (bounded by the pixels; one pass over 10M spans saved), else its own.
+    overview = _overview(layout, x_range, width, backend, pad, None if full_detail else b)
 
     table_source, table = _stats_table(trace)
     table_source.selected.js_on_change(
@@ -554,10 +556,11 @@ def _legend(p: Any) -> None:
     p.add_layout(Legend(items=items, click_policy="none", label_text_font_size="9pt"), "right")
 
 
-def _overview(layout: Layout, x_range: Any, width: int, backend: str, pad: float) -> Any:
+def _overview(layout: Layout, x_range: Any, width: int, backend: str, pad: float, ob: Blocks | None = None) -> Any:
     """The whole trace, coarse and fixed, with a range tool driving the main figure's ``x_range``."""
     x0, x1 = layout.extent
-    ob = blocks(layout, x0 - pad, x1 + pad, width)
+    if ob is None:
+        ob = blocks(layout, x0 - pad, x1 + pad, width)
     overview = figure(
         width=width, height=90, x_range=Range1d(x0 - pad, x1 + pad), y_range=Range1d(layout.height + 0.3, -0.3),
         tools="", toolbar_location=None, output_backend=backend,
