@@ -232,7 +232,8 @@ def custom_op_summary(rows: Iterable[CustomOpRow]) -> list[OpTypeSplit]:
 
 
 def _rank(values: list[str]) -> np.ndarray:
-    """Each string's rank among ``values`` (equal strings get distinct, order-keeping ranks)."""
-    rank = np.empty(len(values), dtype=np.int64)
-    rank[np.argsort(np.array(values, dtype=object), kind="stable")] = np.arange(len(values))
-    return rank
+    """Each string's rank among the distinct ``values`` (equal strings, equal ranks)."""
+    if not values:
+        return np.zeros(0, dtype=np.int64)
+    _, rank = np.unique(np.array(values, dtype=object), return_inverse=True)
+    return rank.ravel().astype(np.int64)
