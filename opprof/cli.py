@@ -1,4 +1,4 @@
-"""The ``opprof`` command: ``demo``, ``view``, ``stats`` and ``run``.
+"""The ``opprof`` command: ``demo``, ``view``, ``stats``, ``convert`` and ``run``.
 
 Errors are one line on stderr and a non-zero exit code (2 for bad usage, 1 when the work failed),
 never a traceback, except for the user's own script under ``run``, whose traceback is theirs.
@@ -87,6 +87,21 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_convert(args: argparse.Namespace) -> int:
+    """Rewrite a trace in the format its output name says: a Chrome JSON file opened once as
+    ``.opprof`` then loads without parsing (1M spans: ~0.1 s instead of seconds)."""
+    if os.path.abspath(args.output) == os.path.abspath(args.trace):
+        raise CommandError("the output is the input file; name another")
+    _check_outputs(output=args.output)
+    trace = _load(args.trace)
+    if args.output.endswith(".opprof"):
+        trace.save(args.output, compress=args.compress)
+    else:
+        trace.save(args.output)
+    print(f"{summary_line(trace)}\ntrace written to {args.output}")
+    return 0
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from .profiler import INTERRUPT_GRACE_S, Profiler
 
@@ -151,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=cmd_demo)
 
     v = sub.add_parser("view", help="write a trace file's timeline as standalone HTML")
-    v.add_argument("trace", help="trace file (.json or .json.gz; opprof, MXNet, PyTorch, VizTracer, Chrome)")
+    v.add_argument("trace", help="trace file (.opprof, or .json / .json.gz: opprof, MXNet, PyTorch, VizTracer, Chrome)")
     v.add_argument("-o", "--output", help="HTML file (default: next to the trace)")
     v.set_defaults(func=cmd_view)
 
@@ -162,8 +177,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--format", choices=["table", "json"], default="table")
     s.set_defaults(func=cmd_stats)
 
+    c = sub.add_parser("convert", help="rewrite a trace file as .opprof (fast to open) or Chrome JSON (for Perfetto)")
+    c.add_argument("trace", help="any trace file opprof opens")
+    c.add_argument("output", help="the new file: .opprof for opprof's own format, else Chrome JSON (.json, .json.gz)")
+    c.add_argument("--compress", action="store_true", help="deflate a .opprof file (~5x smaller, slower to write)")
+    c.set_defaults(func=cmd_convert)
+
     r = sub.add_parser("run", help="profile a Python script that uses opprof")
-    r.add_argument("-o", "--output", help="save the trace here (.json or .json.gz)")
+    r.add_argument("-o", "--output", help="save the trace here (.opprof, .json or .json.gz)")
     r.add_argument("--html", help="save the timeline here")
     r.add_argument("--max-events", type=_positive, default=5_000_000)
     r.add_argument("script")

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import opprof as mx
+from opprof.trace.synthetic import synthetic_trace
 
 
 def opprof(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -18,7 +19,7 @@ def opprof(*args: str, cwd: Path | None = None, timeout: float = 120) -> subproc
     )
 
 
-@pytest.mark.parametrize("sub", ["demo", "view", "stats", "run"])
+@pytest.mark.parametrize("sub", ["demo", "view", "stats", "convert", "run"])
 def test_every_command_has_help(sub: str) -> None:
     r = opprof(sub, "--help")
     assert r.returncode == 0 and f"usage: opprof {sub}" in r.stdout
@@ -111,3 +112,22 @@ def test_view_writes_a_standalone_timeline(tmp_path: Path) -> None:
     assert f"timeline written to {out}" in r.stdout
     r = opprof("view", str(tmp_path / "trace.json"))  # default: next to the trace
     assert r.returncode == 0 and (tmp_path / "trace.html").exists()
+
+
+def test_convert_between_chrome_json_and_opprof_files(tmp_path: Path) -> None:
+    synthetic_trace(3_000).save(tmp_path / "t.json")
+    r = opprof("convert", str(tmp_path / "t.json"), str(tmp_path / "t.opprof"), "--compress")
+    assert r.returncode == 0, r.stderr
+    assert "trace written to" in r.stdout
+    r = opprof("convert", str(tmp_path / "t.opprof"), str(tmp_path / "back.json.gz"))
+    assert r.returncode == 0, r.stderr
+    a, b, c = (mx.trace.load(tmp_path / n) for n in ("t.json", "t.opprof", "back.json.gz"))
+    assert a == b == c
+    r = opprof("stats", str(tmp_path / "t.opprof"), "--top", "2")  # every command opens it
+    assert r.returncode == 0 and "Profile Statistics" in r.stdout
+
+
+def test_convert_refuses_to_overwrite_its_input(tmp_path: Path) -> None:
+    synthetic_trace(100).save(tmp_path / "t.json")
+    r = opprof("convert", str(tmp_path / "t.json"), str(tmp_path / "t.json"))
+    assert r.returncode == 1 and "the output is the input file" in r.stderr

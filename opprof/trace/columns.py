@@ -408,8 +408,8 @@ class SpanTable:
                 {"op_type": o, "role": r, "invocation": v, "backward": b}
                 for o, r, v, b in zip(op_s, role_s, self.inv[at].tolist(), bw_s, strict=True)
             ]
-            for i, d in zip(at.tolist(), made, strict=True):
-                out[i] = d
+            for i, one in zip(at.tolist(), made, strict=True):
+                out[i] = one
         has = np.flatnonzero(~full & ((self.op_type >= 0) | (self.role != NO_ROLE) | (self.inv >= 0) | (self.backward >= 0)))
         ops, roles = self.op_type[has].tolist(), self.role[has].tolist()
         invs, bws = self.inv[has].tolist(), self.backward[has].tolist()
