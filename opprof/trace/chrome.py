@@ -25,7 +25,7 @@ import numpy as np
 from . import chrome_fast
 from .columns import ROLE_CODE, FlowTable, SpanTable
 from .data import TraceData
-from .importer import import_chrome
+from .importer import NS_LIMIT, import_chrome
 from .jsonio import TraceFormatError, dumps, loads, no_gc, open_maybe_gzip, parse_json, read_trace_file
 from .records import CUSTOM_OP, CounterSample, Instant, Role, ThreadInfo
 
@@ -307,7 +307,7 @@ def _load_chunked(raw: bytes, path: str) -> TraceData | None:
             return _assemble(spans, flows, g.thread_names, g.order, g.instants, g.counters, ours)
         except chrome_fast.NotFast:
             pass  # the careful reader below reads it, and names what is wrong if anything is
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, OverflowError):
             pass
 
     def chunks() -> Iterator[list[Any]]:
@@ -330,6 +330,8 @@ def _is_ours(obj: Any) -> bool:
 def _ns(value: Any, t0: int, i: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TraceFormatError(f"event {i}: timestamp {value!r} is not a number")
+    if not -NS_LIMIT < value * 1e3 < NS_LIMIT:
+        raise TraceFormatError(f"event {i}: timestamp {value!r} is out of range (more than 146 years from the origin)")
     return t0 + round(value * 1e3)
 
 
@@ -353,6 +355,8 @@ def _from_ours(event_chunks: Iterable[list[Any]], other: dict[str, Any]) -> Trac
         return _from_chrome(event_chunks, other)
     except TraceFormatError:
         raise
+    except OverflowError:
+        raise TraceFormatError("a timestamp or id is out of range (times must lie within 146 years of the origin)") from None
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         where = getattr(e, "opprof_where", "trace header")
         raise TraceFormatError(f"{where}: malformed field: {type(e).__name__}: {e}") from None

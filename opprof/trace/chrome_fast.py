@@ -53,7 +53,10 @@ def _numbers(values: list[Any]) -> np.ndarray:
     types = set(map(type, values))
     if not types <= {int, float}:
         raise NotFast
-    return np.array(values, dtype=np.float64)
+    a = np.array(values, dtype=np.float64)
+    if len(a) and not np.abs(a).max() * 1e3 < 2**62:  # out of a trace's range (or NaN): let the careful reader say so
+        raise NotFast
+    return a
 
 
 def _ns(t0: int, us: np.ndarray) -> np.ndarray:

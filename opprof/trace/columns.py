@@ -100,7 +100,7 @@ def _family_fields(args: dict[str, Any]) -> tuple[int, int, str | None, int, tup
             code = known
             del rest["role"]
     inv = rest.get("invocation")
-    if type(inv) is int and inv >= 0:
+    if type(inv) is int and 0 <= inv < 2**62:
         del rest["invocation"]
     else:
         inv = -1

@@ -72,6 +72,11 @@ def _hashable(value: Any) -> Any:
     return json.dumps(value, sort_keys=True, default=str)
 
 
+#: Times a trace holds, in ns: the columns are int64, and within ±2**62 (±146 years) an end, a
+#: duration or a difference of two never overflows.
+NS_LIMIT = 1 << 62
+
+
 def _us_to_ns(value: Any) -> int | None:
     """Chrome microseconds (int or finite float) as integer nanoseconds; None when not a number."""
     t = type(value)
@@ -266,6 +271,9 @@ class _Importer:
             if start is None:
                 drops.add("with a missing or non-numeric timestamp", i)
                 continue
+            if not -NS_LIMIT < start < NS_LIMIT:
+                drops.add("with a timestamp out of range (more than 146 years from 0)", i)
+                continue
             pid = ev.get("pid", 0)
             raw_tid = ev.get("tid", 0)
             try:
@@ -279,6 +287,9 @@ class _Importer:
                 d = _us_to_ns(ev.get("dur", 0))
                 if d is None:
                     drops.add("'X' slices with a non-numeric duration", i)
+                    continue
+                if d >= NS_LIMIT:
+                    drops.add("'X' slices with a duration out of range", i)
                     continue
                 if d < 0:
                     drops.add("'X' slices with a negative duration", i)
