@@ -327,6 +327,9 @@ def _is_ours(obj: Any) -> bool:
     return isinstance(obj, dict) and isinstance(obj.get("otherData"), dict) and "opprof" in obj["otherData"]
 
 
+_US_LIMIT = NS_LIMIT / 1e3 / 2  # µs: a start and a duration each within it keep the end in range
+
+
 def _ns(value: Any, t0: int, i: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TraceFormatError(f"event {i}: timestamp {value!r} is not a number")
@@ -379,7 +382,12 @@ def _from_chrome(event_chunks: Iterable[list[Any]], other: dict[str, Any]) -> Tr
                 ts: Any = ev.get("ts")
                 dur: Any = ev.get("dur", 0)
                 tt, td = type(ts), type(dur)
-                if (tt is float or tt is int) and (td is float or td is int) and dur >= 0:
+                if (
+                    (tt is float or tt is int)
+                    and (td is float or td is int)
+                    and 0 <= dur < _US_LIMIT
+                    and -_US_LIMIT < ts < _US_LIMIT
+                ):
                     start = t0 + round(ts * 1e3)
                     add_start(start)
                     add_end(start + round(dur * 1e3))
@@ -451,6 +459,8 @@ class _OwnEventReader:
             end = start + round(dur * 1e3) if isinstance(dur, (int, float)) else start
             if end < start:
                 raise TraceFormatError(f"event {i}: negative duration {dur!r}")
+            if end - start >= NS_LIMIT:
+                raise TraceFormatError(f"event {i}: duration {dur!r} is out of range")
             self.span(str(ev.get("name", "")), str(ev.get("cat", "")), tid, start, end, ev.get("args") or None)
         elif ph == "b" and ev.get("cat") == CUSTOM_OP:
             self.open_b.setdefault((tid, ev.get("id")), []).append(ev)
