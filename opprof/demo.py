@@ -127,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("  ...")
 
     problems = trace.validate()
-    print(f"\ntrace: {len(trace.spans)} spans on {len(trace.threads)} threads, {len(trace.flows)} flows; ", end="")
+    print(f"\ntrace: {trace.n_spans} spans on {len(trace.threads)} threads, {trace.n_flows} flows; ", end="")
     print("valid" if not problems else f"{len(problems)} problems, first: {problems[0]}")
     rows = trace.stats()[: args.top]
     width = max(len(r.name) for r in rows)

@@ -393,3 +393,26 @@ def test_stats_break_many_ties_by_category_then_name() -> None:
     ]
     t = Trace(threads=list(THREADS), spans=spans)
     assert [(r.name, r.cat, r.count, r.total_ns, r.min_ns, r.max_ns) for r in t.stats()] == oracle_stats(spans)
+
+
+def test_the_library_never_builds_span_objects(tmp_path: Path) -> None:
+    """Profiling, every analysis, both file formats, the text renderers and the timeline work on the
+    columns: the list view (``trace.spans``) is never built for them."""
+    import opprof
+    from opprof.demo import train
+    from opprof.trace.text import split_table, stats_table, summary_line, text_summary
+    from opprof.view.figure import build_timeline
+
+    with opprof.profile() as prof:
+        train(steps=1)
+    trace = prof.trace
+    assert trace is not None
+    trace.stats(), trace.custom_ops(), trace.validate(), trace.to_chrome()
+    stats_table([trace]), split_table(trace), summary_line(trace), text_summary(trace)
+    build_timeline(trace)
+    for name in ("t.opprof", "t.json"):
+        trace.save(tmp_path / name)
+        back = load(tmp_path / name)
+        back.custom_ops(), build_timeline(back)
+        assert back._spans is None and back._flows is None
+    assert trace._spans is None and trace._flows is None
