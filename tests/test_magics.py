@@ -145,6 +145,15 @@ def test_opprof_view_opens_a_trace_file(ip: Any, tmp_path: Path) -> None:
     assert "no such file" in out.stdout + out.stderr or result.error_in_exec is not None
 
 
+def test_a_cell_saved_as_opprof_opens_with_opprof_view(ip: Any, tmp_path: Path) -> None:
+    run(ip, f"--no-widget -o {tmp_path / 't.opprof'}", "(mx.nd.ones((2, 2)) * 3).wait_to_read()")
+    trace = mx.trace.load(tmp_path / "t.opprof")
+    assert any(s.name == "_mul_scalar" for s in trace.spans) and trace.validate() == []
+    with capture_output() as out:
+        ip.run_line_magic("opprof_view", str(tmp_path / "t.opprof"))
+    assert "opprof:" in out.stdout
+
+
 def test_the_timeline_widget_is_displayed(ip: Any, tmp_path: Path) -> None:
     html = tmp_path / "t.html"
     with capture_output() as out:

@@ -77,7 +77,7 @@ class OpprofMagics(Magics):
     @argument("--engine", choices=["threaded", "naive"], default=None, help="engine for this cell (default: the current one)")
     @argument("--threads", type=int, default=None, metavar="N", help="engine worker threads")
     @argument("--custom-threads", type=int, default=None, metavar="N", help="custom-op worker threads")
-    @argument("-o", "--output", default=None, metavar="PATH", help="save the trace (.json or .json.gz)")
+    @argument("-o", "--output", default=None, metavar="PATH", help="save the trace (.opprof, .json or .json.gz)")
     @argument("--html", default=None, metavar="PATH", help="save the timeline as standalone HTML")
     @argument("--no-widget", action="store_true", help="do not show the timeline widget")
     @argument("--stats", nargs="?", const=20, type=int, default=None, metavar="N", help="print the top-N aggregate table")
