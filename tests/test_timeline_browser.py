@@ -127,3 +127,37 @@ def test_saved_timeline_draws_hovers_and_runs_no_injected_code(chromium_page, tm
     errors = [text for kind, text in console if kind == "error"]
     assert errors == [] and page_errors == [], (errors, page_errors)
     print(f"\nscreenshots: {tmp_path / 'timeline.png'}, {tmp_path / 'timeline-hover.png'}")
+
+
+def test_a_thousand_threads_draw_collapsed_with_the_note_and_hover_names_each_thread(chromium_page, tmp_path: Path) -> None:
+    """Past max_lanes the saved timeline shows the busiest lanes, one collapsed lane and the note
+    saying so; hovering a span in the collapsed lane names that span's own thread."""
+    from opprof.trace.synthetic import many_threads_trace
+
+    page, console, page_errors = chromium_page
+    trace = many_threads_trace(1_000)
+    path = tmp_path / "threads.html"
+    tl = save_html(trace, str(path), max_lanes=40)
+    assert tl.layout.collapsed_threads == 961
+    page.goto(path.as_uri())
+    page.wait_for_function(_READY_JS)
+    page.evaluate(_FIND_JS)
+    page.wait_for_function("() => window.__tl() && window.__tl().canvas_view")
+    page.wait_for_timeout(300)
+    assert page.evaluate(_PIXELS_JS) > 2000, "the main canvas looks blank"
+    assert page.get_by_text("961 threads share the lane", exact=False).first.is_visible()
+    # A span drawn in the collapsed lane, hovered: the tooltip names its own worker thread.
+    collapsed_top = tl.layout.lanes[-1].top
+    drawn = zip(tl.source.data["top"], tl.source.data["count"], strict=True)
+    rows = [i for i, (top, n) in enumerate(drawn) if n == 1 and top >= collapsed_top]
+    assert rows, "a single span drawn in the collapsed lane"
+    i = rows[0]
+    thread = tl.names.data["thread"][tl.source.data["thread"][i]]
+    x, y = _center(page, i)
+    page.mouse.move(x, y)
+    tip = page.get_by_text(thread, exact=True)
+    tip.first.wait_for(state="visible", timeout=10_000)
+    assert thread.startswith("worker-")
+    page.screenshot(path=str(tmp_path / "threads.png"))
+    errors = [text for kind, text in console if kind == "error"]
+    assert errors == [] and page_errors == [], (errors, page_errors)
