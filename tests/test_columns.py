@@ -127,9 +127,9 @@ def test_columns_and_spans_round_trip(t: Trace) -> None:
 
 def test_a_trace_builds_its_span_list_only_when_asked_and_then_the_list_is_the_trace() -> None:
     t = Trace(threads=list(THREADS), spans=SpanTable.from_spans([Span("a", "operator", 1, 0, 10)]))
-    assert t._spans is None and t.n_spans == 1
+    assert not t.has_span_list and t.n_spans == 1
     t.stats()
-    assert t._spans is None, "analyses read the columns"
+    assert not t.has_span_list, "analyses read the columns"
     t.spans[0].end = 30  # an edit to the list view is an edit to the trace
     assert t.stats()[0].total_ns == 30
     t.spans.append(Span("b", "operator", 2, 5, 6))
@@ -414,5 +414,5 @@ def test_the_library_never_builds_span_objects(tmp_path: Path) -> None:
         trace.save(tmp_path / name)
         back = load(tmp_path / name)
         back.custom_ops(), build_timeline(back)
-        assert back._spans is None and back._flows is None
-    assert trace._spans is None and trace._flows is None
+        assert not back.has_span_list and not back.has_flow_list
+    assert not trace.has_span_list and not trace.has_flow_list

@@ -12,8 +12,8 @@ file readers and the timeline do not.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence, Sized
+from typing import Any, Generic, TypeVar, cast
 
 import numpy as np
 
@@ -21,6 +21,47 @@ from .columns import FlowTable, SpanTable
 from .records import CounterSample, Flow, Instant, Span, ThreadInfo
 
 __all__ = ["TraceData"]
+
+
+C = TypeVar("C", bound=Sized)  # the columns: SpanTable or FlowTable
+R = TypeVar("R")  # a row: Span or Flow
+
+
+class _Held(Generic[C, R]):
+    """One kind of record, held as its columns or, once the list is asked for, as that list.
+
+    Spans and flows are held alike (see the module docstring): while ``rows`` is None the columns
+    are the records; after :meth:`as_list` the list is, and :meth:`as_columns` rebuilds from it.
+    """
+
+    __slots__ = ("columns", "kind", "rows", "to_columns", "to_rows")
+
+    def __init__(self, kind: type[C], to_columns: Callable[[list[R]], C], to_rows: Callable[[C], list[R]]) -> None:
+        self.kind, self.to_columns, self.to_rows = kind, to_columns, to_rows
+        self.columns: C = to_columns([])
+        self.rows: list[R] | None = None
+
+    def set(self, value: Sequence[R] | C | None) -> None:
+        if isinstance(value, self.kind):
+            self.columns, self.rows = value, None
+        elif value is None:
+            self.columns, self.rows = self.to_columns([]), None
+        else:
+            # Kept as given while it is a list the caller may still edit (tests and users do).
+            rows = cast("Sequence[R]", value)
+            self.columns, self.rows = self.to_columns([]), rows if isinstance(rows, list) else list(rows)
+
+    def as_columns(self) -> C:
+        return self.to_columns(self.rows) if self.rows is not None else self.columns
+
+    def as_list(self) -> list[R]:
+        if self.rows is None:
+            self.rows = self.to_rows(self.columns)
+            self.columns = self.to_columns([])  # the list is the records now: free the columns
+        return self.rows
+
+    def __len__(self) -> int:
+        return len(self.rows) if self.rows is not None else len(self.columns)
 
 
 class TraceData:
@@ -39,79 +80,60 @@ class TraceData:
         self.instants: list[Instant] = instants if instants is not None else []
         self.counters: list[CounterSample] = counters if counters is not None else []
         self.metadata: dict[str, Any] = metadata if metadata is not None else {}
-        self._table: SpanTable | None = None
-        self._spans: list[Span] | None = None
-        self._flow_table: FlowTable | None = None
-        self._flows: list[Flow] | None = None
+        self._span_store: _Held[SpanTable, Span] = _Held(SpanTable, SpanTable.from_spans, SpanTable.to_spans)
+        self._flow_store: _Held[FlowTable, Flow] = _Held(FlowTable, FlowTable.from_flows, FlowTable.to_flows)
         self._names: tuple[int, int, dict[int, str]] | None = None
-        self.spans = spans
-        self.flows = flows
+        self._span_store.set(spans)
+        self._flow_store.set(flows)
 
-    # ------------------------------------------------------------------ spans
+    # ------------------------------------------------------------------ spans and flows
     @property
     def table(self) -> SpanTable:
         """The spans as columns (rebuilt from :attr:`spans` once that list has been asked for)."""
-        if self._spans is not None:
-            return SpanTable.from_spans(self._spans)
-        assert self._table is not None
-        return self._table
+        return self._span_store.as_columns()
 
     @property
     def spans(self) -> list[Span]:
         """The spans as :class:`~.records.Span` objects; from now on this list is the trace."""
-        if self._spans is None:
-            assert self._table is not None
-            self._spans = self._table.to_spans()
-            self._table = None
-        return self._spans
+        return self._span_store.as_list()
 
     @spans.setter
     def spans(self, value: Sequence[Span] | SpanTable | None) -> None:
-        if isinstance(value, SpanTable):
-            self._table, self._spans = value, None
-        elif value is None:
-            self._table, self._spans = SpanTable.empty(), None
-        else:
-            # Kept as given while it is a list the caller may still edit (tests and users do).
-            self._table, self._spans = None, value if isinstance(value, list) else list(value)
+        self._span_store.set(value)
 
     def set_table(self, table: SpanTable) -> None:
         """Make ``table`` the trace's spans (drops any list view)."""
-        self._table, self._spans = table, None
+        self._span_store.set(table)
+
+    @property
+    def has_span_list(self) -> bool:
+        """Whether :attr:`spans` has been built (then that list is the trace's spans)."""
+        return self._span_store.rows is not None
 
     @property
     def n_spans(self) -> int:
         """How many spans, without building the list view."""
-        return len(self._spans) if self._spans is not None else len(self._table or ())
+        return len(self._span_store)
 
-    # ------------------------------------------------------------------ flows
     @property
     def flow_table(self) -> FlowTable:
-        if self._flows is not None:
-            return FlowTable.from_flows(self._flows)
-        assert self._flow_table is not None
-        return self._flow_table
+        return self._flow_store.as_columns()
 
     @property
     def flows(self) -> list[Flow]:
-        if self._flows is None:
-            assert self._flow_table is not None
-            self._flows = self._flow_table.to_flows()
-            self._flow_table = None
-        return self._flows
+        return self._flow_store.as_list()
 
     @flows.setter
     def flows(self, value: Sequence[Flow] | FlowTable | None) -> None:
-        if isinstance(value, FlowTable):
-            self._flow_table, self._flows = value, None
-        elif value is None:
-            self._flow_table, self._flows = FlowTable.empty(), None
-        else:
-            self._flow_table, self._flows = None, value if isinstance(value, list) else list(value)
+        self._flow_store.set(value)
+
+    @property
+    def has_flow_list(self) -> bool:
+        return self._flow_store.rows is not None
 
     @property
     def n_flows(self) -> int:
-        return len(self._flows) if self._flows is not None else len(self._flow_table or ())
+        return len(self._flow_store)
 
     # ------------------------------------------------------------------ threads
     def thread_names(self) -> dict[int, str]:
@@ -129,9 +151,10 @@ class TraceData:
 
         The spans of the list view when there is one (so edits to them are edits to the trace).
         """
-        if self._spans is not None:
+        rows = self._span_store.rows
+        if rows is not None:
             groups: dict[int, list[Span]] = defaultdict(list)
-            for s in self._spans:
+            for s in rows:
                 inv = s.invocation
                 if inv is not None:
                     groups[inv].append(s)

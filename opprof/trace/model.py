@@ -27,12 +27,11 @@ class Trace(TraceData):
 
     @classmethod
     def of(cls, data: TraceData) -> Trace:
-        """``data`` as a :class:`Trace` (the same columns and lists, not copies)."""
+        """``data`` as a :class:`Trace` holding the same records (not copies)."""
         if isinstance(data, Trace):
             return data
         t = cls(data.threads, None, data.instants, data.counters, None, data.metadata)
-        t._table, t._spans = data._table, data._spans
-        t._flow_table, t._flows = data._flow_table, data._flows
+        t._span_store, t._flow_store = data._span_store, data._flow_store
         return t
 
     def stats(self) -> list[StatRow]:
