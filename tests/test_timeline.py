@@ -20,7 +20,7 @@ from opprof.trace import Span, ThreadInfo, Trace
 from opprof.trace.synthetic import many_threads_trace, synthetic_trace
 from opprof.trace.text import fmt_us
 from opprof.view.figure import PALETTE, ROLE_COLORS, ROLE_LABELS, build_timeline, save_html
-from opprof.view.layout import MAX_LANES, ROLE_NAMES, LaneKind, _depths, blocks, build_layout
+from opprof.view.layout import MAX_LANES, ROLE_NAMES, LaneKind, blocks, build_layout
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -249,7 +249,7 @@ def test_a_hundred_thousand_threads_draw_with_the_rest_collapsed_and_the_note_sa
     # Every span is placed, and the kept lanes are the busiest threads.
     assert len(tl.layout) == trace.n_spans and (tl.layout.lane >= 0).all()
     t = trace.table
-    busy = np.bincount(t.tid, weights=np.where(t.name == t.code_of("handle_request"), t.end - t.start, 0))
+    busy = np.bincount(t.tid, weights=np.where(t.name == t.strings.index("handle_request"), t.end - t.start, 0))
     kept = {ln.tid for ln in lanes if ln.kind == LaneKind.THREAD}
     assert min(busy[list(kept)]) >= max(np.delete(busy, [0, *kept]))
     # Hover names any thread, collapsed or not.
@@ -271,8 +271,8 @@ def test_ten_thousand_threads_each_get_a_lane_when_asked() -> None:
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.tuples(st.integers(1, 4), st.integers(0, 30), st.integers(0, 12)), max_size=40), st.integers(1, 5))
 def test_rows_are_each_threads_own_nesting_depth_however_many_lanes(raw: list[tuple[int, int, int]], max_lanes: int) -> None:
-    """Placing all threads at once (own lanes or collapsed) gives each span the depth that placing
-    its thread alone gives (:func:`_depths`, the one-thread rule)."""
+    """Placing all threads at once (own lanes or collapsed) gives each span its depth on its own
+    thread: the number of spans before it (by start, longer first) still open at its start."""
     spans, open_until = [], {}
     for tid, start, dur in sorted(raw, key=lambda r: (r[1], -r[2])):
         stack = [e for e in open_until.get(tid, []) if e > start]
@@ -287,7 +287,7 @@ def test_rows_are_each_threads_own_nesting_depth_however_many_lanes(raw: list[tu
         mine = sorted((i for i, s in enumerate(spans) if s.tid == tid), key=lambda i: (spans[i].start, -spans[i].end))
         if not mine:
             continue
-        want = _depths(np.array([spans[i].start for i in mine]), np.array([spans[i].end for i in mine]))
+        want = [sum(spans[j].end > spans[i].start for j in mine[:k]) for k, i in enumerate(mine)]
         pos = [int(np.flatnonzero(layout.span_index == i)[0]) for i in mine]
         got = [int(layout.row[p] - first_row[layout.lane[p]]) for p in pos]
-        assert got == want.tolist()
+        assert got == want

@@ -17,6 +17,7 @@ NumPy. Python runs once per failed invocation and per instant or counter sample 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from itertools import chain, repeat
 from operator import attrgetter, itemgetter
 from typing import Any
@@ -74,19 +75,21 @@ class ThreadRecords:
         return c
 
 
+@dataclass(frozen=True, slots=True)
 class Built:
     """What :func:`build_columns` makes: spans, flows, instants, counters and the dropped families."""
 
-    def __init__(
-        self, spans: SpanTable, flows: FlowTable, instants: list[Instant], counters: list[CounterSample], incomplete: int
-    ) -> None:
-        self.spans, self.flows, self.instants, self.counters, self.incomplete = spans, flows, instants, counters, incomplete
+    spans: SpanTable
+    flows: FlowTable
+    instants: list[Instant]
+    counters: list[CounterSample]
+    incomplete: int
 
 
-def _cols(lists: Sequence[list[Any]], fields: int) -> tuple[list[Any], list[list[Any]]]:
-    """(the records of ``lists`` in turn, one list per field)."""
+def _cols(lists: Sequence[list[Any]], fields: int) -> list[list[Any]]:
+    """One list per field of the records of ``lists``, in turn."""
     recs = list(chain.from_iterable(lists))
-    return recs, [list(map(itemgetter(k), recs)) for k in range(fields)]
+    return [list(map(itemgetter(k), recs)) for k in range(fields)]
 
 
 def _arr(values: list[Any], dtype: Any = np.int64) -> np.ndarray:
@@ -109,10 +112,10 @@ def build_columns(threads: Sequence[ThreadRecords]) -> Built:
     tid_of = np.arange(1, len(threads) + 1, dtype=np.int64)
     # The four lists, one after another in the combined columns: plain ops, sub-ops, families' own
     # records, the rest.
-    _, (p_t0, p_t1, p_name) = _cols([r.plain for r in threads], 3)
-    _, (s_t0, s_t1, s_name, s_push) = _cols([r.sub for r in threads], 4)
-    _, (f_kind, f_t0, f_t1, f_inv) = _cols([r.fam for r in threads], 4)
-    _, (b_kind, b_t0, b_t1, b_name, b_info, b_pushed) = _cols([r.buf for r in threads], 6)
+    p_t0, p_t1, p_name = _cols([r.plain for r in threads], 3)
+    s_t0, s_t1, s_name, s_push = _cols([r.sub for r in threads], 4)
+    f_kind, f_t0, f_t1, f_inv = _cols([r.fam for r in threads], 4)
+    b_kind, b_t0, b_t1, b_name, b_info, b_pushed = _cols([r.buf for r in threads], 6)
     q, ns, nf, nb = len(p_t0), len(s_t0), len(f_t0), len(b_t0)
     o_f, o_b = q + ns, q + ns + nf  # where the family and other records start
     push_ts = _arr(list(map(itemgetter(0), s_push)))
@@ -247,7 +250,7 @@ def build_columns(threads: Sequence[ThreadRecords]) -> Built:
     )
     # Flows: every kept sub-op from the sub-op lists (the only ones whose push is known).
     flow_pos = np.flatnonzero(s_child & (kind[idx] == _SUB_K))
-    flows = _flows(threads, spans, flow_pos, idx[flow_pos] - q, push_ts, push_buf)
+    flows = _flows(threads, spans, flow_pos, idx[flow_pos] - q, push_ts, push_buf, st.code("push"))
     instants = [Instant(b_name[i], b_info[i], int(tid[o_b + i]), int(b_t0[i])) for i in np.flatnonzero(bk == INSTANT).tolist()]
     counters = [CounterSample(b_name[i], int(b_t0[i]), {"value": b_info[i]}) for i in np.flatnonzero(bk == COUNTER).tolist()]
     instants.sort(key=attrgetter("ts"))
@@ -271,6 +274,7 @@ def _flows(
     sub_rec: np.ndarray,
     push_ts: np.ndarray,
     push_buf: list[Any],
+    push_cat: int,
 ) -> FlowTable:
     """An arrow from each kept sub-op's push to its start; ``pos`` are the sub-ops among the spans
     (before sorting), ``sub_rec`` their records in the sub-op lists.
@@ -291,7 +295,7 @@ def _flows(
         spans.strings,
         np.arange(1, nf + 1, dtype=np.int64),
         spans.name[pos],
-        np.full(nf, StringTable.extend(spans.strings, "push"), dtype=np.int32),
+        np.full(nf, push_cat, dtype=np.int32),
         (order[where] + 1).astype(np.int64),
         np.minimum(push_ts[sub_rec], dst_ts),
         spans.tid[pos],

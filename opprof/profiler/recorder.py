@@ -1,10 +1,10 @@
 """Recording: cheap capture on the hot path, the :class:`~opprof.trace.Trace` built only at the end.
 
-The recorder is an engine observer (:class:`~opprof.engine.EngineObserver`). While it runs, each thread appends flat tuples to its
-own list (no lock, no dict, no string formatting): one ``perf_counter_ns`` pair and an append per
-op. Names such as ``MyAddOne::_plus_scalar``, roles, custom-op families, the python / sub-ops /
-waiting split and flow arrows are all worked out in :meth:`Recorder.build`, with array operations
-(:mod:`.build`).
+The recorder is an engine observer (:class:`~opprof.engine.EngineObserver`). While it runs, each
+thread appends flat tuples to lists of its own (no lock, no dict, no string formatting): one
+``perf_counter_ns`` pair and an append per op. Names such as ``MyAddOne::_plus_scalar``, roles,
+custom-op families, the python / sub-ops / waiting split and flow arrows are all worked out in
+:meth:`Recorder.build`, with array operations (:mod:`.build`).
 
 What is recorded, and on which thread:
 
@@ -41,9 +41,6 @@ from .build import COUNTER, DUMMY, ERROR, INSTANT, OP, PYTHON, START, USER, WAIT
 
 __all__ = ["Recorder", "ProfilerError"]
 
-# Kinds of record in a thread's ``buf`` list (see .build.ThreadRecords).
-_OP, _START, _DUMMY, _WAIT, _PYTHON, _ERROR = OP, START, DUMMY, WAIT_REC, PYTHON, ERROR
-_USER, _INSTANT, _COUNTER = USER, INSTANT, COUNTER
 _PLAIN_PUSH = (0, 0, None)  # the push field of a custom op's own op pushed outside any custom op
 _PLAIN: Any = object()  # the push field of a plain op, told apart by identity
 
@@ -158,46 +155,46 @@ class Recorder(EngineObserver):
                         sub.append((t0, t1, opr.name, prof))
                     else:  # a custom op's own engine op or Dummy_Wait, or some other info
                         info = opr.info
-                        kind = _START if opr.is_async else _DUMMY if opr.name == "Dummy_Wait" else None
+                        kind = START if opr.is_async else DUMMY if opr.name == "Dummy_Wait" else None
                         if kind is not None and type(info) is Invocation:
                             self._fam().append((kind, t0, t1, info))
                         else:
-                            self._buf().append((_OP, t0, t1, opr.name, info, prof[2]))
+                            self._buf().append((OP, t0, t1, opr.name, info, prof[2]))
                 else:
                     self.full = True
 
     def on_wait(self, name: str, t0: int, t1: int) -> None:
         if self._admit():
             buf = self._buf()
-            buf.append((_WAIT, t0, t1, name, current_invocation(), None))
+            buf.append((WAIT_REC, t0, t1, name, current_invocation(), None))
 
     def on_python(self, inv: Invocation, t0: int, t1: int) -> None:
         # Takes no slot under the cap (its family's Dummy_Wait, recorded after it, may still fit),
         # but once the cap is reached the family is incomplete anyway: keeping it would let memory
         # grow with every custom-op call.
         if self.recording and not self.full:
-            self._fam().append((_PYTHON, t0, t1, inv))
+            self._fam().append((PYTHON, t0, t1, inv))
 
     def on_error(self, inv: Invocation, error: BaseException) -> None:
         if not self.full:
             buf = self._buf()
-            buf.append((_ERROR, 0, 0, f"{type(error).__name__}: {error}", inv, None))
+            buf.append((ERROR, 0, 0, f"{type(error).__name__}: {error}", inv, None))
 
     def on_user_span(self, name: str, cat: str, t0: int, t1: int) -> None:
         """A span the user marked (``mx.profiler.Task``/``Frame``/``Event``)."""
         if self._admit():
             buf = self._buf()
-            buf.append((_USER, t0, t1, name, cat, None))
+            buf.append((USER, t0, t1, name, cat, None))
 
     def on_instant(self, name: str, cat: str, ts: int) -> None:
         if self._admit():
             buf = self._buf()
-            buf.append((_INSTANT, ts, ts, name, cat, None))
+            buf.append((INSTANT, ts, ts, name, cat, None))
 
     def on_counter(self, name: str, ts: int, value: float) -> None:
         if self._admit():
             buf = self._buf()
-            buf.append((_COUNTER, ts, ts, name, value, None))
+            buf.append((COUNTER, ts, ts, name, value, None))
 
     @property
     def events(self) -> int:

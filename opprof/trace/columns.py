@@ -56,15 +56,6 @@ class StringTable:
         self.strings: list[str] = list(strings)
         self.index: dict[str, int] = {s: i for i, s in enumerate(self.strings)}
 
-    @staticmethod
-    def extend(strings: list[str], s: str) -> int:
-        """The code of ``s`` in a plain list of strings, appended when it is not there."""
-        try:
-            return strings.index(s)
-        except ValueError:
-            strings.append(s)
-            return len(strings) - 1
-
     def code(self, s: str) -> int:
         c = self.index.get(s)
         if c is None:
@@ -266,11 +257,6 @@ class SpanTable:
     def dur(self) -> np.ndarray:
         return self.end - self.start
 
-    @property
-    def nbytes(self) -> int:
-        cols = (self.start, self.end, self.tid, self.name, self.cat, self.role, self.inv, self.op_type, self.backward)
-        return sum(c.nbytes for c in cols) + self.split_at.nbytes + self.split_ns.nbytes + self.args_at.nbytes
-
     # ------------------------------------------------------------------ building
     @classmethod
     def empty(cls) -> SpanTable:
@@ -367,29 +353,14 @@ class SpanTable:
     # ------------------------------------------------------------------ reading
     def args_of(self, i: int) -> dict[str, Any] | None:
         """Span ``i``'s args as one dict (family fields first, as the profiler writes them), or None."""
-        out: dict[str, Any] = {}
-        op = int(self.op_type[i])
-        if op >= 0:
-            out["op_type"] = self.strings[op]
-        role = ROLES[int(self.role[i])]
-        if role is not None:
-            out["role"] = role
-        inv = int(self.inv[i])
-        if inv >= 0:
-            out["invocation"] = inv
-        bw = int(self.backward[i])
-        if bw >= 0:
-            out["backward"] = bool(bw)
-        if role is Role.PARENT and len(self.split_at):
-            k = int(np.searchsorted(self.split_at, i))
-            if k < len(self.split_at) and self.split_at[k] == i:
-                for key, ns in zip(SPLIT_ARGS, self.split_ns[k].tolist(), strict=True):
-                    out[key] = ns / 1e3
-        if len(self.args_at):
-            k = int(np.searchsorted(self.args_at, i))
-            if k < len(self.args_at) and self.args_at[k] == i:
-                out.update(self.args[k])
-        return out or None
+        return self.take(np.array([i])).all_args()[0]
+
+    def extra(self, i: int) -> dict[str, Any] | None:
+        """Span ``i``'s sparse args: those that are not family columns (None when it has none)."""
+        k = int(np.searchsorted(self.args_at, i))
+        if k < len(self.args_at) and self.args_at[k] == i:
+            return self.args[k]
+        return None
 
     def all_args(self) -> list[dict[str, Any] | None]:
         """Every span's args (None where it has none), built in one pass: for writers and the view."""
@@ -454,28 +425,12 @@ class SpanTable:
         table = np.array([*self.strings, ""], dtype=object)
         return table[np.where(codes < 0, len(self.strings), codes)]
 
-    def code_of(self, s: str) -> int:
-        """The code of string ``s``, or -1 when no span uses it."""
-        try:
-            return self.strings.index(s)
-        except ValueError:
-            return -1
-
     def role_is(self, role: Role) -> np.ndarray:
         return self.role == ROLE_CODE[role]
 
-    def split_columns(self) -> tuple[np.ndarray, np.ndarray]:
-        """(span index, (python, sub-ops, waiting) ns) of each parent with a stored split."""
-        return self.split_at, self.split_ns
-
     def error_of(self, i: int) -> Any:
         """The ``error`` arg of span ``i`` (None when it has none)."""
-        if not len(self.args_at):
-            return None
-        k = int(np.searchsorted(self.args_at, i))
-        if k < len(self.args_at) and self.args_at[k] == i:
-            return self.args[k].get("error")
-        return None
+        return (self.extra(i) or {}).get("error")
 
     # ------------------------------------------------------------------ reshaping
     def take(self, idx: np.ndarray) -> SpanTable:
@@ -588,10 +543,6 @@ class FlowTable:
 
     def __len__(self) -> int:
         return len(self.id)
-
-    @property
-    def nbytes(self) -> int:
-        return sum(c.nbytes for c in (self.id, self.name, self.cat, self.src_tid, self.src_ts, self.dst_tid, self.dst_ts))
 
     @classmethod
     def from_rows(

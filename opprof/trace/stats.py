@@ -21,7 +21,6 @@ __all__ = [
     "StatColumns",
     "StatRow",
     "custom_op_summary",
-    "factorize",
     "sort_rows",
     "span_stats",
     "stat_columns",
@@ -42,13 +41,6 @@ class StatRow:
     @property
     def avg_ns(self) -> float:
         return self.total_ns / self.count if self.count else 0.0
-
-
-def factorize(values: Sequence[str]) -> tuple[np.ndarray, list[str]]:
-    """Codes into the distinct values, in first-seen order (dict lookups on strings beat sorting them)."""
-    table = {v: i for i, v in enumerate(dict.fromkeys(values))}
-    codes = np.fromiter(map(table.__getitem__, values), dtype=np.int64, count=len(values))
-    return codes, list(table)
 
 
 @dataclass(frozen=True)

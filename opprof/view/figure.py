@@ -407,12 +407,9 @@ def _stats_table(trace: Trace, limit: int = 500) -> tuple[ColumnDataSource, Data
     return src, table
 
 
-def op_type_splits(trace: Trace, layout: Layout | None = None) -> dict[str, tuple[int, float, float, float]]:
-    """Per custom-op name (forward and backward apart): calls and total python, sub-ops, waiting (us).
-
-    Sums over the parents' splits by name code, in NumPy (``layout`` is accepted for callers that
-    have one; the trace's columns already say which spans are parents).
-    """
+def op_type_splits(trace: Trace) -> dict[str, tuple[int, float, float, float]]:
+    """Per custom-op name (forward and backward apart): calls and total python, sub-ops, waiting (us),
+    summed over the parents' splits by name code."""
     t = trace.table
     parents, split = family_splits(t)
     if not len(parents):
@@ -428,9 +425,9 @@ def op_type_splits(trace: Trace, layout: Layout | None = None) -> dict[str, tupl
     }
 
 
-def _split_bars(trace: Trace, layout: Layout, width: int) -> Any:
+def _split_bars(trace: Trace, width: int) -> Any:
     """A stacked bar per custom-op type: where its wall time went (ms)."""
-    splits = op_type_splits(trace, layout)
+    splits = op_type_splits(trace)
     kinds = sorted(splits, key=lambda k: -sum(splits[k][1:]))[:30]
     src = ColumnDataSource(
         {
@@ -533,7 +530,7 @@ def build_timeline(
     table_source.selected.js_on_change(
         "indices", CustomJS(args={"table": table_source, "names": names, "source": source, "flows": flows}, code=_TABLE_JS)
     )
-    bars = _split_bars(trace, layout, width)
+    bars = _split_bars(trace, width)
     n_merged = int(b.counts[b.counts > 1].sum())
     note_text = _note_text(len(layout), len(b), n_merged, layout.collapsed_threads, max_lanes)
     note = Div(text=note_text, render_as_text=True, width=width)

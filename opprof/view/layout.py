@@ -84,27 +84,6 @@ class Layout:
         return len(self.left)
 
 
-def _depths(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Nesting depth of each span on one thread (0 = outermost); input sorted by (start, -end).
-
-    Vectorised (a Python loop cost 0.7 s per million spans): for properly nested spans the depth
-    of span ``i`` is the number of earlier spans still open at its start, i.e. ``i`` minus the
-    earlier spans that ended by then. Zero-length spans at the same start come last in the sort
-    order and are not "earlier", so they are taken back out of the count of ended spans.
-    """
-    n = len(starts)
-    if not n:
-        return np.zeros(0, dtype=np.int64)
-    ended = np.searchsorted(np.sort(ends), starts, side="right")
-    zero = ends == starts
-    if zero.any():
-        z_starts = starts[zero]
-        z_upto = np.searchsorted(z_starts, starts, side="right")  # zero-length spans starting <= s_i
-        z_before = np.cumsum(zero) - zero  # zero-length spans with a smaller index
-        ended = ended - (z_upto - z_before)
-    return np.maximum(np.arange(n) - ended, 0)
-
-
 def _first_fit(starts: list[int], ends: list[int]) -> list[int]:
     """Lowest free row per interval so that intervals in one row never overlap (input sorted by start).
 
@@ -290,7 +269,12 @@ def _thread_order(tids: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.
 
 
 def _group_depths(group: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """:func:`_depths` of every group at once; input sorted by (group, start, -end).
+    """Nesting depth of each span within its group (0 = outermost); input sorted by (group, start, -end).
+
+    For properly nested spans the depth of span ``i`` is the number of earlier spans of its group
+    still open at its start: its position in the group minus the group's spans ended by then.
+    Zero-length spans at the same start come last in the sort order and are not "earlier", so
+    they are taken back out of the count of ended spans.
 
     Each group's times are offset past the previous group's (or, where that would not fit in
     int64, replaced by their ranks) and one searchsorted over the ends sorted per group counts,
