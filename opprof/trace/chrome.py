@@ -302,9 +302,16 @@ def _load_chunked(raw: bytes, path: str) -> TraceData | None:
     ours = other.get("opprof")
     if not (isinstance(ours, dict) and "flows" in ours):  # files before 2026-11-30 kept flows apart
         try:
-            t0 = int(ours["t0_ns"]) if ours else 0
-            spans, flows, g = chrome_fast.read_lines((line for _, line in lines()), t0)
-            return _assemble(spans, flows, g.thread_names, g.order, g.instants, g.counters, ours)
+            reader = _OwnEventReader(int(ours["t0_ns"]) if ours else 0)
+
+            def point(ev: dict[str, Any]) -> None:
+                try:
+                    reader.read(ev, -1)
+                except (TraceFormatError, ValueError, KeyError, TypeError, AttributeError, OverflowError):
+                    raise chrome_fast.NotFast from None  # the careful reader names the event
+
+            spans, flows = chrome_fast.read_lines((line for _, line in lines()), reader.t0, point)
+            return _assemble(spans, flows, reader.thread_names, reader.order, reader.instants, reader.counters, ours)
         except chrome_fast.NotFast:
             pass  # the careful reader below reads it, and names what is wrong if anything is
         except (KeyError, TypeError, ValueError, OverflowError):

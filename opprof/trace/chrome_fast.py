@@ -13,7 +13,7 @@ event when one is wrong. So this module decides only how fast a file loads, neve
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import compress, repeat
 from operator import attrgetter
 from typing import Any
@@ -22,7 +22,7 @@ import msgspec
 import numpy as np
 
 from .columns import FlowTable, SpanTable, StringTable
-from .records import CUSTOM_OP, CounterSample, Instant, Role
+from .records import CUSTOM_OP, Role
 
 __all__ = ["NotFast", "read_lines"]
 
@@ -45,7 +45,6 @@ class _Ev(msgspec.Struct, gc=False):
 
 
 _DECODER = msgspec.json.Decoder(list[_Ev])
-_NUM = (int, float)
 
 
 def _numbers(values: list[Any]) -> np.ndarray:
@@ -85,26 +84,26 @@ class _Gathered:
         self.flow_cat: list[Any] = []
         self.flow_tid: list[Any] = []
         self.flow_ts: list[np.ndarray] = []
-        self.thread_names: dict[Any, str] = {}
-        self.order: dict[Any, int] = {}
-        self.instants: list[Instant] = []
-        self.counters: list[CounterSample] = []
 
 
-def read_lines(lines: Iterator[bytes], t0: int) -> tuple[SpanTable, FlowTable, _Gathered]:
-    """The spans and flows of the lines ``save`` wrote (each a chunk of events without brackets)."""
+def read_lines(lines: Iterator[bytes], t0: int, point: Callable[[dict[str, Any]], None]) -> tuple[SpanTable, FlowTable]:
+    """The spans and flows of the lines ``save`` wrote (each a chunk of events without brackets).
+
+    The few other events (thread names, instants, counters) go to ``point`` as dicts: the careful
+    reader's own handling, so both readers give them one meaning.
+    """
     g = _Gathered()
     for line in lines:
         try:
             evs = _DECODER.decode(b"[" + line + b"]")
         except (msgspec.DecodeError, msgspec.ValidationError):
             raise NotFast from None
-        _line(g, evs, t0)
+        _line(g, evs, t0, point)
         del evs
     parents = _parents(g, t0)
     tables = g.tables + ([parents] if parents is not None else [])
     spans = SpanTable.concat(tables) if tables else SpanTable.empty()
-    return spans.sorted_by_start(), _flows(g, t0), g
+    return spans.sorted_by_start(), _flows(g, t0)
 
 
 #: Phase -> a small code, so that each line is split by phase with integer comparisons.
@@ -112,7 +111,7 @@ _PH = {"X": 0, "b": 1, "e": 2, "s": 3, "f": 4}
 _OTHER_PH = 5
 
 
-def _line(g: _Gathered, evs: list[_Ev], t0: int) -> None:
+def _line(g: _Gathered, evs: list[_Ev], t0: int, point: Callable[[dict[str, Any]], None]) -> None:
     ph = np.fromiter(map(_PH.get, map(attrgetter("ph"), evs), repeat(_OTHER_PH)), dtype=np.int8, count=len(evs))
     is_x = ph == 0
     if is_x.any():
@@ -159,32 +158,7 @@ def _line(g: _Gathered, evs: list[_Ev], t0: int) -> None:
         g.flow_tid.extend(map(attrgetter("tid"), evs_sf))
         g.flow_ts.append(_numbers(list(map(attrgetter("ts"), evs_sf))))
     for ev in compress(evs, (ph == _OTHER_PH).tolist()):
-        _point(g, ev, t0)
-
-
-def _point(g: _Gathered, ev: _Ev, t0: int) -> None:
-    """Metadata, instants and counters: few, read one by one."""
-    if type(ev.ts) not in _NUM and ev.ph != "M":
-        raise NotFast
-    args = ev.args
-    if ev.ph == "M":
-        if args is not None and not isinstance(args, dict):
-            raise NotFast
-        if ev.name == "thread_name":
-            g.thread_names[ev.tid] = str((args or {}).get("name", ""))
-        elif ev.name == "thread_sort_index":
-            value = (args or {}).get("sort_index", 0)
-            if type(value) not in _NUM:
-                raise NotFast
-            g.order[ev.tid] = int(value)
-    elif ev.ph in ("i", "I"):
-        g.instants.append(Instant(str(ev.name), str(ev.cat), ev.tid, t0 + round(ev.ts * 1e3), args))
-    elif ev.ph == "C":
-        if args is not None and not isinstance(args, dict):
-            raise NotFast
-        g.counters.append(CounterSample(str(ev.name), t0 + round(ev.ts * 1e3), dict(args or {})))
-    else:
-        raise NotFast  # a phase opprof does not write: let the careful reader say what it makes of it
+        point({"ph": ev.ph, "name": ev.name, "cat": ev.cat, "tid": ev.tid, "ts": ev.ts, "args": ev.args})
 
 
 def _keys(values: list[Any]) -> np.ndarray:
