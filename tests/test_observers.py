@@ -37,11 +37,12 @@ class Log(EngineObserver):
         finally:
             self._add("end", opr.name)
 
-    def on_wait(self, name: str, t0: int, t1: int) -> None:
+    def on_wait(self, name: str, t0: int, t1: int, by: int = 0, var: int = 0) -> None:
         assert t1 >= t0
         self._add("wait", name)
 
-    def on_python(self, inv: Invocation, t0: int, t1: int) -> None:
+    def on_python(self, inv: Invocation, t0: int, t1: int, cpu_ns: int = -1) -> None:
+        assert cpu_ns >= 0  # the engine measures the Python's CPU time whenever someone listens
         self._add("python", inv.name)
 
 

@@ -582,12 +582,12 @@ class TwoSubopsProp(mx.operator.CustomOpProp):
 def test_fake_counter_clock_exact_numbers_on_the_naive_engine() -> None:
     """``itertools.count`` in steps of 1000 ns: each clock read is one tick.
 
-    Ticks (current recorder): 0 construct, 1000 attach; the custom op's engine op starts at 2000,
-    its Python at 3000; each sub-op: push 4000/7000/10000, run [5000, 6000], [8000, 9000],
-    [11000, 12000] (``+ 1``, ``* 3``, the assignment's ``_copyto``); Python ends 13000; Dummy_Wait
-    runs [15000, 16000] after its push; the engine op's own end is read at 17000, detach at 18000.
-    Python 10000 - 3000 inline sub-ops = 7000; sub-ops 3000 + Dummy_Wait 1000 = 4000; waiting
-    [2000, 3000] + [13000, 15000] = 3000.
+    Ticks (current recorder): 0 construct, 1000 attach; the custom op's push at 2000, its engine
+    op starts at 3000, its Python at 4000; each sub-op: push 5000/8000/11000, run [6000, 7000],
+    [9000, 10000], [12000, 13000] (``+ 1``, ``* 3``, the assignment's ``_copyto``); Python ends
+    14000; Dummy_Wait is pushed at 15000 and runs [16000, 17000]; the engine op's own end is read
+    at 18000, detach at 19000. Python 10000 - 3000 inline sub-ops = 7000; sub-ops 3000 + Dummy_Wait
+    1000 = 4000; waiting [3000, 4000] + [14000, 16000] = 3000.
     """
     eng = mx.set_engine("naive")
     try:
@@ -602,19 +602,19 @@ def test_fake_counter_clock_exact_numbers_on_the_naive_engine() -> None:
         mx.set_engine("threaded")
     got = [(s.name, s.start, s.end, s.role) for s in trace.spans]
     assert got == [
-        ("ProfTwoSubops", 2000, 16000, "parent"),
-        ("ProfTwoSubops::pure_python", 3000, 13000, "python"),
-        ("ProfTwoSubops::_plus_scalar", 5000, 6000, "subop"),
-        ("ProfTwoSubops::_mul_scalar", 8000, 9000, "subop"),
-        ("ProfTwoSubops::_copyto", 11000, 12000, "subop"),
-        ("ProfTwoSubops::Dummy_Wait", 15000, 16000, "dummy_wait"),
+        ("ProfTwoSubops", 3000, 17000, "parent"),
+        ("ProfTwoSubops::pure_python", 4000, 14000, "python"),
+        ("ProfTwoSubops::_plus_scalar", 6000, 7000, "subop"),
+        ("ProfTwoSubops::_mul_scalar", 9000, 10000, "subop"),
+        ("ProfTwoSubops::_copyto", 12000, 13000, "subop"),
+        ("ProfTwoSubops::Dummy_Wait", 16000, 17000, "dummy_wait"),
     ]
     (row,) = trace.custom_ops()
-    assert (row.start_ns, row.wall_ns, row.python_ns, row.subops_ns, row.waiting_ns) == (2000, 14000, 7000, 4000, 3000)
+    assert (row.start_ns, row.wall_ns, row.python_ns, row.subops_ns, row.waiting_ns) == (3000, 14000, 7000, 4000, 3000)
     p = trace.spans[0]
     assert p.args is not None and (p.args["python_us"], p.args["subops_us"], p.args["waiting_us"]) == (7.0, 4.0, 3.0)
-    assert [(f.src_ts, f.dst_ts) for f in trace.flows] == [(4000, 5000), (7000, 8000), (10000, 11000)]
-    assert (trace.metadata["t_start_ns"], trace.metadata["t_stop_ns"]) == (1000, 18000)
+    assert [(f.src_ts, f.dst_ts) for f in trace.flows] == [(5000, 6000), (8000, 9000), (11000, 12000)]
+    assert (trace.metadata["t_start_ns"], trace.metadata["t_stop_ns"]) == (1000, 19000)
     assert trace.validate() == []
 
 

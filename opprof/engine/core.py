@@ -105,6 +105,8 @@ class Engine:
         self._space_gates: list[threading.Lock] = []  # throttled pushers, released when the backlog halves
         # What the hot path calls: None, one observer, or several as one (see add_observer).
         self.observer: EngineObserver | None = None
+        # The op whose completion last let a waiter of wait_for_all go (its seq), for observers.
+        self._last_done = 0
 
     # ------------------------------------------------------------------ observers
     def add_observer(self, observer: EngineObserver) -> None:
@@ -177,10 +179,10 @@ class Engine:
         t0 = obs.clock() if obs is not None else 0
         with self._lock:
             quiet = not var._writing and not var._queue
-        if not quiet:
-            self._wait_for_op(var)
+        gate = None if quiet else self._wait_for_op(var)
         if obs is not None:
-            obs.on_wait("WaitForVar", t0, obs.clock())
+            # What ended the wait: the write whose completion released the wait's token.
+            obs.on_wait("WaitForVar", t0, obs.clock(), gate.by if gate is not None else 0, var.id)
         if _guard.deferred is not None:  # a Ctrl-C held back by the bookkeeping above; before the
             _guard.raise_deferred(sys._getframe(2))  # var's error is taken, so that is not lost
         with self._lock:
@@ -202,9 +204,11 @@ class Engine:
             )
         obs = self.observer
         t0 = obs.clock() if obs is not None else 0
+        before = self._last_done
         self._wait_idle()
         if obs is not None:
-            obs.on_wait("WaitForAll", t0, obs.clock())
+            last = self._last_done
+            obs.on_wait("WaitForAll", t0, obs.clock(), last if last != before else 0, 0)
         if _guard.deferred is not None:
             _guard.raise_deferred(sys._getframe(2))
         with self._lock:
@@ -294,14 +298,14 @@ class Engine:
                     for v in opr.reads:
                         if v._writing or v._queue:
                             blocked += 1
-                            v._queue.append((opr, False))
+                            (v._queue or v.new_queue()).append((opr, False))
                         else:
                             v._running_reads += 1
                         n += 1
                     for v in opr.writes:
                         if v._writing or v._running_reads or v._queue:
                             blocked += 1
-                            v._queue.append((opr, True))
+                            (v._queue or v.new_queue()).append((opr, True))
                         else:
                             v._writing = True
                         n += 1
@@ -328,11 +332,11 @@ class Engine:
             v = vars_[i]
             if i < len(opr.reads):
                 if v._writing or v._queue:
-                    v._queue.append((opr, False))
+                    (v._queue or v.new_queue()).append((opr, False))
                 else:
                     v._running_reads += 1
             elif v._writing or v._running_reads or v._queue:
-                v._queue.append((opr, True))
+                (v._queue or v.new_queue()).append((opr, True))
             else:
                 v._writing = True
         return sum(any(o is opr for o, _ in v._queue) for v in vars_)
@@ -419,9 +423,19 @@ class Engine:
                 self._release(v, ready)
             self._pending -= 1
             if self._idle_gates and self._pending == 0:
+                self._last_done = opr.seq
                 open_gates(self._idle_gates)
             if self._space_gates and self._pending <= self.max_pending // 2:
                 open_gates(self._space_gates)
+            obs = self.observer
+            if ready and obs is not None:
+                # The enabling edge: this op's completion made them ready, now. (Which var did
+                # it is noted by _release, which knows.) One clock read per completion.
+                now = obs.clock()
+                seq = opr.seq
+                for r in ready:
+                    r.ready_ns = now
+                    r.by = seq
         return ready
 
     @staticmethod
@@ -437,12 +451,14 @@ class Engine:
                     v._writing = True
                     opr.wait -= 1
                     if opr.wait == 0:
+                        opr.by_var = v.id
                         ready.append(opr)
                 return
             q.popleft()
             v._running_reads += 1
             opr.wait -= 1
             if opr.wait == 0:
+                opr.by_var = v.id
                 ready.append(opr)
 
     @staticmethod
@@ -455,10 +471,14 @@ class Engine:
     def _throttle(self) -> None:
         self._wait_until(self._space_gates, lambda: self._pending <= self.max_pending // 2)
 
-    def _wait_for_op(self, var: Var) -> None:
+    def _wait_for_op(self, var: Var) -> Opr:
+        """Block until the writes pushed so far to ``var`` are done; return the wait's token op
+        (its ``by`` names the write that ended the wait)."""
         gate = closed_gate()
-        self.push(gate.release, (var,), (), "WaitForVar", no_skip=True, info=INTERNAL)
+        token = Opr(gate.release, *self._check((var,), ()), "WaitForVar", False, True, INTERNAL)
+        self._submit(token)
         self._block(gate.acquire)
+        return token
 
     def _wait_idle(self) -> None:
         """Block until no op is pending."""

@@ -33,11 +33,14 @@ class EngineObserver:
         """Run ``opr`` by calling ``fn(*args)`` on the executing thread (time it, if you like)."""
         fn(*args)
 
-    def on_wait(self, name: str, t0: int, t1: int) -> None:
-        """The calling thread was blocked in a wait (``WaitForVar``, ``WaitForAll``) from ``t0`` to ``t1``."""
+    def on_wait(self, name: str, t0: int, t1: int, by: int = 0, var: int = 0) -> None:
+        """The calling thread was blocked in a wait (``WaitForVar``, ``WaitForAll``) from ``t0`` to
+        ``t1``; ``by`` is the op (its seq) whose completion ended it (0: none had to), ``var`` the
+        var waited on (0 for all)."""
 
-    def on_python(self, inv: Invocation, t0: int, t1: int) -> None:
-        """A custom op's Python ran from ``t0`` to ``t1`` on the calling thread."""
+    def on_python(self, inv: Invocation, t0: int, t1: int, cpu_ns: int = -1) -> None:
+        """A custom op's Python ran from ``t0`` to ``t1`` on the calling thread, ``cpu_ns`` of it
+        on a CPU (the thread's CPU time; -1 when not measured)."""
 
     def on_error(self, inv: Invocation, error: BaseException) -> None:
         """A custom-op invocation ended with ``error``."""
@@ -62,13 +65,13 @@ class Observers(EngineObserver):
             fn, args = functools.partial(o.run, opr, fn, *args), ()
         self.observers[0].run(opr, fn, *args)
 
-    def on_wait(self, name: str, t0: int, t1: int) -> None:
+    def on_wait(self, name: str, t0: int, t1: int, by: int = 0, var: int = 0) -> None:
         for o in self.observers:
-            o.on_wait(name, t0, t1)
+            o.on_wait(name, t0, t1, by, var)
 
-    def on_python(self, inv: Invocation, t0: int, t1: int) -> None:
+    def on_python(self, inv: Invocation, t0: int, t1: int, cpu_ns: int = -1) -> None:
         for o in self.observers:
-            o.on_python(inv, t0, t1)
+            o.on_python(inv, t0, t1, cpu_ns)
 
     def on_error(self, inv: Invocation, error: BaseException) -> None:
         for o in self.observers:

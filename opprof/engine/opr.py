@@ -77,8 +77,10 @@ class Var:
     def __init__(self, name: str | None = None) -> None:
         self.id = next(_var_ids)
         self.name = name
-        # Waiting ops in push order: (opr, is_write).
-        self._queue: deque[tuple[Opr, bool]] = deque()
+        # Waiting ops in push order: (opr, is_write). Made on first use: most vars never queue an
+        # op, and an empty deque is 624 bytes against a Var's 80 (a profile keeps the vars its
+        # ops touched, so this is most of its memory per op).
+        self._queue: deque[tuple[Opr, bool]] | tuple[()] = ()
         self._running_reads = 0
         self._writing = False
         self.exception: BaseException | None = None
@@ -86,6 +88,12 @@ class Var:
         # while ops pushed earlier (and still queued) are skipped as they would have been.
         self._cleared_at: int | None = None
         self.deleted = False
+
+    def new_queue(self) -> deque[tuple[Opr, bool]]:
+        """The var's version queue, made now (callers hold the engine lock and found it empty)."""
+        q: deque[tuple[Opr, bool]] = deque()
+        self._queue = q
+        return q
 
     def __repr__(self) -> str:
         label = f" {self.name!r}" if self.name else ""
@@ -98,7 +106,23 @@ class Opr:
     Observers read ``name``, ``info``, ``is_async`` and ``prof``; everything else is the engine's.
     """
 
-    __slots__ = ("dispatched", "done", "fn", "info", "is_async", "name", "no_skip", "prof", "reads", "seq", "wait", "writes")
+    __slots__ = (
+        "by",
+        "by_var",
+        "dispatched",
+        "done",
+        "fn",
+        "info",
+        "is_async",
+        "name",
+        "no_skip",
+        "prof",
+        "reads",
+        "ready_ns",
+        "seq",
+        "wait",
+        "writes",
+    )
 
     def __init__(
         self,
@@ -121,5 +145,11 @@ class Opr:
         self.dispatched = False  # handed to _dispatch (set before anything can interrupt it)
         self.seq = 0  # push order, set under the engine lock
         self.prof: Any = None  # what an observer noted at push time
+        # The enabling edge, for observers (see Engine._complete): the op whose completion made
+        # this one ready (its seq; 0: ready when pushed), the var it released, and when (on the
+        # observer's clock; only while an observer listens).
+        self.by = 0
+        self.by_var = 0
+        self.ready_ns = 0
         # Free slot for the layers above (a custom op puts its Invocation here).
         self.info = info

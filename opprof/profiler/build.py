@@ -27,6 +27,7 @@ import numpy as np
 from ..engine import Invocation
 from ..trace import CUSTOM_OP, CounterSample, FlowTable, Instant, Role, SpanTable
 from ..trace.columns import ROLE_CODE, StringTable
+from ..trace.ops import WAIT_ID_BASE, OpKind, OpTable
 from ..trace.records import OPERATOR, WAIT
 from ..trace.split import split_columns
 
@@ -56,14 +57,16 @@ _PLAIN_K, _SUB_K = 9, 10
 class ThreadRecords:
     """One thread's records: its name and its three lists (see the module docstring)."""
 
-    __slots__ = ("buf", "fam", "name", "plain", "sub")
+    __slots__ = ("buf", "deps", "fam", "name", "origin", "plain", "sub")
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.plain: list[tuple[int, int, str]] = []
-        self.sub: list[tuple[int, int, str, tuple[int, Any, Invocation]]] = []
-        self.fam: list[tuple[int, int, int, Invocation]] = []
+        self.origin = self  # the records a copy was made from: pushes name those
+        self.plain: list[tuple[int, int, str, int]] = []
+        self.sub: list[tuple[int, int, str, int, tuple[int, Any, Invocation, Any]]] = []
+        self.fam: list[tuple[int, int, int, Invocation, int]] = []
         self.buf: list[tuple[Any, ...]] = []
+        self.deps: list[tuple[Any, ...]] = []
 
     def __len__(self) -> int:
         return len(self.plain) + len(self.sub) + len(self.fam) + len(self.buf)
@@ -71,7 +74,9 @@ class ThreadRecords:
     def copy(self) -> ThreadRecords:
         """The lists as they are now (other threads append while a live build reads)."""
         c = ThreadRecords(self.name)
+        c.origin = self.origin
         c.plain, c.sub, c.fam, c.buf = list(self.plain), list(self.sub), list(self.fam), list(self.buf)
+        c.deps = list(self.deps)
         return c
 
 
@@ -84,6 +89,7 @@ class Built:
     instants: list[Instant]
     counters: list[CounterSample]
     incomplete: int
+    ops: OpTable
 
 
 def _cols(lists: Sequence[list[Any]], fields: int) -> list[list[Any]]:
@@ -112,10 +118,10 @@ def build_columns(threads: Sequence[ThreadRecords]) -> Built:
     tid_of = np.arange(1, len(threads) + 1, dtype=np.int64)
     # The four lists, one after another in the combined columns: plain ops, sub-ops, families' own
     # records, the rest.
-    p_t0, p_t1, p_name = _cols([r.plain for r in threads], 3)
-    s_t0, s_t1, s_name, s_push = _cols([r.sub for r in threads], 4)
-    f_kind, f_t0, f_t1, f_inv = _cols([r.fam for r in threads], 4)
-    b_kind, b_t0, b_t1, b_name, b_info, b_pushed = _cols([r.buf for r in threads], 6)
+    p_t0, p_t1, p_name, p_seq = _cols([r.plain for r in threads], 4)
+    s_t0, s_t1, s_name, s_seq, s_push = _cols([r.sub for r in threads], 5)
+    f_kind, f_t0, f_t1, f_inv, f_x = _cols([r.fam for r in threads], 5)
+    b_kind, b_t0, b_t1, b_name, b_info, b_pushed, b_x = _cols([r.buf for r in threads], 7)
     q, ns, nf, nb = len(p_t0), len(s_t0), len(f_t0), len(b_t0)
     o_f, o_b = q + ns, q + ns + nf  # where the family and other records start
     push_ts = _arr(list(map(itemgetter(0), s_push)))
@@ -222,6 +228,24 @@ def build_columns(threads: Sequence[ThreadRecords]) -> Built:
     if len(u):
         cats[u] = st.codes([b_info[i - o_b] for i in idx[u].tolist()])
 
+    # The engine's side: each span's op id (a parent's is its custom op's own engine op), the
+    # CPU time of each Python, and the table of ops and waits.
+    x_op = np.full(n, -1, dtype=np.int64)
+    x_op[:q] = _arr(p_seq)
+    x_op[q:o_f] = _arr(s_seq)
+    f_x_arr = _arr(f_x)
+    x_op[o_f:o_b] = np.where(fk == PYTHON, -1, f_x_arr)
+    x_cpu = np.full(n, -1, dtype=np.int64)
+    x_cpu[o_f:o_b] = np.where(fk == PYTHON, f_x_arr, -1)
+    b_op_at = np.flatnonzero(bk == OP)
+    x_op[o_b + b_op_at] = [b_x[j] for j in b_op_at.tolist()]
+    w_at = np.flatnonzero(bk == WAIT_REC)
+    wait_ids = WAIT_ID_BASE + np.arange(len(w_at), dtype=np.int64)
+    x_op[o_b + w_at] = wait_ids
+    parent_op = np.full(m, -1, dtype=np.int64)
+    parent_op[inv[s_rec]] = x_op[s_rec]
+    ops = _op_table(threads, tid, o_b, w_at, wait_ids, b_t0, b_t1, b_x, x_op[s_rec], x_op[d_rec])
+
     # Parents, with their split.
     k = len(done)
     p_start, p_end = f_start[done], f_end[done]
@@ -243,6 +267,8 @@ def build_columns(threads: Sequence[ThreadRecords]) -> Built:
         inv=np.concatenate([np.where(s_child, number[s_inv], -1), number[done]]),
         op_type=np.concatenate([np.where(s_child, op_code[s_inv], -1), op_code[done]]).astype(np.int32),
         backward=np.concatenate([np.where(s_child, backward[s_inv], -1), backward[done]]).astype(np.int8),
+        op=np.concatenate([x_op[idx], parent_op[done]]),
+        cpu=np.concatenate([x_cpu[idx], np.full(k, -1, dtype=np.int64)]),
         split_at=np.arange(n_sp, n_sp + k, dtype=np.int64),
         split_ns=split,
         args_at=n_sp + np.flatnonzero(has_error),
@@ -255,7 +281,106 @@ def build_columns(threads: Sequence[ThreadRecords]) -> Built:
     counters = [CounterSample(b_name[i], int(b_t0[i]), {"value": b_info[i]}) for i in np.flatnonzero(bk == COUNTER).tolist()]
     instants.sort(key=attrgetter("ts"))
     counters.sort(key=attrgetter("ts"))
-    return Built(spans.sorted_by_start(), flows, instants, counters, incomplete)
+    return Built(spans.sorted_by_start(), flows, instants, counters, incomplete, ops)
+
+
+def _op_table(
+    threads: Sequence[ThreadRecords],
+    tid: np.ndarray,
+    o_b: int,
+    w_at: np.ndarray,
+    wait_ids: np.ndarray,
+    b_t0: list[int],
+    b_t1: list[int],
+    b_x: list[Any],
+    custom_ops: np.ndarray,
+    dummies: np.ndarray,
+) -> OpTable:
+    """The engine's table (:class:`~opprof.trace.ops.OpTable`): one row per recorded op, then the waits."""
+    d_seq, d_push, d_rec, d_ready, d_by, d_var, d_reads, d_writes, d_site = _cols([r.deps for r in threads], 9)
+    tid_of_rec = {id(r.origin): i + 1 for i, r in enumerate(threads)}
+    st = StringTable()
+    site_code: dict[Any, int] = {None: -1}
+
+    def site(x: Any) -> int:
+        c = site_code.get(x)
+        if c is None:
+            c = site_code[x] = st.code(f"{x[0]}:{x[1]}")
+        return c
+
+    w_list = w_at.tolist()
+    w_extra = [b_x[j] for j in w_list]  # (by, var, site) of each wait
+    push = _arr(d_push)
+    ready = _arr(d_ready)
+    ready = np.where(ready > 0, ready, push)  # 0: ready when pushed
+    by = _arr(d_by)
+    var = _arr(d_var)
+    n_reads = np.fromiter(map(len, d_reads), dtype=np.int64, count=len(d_reads))
+    n_writes = np.fromiter(map(len, d_writes), dtype=np.int64, count=len(d_writes))
+    w_var = np.array([e[1] for e in w_extra], dtype=np.int64)
+    # Accesses: each op's reads then writes; a wait reads the var it waited on (none for all).
+    counts = np.concatenate([n_reads + n_writes, (w_var > 0).astype(np.int64)])
+    acc_var = np.concatenate(
+        [
+            np.fromiter(
+                map(attrgetter("id"), chain.from_iterable(chain.from_iterable(zip(d_reads, d_writes, strict=True)))),
+                dtype=np.int64,
+                count=int((n_reads + n_writes).sum()),
+            ),
+            w_var[w_var > 0],
+        ]
+    )
+    per_op = np.stack([n_reads, n_writes], axis=1).ravel()  # reads, writes, reads, writes, ...
+    is_write = np.concatenate(
+        [np.repeat(np.tile(np.array([False, True]), len(d_reads)), per_op), np.zeros(int((w_var > 0).sum()), bool)]
+    )
+    kind = np.concatenate([np.full(len(d_seq), OpKind.OP, np.int8), np.full(len(w_list), OpKind.WAIT, np.int8)])
+    op = np.concatenate([_arr(d_seq), wait_ids])
+    kind[: len(d_seq)][np.isin(op[: len(d_seq)], custom_ops)] = OpKind.CUSTOM
+    kind[: len(d_seq)][np.isin(op[: len(d_seq)], dummies)] = OpKind.DUMMY
+    table_push = np.concatenate([push, np.array([b_t0[j] for j in w_list], dtype=np.int64)])
+    w_end = np.array([b_t1[j] for j in w_list], dtype=np.int64)
+    w_by = np.array([e[0] for e in w_extra], dtype=np.int64)
+    acc_at = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    order = np.argsort(op, kind="stable")
+    t = OpTable(
+        op=op,
+        kind=kind,
+        push=table_push,
+        pusher=np.concatenate(
+            [np.fromiter((tid_of_rec.get(id(r), 0) for r in d_rec), dtype=np.int64, count=len(d_rec)), tid[o_b + w_at]]
+        ),
+        ready=np.concatenate([ready, w_end]),
+        by=np.where(np.concatenate([by, w_by]) > 0, np.concatenate([by, w_by]), -1),
+        var=np.where(np.concatenate([var, w_var]) > 0, np.concatenate([var, w_var]), -1),
+        site=np.array([site(x) for x in d_site] + [site(e[2]) for e in w_extra], dtype=np.int32),
+        acc_at=acc_at,
+        acc_var=acc_var,
+        acc_write=is_write,
+        strings=st.strings,
+    )
+    return t if bool(np.all(order[1:] > order[:-1])) else _reorder(t, order)
+
+
+def _reorder(t: OpTable, order: np.ndarray) -> OpTable:
+    """``t``'s rows in ``order``, their accesses with them."""
+    counts = np.diff(t.acc_at)[order]
+    starts = t.acc_at[:-1][order]
+    pos = np.repeat(starts - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts) + np.arange(int(counts.sum()))
+    return OpTable(
+        op=t.op[order],
+        kind=t.kind[order],
+        push=t.push[order],
+        pusher=t.pusher[order],
+        ready=t.ready[order],
+        by=t.by[order],
+        var=t.var[order],
+        site=t.site[order],
+        acc_at=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+        acc_var=t.acc_var[pos],
+        acc_write=t.acc_write[pos],
+        strings=t.strings,
+    )
 
 
 def _labels(st: StringTable, op_code: np.ndarray, backward: np.ndarray) -> np.ndarray:
@@ -282,7 +407,7 @@ def _flows(
     The pushing thread is named by its ``buf`` list (``id()``), not its thread ident: Linux reuses
     the ident of a finished thread. Flows share the spans' string table (their names are the sub-ops').
     """
-    buf_ids = np.array([id(r.buf) for r in threads], dtype=np.int64)
+    buf_ids = np.array([id(r.origin) for r in threads], dtype=np.int64)
     order = np.argsort(buf_ids)
     sorted_ids = buf_ids[order]
     pushed_by = _ids(push_buf)[sub_rec]

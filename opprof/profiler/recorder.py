@@ -19,6 +19,8 @@ What is recorded, and on which thread:
 from __future__ import annotations
 
 import itertools
+import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -41,8 +43,20 @@ from .build import COUNTER, DUMMY, ERROR, INSTANT, OP, PYTHON, START, USER, WAIT
 
 __all__ = ["Recorder", "ProfilerError"]
 
-_PLAIN_PUSH = (0, 0, None)  # the push field of a custom op's own op pushed outside any custom op
-_PLAIN: Any = object()  # the push field of a plain op, told apart by identity
+_OWN_FILES = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # opprof's own code
+
+
+def _site() -> tuple[str, int] | None:
+    """The user's line that pushed (or waited): the first frame outside opprof's own code.
+
+    Only pushes and waits inside a custom op's Python pay for it (~0.4 µs: a walk of a handful of
+    frames); a plain op never does.
+    """
+    f = sys._getframe(2)
+    own = _OWN_FILES
+    while f is not None and f.f_code.co_filename.startswith(own):
+        f = f.f_back
+    return None if f is None else (f.f_code.co_filename, f.f_lineno)
 
 
 class ProfilerError(RuntimeError):
@@ -105,7 +119,7 @@ class Recorder(EngineObserver):
         with self._lock:
             self._buffers.append(lists)
         local = self._local
-        local.buf, local.plain, local.sub, local.fam = lists.buf, lists.plain, lists.sub, lists.fam
+        local.rec, local.buf, local.fam = lists, lists.buf, lists.fam
         return lists
 
     def _admit(self) -> bool:
@@ -118,15 +132,18 @@ class Recorder(EngineObserver):
 
     def on_push(self, opr: Opr) -> None:
         if self.recording and opr.info is not INTERNAL:
+            # Every op's push: when, and which thread's records (the pusher is named by its
+            # records, not its thread ident: Linux reuses the ident of a finished thread). A push
+            # inside a custom op's Python also keeps its invocation and the user's line that made it.
+            try:
+                rec = self._local.rec
+            except AttributeError:
+                rec = self._register()
             inv = thread_state.invocation
-            # Only a push inside a custom op's Python needs its time and thread (for its flow arrow).
-            # The pusher is named by its buffer, not its thread ident: Linux reuses the ident of a
-            # finished thread, which would move the arrow to another thread.
-            # A plain op (no invocation pushed it, none is its own) is recorded as three fields only.
             if inv is None:
-                opr.prof = _PLAIN if opr.info is None else _PLAIN_PUSH
+                opr.prof = (self.clock(), rec, None, None)
             else:
-                opr.prof = (self.clock(), self._buf(), inv)
+                opr.prof = (self.clock(), rec, inv, _site() if opr.info is None else None)
 
     def run(self, opr: Opr, fn: Callable[..., Any], *args: Any) -> None:
         prof = opr.prof
@@ -141,60 +158,62 @@ class Recorder(EngineObserver):
             t1 = clock()
             if self.recording:
                 if next(self._count) < self.max_events:
-                    if prof is _PLAIN:
-                        try:
-                            plain = self._local.plain
-                        except AttributeError:
-                            plain = self._register().plain
-                        plain.append((t0, t1, opr.name))
-                    elif opr.info is None:  # pushed inside a custom op's Python: prof is its push
-                        try:
-                            sub = self._local.sub
-                        except AttributeError:
-                            sub = self._register().sub
-                        sub.append((t0, t1, opr.name, prof))
+                    try:
+                        rec = self._local.rec
+                    except AttributeError:
+                        rec = self._register()
+                    seq = opr.seq
+                    info = opr.info
+                    if info is None:
+                        if prof[2] is None:
+                            rec.plain.append((t0, t1, opr.name, seq))
+                        else:  # pushed inside a custom op's Python: prof is its push
+                            rec.sub.append((t0, t1, opr.name, seq, prof))
                     else:  # a custom op's own engine op or Dummy_Wait, or some other info
-                        info = opr.info
                         kind = START if opr.is_async else DUMMY if opr.name == "Dummy_Wait" else None
                         if kind is not None and type(info) is Invocation:
-                            self._fam().append((kind, t0, t1, info))
+                            rec.fam.append((kind, t0, t1, info, seq))
                         else:
-                            self._buf().append((OP, t0, t1, opr.name, info, prof[2]))
+                            rec.buf.append((OP, t0, t1, opr.name, info, prof[2], seq))
+                    # Its edges: push, ready, what made it ready, and every var it touched (the
+                    # engine's own tuples, kept as they are: no copy on the hot path).
+                    rec.deps.append((seq, prof[0], prof[1], opr.ready_ns, opr.by, opr.by_var, opr.reads, opr.writes, prof[3]))
                 else:
                     self.full = True
 
-    def on_wait(self, name: str, t0: int, t1: int) -> None:
+    def on_wait(self, name: str, t0: int, t1: int, by: int = 0, var: int = 0) -> None:
         if self._admit():
-            buf = self._buf()
-            buf.append((WAIT_REC, t0, t1, name, current_invocation(), None))
+            inv = current_invocation()
+            site = _site() if inv is not None else None
+            self._buf().append((WAIT_REC, t0, t1, name, inv, None, (by, var, site)))
 
-    def on_python(self, inv: Invocation, t0: int, t1: int) -> None:
+    def on_python(self, inv: Invocation, t0: int, t1: int, cpu_ns: int = -1) -> None:
         # Takes no slot under the cap (its family's Dummy_Wait, recorded after it, may still fit),
         # but once the cap is reached the family is incomplete anyway: keeping it would let memory
         # grow with every custom-op call.
         if self.recording and not self.full:
-            self._fam().append((PYTHON, t0, t1, inv))
+            self._fam().append((PYTHON, t0, t1, inv, cpu_ns))
 
     def on_error(self, inv: Invocation, error: BaseException) -> None:
         if not self.full:
             buf = self._buf()
-            buf.append((ERROR, 0, 0, f"{type(error).__name__}: {error}", inv, None))
+            buf.append((ERROR, 0, 0, f"{type(error).__name__}: {error}", inv, None, None))
 
     def on_user_span(self, name: str, cat: str, t0: int, t1: int) -> None:
         """A span the user marked (``mx.profiler.Task``/``Frame``/``Event``)."""
         if self._admit():
             buf = self._buf()
-            buf.append((USER, t0, t1, name, cat, None))
+            buf.append((USER, t0, t1, name, cat, None, None))
 
     def on_instant(self, name: str, cat: str, ts: int) -> None:
         if self._admit():
             buf = self._buf()
-            buf.append((INSTANT, ts, ts, name, cat, None))
+            buf.append((INSTANT, ts, ts, name, cat, None, None))
 
     def on_counter(self, name: str, ts: int, value: float) -> None:
         if self._admit():
             buf = self._buf()
-            buf.append((COUNTER, ts, ts, name, value, None))
+            buf.append((COUNTER, ts, ts, name, value, None, None))
 
     @property
     def events(self) -> int:
@@ -222,12 +241,17 @@ class Recorder(EngineObserver):
             "dropped_events": dropped,
             "incomplete_invocations": built.incomplete,
             "engine": getattr(self.engine, "kind", None),
+            # The pools' sizes, which a what-if replay starts from (None for the naive engine).
+            "engine_workers": getattr(self.engine, "workers", None),
+            "custom_workers": getattr(self.engine, "custom_workers", None),
             "producer": "opprof",
         }
         if metadata:
             meta.update(metadata)
         b = built
-        return Trace(threads=threads, spans=b.spans, flows=b.flows, instants=b.instants, counters=b.counters, metadata=meta)
+        return Trace(
+            threads=threads, spans=b.spans, flows=b.flows, instants=b.instants, counters=b.counters, metadata=meta, ops=b.ops
+        )
 
 
 def _thread_order(name: str) -> tuple[int, int, str]:

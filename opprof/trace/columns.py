@@ -249,6 +249,17 @@ class SpanTable:
     split_ns: np.ndarray = field(default_factory=lambda: np.zeros((0, 3), dtype=_I64))  # python, sub-ops, waiting
     args_at: np.ndarray = field(default_factory=lambda: _EMPTY_I64)  # spans with other args, ascending
     args: list[dict[str, Any]] = field(default_factory=list)
+    # The engine's side (see :mod:`.ops`): the op a span ran (its id in ``TraceData.ops``; a
+    # parent's is its custom op's own engine op), and a custom op's Python's CPU time; -1 for none.
+    op: np.ndarray = None  # type: ignore[assignment]  # int64, made -1 when not given
+    cpu: np.ndarray = None  # type: ignore[assignment]  # int64 ns
+
+    def __post_init__(self) -> None:
+        n = len(self.start)
+        if self.op is None:
+            self.op = np.full(n, -1, dtype=_I64)
+        if self.cpu is None:
+            self.cpu = np.full(n, -1, dtype=_I64)
 
     def __len__(self) -> int:
         return len(self.start)
@@ -459,6 +470,8 @@ class SpanTable:
             inv=self.inv[idx],
             op_type=self.op_type[idx],
             backward=self.backward[idx],
+            op=self.op[idx],
+            cpu=self.cpu[idx],
             split_at=s_at,
             split_ns=self.split_ns[s_keep],
             args_at=a_at,
@@ -481,13 +494,13 @@ class SpanTable:
             return cls._concat_shared(tables)
         st = StringTable(tables[0].strings)
         parts: dict[str, list[np.ndarray]] = {
-            k: [] for k in ("start", "end", "tid", "name", "cat", "role", "inv", "op_type", "backward")
+            k: [] for k in ("start", "end", "tid", "name", "cat", "role", "inv", "op_type", "backward", "op", "cpu")
         }
         split_at, split_ns, args_at, args = [], [], [], []
         offset = 0
         for t in tables:
             remap = np.array([st.code(s) for s in t.strings] + [-1], dtype=np.int32)
-            for k in ("start", "end", "tid", "role", "inv", "backward"):
+            for k in ("start", "end", "tid", "role", "inv", "backward", "op", "cpu"):
                 parts[k].append(getattr(t, k))
             parts["name"].append(remap[t.name])
             parts["cat"].append(remap[t.cat])
@@ -513,7 +526,7 @@ class SpanTable:
         offsets = np.cumsum([0] + [len(t) for t in tables])[:-1].tolist()
         cols = {
             k: np.concatenate([getattr(t, k) for t in tables])
-            for k in ("start", "end", "tid", "name", "cat", "role", "inv", "op_type", "backward")
+            for k in ("start", "end", "tid", "name", "cat", "role", "inv", "op_type", "backward", "op", "cpu")
         }
         return cls(
             strings=tables[0].strings,

@@ -18,6 +18,7 @@ from typing import Any, Generic, TypeVar, cast
 import numpy as np
 
 from .columns import FlowTable, SpanTable
+from .ops import OpTable
 from .records import CounterSample, Flow, Instant, Span, ThreadInfo
 
 __all__ = ["TraceData"]
@@ -75,8 +76,11 @@ class TraceData:
         counters: list[CounterSample] | None = None,
         flows: Sequence[Flow] | FlowTable | None = None,
         metadata: dict[str, Any] | None = None,
+        ops: OpTable | None = None,
     ) -> None:
         self.threads: list[ThreadInfo] = threads if threads is not None else []
+        #: The engine's side: pushes, ready times, enabling edges, vars (None for other tools' traces).
+        self.ops: OpTable | None = ops
         self.instants: list[Instant] = instants if instants is not None else []
         self.counters: list[CounterSample] = counters if counters is not None else []
         self.metadata: dict[str, Any] = metadata if metadata is not None else {}

@@ -15,7 +15,16 @@ import numpy as np
 from .columns import ROLE_CODE, SpanTable
 from .records import Role, Span
 
-__all__ = ["family_splits", "split_columns", "split_in_args", "split_invocation", "stored_split", "sweep_split"]
+__all__ = [
+    "by_family_time",
+    "family_splits",
+    "inline_subops",
+    "split_columns",
+    "split_in_args",
+    "split_invocation",
+    "stored_split",
+    "sweep_split",
+]
 
 
 def _union(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -112,15 +121,7 @@ def split_columns(
         return out
     is_py = role == ROLE_CODE[Role.PYTHON]
     is_sub = (role == ROLE_CODE[Role.SUBOP]) | (role == ROLE_CODE[Role.DUMMY_WAIT])
-    # A sub-op run inline on its Python's own thread (the naive engine) blocks the Python.
-    py_fam = fam[is_py]
-    if not len(py_fam) or np.bincount(py_fam, minlength=k).max() <= 1:  # one Python each: a lookup
-        py_tid = np.full(k + 1, -1, dtype=np.int64)
-        py_tid[py_fam] = tid[is_py]
-        inline = is_sub & (py_tid[fam] == tid)
-    else:
-        span = int(tid.max()) + 1
-        inline = is_sub & np.isin(fam * span + tid, np.unique(py_fam * span + tid[is_py]))
+    inline = inline_subops(fam, tid, is_py, is_sub, k)
     is_blocked = (role == ROLE_CODE[Role.WAIT]) | inline
     # The three running counts packed in one int64, 20 bits each (a million overlapping spans of one
     # kind in one invocation before they would carry): one cumsum instead of three.
@@ -136,13 +137,7 @@ def split_columns(
     t = np.concatenate([a, b])
     ff = np.concatenate([f, f])
     delta = np.concatenate([kinds, -kinds])
-    # One argsort of a combined key where it fits in int64 (about twice as fast as lexsort).
-    t_min = int(t.min()) if len(t) else 0
-    t_span = int(t.max()) - t_min + 1 if len(t) else 1
-    if k * t_span < 2**62:
-        order = np.argsort(ff * t_span + (t - t_min), kind="stable")
-    else:
-        order = np.lexsort((t, ff))
+    order = by_family_time(ff, t, k)
     t, ff = t[order], ff[order]
     counts = np.cumsum(delta[order])  # each invocation's boundaries net to zero: no reset needed
     mask = (1 << 20) - 1
@@ -157,6 +152,27 @@ def split_columns(
     out[:, 1] = np.bincount(ff, weights=np.where(subop, length, 0), minlength=k)[:k].astype(np.int64)
     out[:, 2] = (hi - lo) - out[:, 0] - out[:, 1]
     return out
+
+
+def by_family_time(ff: np.ndarray, t: np.ndarray, k: int) -> np.ndarray:
+    """The stable order of boundaries by (invocation row, time): one argsort of a combined key where
+    it fits in int64 (about twice as fast as lexsort)."""
+    t_min = int(t.min()) if len(t) else 0
+    t_span = int(t.max()) - t_min + 1 if len(t) else 1
+    if k * t_span < 2**62:
+        return np.argsort(ff * t_span + (t - t_min), kind="stable")
+    return np.lexsort((t, ff))
+
+
+def inline_subops(fam: np.ndarray, tid: np.ndarray, is_py: np.ndarray, is_sub: np.ndarray, k: int) -> np.ndarray:
+    """Sub-ops run inline on their Python's own thread (the naive engine): they block the Python."""
+    py_fam = fam[is_py]
+    if not len(py_fam) or np.bincount(py_fam, minlength=k).max() <= 1:  # one Python each: a lookup
+        py_tid = np.full(k + 1, -1, dtype=np.int64)
+        py_tid[py_fam] = tid[is_py]
+        return is_sub & (py_tid[fam] == tid)
+    span = int(tid.max()) + 1
+    return is_sub & np.isin(fam * span + tid, np.unique(py_fam * span + tid[is_py]))
 
 
 def family_splits(table: SpanTable) -> tuple[np.ndarray, np.ndarray]:

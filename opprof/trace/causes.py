@@ -1,0 +1,261 @@
+"""Why a custom op waits: every nanosecond of an invocation's *waiting* given one cause.
+
+The split (:mod:`.split`) says how much of a parent's wall time is waiting; this module says why,
+from the engine's edges (:mod:`.ops`). At each waiting instant of an invocation the cause is the
+first that holds of:
+
+``custom_pool``
+    its Python has not started yet: the invocation is queued for, or waking, a custom-op worker;
+``subop_queue``
+    one of its sub-ops is ready (every dependency cleared) but not started: no engine worker was
+    free, or the hand-off to one is under way;
+``dependency``
+    one of its sub-ops was pushed but is not ready, or its Python is blocked in a wait: an earlier
+    op holds a var it needs (that op, its invocation if it is a custom op, and the var are named in
+    :attr:`Causes.blockers`);
+``completion``
+    nothing of its own is pending: after its last sub-op, until its ``Dummy_Wait`` has run.
+
+A ready sub-op comes before a blocked one: when both are pending, the engine could have been
+running the ready one. The causes of an invocation sum exactly to its waiting, because they are
+read off the same sweep, with the same rule for python and sub-ops, as the split.
+
+A trace without edges (another tool's, or one whose span list was rebuilt) still has
+``custom_pool`` (that needs spans only); the rest of its waiting is ``unattributed``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .columns import ROLE_CODE, SpanTable
+from .ops import OpKind, OpTable
+from .records import Role
+from .split import by_family_time, family_splits, inline_subops
+
+__all__ = ["CAUSES", "UNATTRIBUTED", "Blocker", "Causes", "waiting_causes"]
+
+#: The causes of waiting, in the order a waiting instant is given the first that holds.
+CAUSES = ("custom_pool", "subop_queue", "dependency", "completion")
+#: Waiting a trace without edges cannot tell apart.
+UNATTRIBUTED = "unattributed"
+
+_BITS = 20
+_MASK = (1 << _BITS) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class Blocker:
+    """An op that held up an invocation: ``ns`` of its ``dependency`` waiting, through ``var``."""
+
+    op: int  # the blocking op's id in the trace's OpTable
+    name: str  # its span's name (a custom op: its parent's, ``MyOp`` or ``_backward_MyOp``)
+    invocation: int | None  # the blocking op's own invocation, when it is a custom op or one's sub-op
+    var: int | None
+    ns: int
+
+
+@dataclass(eq=False)
+class Causes:
+    """Every invocation's waiting by cause: row ``k`` is the parent at span ``parents[k]``.
+
+    ``ns[k]`` holds the ns of each of ``keys`` (:data:`CAUSES`, or for a trace without edges
+    ``custom_pool`` and ``unattributed``); each row sums to that invocation's waiting. ``cpu`` is
+    its Python's thread CPU time (-1: not measured). ``blocked_*`` list the ``dependency`` time by
+    blocking op: ``blocked_fam`` the row, ``blocked_op`` / ``blocked_var`` the edge, ``blocked_ns``.
+    """
+
+    parents: np.ndarray
+    keys: tuple[str, ...]
+    ns: np.ndarray  # (k, len(keys)) int64
+    cpu: np.ndarray  # (k,) int64
+    blocked_fam: np.ndarray
+    blocked_op: np.ndarray
+    blocked_var: np.ndarray
+    blocked_ns: np.ndarray
+    has_edges: bool
+
+    def of(self, k: int) -> dict[str, int]:
+        return dict(zip(self.keys, self.ns[k].tolist(), strict=True))
+
+    def blockers_of(self, k: int, table: SpanTable, ops: OpTable | None, top: int = 3) -> list[Blocker]:
+        """The ops that held invocation row ``k`` up longest (most first)."""
+        lo, hi = np.searchsorted(self.blocked_fam, [k, k + 1])
+        if lo == hi:
+            return []
+        order = lo + np.argsort(-self.blocked_ns[lo:hi], kind="stable")[:top]
+        names = op_names(table, ops, self.blocked_op[order])
+        out = []
+        for j, (name, inv) in zip(order.tolist(), names, strict=True):
+            var = int(self.blocked_var[j])
+            out.append(Blocker(int(self.blocked_op[j]), name, inv, var if var >= 0 else None, int(self.blocked_ns[j])))
+        return out
+
+
+def op_names(table: SpanTable, ops: OpTable | None, op_ids: np.ndarray) -> list[tuple[str, int | None]]:
+    """(span name, invocation or None) of each op id: a custom op's is its parent's."""
+    has = table.op >= 0
+    span_of = np.flatnonzero(has)
+    ids = table.op[span_of]
+    # A custom op's id is on its parent; prefer that span over any other carrying it.
+    pref = np.where(table.role[span_of] == ROLE_CODE[Role.PARENT], 0, 1)
+    order = np.lexsort((pref, ids))
+    ids, span_of = ids[order], span_of[order]
+    first = np.ones(len(ids), dtype=bool)
+    first[1:] = ids[1:] != ids[:-1]
+    ids, span_of = ids[first], span_of[first]
+    out: list[tuple[str, int | None]] = []
+    for op in np.asarray(op_ids, dtype=np.int64).tolist():
+        at = int(np.searchsorted(ids, op))
+        if at < len(ids) and ids[at] == op:
+            s = int(span_of[at])
+            inv = int(table.inv[s])
+            out.append((table.strings[table.name[s]], inv if inv >= 0 else None))
+        else:
+            out.append((f"op {op} (not recorded)", None))
+    return out
+
+
+def has_edges(table: SpanTable, ops: OpTable | None) -> bool:
+    """Whether the spans are linked to an engine table (a profile's, kept as columns)."""
+    return ops is not None and len(ops) > 0 and bool(np.any(table.op >= 0))
+
+
+def waiting_causes(table: SpanTable, ops: OpTable | None) -> Causes:
+    """The causes of every invocation's waiting (see the module docstring)."""
+    parents, _ = family_splits(table)
+    k = len(parents)
+    edges = has_edges(table, ops)
+    keys = CAUSES if edges else ("custom_pool", UNATTRIBUTED)
+    empty = np.zeros(0, dtype=np.int64)
+    if not k:
+        return Causes(parents, keys, np.zeros((0, len(keys)), np.int64), empty, empty, empty, empty, empty, edges)
+    lo, hi = table.start[parents], table.end[parents]
+    p_inv = table.inv[parents]
+    by_inv = np.argsort(p_inv, kind="stable")
+    members = np.flatnonzero((table.inv >= 0) & (table.role != ROLE_CODE[Role.PARENT]))
+    pos = np.minimum(np.searchsorted(p_inv[by_inv], table.inv[members]), k - 1)
+    mine = p_inv[by_inv][pos] == table.inv[members]
+    members, fam = members[mine], by_inv[pos[mine]]
+    start, end, tid, role = table.start[members], table.end[members], table.tid[members], table.role[members]
+
+    is_py = role == ROLE_CODE[Role.PYTHON]
+    is_sub = (role == ROLE_CODE[Role.SUBOP]) | (role == ROLE_CODE[Role.DUMMY_WAIT])
+    is_wait = role == ROLE_CODE[Role.WAIT]
+    is_blocked = is_wait | inline_subops(fam, tid, is_py, is_sub, k)
+    # Python's CPU time and its first start, per invocation.
+    cpu_all = table.cpu[members]
+    cpu = np.full(k, -1, dtype=np.int64)
+    py_rows = np.flatnonzero(is_py & (cpu_all >= 0))
+    if len(py_rows):
+        np.maximum.at(cpu, fam[py_rows], 0)
+        np.add.at(cpu, fam[py_rows], cpu_all[py_rows])
+    py_first = hi.copy()
+    if np.any(is_py):
+        np.minimum.at(py_first, fam[is_py], start[is_py])
+
+    # The intervals the sweep counts: the spans (python, blocked, sub-op running) and, with edges,
+    # each sub-op's time queued (ready..start) and blocked (push..ready), and each wait's.
+    # The parent itself too (counting nothing): its pieces then cover its whole interval.
+    iv_fam = [fam, np.arange(k)]
+    iv_a, iv_b = [start, lo], [end, hi]
+    pack1 = [
+        is_py.astype(np.int64) + (is_blocked.astype(np.int64) << _BITS) + (is_sub.astype(np.int64) << (2 * _BITS)),
+        np.zeros(k, dtype=np.int64),
+    ]
+    pack2 = [np.zeros(len(fam) + k, dtype=np.int64)]
+    dep_src = np.zeros(0, dtype=np.int64)  # per dependency interval: its blocking op, var
+    dep_var = np.zeros(0, dtype=np.int64)
+    n_dep_before = len(fam) + k
+    if edges:
+        assert ops is not None
+        row = ops.rows_of(table.op[members])
+        sub_only = (role == ROLE_CODE[Role.SUBOP]) & (row >= 0)
+        s = np.flatnonzero(sub_only)
+        r = row[s]
+        push, ready = ops.push[r], ops.ready[r]
+        ok = (push >= 0) & (ready >= push)
+        s, r, push, ready = s[ok], r[ok], push[ok], ready[ok]
+        sub_start = start[s]
+        ready = np.minimum(ready, sub_start)
+        # queued: ready..start (count in bits 0..19); blocked: push..ready (bits 20..39)
+        iv_fam += [fam[s], fam[s]]
+        iv_a += [ready, np.minimum(push, ready)]
+        iv_b += [sub_start, ready]
+        pack1 += [np.zeros(2 * len(s), dtype=np.int64)]
+        pack2 += [np.ones(len(s), dtype=np.int64), np.full(len(s), 1 << _BITS, dtype=np.int64)]
+        w = np.flatnonzero(is_wait)
+        wrow = row[w]
+        w_by = np.where(wrow >= 0, ops.by[np.maximum(wrow, 0)], -1)
+        w_var = np.where(wrow >= 0, ops.var[np.maximum(wrow, 0)], -1)
+        iv_fam.append(fam[w])
+        iv_a.append(start[w])
+        iv_b.append(end[w])
+        pack1.append(np.zeros(len(w), dtype=np.int64))
+        pack2.append(np.full(len(w), 1 << _BITS, dtype=np.int64))
+        n_dep_before = len(fam) + k + len(s)
+        dep_src = np.concatenate([ops.by[r], w_by])
+        dep_var = np.concatenate([ops.var[r], w_var])
+    f = np.concatenate(iv_fam)
+    a = np.clip(np.concatenate(iv_a), lo[f], hi[f])
+    b = np.maximum(a, np.clip(np.concatenate(iv_b), lo[f], hi[f]))
+    k1, k2 = np.concatenate(pack1), np.concatenate(pack2)
+    m = len(f)
+
+    # One sort of every boundary by (invocation, time), starts before ends at one time.
+    t = np.concatenate([a, b])
+    ff = np.concatenate([f, f])
+    order = by_family_time(ff, t, k)
+    t, ff = t[order], ff[order]
+    c1 = np.cumsum(np.concatenate([k1, -k1])[order])
+    c2 = np.cumsum(np.concatenate([k2, -k2])[order])
+    length = np.zeros(len(t), dtype=np.int64)
+    length[:-1] = np.where(ff[1:] == ff[:-1], t[1:] - t[:-1], 0)
+    python = ((c1 & _MASK) > 0) & (((c1 >> _BITS) & _MASK) == 0)
+    busy = ((c1 >> (2 * _BITS)) & _MASK) > 0
+    waiting = ~python & ~busy
+    pre = t < py_first[ff]
+    queued = (c2 & _MASK) > 0
+    blocked_n = (c2 >> _BITS) & _MASK
+    cause = np.full(len(t), -1, dtype=np.int64)
+    if edges:
+        cause[waiting] = 3
+        cause[waiting & (blocked_n > 0)] = 2
+        cause[waiting & queued] = 1
+    else:
+        cause[waiting] = 1
+    cause[waiting & pre] = 0
+    out = np.zeros((k, len(keys)), dtype=np.int64)
+    for c in range(len(keys)):
+        out[:, c] = np.bincount(ff, weights=np.where(cause == c, length, 0), minlength=k)[:k].astype(np.int64)
+    # No adjustment to the split's waiting: the rule is the split's and integer sums in float64
+    # are exact below 2**53 ns, so validate() can check that each row sums to it.
+    # Blockers: each dependency interval gets the dependency time it covers, shared equally with
+    # the other dependency intervals pending at the same instant.
+    bf = bo = bv = bn = np.zeros(0, dtype=np.int64)
+    if edges and len(dep_src):
+        share = np.where(cause == 2, length / np.maximum(blocked_n, 1), 0.0)
+        q = np.concatenate([[0.0], np.cumsum(share)])
+        where = np.empty(2 * m, dtype=np.int64)
+        where[order] = np.arange(2 * m)
+        j = np.arange(n_dep_before, m)
+        got = np.rint(q[where[m + j]] - q[where[j]]).astype(np.int64)
+        keep = (got > 0) & (dep_src >= 0)
+        jf, src, var, got = f[j][keep], dep_src[keep], dep_var[keep], got[keep]
+        if len(jf):
+            key = np.lexsort((var, src, jf))
+            jf, src, var, got = jf[key], src[key], var[key], got[key]
+            new = np.ones(len(jf), dtype=bool)
+            new[1:] = (jf[1:] != jf[:-1]) | (src[1:] != src[:-1]) | (var[1:] != var[:-1])
+            grp = np.cumsum(new) - 1
+            bn = np.bincount(grp, weights=got).astype(np.int64)
+            bf, bo, bv = jf[new], src[new], var[new]
+    return Causes(parents, keys, out, cpu, bf, bo, bv, bn, edges)
+
+
+def custom_kind(ops: OpTable, op_ids: np.ndarray) -> np.ndarray:
+    """Whether each op id is a custom op's own engine op."""
+    rows = ops.rows_of(op_ids)
+    return (rows >= 0) & (ops.kind[np.maximum(rows, 0)] == OpKind.CUSTOM)
