@@ -32,10 +32,10 @@ import numpy as np
 
 from .columns import ROLE_CODE, SpanTable
 from .ops import OpKind, OpTable
-from .records import Role
+from .records import Blocker, Role
 from .split import by_family_time, family_splits, inline_subops
 
-__all__ = ["CAUSES", "UNATTRIBUTED", "Blocker", "Causes", "waiting_causes"]
+__all__ = ["CAUSES", "UNATTRIBUTED", "Causes", "has_edges", "op_names", "waiting_causes"]
 
 #: The causes of waiting, in the order a waiting instant is given the first that holds.
 CAUSES = ("custom_pool", "subop_queue", "dependency", "completion")
@@ -44,17 +44,6 @@ UNATTRIBUTED = "unattributed"
 
 _BITS = 20
 _MASK = (1 << _BITS) - 1
-
-
-@dataclass(frozen=True, slots=True)
-class Blocker:
-    """An op that held up an invocation: ``ns`` of its ``dependency`` waiting, through ``var``."""
-
-    op: int  # the blocking op's id in the trace's OpTable
-    name: str  # its span's name (a custom op: its parent's, ``MyOp`` or ``_backward_MyOp``)
-    invocation: int | None  # the blocking op's own invocation, when it is a custom op or one's sub-op
-    var: int | None
-    ns: int
 
 
 @dataclass(eq=False)

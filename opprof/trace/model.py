@@ -13,6 +13,8 @@ import os
 from typing import Any
 
 from . import chrome, native
+from .causes import Causes, waiting_causes
+from .critical import CriticalPath, critical_path
 from .data import TraceData
 from .records import CustomOpRow
 from .split import family_splits
@@ -39,25 +41,62 @@ class Trace(TraceData):
         return span_stats(self.table)
 
     def custom_ops(self) -> list[CustomOpRow]:
-        """One row per custom-op invocation, in start order."""
+        """One row per custom-op invocation, in start order, with its waiting by cause."""
         t = self.table
         parents, split = family_splits(t)
         if not len(parents):
             return []
+        causes = self.waiting_causes()
         op_codes = t.op_type[parents]
         names = t.str_list(t.name[parents])
         ops = [names[k] if c < 0 else t.strings[c] for k, c in enumerate(op_codes.tolist())]
         starts = t.start[parents].tolist()
         walls = (t.end[parents] - t.start[parents]).tolist()
         errors = [t.error_of(i) for i in parents.tolist()] if len(t.args_at) else [None] * len(parents)
+        by_cause = [dict(zip(causes.keys, row, strict=True)) for row in causes.ns.tolist()]
+        cpu = [None if c < 0 else c for c in causes.cpu.tolist()]
+        with_blockers = set(causes.blocked_fam.tolist())
         rows = [
-            CustomOpRow(op, bw == 1, inv, st, wall, py, sub, wait, err)
-            for op, bw, inv, st, wall, (py, sub, wait), err in zip(
-                ops, t.backward[parents].tolist(), t.inv[parents].tolist(), starts, walls, split.tolist(), errors, strict=True
+            CustomOpRow(
+                op,
+                bw == 1,
+                inv,
+                st,
+                wall,
+                py,
+                sub,
+                wait,
+                err,
+                bc,
+                c,
+                causes.blockers_of(k, t, self.ops) if k in with_blockers else [],
+            )
+            for k, (op, bw, inv, st, wall, (py, sub, wait), err, bc, c) in enumerate(
+                zip(
+                    ops,
+                    t.backward[parents].tolist(),
+                    t.inv[parents].tolist(),
+                    starts,
+                    walls,
+                    split.tolist(),
+                    errors,
+                    by_cause,
+                    cpu,
+                    strict=True,
+                )
             )
         ]
         rows.sort(key=lambda r: (r.start_ns, r.invocation))
         return rows
+
+    def waiting_causes(self) -> Causes:
+        """Every invocation's waiting by cause, and what blocked it (see :mod:`opprof.trace.causes`)."""
+        return waiting_causes(self.table, self.ops)
+
+    def critical_path(self) -> CriticalPath:
+        """The chain of work and waiting that set the end-to-end time, with every op's slack
+        (see :mod:`opprof.trace.critical`); approximate, and saying so, for traces without edges."""
+        return critical_path(self)
 
     def validate(self) -> list[str]:
         """Every broken invariant (see :func:`opprof.trace.validate`); empty when the trace is valid."""

@@ -12,7 +12,7 @@ Everything here is data: what one record means. How a trace holds millions of th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -24,6 +24,7 @@ __all__ = [
     "SPLIT_ARGS",
     "USER",
     "WAIT",
+    "Blocker",
     "CounterSample",
     "CustomOpRow",
     "Flow",
@@ -154,6 +155,17 @@ class Flow:
 
 
 @dataclass(frozen=True, slots=True)
+class Blocker:
+    """An op that held up an invocation: ``ns`` of its ``dependency`` waiting, through ``var``."""
+
+    op: int  # the blocking op's id in the trace's OpTable
+    name: str  # its span's name (a custom op: its parent's, ``MyOp`` or ``_backward_MyOp``)
+    invocation: int | None  # the blocking op's own invocation, when it is a custom op or one's sub-op
+    var: int | None
+    ns: int
+
+
+@dataclass(frozen=True, slots=True)
 class CustomOpRow:
     """One custom-op invocation and where its wall time went (the three parts sum to ``wall_ns``)."""
 
@@ -166,6 +178,18 @@ class CustomOpRow:
     subops_ns: int
     waiting_ns: int
     error: str | None = None
+    #: The waiting by cause (ns; :data:`~opprof.trace.causes.CAUSES`), summing to ``waiting_ns``.
+    waiting_by_cause: dict[str, int] = field(default_factory=dict)
+    #: Thread CPU time of its Python (ns); ``python_ns`` minus this was off-CPU (GIL, sleep or
+    #: I/O). None when not measured (another tool's trace).
+    python_cpu_ns: int | None = None
+    #: The ops that held it up longest (``dependency`` waiting), most first.
+    blockers: list[Blocker] = field(default_factory=list)
+
+    @property
+    def python_off_cpu_ns(self) -> int | None:
+        """Python wall time not on a CPU: waiting for the GIL, sleeping or in I/O (not told apart)."""
+        return None if self.python_cpu_ns is None else max(0, self.python_ns - self.python_cpu_ns)
 
     @property
     def name(self) -> str:
