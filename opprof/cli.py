@@ -18,7 +18,7 @@ from . import __version__
 from .trace import Trace, TraceFormatError, load
 from .trace.jsonio import output_path_problem
 from .trace.stats import SORT_KEYS
-from .trace.text import split_table, stats_json, stats_table, summary_line
+from .trace.text import split_table, stats_json, stats_table, summary_line, why_text
 
 __all__ = ["main"]
 
@@ -153,6 +153,31 @@ def _positive(text: str) -> int:
     return n
 
 
+def _factor(text: str) -> tuple[str, float]:
+    """``NAME=FACTOR`` of ``--what-if`` (a factor 2 makes NAME twice as fast)."""
+    name, sep, value = text.rpartition("=")
+    try:
+        factor = float(value)
+    except ValueError:
+        factor = float("nan")
+    if not sep or not name or not factor > 0 or factor == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected NAME=FACTOR with a factor above 0 (2 = twice as fast), got {text!r}")
+    return name, factor
+
+
+def cmd_why(args: argparse.Namespace) -> int:
+    """Why the custom ops wait and what bounds the run; with ``--what-if``, what a change would buy."""
+    trace = _load(args.trace)
+    print(why_text(trace, top=args.top))
+    if args.what_if or args.engine_threads or args.custom_threads:
+        try:
+            result = trace.what_if(dict(args.what_if), engine_threads=args.engine_threads, custom_threads=args.custom_threads)
+        except ValueError as e:
+            raise CommandError(str(e)) from None
+        print(f"What if: {result}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="opprof", description="See where the time goes inside custom operators.")
     p.add_argument("--version", action="version", version=f"opprof {__version__}")
@@ -182,6 +207,21 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("output", help="the new file: .opprof for opprof's own format, else Chrome JSON (.json, .json.gz)")
     c.add_argument("--compress", action="store_true", help="deflate a .opprof file (~5x smaller, slower to write)")
     c.set_defaults(func=cmd_convert)
+
+    w = sub.add_parser("why", help="why a trace's custom ops wait, its critical path, and what-if predictions")
+    w.add_argument("trace", help="a trace file; an .opprof profile has the engine's edges (Chrome JSON keeps none)")
+    w.add_argument(
+        "--what-if",
+        type=_factor,
+        action="append",
+        default=[],
+        metavar="NAME=FACTOR",
+        help="predict the run with NAME (a span name or custom-op type) FACTOR times as fast; repeatable",
+    )
+    w.add_argument("--engine-threads", type=_positive, default=None, help="predict with this many engine workers")
+    w.add_argument("--custom-threads", type=_positive, default=None, help="predict with this many custom-op threads")
+    w.add_argument("--top", type=_positive, default=5, help="how many op types and path entries to name (default 5)")
+    w.set_defaults(func=cmd_why)
 
     r = sub.add_parser("run", help="profile a Python script that uses opprof")
     r.add_argument("-o", "--output", help="save the trace here (.opprof, .json or .json.gz)")

@@ -25,7 +25,7 @@ from ..profiler import INTERRUPT_GRACE_S, Profiler
 from ..trace import Trace, load
 from ..trace.jsonio import output_path_problem
 from ..trace.stats import SORT_KEYS
-from ..trace.text import split_table, stats_table, summary_line
+from ..trace.text import split_table, stats_table, summary_line, why_text
 from .bokehjs import load_bokehjs
 from .widgets import timeline
 
@@ -82,6 +82,7 @@ class OpprofMagics(Magics):
     @argument("--no-widget", action="store_true", help="do not show the timeline widget")
     @argument("--stats", nargs="?", const=20, type=int, default=None, metavar="N", help="print the top-N aggregate table")
     @argument("--sort-by", choices=list(SORT_KEYS), default="total", help="order of the --stats table")
+    @argument("--why", action="store_true", help="print why the custom ops wait and the critical path, in words")
     @argument("--var", default="_opprof", metavar="NAME", help="user variable for the result (default _opprof)")
     @argument("--max-events", type=int, default=5_000_000, metavar="N", help="event cap (memory bound)")
     @cell_magic
@@ -176,6 +177,8 @@ class OpprofMagics(Magics):
         print(summary_line(trace, profile.wall_s))
         if trace.custom_ops():
             print(split_table(trace))
+        if args.why:
+            print(why_text(trace))
         if args.stats is not None:
             print(stats_table([trace], sort_by=args.sort_by, top=args.stats))
         if args.output:

@@ -35,7 +35,7 @@ from .ops import OpKind, OpTable
 from .records import Blocker, Role
 from .split import by_family_time, family_splits, inline_subops
 
-__all__ = ["CAUSES", "UNATTRIBUTED", "Causes", "has_edges", "op_names", "waiting_causes"]
+__all__ = ["CAUSES", "UNATTRIBUTED", "Causes", "has_edges", "op_names", "pool_busy_with", "waiting_causes"]
 
 #: The causes of waiting, in the order a waiting instant is given the first that holds.
 CAUSES = ("custom_pool", "subop_queue", "dependency", "completion")
@@ -248,3 +248,53 @@ def custom_kind(ops: OpTable, op_ids: np.ndarray) -> np.ndarray:
     """Whether each op id is a custom op's own engine op."""
     rows = ops.rows_of(op_ids)
     return (rows >= 0) & (ops.kind[np.maximum(rows, 0)] == OpKind.CUSTOM)
+
+
+def pool_busy_with(table: SpanTable, causes: Causes, limit: int = 5000) -> dict[str, dict[str, int]]:
+    """For each op type (parent name), what the custom-op threads ran while its invocations were
+    queued for one (``custom_pool``): ns of other invocations' Python by their name, most first.
+
+    Reads the ``limit`` longest queue windows (all of them in any profile this size or smaller):
+    one search per window and custom-op thread, over each thread's Pythons, which never overlap.
+    """
+    t = table
+    py = np.flatnonzero(t.role == ROLE_CODE[Role.PYTHON])
+    k = len(causes.parents)
+    if not k or not len(py) or "custom_pool" not in causes.keys:
+        return {}
+    parents = causes.parents
+    # The window of each invocation: the parent's start to its Python's first start.
+    py_first = t.end[parents].copy()
+    pos = np.searchsorted(np.sort(t.inv[parents]), t.inv[py])
+    order_inv = np.argsort(t.inv[parents], kind="stable")
+    pos = np.minimum(pos, k - 1)
+    mine = t.inv[parents][order_inv][pos] == t.inv[py]
+    np.minimum.at(py_first, order_inv[pos[mine]], t.start[py[mine]])
+    lo = t.start[parents]
+    wait = py_first - lo
+    pick = np.argsort(-wait, kind="stable")[:limit]
+    pick = pick[wait[pick] > 0]
+    names = t.str_list(t.name[parents])
+    py_names = t.str_list(t.name[py])
+    labels = [n.removesuffix("::pure_python") for n in py_names]
+    threads: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    for tid in np.unique(t.tid[py]).tolist():
+        on = py[t.tid[py] == tid]
+        on = on[np.argsort(t.start[on], kind="stable")]
+        threads.append((t.start[on], t.end[on], np.searchsorted(py, on)))
+    out: dict[str, dict[str, int]] = {}
+    for j in pick.tolist():
+        a, b = int(lo[j]), int(py_first[j])
+        mine_inv = int(t.inv[parents[j]])
+        acc = out.setdefault(names[j], {})
+        for starts, ends, at in threads:
+            i0 = int(np.searchsorted(ends, a, side="right"))
+            i1 = int(np.searchsorted(starts, b, side="left"))
+            for i in range(i0, i1):
+                if int(t.inv[py[at[i]]]) == mine_inv:
+                    continue
+                ov = min(b, int(ends[i])) - max(a, int(starts[i]))
+                if ov > 0:
+                    label = labels[at[i]]
+                    acc[label] = acc.get(label, 0) + ov
+    return {n: dict(sorted(v.items(), key=lambda kv: -kv[1])) for n, v in out.items()}

@@ -10,8 +10,9 @@ Layout of the ZIP:
 
 * ``opprof.json``: ``{"format": "opprof", "version": 1, ...}``, then the threads, instants,
   counters, metadata, both string tables and the sparse span args (JSON, through orjson);
-* ``spans.<column>.npy`` and ``flows.<column>.npy``: one array per column, with the dtype of
-  :class:`~.columns.SpanTable` / :class:`~.columns.FlowTable`.
+* ``spans.<column>.npy``, ``flows.<column>.npy`` and (a profile's) ``ops.<column>.npy``: one array
+  per column, with the dtype of :class:`~.columns.SpanTable` / :class:`~.columns.FlowTable` /
+  :class:`~.ops.OpTable` (the engine's edges, which Chrome JSON has no place for).
 
 Members are stored without compression by default (``np.savez``): a 1M-span profile is 64 MB and
 loads in ~0.1 s; ``compress=True`` (``np.savez_compressed``) makes it 12 MB, at ~2 s to write and
@@ -29,12 +30,15 @@ import numpy as np
 from .columns import FlowTable, SpanTable
 from .data import TraceData
 from .jsonio import TraceFormatError, dumps, loads
+from .ops import OpTable
 from .records import CounterSample, Instant, ThreadInfo
 
 __all__ = ["FORMAT", "VERSION", "is_native", "load", "save"]
 
 FORMAT = "opprof"
-VERSION = 1
+#: 2 added the engine's side: ``spans.op``, ``spans.cpu`` and the ``ops.*`` columns (:mod:`.ops`);
+#: a version 1 file reads as a trace without edges.
+VERSION = 2
 HEADER = "opprof.json"
 _ZIP_MAGIC = b"PK\x03\x04"
 
@@ -52,6 +56,21 @@ SPAN_COLUMNS: dict[str, Any] = {
     "split_at": np.int64,
     "split_ns": np.int64,
     "args_at": np.int64,
+}
+#: Columns a version 1 file does not have (then every span's is -1).
+SPAN_COLUMNS_V2: dict[str, Any] = {"op": np.int64, "cpu": np.int64}
+OP_COLUMNS: dict[str, Any] = {
+    "op": np.int64,
+    "kind": np.int8,
+    "push": np.int64,
+    "pusher": np.int64,
+    "ready": np.int64,
+    "by": np.int64,
+    "var": np.int64,
+    "site": np.int32,
+    "acc_at": np.int64,
+    "acc_var": np.int64,
+    "acc_write": np.bool_,
 }
 FLOW_COLUMNS: dict[str, Any] = {
     "id": np.int64,
@@ -92,10 +111,13 @@ def save(trace: TraceData, path: str | os.PathLike[str], *, compress: bool = Fal
         "instants": [[i.name, i.cat, i.tid, i.ts, i.args] for i in trace.instants],
         "counters": [[c.name, c.ts, c.values] for c in trace.counters],
         "metadata": trace.metadata,
+        "op_strings": trace.ops.strings if trace.ops is not None else None,
     }
     arrays: dict[str, np.ndarray] = {
-        f"spans.{k}": np.ascontiguousarray(getattr(t, k), dtype=dt) for k, dt in SPAN_COLUMNS.items()
+        f"spans.{k}": np.ascontiguousarray(getattr(t, k), dtype=dt) for k, dt in {**SPAN_COLUMNS, **SPAN_COLUMNS_V2}.items()
     }
+    if trace.ops is not None:
+        arrays.update({f"ops.{k}": np.ascontiguousarray(getattr(trace.ops, k), dtype=dt) for k, dt in OP_COLUMNS.items()})
     arrays.update({f"flows.{k}": np.ascontiguousarray(getattr(f, k), dtype=dt) for k, dt in FLOW_COLUMNS.items()})
     try:
         head = dumps(header)
@@ -146,8 +168,13 @@ def load(path: str | os.PathLike[str]) -> TraceData:
             )
         try:
             spans = _columns(z, names, "spans", SPAN_COLUMNS)
+            if version >= 2:
+                spans.update(_columns(z, names, "spans", SPAN_COLUMNS_V2))
             flows = _columns(z, names, "flows", FLOW_COLUMNS)
-            return _trace(header, spans, flows)
+            ops = _ops(header, _columns(z, names, "ops", OP_COLUMNS)) if header.get("op_strings") is not None else None
+            trace = _trace(header, spans, flows)
+            trace.ops = ops
+            return trace
         except TraceFormatError as e:
             raise TraceFormatError(f"{path}: {e}") from None
         except (KeyError, TypeError, ValueError, IndexError) as e:
@@ -195,7 +222,10 @@ def _trace(header: dict[str, Any], c: dict[str, np.ndarray], fc: dict[str, np.nd
             raise TraceFormatError(f"column spans.{member} must hold ascending span indices below {n}")
     if n and (c["role"].min() < 0 or c["role"].max() > 6):
         raise TraceFormatError("column spans.role holds an unknown role code")
-    table = SpanTable(strings=strings, args=args, **{k: c[k] for k in SPAN_COLUMNS})
+    for k in SPAN_COLUMNS_V2:
+        if k in c and c[k].shape != (n,):
+            raise TraceFormatError(f"column spans.{k} has shape {c[k].shape}, expected ({n},)")
+    table = SpanTable(strings=strings, args=args, **{k: c[k] for k in (*SPAN_COLUMNS, *SPAN_COLUMNS_V2) if k in c})
     flows = FlowTable(flow_strings, **{k: fc[k] for k in FLOW_COLUMNS})
     threads = [ThreadInfo(int(tid), str(name), int(pid)) for tid, name, pid in header["threads"]]
     instants = [Instant(str(a), str(b), int(tid), int(ts), args_ or None) for a, b, tid, ts, args_ in header["instants"]]
@@ -204,6 +234,20 @@ def _trace(header: dict[str, Any], c: dict[str, np.ndarray], fc: dict[str, np.nd
     if not isinstance(meta, dict):
         raise TraceFormatError("metadata is not an object")
     return TraceData(threads=threads, spans=table, instants=instants, counters=counters, flows=flows, metadata=meta)
+
+
+def _ops(header: dict[str, Any], c: dict[str, np.ndarray]) -> OpTable:
+    strings = list(header["op_strings"])
+    if not all(type(s) is str for s in strings):
+        raise TraceFormatError("op_strings holds something other than strings")
+    for k in ("kind", "push", "pusher", "ready", "by", "var", "site"):
+        if c[k].shape != c["op"].shape:
+            raise TraceFormatError(f"column ops.{k} has shape {c[k].shape}, expected {c['op'].shape}")
+    ops = OpTable(strings=strings, **c)
+    problems = ops.check()
+    if problems:
+        raise TraceFormatError(problems[0])
+    return ops
 
 
 def _check_codes(member: str, codes: np.ndarray, n_strings: int, *, allow_none: bool = False) -> None:

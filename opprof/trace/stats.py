@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -205,11 +205,20 @@ class OpTypeSplit:
     subops_ns: int
     waiting_ns: int
     errors: int
+    #: The waiting by cause, summed (ns), summing to ``waiting_ns``.
+    waiting_by_cause: dict[str, int] = field(default_factory=dict)
+    #: The Pythons' CPU time summed (ns), None when not measured.
+    python_cpu_ns: int | None = None
+    #: (blocking op's name, ns of dependency waiting) summed by name, most first.
+    blockers: list[tuple[str, int]] = field(default_factory=list)
 
 
 def custom_op_summary(rows: Iterable[CustomOpRow]) -> list[OpTypeSplit]:
     """The invocations' splits summed per op type (forward and backward apart), largest wall first."""
     acc: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0, 0])
+    causes: dict[str, dict[str, int]] = defaultdict(dict)
+    cpu: dict[str, int | None] = {}
+    blockers: dict[str, dict[str, int]] = defaultdict(dict)
     for r in rows:
         a = acc[r.name]
         a[0] += 1
@@ -218,7 +227,18 @@ def custom_op_summary(rows: Iterable[CustomOpRow]) -> list[OpTypeSplit]:
         a[3] += r.subops_ns
         a[4] += r.waiting_ns
         a[5] += r.error is not None
-    out = [OpTypeSplit(name, *v) for name, v in acc.items()]
+        c = causes[r.name]
+        for key, ns in r.waiting_by_cause.items():
+            c[key] = c.get(key, 0) + ns
+        prev = cpu.get(r.name, 0)
+        cpu[r.name] = None if prev is None or r.python_cpu_ns is None else prev + r.python_cpu_ns
+        b = blockers[r.name]
+        for blk in r.blockers:
+            b[blk.name] = b.get(blk.name, 0) + blk.ns
+    out = [
+        OpTypeSplit(name, *v, causes[name], cpu[name], sorted(blockers[name].items(), key=lambda kv: -kv[1]))
+        for name, v in acc.items()
+    ]
     out.sort(key=lambda s: -s.wall_ns)
     return out
 

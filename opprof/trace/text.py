@@ -9,18 +9,30 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from .columns import SpanTable
+from .causes import pool_busy_with
+from .columns import ROLE_CODE, SpanTable
 from .model import Trace
 from .records import CUSTOM_OP, Role
 from .stats import StatRow, custom_op_summary, sort_rows, span_stats
 
-__all__ = ["fmt_us", "mxnet_stats_json", "split_table", "stats_json", "stats_table", "summary_line", "text_summary"]
+__all__ = [
+    "CAUSE_WORDS",
+    "fmt_us",
+    "mxnet_stats_json",
+    "split_table",
+    "stats_json",
+    "stats_table",
+    "summary_line",
+    "text_summary",
+    "why_text",
+]
 
 
 def _aggregate(traces: Sequence[Trace]) -> list[StatRow]:
@@ -162,20 +174,127 @@ def summary_line(trace: Trace, wall_s: float | None = None) -> str:
     return "opprof: " + ", ".join(parts)
 
 
+#: A cause of waiting in plain words (for ``%%opprof --why``, ``opprof why`` and the tables).
+CAUSE_WORDS = {
+    "custom_pool": "queued for a custom-op thread",
+    "subop_queue": "sub-ops ready, queued for an engine worker",
+    "dependency": "blocked on other ops' results",
+    "completion": "finishing (after its last sub-op, until Dummy_Wait ran)",
+    "unattributed": "waiting (this trace has no engine edges to tell why)",
+}
+#: Short column heads of the causes in :func:`split_table`.
+CAUSE_HEADS = {
+    "custom_pool": "pool",
+    "subop_queue": "queue",
+    "dependency": "deps",
+    "completion": "finish",
+    "unattributed": "other",
+}
+
+
 def split_table(trace: Trace) -> str:
-    """The per-custom-op-type split as a small text table."""
+    """The per-custom-op-type split as a small text table: python (and how much of it was off a
+    CPU), sub-ops, waiting, and the waiting by cause; each a share of the op's wall time."""
     split = custom_op_summary(trace.custom_ops())
     if not split:
         return "(no custom operators ran in this cell)"
     w = max(len(s.name) for s in split)
-    lines = [f"{'custom op':<{w}}  calls   wall ms  python  sub-ops  waiting"]
+    keys = list(dict.fromkeys(k for s in split for k in s.waiting_by_cause))
+    heads = "".join(f"  {CAUSE_HEADS.get(k, k):>6}" for k in keys)
+    lines = [f"{'custom op':<{w}}  calls   wall ms  python  off-CPU  sub-ops  waiting{heads}"]
     for s in split:
         wall = s.wall_ns or 1
+        off = "      -" if s.python_cpu_ns is None else f"{100 * max(0, s.python_ns - s.python_cpu_ns) / wall:6.1f}%"
+        causes = "".join(f"  {100 * s.waiting_by_cause.get(k, 0) / wall:5.1f}%" for k in keys)
         lines.append(
-            f"{s.name:<{w}}  {s.calls:5d}  {s.wall_ns / 1e6:8.3f}  {100 * s.python_ns / wall:5.1f}%  "
-            f"{100 * s.subops_ns / wall:6.1f}%  {100 * s.waiting_ns / wall:6.1f}%"
+            f"{s.name:<{w}}  {s.calls:5d}  {s.wall_ns / 1e6:8.3f}  {100 * s.python_ns / wall:5.1f}%  {off}  "
+            f"{100 * s.subops_ns / wall:6.1f}%  {100 * s.waiting_ns / wall:6.1f}%{causes}"
         )
+    if keys:
+        lines.append("waiting: " + "; ".join(f"{CAUSE_HEADS.get(k, k)} = {CAUSE_WORDS.get(k, k)}" for k in keys))
     return "\n".join(lines)
+
+
+def _dur(ns: float) -> str:
+    return fmt_us(ns / 1e3)
+
+
+def _short_site(site: str) -> str:
+    path, _, line = site.rpartition(":")
+    return f"{os.path.basename(path)}:{line}"
+
+
+def why_text(trace: Trace, top: int = 5) -> str:
+    """Why each custom op waits and what bounds the run, in plain words (``%%opprof --why``)."""
+    split = custom_op_summary(trace.custom_ops())
+    lines: list[str] = []
+    if split:
+        causes = trace.waiting_causes()
+        busy = pool_busy_with(trace.table, causes) if "custom_pool" in causes.keys else {}
+        pool = trace.metadata.get("custom_workers")
+        lines.append("Why the custom ops wait (share of each op's wall time):")
+        for s in split[:top]:
+            wall = s.wall_ns or 1
+            parts = []
+            for key, ns in sorted(s.waiting_by_cause.items(), key=lambda kv: -kv[1]):
+                if ns * 100 < wall:  # under 1 %
+                    continue
+                text = f"{100 * ns / wall:.0f}% {CAUSE_WORDS.get(key, key)}"
+                if key == "custom_pool" and busy.get(s.name):
+                    total = sum(busy[s.name].values()) or 1
+                    names = ", ".join(f"{n} {100 * v / total:.0f}%" for n, v in list(busy[s.name].items())[:3])
+                    size = f"the pool of {pool}" if pool else "the custom-op threads"
+                    text += f" — {size} was busy with {names}"
+                if key == "dependency" and s.blockers:
+                    name, b_ns = s.blockers[0]
+                    text += f" — most by {name} ({_dur(b_ns)})"
+                parts.append(text)
+            py = f"python {100 * s.python_ns / wall:.0f}%"
+            if s.python_cpu_ns is not None:
+                off = max(0, s.python_ns - s.python_cpu_ns)
+                py += f" ({100 * off / wall:.0f}% off a CPU: the GIL, sleep or I/O)"
+            what = "; ".join(parts) if parts else "hardly waits"
+            lines.append(
+                f"  {s.name} ({s.calls} calls, {_dur(s.wall_ns)}): {what}; {py}; sub-ops {100 * s.subops_ns / wall:.0f}%."
+            )
+    cp = trace.critical_path()
+    if cp.total > 0:
+        kinds = ", ".join(f"{100 * v / cp.total:.0f}% {k}" for k, v in list(cp.by_kind().items())[:4])
+        lines.append(f"Critical path ({_dur(cp.total)}{', approximate' if cp.approximate else ''}): {kinds}.")
+        biggest = [f"{n} ({k}) {_dur(v)}" for k, n, v in cp.by_name(top) if v * 50 >= cp.total]
+        if biggest:
+            lines.append("  Largest on it: " + "; ".join(biggest) + ".")
+        if cp.approximate:
+            lines.append(f"  ({cp.note})")
+    sites = _top_sites(trace, top)
+    if sites:
+        lines.append("Lines that pushed the most sub-op time: " + "; ".join(sites) + ".")
+    return "\n".join(lines) if lines else "(nothing recorded)"
+
+
+def _top_sites(trace: Trace, top: int) -> list[str]:
+    """The user's lines (file:line) whose pushes ran longest, with the op names they pushed."""
+    ops = trace.ops
+    t = trace.table
+    if ops is None or not len(ops.strings):
+        return []
+    has = np.flatnonzero((t.op >= 0) & (t.role == ROLE_CODE[Role.SUBOP]))
+    rows = ops.rows_of(t.op[has])
+    ok = rows >= 0
+    has, rows = has[ok], rows[ok]
+    site = ops.site[rows]
+    keep = site >= 0
+    has, site = has[keep], site[keep]
+    if not len(has):
+        return []
+    dur = np.bincount(site, weights=t.dur[has], minlength=len(ops.strings))
+    out = []
+    for c in np.argsort(-dur)[:top].tolist():
+        if dur[c] <= 0:
+            break
+        names = sorted(set(t.str_list(t.name[has[site == c]])))
+        out.append(f"{_short_site(ops.strings[c])} {', '.join(names[:3])} {_dur(float(dur[c]))}")
+    return out
 
 
 def text_summary(trace: Trace) -> str:

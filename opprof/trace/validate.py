@@ -12,10 +12,12 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from .causes import waiting_causes
 from .columns import NO_ROLE, OTHER_ROLE, ROLE_CODE, ROLES, SpanTable
+from .critical import critical_path
 from .data import TraceData
 from .records import Role
-from .split import split_in_args
+from .split import family_splits, split_in_args
 
 __all__ = ["validate"]
 
@@ -158,7 +160,9 @@ def validate(trace: TraceData) -> list[str]:
 
     Checks: spans end after they start, on known threads; spans nest on each thread; each custom-op
     invocation has one parent, one ``Dummy_Wait`` ending with it, a python span, children named
-    ``Type::op`` inside it, and a split summing to its duration; flows go forward in time.
+    ``Type::op`` inside it, and a split summing to its duration; flows go forward in time; the
+    engine's table (:mod:`.ops`) is consistent, each invocation's causes of waiting sum to its
+    waiting, and the critical path tiles the run.
     """
     t = trace.table
     problems: list[str] = []
@@ -176,4 +180,24 @@ def validate(trace: TraceData) -> list[str]:
     f = trace.flow_table
     for k in np.flatnonzero(f.dst_ts < f.src_ts).tolist():
         problems.append(f"flow {f.id[k]} {f.strings[f.name[k]]!r}: arrives at {f.dst_ts[k]} before it leaves at {f.src_ts[k]}")
+    problems.extend(_iter_why(trace, t))
     return problems
+
+
+def _iter_why(trace: TraceData, t: SpanTable) -> Iterator[str]:
+    """The engine's table is consistent, each invocation's causes sum to its waiting, and the
+    critical path tiles the run."""
+    if trace.ops is not None:
+        yield from trace.ops.check()
+    if not len(t):
+        return
+    causes = waiting_causes(t, trace.ops)
+    _, split = family_splits(t)
+    off = np.flatnonzero(causes.ns.sum(axis=1) != split[:, 2])
+    for k in off[:10].tolist():
+        p = int(causes.parents[k])
+        yield (
+            f"span {p} {t.strings[t.name[p]]!r}: its causes of waiting sum to {int(causes.ns[k].sum())} ns, "
+            f"its waiting is {int(split[k, 2])} ns"
+        )
+    yield from critical_path(trace).check()
