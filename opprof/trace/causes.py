@@ -114,13 +114,17 @@ def has_edges(table: SpanTable, ops: OpTable | None) -> bool:
 
 def waiting_causes(table: SpanTable, ops: OpTable | None) -> Causes:
     """The causes of every invocation's waiting (see the module docstring)."""
-    parents, _ = family_splits(table)
+    parents, split = family_splits(table)
     k = len(parents)
     edges = has_edges(table, ops)
     keys = CAUSES if edges else ("custom_pool", UNATTRIBUTED)
     empty = np.zeros(0, dtype=np.int64)
     if not k:
         return Causes(parents, keys, np.zeros((0, len(keys)), np.int64), empty, empty, empty, empty, empty, edges)
+    if not edges:
+        stored = _stored(table, parents)
+        if stored is not None:
+            return Causes(parents, CAUSES, stored[0], stored[1], empty, empty, empty, empty, False)
     lo, hi = table.start[parents], table.end[parents]
     p_inv = table.inv[parents]
     by_inv = np.argsort(p_inv, kind="stable")
@@ -157,6 +161,7 @@ def waiting_causes(table: SpanTable, ops: OpTable | None) -> Causes:
     pack2 = [np.zeros(len(fam) + k, dtype=np.int64)]
     dep_src = np.zeros(0, dtype=np.int64)  # per dependency interval: its blocking op, var
     dep_var = np.zeros(0, dtype=np.int64)
+    dep_own = np.zeros(0, dtype=bool)
     n_dep_before = len(fam) + k
     if edges:
         assert ops is not None
@@ -187,6 +192,13 @@ def waiting_causes(table: SpanTable, ops: OpTable | None) -> Causes:
         n_dep_before = len(fam) + k + len(s)
         dep_src = np.concatenate([ops.by[r], w_by])
         dep_var = np.concatenate([ops.var[r], w_var])
+        # A blocker of the invocation's own (a sub-op waiting for its sibling) only passes on
+        # what holds the sibling up: an outside blocker pending at the same time takes the time.
+        own = _inv_of_ops(table, dep_src) == p_inv[np.concatenate([fam[s], fam[w]])]
+        outside = np.where(own, 0, 1 << (2 * _BITS)).astype(np.int64)
+        pack2[-2] = pack2[-2] + outside[: len(s)]
+        pack2[-1] = pack2[-1] + outside[len(s) :]
+        dep_own = own
     f = np.concatenate(iv_fam)
     a = np.clip(np.concatenate(iv_a), lo[f], hi[f])
     b = np.maximum(a, np.clip(np.concatenate(iv_b), lo[f], hi[f]))
@@ -219,18 +231,28 @@ def waiting_causes(table: SpanTable, ops: OpTable | None) -> Causes:
     out = np.zeros((k, len(keys)), dtype=np.int64)
     for c in range(len(keys)):
         out[:, c] = np.bincount(ff, weights=np.where(cause == c, length, 0), minlength=k)[:k].astype(np.int64)
+    if not edges:
+        # Without edges the rest of the waiting is unattributed, by definition: the waiting the
+        # trace's split says (stored in a file, it may not be the sweep's), less custom_pool.
+        out[:, 0] = np.clip(out[:, 0], 0, np.maximum(split[:, 2], 0))
+        out[:, 1] = split[:, 2] - out[:, 0]
     # No adjustment to the split's waiting: the rule is the split's and integer sums in float64
     # are exact below 2**53 ns, so validate() can check that each row sums to it.
     # Blockers: each dependency interval gets the dependency time it covers, shared equally with
     # the other dependency intervals pending at the same instant.
     bf = bo = bv = bn = np.zeros(0, dtype=np.int64)
     if edges and len(dep_src):
-        share = np.where(cause == 2, length / np.maximum(blocked_n, 1), 0.0)
-        q = np.concatenate([[0.0], np.cumsum(share)])
+        outside_n = (c2 >> (2 * _BITS)) & _MASK
+        dep = cause == 2
+        share_out = np.where(dep & (outside_n > 0), length / np.maximum(outside_n, 1), 0.0)
+        share_own = np.where(dep & (outside_n == 0), length / np.maximum(blocked_n, 1), 0.0)
+        q_out = np.concatenate([[0.0], np.cumsum(share_out)])
+        q_own = np.concatenate([[0.0], np.cumsum(share_own)])
         where = np.empty(2 * m, dtype=np.int64)
         where[order] = np.arange(2 * m)
         j = np.arange(n_dep_before, m)
-        got = np.rint(q[where[m + j]] - q[where[j]]).astype(np.int64)
+        q = np.where(dep_own[:, None], q_own[where[np.stack([j, m + j], axis=1)]], q_out[where[np.stack([j, m + j], axis=1)]])
+        got = np.rint(q[:, 1] - q[:, 0]).astype(np.int64)
         keep = (got > 0) & (dep_src >= 0)
         jf, src, var, got = f[j][keep], dep_src[keep], dep_var[keep], got[keep]
         if len(jf):
@@ -242,6 +264,42 @@ def waiting_causes(table: SpanTable, ops: OpTable | None) -> Causes:
             bn = np.bincount(grp, weights=got).astype(np.int64)
             bf, bo, bv = jf[new], src[new], var[new]
     return Causes(parents, keys, out, cpu, bf, bo, bv, bn, edges)
+
+
+def _inv_of_ops(table: SpanTable, op_ids: np.ndarray) -> np.ndarray:
+    """The invocation of the span that ran each op (-1: none, or not a custom op's)."""
+    has = np.flatnonzero(table.op >= 0)
+    ids = table.op[has]
+    order = np.argsort(ids, kind="stable")
+    ids, inv = ids[order], table.inv[has][order]
+    if not len(ids):
+        return np.full(len(op_ids), -1, dtype=np.int64)
+    at = np.minimum(np.searchsorted(ids, op_ids), len(ids) - 1)
+    return np.where(ids[at] == op_ids, inv[at], -1)
+
+
+def _stored(table: SpanTable, parents: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """The causes a profile wrote into its parents' Chrome args (``why``, µs), when every parent
+    has them: a Chrome file keeps no edges, but keeps what they told."""
+    if not len(table.args_at):
+        return None
+    pos = np.searchsorted(table.args_at, parents)
+    pos = np.minimum(pos, len(table.args_at) - 1)
+    if not bool(np.all(table.args_at[pos] == parents)):
+        return None
+    ns = np.zeros((len(parents), len(CAUSES)), dtype=np.int64)
+    cpu = np.full(len(parents), -1, dtype=np.int64)
+    for k, j in enumerate(pos.tolist()):
+        why = table.args[j].get("why")
+        if not isinstance(why, dict):
+            return None
+        try:
+            ns[k] = [round(float(why[f"{c}_us"]) * 1e3) for c in CAUSES]
+            if "python_cpu_us" in why:
+                cpu[k] = round(float(why["python_cpu_us"]) * 1e3)
+        except (KeyError, TypeError, ValueError):
+            return None
+    return ns, cpu
 
 
 def custom_kind(ops: OpTable, op_ids: np.ndarray) -> np.ndarray:

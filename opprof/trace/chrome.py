@@ -16,6 +16,7 @@ every other Chrome trace (MXNet, PyTorch, VizTracer, Chrome itself) goes to :mod
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -23,7 +24,9 @@ from typing import Any
 import numpy as np
 
 from . import chrome_fast
+from .causes import has_edges, waiting_causes
 from .columns import ROLE_CODE, FlowTable, SpanTable
+from .critical import critical_path
 from .data import TraceData
 from .importer import NS_LIMIT, import_chrome
 from .jsonio import TraceFormatError, dumps, loads, no_gc, open_maybe_gzip, parse_json, read_trace_file
@@ -105,9 +108,58 @@ def _event_chunks(trace: TraceData, t0: int) -> Iterator[list[dict[str, Any]]]:
     """
     c = _Columns(trace.table, t0)
     yield from _slice_chunks(trace, c, t0)
-    yield from _track_chunks(c, t0)
+    yield from _track_chunks(c, t0, _why_args(trace))
     yield from _flow_chunks(trace, t0)
+    yield _path_flows(trace, t0)
     yield _point_events(trace, t0)
+
+
+#: The flow category of the critical path's arrows: derived from the edges, so a reader drops them.
+CRITICAL_PATH = "critical_path"
+
+
+def _why_args(trace: TraceData) -> dict[int, dict[str, Any]]:
+    """Each parent's waiting by cause (µs), under ``why`` in its args, where the trace has edges
+    (the only place Chrome JSON keeps them; :func:`~.causes.waiting_causes` reads them back)."""
+    t = trace.table
+    if not has_edges(t, trace.ops):
+        return {}
+    c = waiting_causes(t, trace.ops)
+    out: dict[int, dict[str, Any]] = {}
+    for p, row, cpu in zip(c.parents.tolist(), c.ns.tolist(), c.cpu.tolist(), strict=True):
+        why: dict[str, Any] = {f"{k}_us": v / 1e3 for k, v in zip(c.keys, row, strict=True)}
+        if cpu >= 0:
+            why["python_cpu_us"] = cpu / 1e3
+        out[p] = why
+    return out
+
+
+def _path_flows(trace: TraceData, t0: int) -> list[dict[str, Any]]:
+    """The critical path as arrows (category :data:`CRITICAL_PATH`) where it moves between threads."""
+    if not has_edges(trace.table, trace.ops):
+        return []
+    segs = critical_path(trace).segments
+    events: list[dict[str, Any]] = []
+    fid = int(trace.flow_table.id.max()) + 1 if trace.n_flows else 1
+    for a, b in itertools.pairwise(segs):
+        if a.tid != b.tid and a.tid > 0 and b.tid > 0:
+            ts = _us(b.start, t0)
+            arrow = {"name": "critical path", "cat": CRITICAL_PATH, "id": fid, "pid": PID, "ts": ts}
+            events.append({**arrow, "ph": "s", "tid": a.tid})
+            events.append({**arrow, "ph": "f", "bp": "e", "tid": b.tid})
+            fid += 1
+    return events
+
+
+def _without_path_flows(trace: TraceData) -> TraceData:
+    """A read trace without the critical path's arrows: derived data, made again from the trace."""
+    f = trace.flow_table
+    codes = [i for i, s in enumerate(f.strings) if s == CRITICAL_PATH]
+    if codes and len(f):
+        drop = np.isin(f.cat, codes)
+        if drop.any():
+            trace.flows = f.take(np.flatnonzero(~drop))
+    return trace
 
 
 def _slice_chunks(trace: TraceData, c: _Columns, t0: int) -> Iterator[list[dict[str, Any]]]:
@@ -159,7 +211,7 @@ def _families(t: SpanTable) -> list[tuple[int, list[int]]]:
     return out
 
 
-def _track_chunks(c: _Columns, t0: int) -> Iterator[list[dict[str, Any]]]:
+def _track_chunks(c: _Columns, t0: int, why: dict[int, dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
     """One nestable async track per invocation: its parent, and the children that nest inside it."""
     events: list[dict[str, Any]] = []
     append = events.append
@@ -179,7 +231,7 @@ def _track_chunks(c: _Columns, t0: int) -> Iterator[list[dict[str, Any]]]:
                 "tid": tid,
                 "ph": "b",
                 "ts": ts[p],
-                "args": all_args[p],
+                "args": {**(all_args[p] or {}), "why": why[p]} if p in why else all_args[p],
             }
         )
         append({"name": name, "cat": CUSTOM_OP, "id": inv, "pid": PID, "tid": tid, "ph": "e", "ts": te[p]})
@@ -265,13 +317,13 @@ def load(path: str | os.PathLike[str]) -> TraceData:
         if raw.startswith(_CHUNKED_HEAD):
             trace = _load_chunked(raw, str(path))
             if trace is not None:
-                return trace
+                return _without_path_flows(trace)
         obj, truncated = parse_json(raw, str(path))
         del raw
         if not _is_ours(obj):
             return import_chrome(obj, str(path), truncated=truncated)
         try:
-            return _from_ours_obj(obj)
+            return _without_path_flows(_from_ours_obj(obj))
         except TraceFormatError as e:
             raise TraceFormatError(f"{path}: {e}") from None
 
@@ -350,7 +402,7 @@ def from_chrome(obj: Any) -> TraceData:
     with no_gc():
         if not _is_ours(obj):
             return import_chrome(obj)
-        return _from_ours_obj(obj)
+        return _without_path_flows(_from_ours_obj(obj))
 
 
 def _from_ours_obj(obj: Any) -> TraceData:

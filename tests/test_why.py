@@ -1,0 +1,254 @@
+"""Why it waits: causes, blockers, off-CPU Python and the critical path, on workloads whose answer
+is known because they were built so (sleeps release the GIL and last what they say)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+import opprof
+import opprof as mx
+from opprof import nd
+from opprof.trace import Trace, from_chrome, load
+from opprof.trace.causes import CAUSES
+from opprof.trace.critical import SegmentKind
+from opprof.trace.text import why_text
+
+MS = 1_000_000
+
+
+class _Sleepy(mx.operator.CustomOp):
+    """Its Python sleeps ``ms`` (off a CPU), then adds one (a sub-op)."""
+
+    def __init__(self, ms: float, extra: Any = None) -> None:
+        self.ms = ms
+        self.extra = extra
+
+    def forward(self, is_train: bool, req: list[str], in_data: list[Any], out_data: list[Any], aux: list[Any]) -> None:
+        time.sleep(self.ms / 1000)
+        y = in_data[0] + 1 if self.extra is None else in_data[0] + self.extra
+        self.assign(out_data[0], req[0], y)
+
+    def backward(
+        self, req: list[str], out_grad: list[Any], in_data: list[Any], out_data: list[Any], in_grad: list[Any], aux: list[Any]
+    ) -> None:
+        self.assign(in_grad[0], req[0], out_grad[0])
+
+
+_EXTRA: dict[str, Any] = {}
+
+
+def _register(name: str, ms: float) -> None:
+    @mx.operator.register(name)
+    class _Prop(mx.operator.CustomOpProp):
+        def list_arguments(self) -> list[str]:
+            return ["data"]
+
+        def list_outputs(self) -> list[str]:
+            return ["output"]
+
+        def infer_shape(self, in_shape: list[Any]) -> tuple[list[Any], list[Any], list[Any]]:
+            return in_shape, [in_shape[0]], []
+
+        def create_operator(self, ctx: Any, shapes: Any, dtypes: Any) -> _Sleepy:
+            return _Sleepy(ms, _EXTRA.get(name))
+
+
+_register("WhySleep30", 30)
+_register("WhySleep10", 10)
+_register("WhyReadsGlobal", 0)
+
+
+@pytest.fixture
+def threaded() -> Iterator[Any]:
+    yield mx.set_engine("threaded", workers=2, custom_workers=1)
+    mx.set_engine("threaded")
+
+
+def _row(trace: Trace, k: int) -> Any:
+    return trace.custom_ops()[k]
+
+
+def test_pool_of_one_queues_the_second_invocation_behind_the_first(threaded: Any) -> None:
+    a, b = nd.ones((4, 4)), nd.ones((4, 4))
+    with opprof.profile() as prof:
+        nd.Custom(a, op_type="WhySleep30")
+        nd.Custom(b, op_type="WhySleep10")
+    trace = prof.trace
+    assert trace.validate() == []
+    first, second = sorted(trace.custom_ops(), key=lambda r: r.start_ns)
+    assert set(second.waiting_by_cause) == set(CAUSES)
+    assert sum(second.waiting_by_cause.values()) == second.waiting_ns
+    # The second waited for the only custom-op thread while the first's Python (30 ms) ran.
+    pool = second.waiting_by_cause["custom_pool"]
+    assert 0.8 * first.python_ns <= pool <= first.python_ns + 10 * MS
+    assert second.waiting_by_cause["custom_pool"] > 0.8 * second.waiting_ns
+    text = why_text(trace)
+    assert "WhySleep10" in text and "queued for a custom-op thread" in text
+    assert "the pool of 1 was busy with WhySleep30" in text
+
+
+def test_a_sub_op_blocked_by_a_slow_producer_names_it(threaded: Any) -> None:
+    eng = mx.engine.get_engine()
+    x = nd.ones((4, 4))
+    _EXTRA["WhyReadsGlobal"] = x
+    try:
+        with opprof.profile() as prof:
+            eng.push(lambda: time.sleep(0.04), (), (x._var,), "SlowProducer")
+            nd.Custom(nd.ones((4, 4)), op_type="WhyReadsGlobal").wait_to_read()
+    finally:
+        _EXTRA.pop("WhyReadsGlobal")
+    trace = prof.trace
+    assert trace.validate() == []
+    (row,) = trace.custom_ops()
+    dep = row.waiting_by_cause["dependency"]
+    assert dep >= 25 * MS, row
+    top = row.blockers[0]
+    assert top.name == "SlowProducer" and top.var == x._var.id and top.invocation is None
+    assert top.ns >= 0.9 * dep
+    # The sub-op that waited names the line of forward() that pushed it.
+    t, ops = trace.table, trace.ops
+    assert ops is not None
+    sub = [i for i in range(len(t)) if t.strings[t.name[i]] == "WhyReadsGlobal::elemwise_add"]
+    site = ops.site_of(int(ops.rows_of(t.op[sub])[0]))
+    assert site is not None and site.startswith(__file__) and int(site.rsplit(":", 1)[1]) > 0
+    assert "most by SlowProducer" in why_text(trace)
+
+
+@pytest.mark.parametrize("kind", ["naive", "threaded"])
+def test_sleeping_python_is_off_cpu(kind: str) -> None:
+    mx.set_engine(kind)
+    try:
+        with opprof.profile() as prof:
+            nd.Custom(nd.ones((4, 4)), op_type="WhySleep30").wait_to_read()
+    finally:
+        mx.set_engine("threaded")
+    (row,) = prof.trace.custom_ops()
+    assert row.python_cpu_ns is not None and row.python_cpu_ns < 10 * MS
+    assert row.python_off_cpu_ns is not None and row.python_off_cpu_ns >= 25 * MS
+    assert prof.trace.validate() == []
+
+
+class _Busy(mx.operator.CustomOp):
+    def forward(self, is_train: bool, req: list[str], in_data: list[Any], out_data: list[Any], aux: list[Any]) -> None:
+        t_end = time.thread_time() + 0.03  # 30 ms of this thread's own CPU
+        n = 0
+        while time.thread_time() < t_end:
+            n += 1
+        self.assign(out_data[0], req[0], in_data[0] + n * 0)
+
+    def backward(
+        self, req: list[str], out_grad: list[Any], in_data: list[Any], out_data: list[Any], in_grad: list[Any], aux: list[Any]
+    ) -> None:
+        self.assign(in_grad[0], req[0], out_grad[0])
+
+
+@mx.operator.register("WhyBusy")
+class _BusyProp(mx.operator.CustomOpProp):
+    def infer_shape(self, in_shape: list[Any]) -> tuple[list[Any], list[Any], list[Any]]:
+        return in_shape, [in_shape[0]], []
+
+    def create_operator(self, ctx: Any, shapes: Any, dtypes: Any) -> _Busy:
+        return _Busy()
+
+
+def test_python_competing_with_a_busy_thread_for_the_gil_is_partly_off_cpu(threaded: Any) -> None:
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            sum(range(1000))
+
+    rival = threading.Thread(target=spin, daemon=True)
+    rival.start()
+    try:
+        with opprof.profile() as prof:
+            nd.Custom(nd.ones((4, 4)), op_type="WhyBusy").wait_to_read()
+    finally:
+        stop.set()
+        rival.join()
+    (row,) = prof.trace.custom_ops()
+    assert row.python_cpu_ns is not None and row.python_cpu_ns >= 25 * MS
+    # Two threads that each want the GIL: the Python ran on a CPU only part of its wall time.
+    assert row.python_off_cpu_ns is not None and row.python_off_cpu_ns >= 0.2 * row.python_ns
+
+
+def _chain_and_one_beside(kind: str) -> Trace:
+    eng = mx.set_engine(kind, **({"workers": 2} if kind == "threaded" else {}))
+    try:
+        with opprof.profile() as prof:
+            a, b, c, d = (eng.new_var() for _ in range(4))
+            eng.push(lambda: time.sleep(0.02), (), (a,), "A")
+            eng.push(lambda: time.sleep(0.02), (a,), (b,), "B")
+            eng.push(lambda: time.sleep(0.02), (b,), (c,), "C")
+            eng.push(lambda: time.sleep(0.025), (), (d,), "D")
+            eng.wait_for_all()
+    finally:
+        mx.set_engine("threaded")
+    assert prof.trace is not None
+    return prof.trace
+
+
+def test_critical_path_of_a_chain_beside_an_independent_op() -> None:
+    trace = _chain_and_one_beside("threaded")
+    assert trace.validate() == []
+    cp = trace.critical_path()
+    assert not cp.approximate
+    assert sum(g.dur for g in cp.segments) == cp.end - cp.start == cp.total
+    runs = [g.name for g in cp.segments if g.kind is SegmentKind.RUN]
+    assert runs == ["A", "B", "C"]
+    t = trace.table
+    names = t.str_list(t.name)
+    slack = dict(zip(names, cp.slack.tolist(), strict=False))
+    dur = dict(zip(names, t.dur.tolist(), strict=False))
+    chain = dur["A"] + dur["B"] + dur["C"]
+    assert abs(slack["D"] - (chain - dur["D"])) <= 0.15 * (chain - dur["D"])
+    for op in "ABC":
+        assert slack[op] < 2 * MS
+    assert "Critical path" in why_text(trace)
+
+
+def test_critical_path_tiles_on_the_naive_engine_too() -> None:
+    trace = _chain_and_one_beside("naive")
+    cp = trace.critical_path()
+    assert cp.check() == [] and trace.validate() == []
+    assert [g.name for g in cp.segments if g.kind is SegmentKind.RUN] == ["A", "B", "C", "D"]
+
+
+def test_edges_survive_the_native_format_and_chrome_keeps_the_causes(tmp_path: Any, threaded: Any) -> None:
+    with opprof.profile() as prof:
+        y = nd.Custom(nd.ones((4, 4)), op_type="WhySleep10")
+        (y + 1).wait_to_read()
+    trace = prof.trace
+    native = tmp_path / "t.opprof"
+    trace.save(native)
+    back = load(native)
+    assert back.ops is not None and np.array_equal(back.table.op, trace.table.op)
+    assert [s.dur for s in back.critical_path().segments] == [s.dur for s in trace.critical_path().segments]
+    obj = trace.to_chrome()
+    cats = {ev.get("cat") for ev in obj["traceEvents"] if ev.get("ph") in ("s", "f")}
+    assert "critical_path" in cats
+    parent = next(ev for ev in obj["traceEvents"] if ev.get("ph") == "b" and "why" in (ev.get("args") or {}))
+    assert set(parent["args"]["why"]) >= {f"{c}_us" for c in CAUSES}
+    chrome = from_chrome(obj)
+    assert chrome.ops is None and chrome.n_flows == trace.n_flows  # the path's arrows are derived
+    assert [r.waiting_by_cause for r in chrome.custom_ops()] == [r.waiting_by_cause for r in trace.custom_ops()]
+    cp = chrome.critical_path()
+    assert cp.approximate and "approximate" in cp.note and cp.check() == []
+
+
+def test_a_trace_without_edges_says_its_path_is_approximate() -> None:
+    from opprof.trace.synthetic import synthetic_trace
+
+    trace = Trace.of(synthetic_trace(2_000, seed=3))
+    cp = trace.critical_path()
+    assert cp.approximate and cp.check() == []
+    rows = trace.custom_ops()
+    assert rows and all(set(r.waiting_by_cause) == {"custom_pool", "unattributed"} for r in rows)
+    assert all(sum(r.waiting_by_cause.values()) == r.waiting_ns for r in rows)
+    assert trace.validate() == []
