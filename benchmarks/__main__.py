@@ -14,9 +14,10 @@ import argparse
 import os
 
 from . import engine, load, peers, profiler, timeline
+from . import why as why_section
 from .common import Row, format_table, machine, progress, summary
 
-SECTIONS = ("engine", "profiler", "trace", "timeline", "peers")
+SECTIONS = ("engine", "profiler", "why", "trace", "timeline", "peers")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -40,6 +41,8 @@ def main(argv: list[str] | None = None) -> None:
         rows += engine.rows(quick, repeats, mxnet)
     if "profiler" in args.only:
         rows += profiler.rows(quick, repeats, mxnet)
+    if "why" in args.only:
+        rows += why_section.rows(quick, repeats)
     if "trace" in args.only:
         rows += load.rows(quick, repeats)
     if "timeline" in args.only:

@@ -31,7 +31,7 @@ def test_quick_suite_prints_one_table_with_every_section() -> None:
     assert table[0] == ["section", "case", "median", "unit", "ratio / detail", "goal", "met"]
     body = table[2:]
     assert all(len(row) == 7 for row in body), body
-    assert [row[0] for row in body if row[0]] == ["Engine", "Profiler", "Trace", "Timeline", "Peers"]
+    assert [row[0] for row in body if row[0]] == ["Engine", "Profiler", "Why it waits", "Trace", "Timeline", "Peers"]
     cases = "\n".join(row[1] for row in body)
     for needle in (
         "threaded engine `a = a + 1`, 10x10",
@@ -45,6 +45,9 @@ def test_quick_suite_prints_one_table_with_every_section() -> None:
         "load",
         "build and save HTML",
         "HTML size",
+        "causes + critical path",
+        "what-if error: custom pool 1 -> 2",
+        "recording the pushing line",
         "MXNet 1.9.1: skipped",  # only with --peers
     ):
         assert needle in cases, needle
@@ -62,6 +65,7 @@ def test_quick_suite_prints_one_table_with_every_section() -> None:
         ["benchmarks/engine.py", "--ops", "200", "--calls", "20", "--repeats", "1"],
         ["benchmarks/profiler.py", "--calls-naming", "2000", "--ops", "200", "--calls", "20", "--repeats", "1"],
         ["benchmarks/load.py", "--events", "2000", "--repeats", "1"],
+        ["benchmarks/why.py", "--spans", "5000", "--repeats", "1"],
         ["benchmarks/timeline.py", "--sizes", "500", "--repeats", "1"],
         ["benchmarks/peers.py", "--tasks", "200", "--repeats", "1"],
     ],

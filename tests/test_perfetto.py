@@ -222,7 +222,10 @@ def test_chrome_export_loads_in_perfetto_without_errors(exported, perfetto_url, 
     async_pairs = phases["b"]
     assert x_slices == sum(1 for s in trace.spans if s.role != "parent")
     assert async_pairs == phases["e"] and async_pairs > 0, phases
-    assert phases["s"] == phases["f"] == len(trace.flows) > 0, phases
+    # Flows: the pushes, and the critical path's hops between threads (derived, not in the model).
+    hops = sum(1 for e in events if e["ph"] == "s" and e.get("cat") == "critical_path")
+    assert hops > 0
+    assert phases["s"] == phases["f"] == len(trace.flows) + hops and len(trace.flows) > 0, phases
     thread_names = {t.name for t in trace.threads}
     assert {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"} == thread_names
 
@@ -250,7 +253,7 @@ def test_chrome_export_loads_in_perfetto_without_errors(exported, perfetto_url, 
     )
 
     flows = _query(page, "select count(*) as n from flow")[0]["n"]
-    assert flows == len(trace.flows), f"Perfetto has {flows} flows, the trace {len(trace.flows)}; {context}"
+    assert flows == len(trace.flows) + hops, f"Perfetto has {flows} flows, the trace {len(trace.flows)} + {hops}; {context}"
 
     perfetto_threads = {r["name"] for r in _query(page, "select name from thread")}
     assert thread_names <= perfetto_threads, (

@@ -1,5 +1,6 @@
 """The timeline as Bokeh model objects and as layout columns (no browser): lanes, tools, colours,
-the family highlight, containment of Dummy_Wait, and level of detail on huge traces."""
+the family highlight, containment of Dummy_Wait, level of detail on huge traces, and the analyses
+it shows (waiting by cause in the split bars and the hover, the critical path's toggle)."""
 
 from __future__ import annotations
 
@@ -10,16 +11,44 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from bokeh.models import BoxZoomTool, CustomJS, CustomJSHover, PanTool, Range1d, RangeTool, ResetTool, TapTool, WheelZoomTool
+from bokeh.models import (
+    Arrow,
+    BoxZoomTool,
+    CustomJS,
+    CustomJSHover,
+    HoverTool,
+    PanTool,
+    Range1d,
+    RangeTool,
+    ResetTool,
+    TapTool,
+    Toggle,
+    WheelZoomTool,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import opprof
 import opprof.demo
+from opprof import nd
 from opprof.trace import Span, ThreadInfo, Trace
+from opprof.trace.stats import custom_op_summary
 from opprof.trace.synthetic import many_threads_trace, synthetic_trace
 from opprof.trace.text import fmt_us
-from opprof.view.figure import PALETTE, ROLE_COLORS, ROLE_LABELS, build_timeline, save_html
+from opprof.view import TimelineWidget
+from opprof.view.figure import (
+    CAUSE_COLORS,
+    CAUSE_LABELS,
+    PALETTE,
+    PATH_COLOR,
+    PATH_LIMIT,
+    ROLE_COLORS,
+    ROLE_LABELS,
+    build_timeline,
+    op_type_causes,
+    op_type_splits,
+    save_html,
+)
 from opprof.view.layout import MAX_LANES, ROLE_NAMES, LaneKind, blocks, build_layout
 
 pytestmark = pytest.mark.timeout(120)
@@ -291,3 +320,281 @@ def test_rows_are_each_threads_own_nesting_depth_however_many_lanes(raw: list[tu
         pos = [int(np.flatnonzero(layout.span_index == i)[0]) for i in mine]
         got = [int(layout.row[p] - first_row[layout.lane[p]]) for p in pos]
         assert got == want
+
+
+# ---------------------------------------------------------------------------- why ops wait, critical path
+class Slow(opprof.operator.CustomOp):
+    """Two sub-ops, the second waiting on the first (a ``dependency``), and a wait in its Python."""
+
+    def forward(self, is_train, req, in_data, out_data, aux):  # type: ignore[no-untyped-def]
+        y = in_data[0] * 2  # site: push
+        y.wait_to_read()  # site: wait
+        self.assign(out_data[0], req[0], y + 1)
+
+    def backward(self, req, out_grad, in_data, out_data, in_grad, aux):  # type: ignore[no-untyped-def]
+        self.assign(in_grad[0], req[0], out_grad[0] * 2)
+
+
+@opprof.operator.register("TimelineSlow")
+class SlowProp(opprof.operator.CustomOpProp):
+    def create_operator(self, ctx, shapes, dtypes):  # type: ignore[no-untyped-def]
+        return Slow()
+
+
+def _line_of(marker: str) -> int:
+    """The line of this file holding ``marker`` (where the profiler records a push or wait)."""
+    lines = Path(__file__).read_text().splitlines()
+    return next(k for k, line in enumerate(lines, 1) if line.rstrip().endswith(marker))
+
+
+@pytest.fixture(scope="module")
+def edges_trace() -> Trace:
+    """A profile on the threaded engine (so with the engine's edges): chains of two custom ops
+    whose second sub-op waits for the first, recorded for autograd with a backward, three times.
+
+    Never read ``.spans`` of it: the list view is rebuilt without the engine's edges.
+    """
+    opprof.set_engine("threaded", workers=2, custom_workers=2)
+    try:
+        x = nd.array(np.ones((200, 200)))
+        x.attach_grad()
+        with opprof.profile() as prof:
+            for _ in range(3):
+                with opprof.autograd.record():
+                    y = nd.Custom(x, op_type="TimelineSlow")
+                    z = nd.Custom(y, op_type="TimelineSlow")
+                z.backward()
+                w = z * 0.5
+            w.wait_to_read()
+    finally:
+        opprof.set_engine("threaded")
+    trace = prof.trace
+    assert trace is not None and trace.validate() == []
+    assert trace.ops is not None and trace.waiting_causes().has_edges and not trace.has_span_list
+    return trace
+
+
+@pytest.fixture(scope="module")
+def edges_tl(edges_trace: Trace):
+    return build_timeline(edges_trace)
+
+
+def _bar_source(tl):
+    (src,) = {r.data_source for r in tl.bars.renderers}
+    return src
+
+
+def test_split_bars_break_waiting_into_its_causes_summed_per_op_type(edges_tl, edges_trace: Trace) -> None:
+    trace, tl = edges_trace, edges_tl
+    c = trace.waiting_causes()
+    assert c.keys == ("custom_pool", "subop_queue", "dependency", "completion")
+    t = trace.table
+    parent_names = [t.strings[k] for k in t.name[c.parents].tolist()]
+    wall_ns = t.end[c.parents] - t.start[c.parents]
+    ot = op_type_causes(trace)
+    src = _bar_source(tl).data
+    assert list(src["op"]) == ot.names and set(ot.names) == {"TimelineSlow", "_backward_TimelineSlow"}
+    for j, op in enumerate(src["op"]):
+        rows = [k for k, n in enumerate(parent_names) if n == op]
+        assert src["calls"][j] == len(rows) == 6
+        for col, key in enumerate(c.keys):
+            want = int(c.ns[rows, col].sum())  # waiting_causes() summed by op type
+            assert ot.of(op)[key] == want
+            assert src[key][j] == pytest.approx(want / 1e6, rel=1e-12, abs=1e-12)
+        # The three totals still add up to the wall time, the python parts to the python.
+        wall = int(wall_ns[rows].sum()) / 1e6
+        assert src["wall"][j] == pytest.approx(wall, rel=1e-12)
+        assert src["python"][j] + src["sub-ops"][j] + src["waiting"][j] == pytest.approx(wall, rel=1e-9)
+        py = src["py_on_cpu"][j] + src["py_off_cpu"][j] + src["py_cpu_unknown"][j]
+        assert py == pytest.approx(src["python"][j], rel=1e-9) and src["py_cpu_unknown"][j] == 0
+        assert src["waiting"][j] == pytest.approx(sum(src[k][j] for k in c.keys), rel=1e-9)
+        assert src["dependency_pct"][j] == pytest.approx(100 * src["dependency"][j] / wall, rel=1e-9)
+    # What op_type_splits returned before still holds, and the per-invocation oracle agrees.
+    for op, (calls, py_us, sub_us, wait_us) in op_type_splits(trace).items():
+        parts = ot.of(op)
+        assert parts["calls"] == calls
+        assert (parts["py_on_cpu"] + parts["py_off_cpu"] + parts["py_cpu_unknown"]) / 1e3 == pytest.approx(py_us)
+        assert parts["sub-ops"] / 1e3 == pytest.approx(sub_us)
+        assert sum(parts[k] for k in c.keys) / 1e3 == pytest.approx(wait_us)
+    for row in custom_op_summary(trace.custom_ops()):
+        parts = ot.of(row.name)
+        assert {k: parts[k] for k in c.keys} == {k: row.waiting_by_cause.get(k, 0) for k in c.keys}
+        assert row.python_cpu_ns is not None and parts["py_on_cpu"] <= row.python_cpu_ns
+    # Each cause is its own stacked part, coloured and labelled as such, with a hover per part in ms.
+    stacked = {r.name: r for r in tl.bars.renderers}
+    shown = [k for k in c.keys if float(np.sum(src[k])) > 0]
+    assert {"custom_pool", "dependency"} <= set(shown) and set(shown) <= set(stacked)
+    for key in shown:
+        assert stacked[key].glyph.fill_color == CAUSE_COLORS[key]
+    assert len({r.glyph.fill_color for r in stacked.values()}) == len(stacked)
+    (legend,) = tl.bars.legend
+    labels = {item.label["value"] for item in legend.items}
+    assert {CAUSE_LABELS[k] for k in shown} | {"python on CPU", "sub-ops"} <= labels
+    hovers = [h for h in tl.bars.toolbar.tools if isinstance(h, HoverTool)]
+    by_renderer = {h.renderers[0].name: dict(h.tooltips) for h in hovers}
+    assert set(by_renderer) == set(stacked)
+    assert by_renderer["dependency"][CAUSE_LABELS["dependency"]].startswith("@{dependency}{0,0.000} ms")
+
+
+def _drawn_parents(tl):
+    d = tl.source.data
+    return [j for j, c in enumerate(d["c"]) if c == ROLE_NAMES.index("parent")]
+
+
+def test_parent_hover_says_waiting_by_cause_python_cpu_and_the_top_blocker(edges_tl, edges_trace: Trace) -> None:
+    t = edges_trace.table
+    causes = edges_trace.waiting_causes()
+    d, texts = edges_tl.source.data, edges_tl.names.data["detail"]
+    lay = edges_tl.layout
+    items = _items(edges_tl)
+    parents = _drawn_parents(edges_tl)
+    assert len(parents) == len(causes.parents) == 12
+    named = 0
+    for j in parents:
+        k = int(np.searchsorted(causes.parents, lay.span_index[items[j]]))
+        assert causes.parents[k] == lay.span_index[items[j]]
+        why = texts[d["why"][j]]
+        total = int(causes.ns[k].sum())
+        for key, ns in causes.of(k).items():
+            if ns:
+                assert f"{key} {fmt_us(ns / 1e3)} ({100 * ns / total:.0f}%)" in why, why
+            else:
+                assert key not in why
+        detail = texts[d["detail"][j]]
+        py = int(edges_tl.analysis.split[k, 0])
+        on = min(int(causes.cpu[k]), py)
+        assert causes.cpu[k] >= 0 and f"{fmt_us(on / 1e3)} on CPU, {fmt_us((py - on) / 1e3)} off" in detail
+        blockers = causes.blockers_of(k, t, edges_trace.ops)
+        blocker = texts[d["blocker"][j]]
+        if not blockers:
+            assert blocker == ""
+            continue
+        top = blockers[0]
+        want = f"dependency {fmt_us(top.ns / 1e3)}: {top.name} (invocation {top.invocation}), var {top.var}"
+        assert blocker.startswith(want), (blocker, want)
+        assert top.name.endswith("TimelineSlow::_mul_scalar") and top.invocation == int(t.inv[causes.parents[k]])
+        named += 1
+    assert named >= 6  # each forward's _plus_scalar waited for its _mul_scalar
+    (hover,) = [t for t in edges_tl.figure.toolbar.tools if isinstance(t, HoverTool)]
+    fields = dict(hover.tooltips)
+    assert fields["waiting by cause"] == "@why{custom}" and fields["blocked by"] == "@blocker{custom}"
+    assert all(isinstance(f, CustomJSHover) for f in hover.formatters.values())
+
+
+def test_subop_and_wait_hover_names_the_users_line(edges_tl) -> None:
+    d, texts, names = edges_tl.source.data, edges_tl.names.data["detail"], edges_tl.names.data["name"]
+    detail = {}
+    for j, c in enumerate(d["name"]):
+        detail.setdefault(names[c], set()).add(texts[d["detail"][j]])
+    assert detail["TimelineSlow::_mul_scalar"] == {f"pushed at test_timeline.py:{_line_of('# site: push')}"}
+    assert detail["TimelineSlow::WaitForVar"] == {f"waited at test_timeline.py:{_line_of('# site: wait')}"}
+    assert detail["TimelineSlow::_plus_scalar"] == {f"pushed at test_timeline.py:{_line_of('# site: wait') + 1}"}
+    assert detail["_mul_scalar"] == {""}  # a plain op: pushed by no custom op's Python
+
+
+def test_critical_path_toggle_outlines_exactly_the_paths_spans_and_hops_between_lanes(edges_tl, edges_trace: Trace) -> None:
+    tl = edges_tl
+    path = edges_trace.critical_path()
+    assert not path.approximate and tl.path is not None and not tl.path.approximate
+    lay = tl.layout
+    rects = tl.path_source.data
+    spans = np.asarray(rects["span"])
+    assert set(spans.tolist()) == set(path.spans.tolist()) and len(path.spans) > 10
+    # Every rectangle of every span on the path (a child's on its thread and in the band), once.
+    on_path = np.isin(lay.span_index, path.spans)
+    assert len(spans) == int(on_path.sum()) == tl.path_total == tl.path_drawn
+    where = {
+        (int(s), float(a), float(t)) for s, a, t in zip(lay.span_index[on_path], lay.left[on_path], lay.top[on_path], strict=True)
+    }
+    assert {(int(s), float(a), float(t)) for s, a, t in zip(spans, rects["left"], rects["top"], strict=True)} == where
+    # Hops: between different lanes, forward in time, from and to rectangles of the path.
+    e = tl.path_edges.data
+    assert len(e["x0"]) > 0
+
+    def lane(y: float) -> int:
+        return next(k for k, ln in enumerate(lay.lanes) if ln.top <= y <= ln.top + ln.rows)
+
+    mids = {round(float((tp + bt) / 2), 4) for tp, bt in zip(rects["top"], rects["bottom"], strict=True)}
+    for x0, y0, x1, y1 in zip(e["x0"], e["y0"], e["x1"], e["y1"], strict=True):
+        assert x0 <= x1 + 1e-9 and lane(y0) != lane(y1)
+        assert round(float(y0), 4) in mids and round(float(y1), 4) in mids
+    # Drawn, hidden until the toggle shows them, by a browser-side callback on exactly those.
+    (outline,) = [r for r in tl.figure.renderers if r.name == "critical_path_outline"]
+    (hops,) = [a for a in tl.figure.center if isinstance(a, Arrow)]
+    assert outline.data_source is tl.path_source and hops.source is tl.path_edges
+    assert tl.path_renderers == [outline, hops] and not outline.visible and not hops.visible
+    assert outline.glyph.line_color == PATH_COLOR == hops.line_color
+    toggle = tl.path_toggle
+    assert isinstance(toggle, Toggle) and toggle.label == "critical path" and not toggle.active and not toggle.disabled
+    (cb,) = toggle.js_property_callbacks["change:active"]
+    assert isinstance(cb, CustomJS) and cb.args["renderers"] == [outline, hops] and "visible" in cb.code
+    assert any(toggle in getattr(child, "children", []) for child in tl.root.children)  # placed with the figure
+    # A tap selects spans only, never the outlines; the hover is the spans' too.
+    (tap,) = [t for t in tl.figure.toolbar.tools if isinstance(t, TapTool)]
+    (hover,) = [t for t in tl.figure.toolbar.tools if isinstance(t, HoverTool)]
+    assert tap.renderers == hover.renderers and hover.renderers[0].data_source is tl.source
+
+
+def test_trace_without_edges_gets_the_approximate_path_said_in_the_note() -> None:
+    trace = synthetic_trace(5_000, seed=5)
+    tl = build_timeline(trace)
+    assert tl.path is not None and tl.path.approximate
+    assert tl.path_toggle.label == "critical path (approximate)"
+    assert tl.path.note in tl.note.text and "approximate" in tl.note.text
+    assert set(np.asarray(tl.path_source.data["span"]).tolist()) == set(tl.path.spans.tolist())
+    src = _bar_source(tl).data
+    assert {"custom_pool", "unattributed"} <= set(src) and "dependency" not in src
+    (legend,) = tl.bars.legend
+    assert CAUSE_LABELS["unattributed"] in {item.label["value"] for item in legend.items}
+    # A parent's hover: its waiting is custom_pool and unattributed, and nothing is named as a blocker.
+    d, texts = tl.source.data, tl.names.data["detail"]
+    parents = _drawn_parents(tl)
+    assert parents and all(texts[d["blocker"][j]] == "" for j in parents)
+    assert all("unattributed" in texts[d["why"][j]] for j in parents)
+    assert all(set(texts[d["why"][j]].split(" ")) & {"custom_pool", "unattributed"} for j in parents)
+
+
+def test_huge_trace_draws_a_bounded_path_and_the_widget_redraws_it_on_zoom(big: Trace) -> None:
+    tl = build_timeline(big, width=800)
+    assert tl.path is not None and tl.path_total > PATH_LIMIT
+    assert tl.path_drawn == len(tl.path_source.data["span"]) == PATH_LIMIT
+    assert f"of its {tl.path_total:,} rectangles drawn" in tl.note.text
+    # The widest are kept.
+    lay = tl.layout
+    w = np.asarray(tl.path_source.data["right"]) - np.asarray(tl.path_source.data["left"])
+    on_path = np.isin(lay.span_index, tl.path.spans)
+    all_w = np.sort(lay.right[on_path] - lay.left[on_path])[::-1]
+    assert w.min() >= all_w[PATH_LIMIT - 1] - 1e-9
+    # Zoomed in (as the widget does on a range change): every path rectangle in the window.
+    x0, x1 = lay.extent
+    a, b = x0 + (x1 - x0) * 0.5, x0 + (x1 - x0) * 0.501
+    tl.refresh(a, b)
+    lo, hi = tl.window
+    left, right = np.asarray(tl.path_source.data["left"]), np.asarray(tl.path_source.data["right"])
+    inside = on_path & (lay.right >= lo) & (lay.left <= hi)
+    assert 0 < tl.path_drawn == int(inside.sum()) < PATH_LIMIT
+    assert np.all((right >= lo) & (left <= hi))
+
+
+def test_critical_path_can_be_given_or_left_out_and_the_widget_computes_it_once(edges_trace: Trace, monkeypatch) -> None:
+    none = build_timeline(edges_trace, critical_path=False)
+    assert none.path is None and none.path_toggle is None and none.path_source is None
+    assert not any(r.name == "critical_path_outline" for r in none.figure.renderers) and "critical path" not in none.note.text
+    path = edges_trace.critical_path()
+    given_path = build_timeline(edges_trace, critical_path=path)
+    assert given_path.path is path
+    calls = []
+    real = Trace.critical_path
+
+    def counting(self):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return real(self)
+
+    monkeypatch.setattr(Trace, "critical_path", counting)
+    w = TimelineWidget(edges_trace)
+    html = w.static_html()
+    assert len(calls) == 1 and "critical path" in html
+    assert w.timeline.path_toggle in w.timeline.root.children[1].children
+    # Empty traces have no path and a disabled toggle, and still draw.
+    empty = build_timeline(Trace())
+    assert empty.path_toggle is not None and empty.path_toggle.disabled and empty.path_drawn == 0

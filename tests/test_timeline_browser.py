@@ -1,4 +1,5 @@
-"""A saved timeline in a real browser: it draws, hovers, highlights a family, and runs no injected code.
+"""A saved timeline in a real browser: it draws, hovers, highlights a family, runs no injected code,
+and its critical-path toggle shows and hides the path with no kernel; a parent's hover says why it waited.
 
 Headless Debian Chromium through playwright (see ``chromium_page`` in conftest). Without Chromium
 the test skips with the reason, or fails when ``CI`` is set. The screenshot is kept in the test's
@@ -7,6 +8,7 @@ tmp dir (pytest prints its path on failure; ``--basetemp`` puts it where you wan
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ import pytest
 
 from opprof.trace import Flow, Span, ThreadInfo, Trace
 from opprof.view import save_html
+from opprof.view.layout import ROLE_NAMES
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(120)]
 
@@ -161,3 +164,107 @@ def test_a_thousand_threads_draw_collapsed_with_the_note_and_hover_names_each_th
     page.screenshot(path=str(tmp_path / "threads.png"))
     errors = [text for kind, text in console if kind == "error"]
     assert errors == [] and page_errors == [], (errors, page_errors)
+
+
+# ---------------------------------------------------------------------------- why ops wait, critical path
+_PATH_JS = """
+window.__model = (name) => Bokeh.documents[0].get_model_by_name(name);
+window.__magenta = () => {
+  // Pixels of the critical path's colour (#e6007e) on the main figure's canvas.
+  const c = window.__tl().canvas_view.primary.canvas;
+  const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+  let n = 0;
+  for (let i = 0; i < d.length; i += 4) {
+    if (d[i + 3] > 0 && d[i] > 180 && d[i + 1] < 90 && d[i + 2] > 80 && d[i + 2] < 180) n++;
+  }
+  return n;
+};
+"""
+
+
+def _profiled_trace() -> Trace:
+    """The demo under the profiler on the threaded engine: a trace with the engine's edges."""
+    import opprof
+    import opprof.demo
+
+    opprof.set_engine("threaded", workers=2, custom_workers=2)
+    try:
+        with opprof.profile() as prof:
+            opprof.demo.train(2)
+    finally:
+        opprof.set_engine("threaded")
+    trace = prof.trace
+    assert trace is not None and trace.validate() == [] and trace.waiting_causes().has_edges
+    return trace
+
+
+def test_critical_path_toggle_shows_and_hides_the_path_and_the_hover_says_why_ops_waited(chromium_page, tmp_path: Path) -> None:
+    page, console, page_errors = chromium_page
+    trace = _profiled_trace()
+    path = tmp_path / "why.html"
+    tl = save_html(trace, str(path))
+    assert tl.path is not None and not tl.path.approximate and tl.path_drawn > 0 and len(tl.path_edges.data["x0"]) > 0
+    page.goto(path.as_uri())
+    page.wait_for_function(_READY_JS)
+    page.evaluate(_FIND_JS)
+    page.evaluate(_PATH_JS)
+    page.wait_for_function("() => window.__tl() && window.__tl().canvas_view")
+    page.wait_for_timeout(300)
+
+    # Off: the outlines and hops exist in the document but are hidden, and no pixel has their colour.
+    state = """() => ["critical_path_outline", "critical_path_hops"].map((n) => __model(n).visible)
+                       .concat([__model("critical_path_toggle").active])"""
+    assert page.evaluate(state) == [False, False, False]
+    assert page.evaluate("() => __model('critical_path_outline').data_source.data.span.length") == tl.path_drawn
+    before = page.evaluate("() => window.__magenta()")
+    assert before < 20, before
+    page.screenshot(path=str(tmp_path / "path-off.png"), full_page=True)
+
+    # On: one click, in the browser only (this page has no kernel), draws them.
+    toggle = page.get_by_role("button", name="critical path")
+    toggle.click()
+    page.wait_for_function("() => __model('critical_path_outline').visible && __model('critical_path_hops').visible")
+    page.wait_for_function("() => window.__magenta() > 1500")
+    assert page.evaluate(state) == [True, True, True]
+    page.screenshot(path=str(tmp_path / "path-on.png"), full_page=True)
+
+    # Off again.
+    toggle.click()
+    page.wait_for_function("() => !__model('critical_path_outline').visible && !__model('critical_path_hops').visible")
+    page.wait_for_function(f"() => window.__magenta() <= {before + 20}")
+    assert page.evaluate(state) == [False, False, False]
+
+    # Hover a custom-op parent on its own row of the band: its waiting by cause and top blocker.
+    d, texts = tl.source.data, tl.names.data["detail"]
+    parent = ROLE_NAMES.index("parent")
+    rows = [j for j, c in enumerate(d["c"]) if c == parent and texts[d["blocker"][j]]]
+    j = max(rows, key=lambda i: d["right"][i] - d["left"][i])
+    why, blocker = texts[d["why"][j]], texts[d["blocker"][j]]
+    assert "custom_pool" in why and blocker.startswith("dependency ")
+    x, y = page.evaluate(
+        "(i) => { const d = window.__src('spans').data; return window.__at((d.left[i] + d.right[i]) / 2, d.top[i] + 0.45); }", j
+    )
+    page.mouse.move(x, y)
+    page.get_by_text(why, exact=False).first.wait_for(state="visible", timeout=10_000)
+    assert page.get_by_text(blocker, exact=False).first.is_visible()
+    assert page.get_by_text("on CPU", exact=False).first.is_visible()
+    page.screenshot(path=str(tmp_path / "parent-hover.png"))
+
+    # Hover a sub-op its custom op's Python pushed: the user's file and line.
+    sites = [i for i, c in enumerate(d["detail"]) if re.fullmatch(r"pushed at [^/\\]+\.py:\d+", texts[c]) and d["c"][i] != parent]
+    i = max(sites, key=lambda k: d["right"][k] - d["left"][k])
+    page.evaluate(
+        """(i) => { const d = window.__src('spans').data, r = window.__tl().model.x_range, w = d.right[i] - d.left[i];
+                    r.start = d.left[i] - 2 * w; r.end = d.right[i] + 2 * w; }""",
+        i,
+    )
+    page.wait_for_timeout(300)
+    page.mouse.move(5, 5)
+    x, y = _center(page, i)
+    page.mouse.move(x, y)
+    page.get_by_text(texts[d["detail"][i]], exact=True).first.wait_for(state="visible", timeout=10_000)
+    page.screenshot(path=str(tmp_path / "subop-hover.png"))
+
+    errors = [text for kind, text in console if kind == "error"]
+    assert errors == [] and page_errors == [], (errors, page_errors)
+    print(f"\nscreenshots: {tmp_path}")

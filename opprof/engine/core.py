@@ -23,6 +23,7 @@ import functools
 import itertools
 import sys
 import threading
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -326,7 +327,8 @@ class Engine:
     def _register_rest(opr: Opr, n: int) -> int:
         """Register ``opr`` on its vars from the ``n``-th on (after an interrupt); return how many block it."""
         vars_ = opr.reads + opr.writes
-        if n < len(vars_) and vars_[n]._queue and vars_[n]._queue[-1][0] is opr:
+        q = vars_[n]._queue if n < len(vars_) else ()
+        if isinstance(q, deque) and q and q[-1][0] is opr:
             n += 1  # interrupted right after queuing on this var
         for i in range(n, len(vars_)):
             v = vars_[i]

@@ -57,8 +57,11 @@ class CustomPool:
                 self._grow()
 
     def _grow(self) -> None:
+        # More tasks queued than idle threads to take them (a new or woken thread counts as idle
+        # until it has taken one): start another. Comparing with "no idle thread" instead let a
+        # burst of submits run one at a time while the first new thread waited for the GIL.
         active = len(self._threads) - self._blocked
-        if self._idle == 0 and active < self._size and not self._tasks.empty():
+        if active < self._size and self._tasks.qsize() > self._idle:
             t = threading.Thread(target=self._run, name=f"{self._prefix}{next(self._names)}", daemon=True)
             self._threads.append(t)
             self._idle += 1  # counted idle until it takes its first task

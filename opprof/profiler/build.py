@@ -359,28 +359,7 @@ def _op_table(
         acc_write=is_write,
         strings=st.strings,
     )
-    return t if bool(np.all(order[1:] > order[:-1])) else _reorder(t, order)
-
-
-def _reorder(t: OpTable, order: np.ndarray) -> OpTable:
-    """``t``'s rows in ``order``, their accesses with them."""
-    counts = np.diff(t.acc_at)[order]
-    starts = t.acc_at[:-1][order]
-    pos = np.repeat(starts - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts) + np.arange(int(counts.sum()))
-    return OpTable(
-        op=t.op[order],
-        kind=t.kind[order],
-        push=t.push[order],
-        pusher=t.pusher[order],
-        ready=t.ready[order],
-        by=t.by[order],
-        var=t.var[order],
-        site=t.site[order],
-        acc_at=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
-        acc_var=t.acc_var[pos],
-        acc_write=t.acc_write[pos],
-        strings=t.strings,
-    )
+    return t if bool(np.all(order[1:] > order[:-1])) else t.take(order)
 
 
 def _labels(st: StringTable, op_code: np.ndarray, backward: np.ndarray) -> np.ndarray:

@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 from ..engine import (
@@ -43,7 +44,13 @@ from .build import COUNTER, DUMMY, ERROR, INSTANT, OP, PYTHON, START, USER, WAIT
 
 __all__ = ["Recorder", "ProfilerError"]
 
-_OWN_FILES = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # opprof's own code
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: opprof's own machinery, which a push passes through on its way from the user's line (the demo's
+#: and the notebooks' custom ops are user code, though they live in the package).
+_OWN_FILES = (
+    *(os.path.join(_PACKAGE, d) + os.sep for d in ("engine", "nd", "profiler", "gluon")),
+    os.path.join(_PACKAGE, "__init__.py"),
+)
 
 
 def _site() -> tuple[str, int] | None:
@@ -52,7 +59,7 @@ def _site() -> tuple[str, int] | None:
     Only pushes and waits inside a custom op's Python pay for it (~0.4 µs: a walk of a handful of
     frames); a plain op never does.
     """
-    f = sys._getframe(2)
+    f: FrameType | None = sys._getframe(2)
     own = _OWN_FILES
     while f is not None and f.f_code.co_filename.startswith(own):
         f = f.f_back
@@ -107,7 +114,7 @@ class Recorder(EngineObserver):
         except AttributeError:
             return self._register().buf
 
-    def _fam(self) -> list[tuple[int, int, int, Invocation]]:
+    def _fam(self) -> list[tuple[int, int, int, Invocation, int]]:
         try:
             return self._local.fam
         except AttributeError:

@@ -121,10 +121,6 @@ def waiting_causes(table: SpanTable, ops: OpTable | None) -> Causes:
     empty = np.zeros(0, dtype=np.int64)
     if not k:
         return Causes(parents, keys, np.zeros((0, len(keys)), np.int64), empty, empty, empty, empty, empty, edges)
-    if not edges:
-        stored = _stored(table, parents)
-        if stored is not None:
-            return Causes(parents, CAUSES, stored[0], stored[1], empty, empty, empty, empty, False)
     lo, hi = table.start[parents], table.end[parents]
     p_inv = table.inv[parents]
     by_inv = np.argsort(p_inv, kind="stable")
@@ -165,7 +161,8 @@ def waiting_causes(table: SpanTable, ops: OpTable | None) -> Causes:
     n_dep_before = len(fam) + k
     if edges:
         assert ops is not None
-        row = ops.rows_of(table.op[members])
+        span_rows = ops.rows_of(table.op)
+        row = span_rows[members]
         sub_only = (role == ROLE_CODE[Role.SUBOP]) & (row >= 0)
         s = np.flatnonzero(sub_only)
         r = row[s]
@@ -194,7 +191,10 @@ def waiting_causes(table: SpanTable, ops: OpTable | None) -> Causes:
         dep_var = np.concatenate([ops.var[r], w_var])
         # A blocker of the invocation's own (a sub-op waiting for its sibling) only passes on
         # what holds the sibling up: an outside blocker pending at the same time takes the time.
-        own = _inv_of_ops(table, dep_src) == p_inv[np.concatenate([fam[s], fam[w]])]
+        row_inv = np.full(len(ops) + 1, -1, dtype=np.int64)  # the last entry: "no row"
+        linked = span_rows >= 0
+        row_inv[span_rows[linked]] = table.inv[linked]
+        own = row_inv[ops.rows_of(dep_src)] == p_inv[np.concatenate([fam[s], fam[w]])]
         outside = np.where(own, 0, 1 << (2 * _BITS)).astype(np.int64)
         pack2[-2] = pack2[-2] + outside[: len(s)]
         pack2[-1] = pack2[-1] + outside[len(s) :]
@@ -228,9 +228,13 @@ def waiting_causes(table: SpanTable, ops: OpTable | None) -> Causes:
     else:
         cause[waiting] = 1
     cause[waiting & pre] = 0
-    out = np.zeros((k, len(keys)), dtype=np.int64)
-    for c in range(len(keys)):
-        out[:, c] = np.bincount(ff, weights=np.where(cause == c, length, 0), minlength=k)[:k].astype(np.int64)
+    nk = len(keys)
+    counted = cause >= 0
+    out = (
+        np.bincount(ff[counted] * nk + cause[counted], weights=length[counted], minlength=k * nk)[: k * nk]
+        .astype(np.int64)
+        .reshape(k, nk)
+    )
     if not edges:
         # Without edges the rest of the waiting is unattributed, by definition: the waiting the
         # trace's split says (stored in a file, it may not be the sweep's), less custom_pool.
@@ -264,42 +268,6 @@ def waiting_causes(table: SpanTable, ops: OpTable | None) -> Causes:
             bn = np.bincount(grp, weights=got).astype(np.int64)
             bf, bo, bv = jf[new], src[new], var[new]
     return Causes(parents, keys, out, cpu, bf, bo, bv, bn, edges)
-
-
-def _inv_of_ops(table: SpanTable, op_ids: np.ndarray) -> np.ndarray:
-    """The invocation of the span that ran each op (-1: none, or not a custom op's)."""
-    has = np.flatnonzero(table.op >= 0)
-    ids = table.op[has]
-    order = np.argsort(ids, kind="stable")
-    ids, inv = ids[order], table.inv[has][order]
-    if not len(ids):
-        return np.full(len(op_ids), -1, dtype=np.int64)
-    at = np.minimum(np.searchsorted(ids, op_ids), len(ids) - 1)
-    return np.where(ids[at] == op_ids, inv[at], -1)
-
-
-def _stored(table: SpanTable, parents: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """The causes a profile wrote into its parents' Chrome args (``why``, µs), when every parent
-    has them: a Chrome file keeps no edges, but keeps what they told."""
-    if not len(table.args_at):
-        return None
-    pos = np.searchsorted(table.args_at, parents)
-    pos = np.minimum(pos, len(table.args_at) - 1)
-    if not bool(np.all(table.args_at[pos] == parents)):
-        return None
-    ns = np.zeros((len(parents), len(CAUSES)), dtype=np.int64)
-    cpu = np.full(len(parents), -1, dtype=np.int64)
-    for k, j in enumerate(pos.tolist()):
-        why = table.args[j].get("why")
-        if not isinstance(why, dict):
-            return None
-        try:
-            ns[k] = [round(float(why[f"{c}_us"]) * 1e3) for c in CAUSES]
-            if "python_cpu_us" in why:
-                cpu[k] = round(float(why["python_cpu_us"]) * 1e3)
-        except (KeyError, TypeError, ValueError):
-            return None
-    return ns, cpu
 
 
 def custom_kind(ops: OpTable, op_ids: np.ndarray) -> np.ndarray:

@@ -16,7 +16,6 @@ every other Chrome trace (MXNet, PyTorch, VizTracer, Chrome itself) goes to :mod
 
 from __future__ import annotations
 
-import itertools
 import os
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -26,7 +25,7 @@ import numpy as np
 from . import chrome_fast
 from .causes import has_edges, waiting_causes
 from .columns import ROLE_CODE, FlowTable, SpanTable
-from .critical import critical_path
+from .critical import SegmentKind, critical_path
 from .data import TraceData
 from .importer import NS_LIMIT, import_chrome
 from .jsonio import TraceFormatError, dumps, loads, no_gc, open_maybe_gzip, parse_json, read_trace_file
@@ -116,11 +115,13 @@ def _event_chunks(trace: TraceData, t0: int) -> Iterator[list[dict[str, Any]]]:
 
 #: The flow category of the critical path's arrows: derived from the edges, so a reader drops them.
 CRITICAL_PATH = "critical_path"
+_RUN_CODE, _PY_CODE, _WAIT_CODE = (list(SegmentKind).index(k) for k in (SegmentKind.RUN, SegmentKind.PYTHON, SegmentKind.WAIT))
 
 
 def _why_args(trace: TraceData) -> dict[int, dict[str, Any]]:
-    """Each parent's waiting by cause (µs), under ``why`` in its args, where the trace has edges
-    (the only place Chrome JSON keeps them; :func:`~.causes.waiting_causes` reads them back)."""
+    """Each parent's waiting by cause (µs), for the ``why`` args of its closing event, where the
+    trace has edges: for people reading the file in Perfetto. They are derived from the edges,
+    which Chrome JSON cannot hold, so a reader does not take them back (save ``.opprof`` for that)."""
     t = trace.table
     if not has_edges(t, trace.ops):
         return {}
@@ -135,19 +136,28 @@ def _why_args(trace: TraceData) -> dict[int, dict[str, Any]]:
 
 
 def _path_flows(trace: TraceData, t0: int) -> list[dict[str, Any]]:
-    """The critical path as arrows (category :data:`CRITICAL_PATH`) where it moves between threads."""
+    """The critical path as arrows (category :data:`CRITICAL_PATH`) where it moves between threads:
+    from the middle of one piece that runs on a span to the start of the next one on another thread
+    (both inside their slices, where Perfetto binds a flow)."""
     if not has_edges(trace.table, trace.ops):
         return []
-    segs = critical_path(trace).segments
-    events: list[dict[str, Any]] = []
+    p = critical_path(trace)
+    t = trace.table
+    on = np.flatnonzero((p.seg_span >= 0) & np.isin(p.seg_kind, [_RUN_CODE, _PY_CODE, _WAIT_CODE]))
+    on = on[p.seg_end[on] > p.seg_start[on]]
+    tid = t.tid[p.seg_span[on]]
+    hop = np.flatnonzero(tid[1:] != tid[:-1])
+    src, dst = on[hop], on[hop + 1]
     fid = int(trace.flow_table.id.max()) + 1 if trace.n_flows else 1
-    for a, b in itertools.pairwise(segs):
-        if a.tid != b.tid and a.tid > 0 and b.tid > 0:
-            ts = _us(b.start, t0)
-            arrow = {"name": "critical path", "cat": CRITICAL_PATH, "id": fid, "pid": PID, "ts": ts}
-            events.append({**arrow, "ph": "s", "tid": a.tid})
-            events.append({**arrow, "ph": "f", "bp": "e", "tid": b.tid})
-            fid += 1
+    events: list[dict[str, Any]] = []
+    mids = ((p.seg_start[src] + p.seg_end[src]) // 2 - t0) / 1e3
+    starts = (p.seg_start[dst] - t0) / 1e3
+    for k, (ts_s, ts_f, a, b) in enumerate(
+        zip(mids.tolist(), starts.tolist(), tid[hop].tolist(), tid[hop + 1].tolist(), strict=True)
+    ):
+        arrow = {"name": "critical path", "cat": CRITICAL_PATH, "id": fid + k, "pid": PID}
+        events.append({**arrow, "ph": "s", "tid": a, "ts": ts_s})
+        events.append({**arrow, "ph": "f", "bp": "e", "tid": b, "ts": ts_f})
     return events
 
 
@@ -231,10 +241,13 @@ def _track_chunks(c: _Columns, t0: int, why: dict[int, dict[str, Any]]) -> Itera
                 "tid": tid,
                 "ph": "b",
                 "ts": ts[p],
-                "args": {**(all_args[p] or {}), "why": why[p]} if p in why else all_args[p],
+                "args": all_args[p],
             }
         )
-        append({"name": name, "cat": CUSTOM_OP, "id": inv, "pid": PID, "tid": tid, "ph": "e", "ts": te[p]})
+        end = {"name": name, "cat": CUSTOM_OP, "id": inv, "pid": PID, "tid": tid, "ph": "e", "ts": te[p]}
+        if p in why:  # on the closing event: Perfetto shows it with the slice; opprof's readers skip it
+            end["args"] = {"why": why[p]}
+        append(end)
         # The children carry no args here: their slices on their threads have them (a quarter of
         # a profile's file was these copies).
         for i in _async_children(family, starts, ends, ps, pe):

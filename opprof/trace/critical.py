@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -65,27 +66,76 @@ class Segment:
         return self.end - self.start
 
 
+_KINDS = list(SegmentKind)
+_CODE = {k: i for i, k in enumerate(_KINDS)}
+_ON_SPAN = np.array([k in (SegmentKind.RUN, SegmentKind.PYTHON, SegmentKind.WAIT) for k in _KINDS])
+
+
 @dataclass(eq=False)
 class CriticalPath:
-    """The segments, in time order, tiling ``[start, end]``; ``slack`` per span (ns, -1 unknown)."""
+    """The segments, in time order, tiling ``[start, end]``, as columns; ``slack`` per span.
+
+    ``seg_kind`` codes index :class:`SegmentKind` in declaration order; ``seg_span`` is the span a
+    segment runs on (-1 for a queue, hand-off or program gap), ``seg_about`` the span it concerns
+    (the op queued, the op whose completion is being handed on; -1 for program time).
+    :attr:`segments` gives them as :class:`Segment` objects.
+    """
 
     start: int
     end: int
-    segments: list[Segment]
+    seg_start: np.ndarray
+    seg_end: np.ndarray
+    seg_kind: np.ndarray
+    seg_tid: np.ndarray
+    seg_span: np.ndarray
+    seg_about: np.ndarray
     approximate: bool  # True: the trace had no engine edges (see ``note``)
     note: str
     _slack: np.ndarray | None = field(default=None, repr=False)
     _trace: TraceData | None = field(default=None, repr=False)
+    _segments: list[Segment] | None = field(default=None, repr=False)
 
     @property
     def total(self) -> int:
         return self.end - self.start
 
+    def __len__(self) -> int:
+        return len(self.seg_start)
+
+    @property
+    def segments(self) -> list[Segment]:
+        """The segments as objects (made on first use: ~1 µs each)."""
+        if self._segments is None:
+            self._segments = self._make_segments()
+        return self._segments
+
+    def _make_segments(self) -> list[Segment]:
+        t = self._trace.table if self._trace is not None else None
+        names = t.str_list(t.name) if t is not None else []
+        invs = t.inv.tolist() if t is not None else []
+        out = []
+        for a, b, k, tid, s, about in zip(
+            self.seg_start.tolist(),
+            self.seg_end.tolist(),
+            self.seg_kind.tolist(),
+            self.seg_tid.tolist(),
+            self.seg_span.tolist(),
+            self.seg_about.tolist(),
+            strict=True,
+        ):
+            kind = _KINDS[k]
+            ref = s if s >= 0 else about
+            name = _label(kind, names[ref] if ref >= 0 else "", self._trace, tid)
+            inv = invs[ref] if ref >= 0 else -1
+            out.append(Segment(a, b, kind, tid, name, s, inv if inv >= 0 else None))
+        return out
+
     @property
     def spans(self) -> np.ndarray:
         """Indices of the spans on the path (each once, in path order)."""
-        s = [g.span for g in self.segments if g.span >= 0]
-        return np.array(list(dict.fromkeys(s)), dtype=np.int64)
+        s = self.seg_span[self.seg_span >= 0]
+        _, first = np.unique(s, return_index=True)
+        return s[np.sort(first)]
 
     @property
     def slack(self) -> np.ndarray:
@@ -99,225 +149,326 @@ class CriticalPath:
 
     def by_kind(self) -> dict[str, int]:
         """ns of the path per segment kind, largest first."""
-        out: dict[str, int] = {}
-        for g in self.segments:
-            out[g.kind.value] = out.get(g.kind.value, 0) + g.dur
-        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+        ns = np.bincount(self.seg_kind, weights=self.seg_end - self.seg_start, minlength=len(_KINDS))
+        return {_KINDS[k].value: int(ns[k]) for k in np.argsort(-ns, kind="stable").tolist() if ns[k] > 0}
 
     def by_name(self, top: int = 10) -> list[tuple[str, str, int]]:
-        """(kind, name, ns) of the path's largest contributors, summed by name."""
-        out: dict[tuple[str, str], int] = {}
-        for g in self.segments:
-            key = (g.kind.value, g.name)
-            out[key] = out.get(key, 0) + g.dur
-        return [(k, n, v) for (k, n), v in sorted(out.items(), key=lambda kv: -kv[1])[:top]]
+        """(kind, name, ns) of the path's largest contributors, summed by kind and span name."""
+        if not len(self) or self._trace is None:
+            return []
+        t = self._trace.table
+        ref = np.where(self.seg_span >= 0, self.seg_span, self.seg_about)
+        name = np.where(ref >= 0, t.name[np.maximum(ref, 0)], -1).astype(np.int64)
+        key = self.seg_kind.astype(np.int64) * (len(t.strings) + 1) + (name + 1)
+        uk, inv = np.unique(key, return_inverse=True)
+        ns = np.bincount(inv.ravel(), weights=self.seg_end - self.seg_start)
+        out = []
+        for j in np.argsort(-ns, kind="stable")[:top].tolist():
+            k, c = divmod(int(uk[j]), len(t.strings) + 1)
+            kind = _KINDS[k]
+            first = int(np.flatnonzero(inv.ravel() == j)[0])
+            out.append(
+                (kind.value, _label(kind, t.strings[c - 1] if c else "", self._trace, int(self.seg_tid[first])), int(ns[j]))
+            )
+        return out
 
     def check(self) -> list[str]:
         """What breaks the tiling (for :func:`~.validate.validate`)."""
-        problems = []
-        cur = self.start
-        for g in self.segments:
-            if g.start != cur or g.end < g.start:
-                problems.append(f"critical path segment {g.kind.value} {g.name!r} [{g.start}, {g.end}] does not follow {cur}")
-                break
-            cur = g.end
-        if not problems and cur != self.end:
-            problems.append(f"critical path ends at {cur}, not at the run's end {self.end}")
-        return problems
+        n = len(self)
+        if not n:
+            return [] if self.start == self.end else [f"critical path has no segments for [{self.start}, {self.end}]"]
+        prev = np.concatenate([[self.start], self.seg_end[:-1]])
+        bad = np.flatnonzero((self.seg_start != prev) | (self.seg_end < self.seg_start))
+        if len(bad):
+            i = int(bad[0])
+            return [f"critical path segment {i} [{self.seg_start[i]}, {self.seg_end[i]}] does not follow {prev[i]}"]
+        if int(self.seg_end[-1]) != self.end:
+            return [f"critical path ends at {int(self.seg_end[-1])}, not at the run's end {self.end}"]
+        return []
 
 
-class _Index:
-    """Lookups the walk needs, made once: op rows <-> spans, families, each thread's spans."""
+def _label(kind: SegmentKind, name: str, trace: TraceData | None, tid: int) -> str:
+    """A segment's name in words, from the span it runs on or concerns."""
+    if kind is SegmentKind.QUEUE:
+        return f"{name} queued"
+    if kind is SegmentKind.HANDOFF:
+        return f"after {name}"
+    if kind is SegmentKind.CUSTOM_POOL:
+        return f"{name} queued for a custom-op thread"
+    if kind is SegmentKind.PROGRAM:
+        thread = (trace.thread_name(tid) if trace is not None else "") or f"thread {tid}"
+        return f"{thread} (the program's own Python)"
+    return name
 
-    def __init__(self, t: SpanTable, ops: OpTable) -> None:
-        self.t, self.o = t, ops
-        n_rows = len(ops)
-        self.span_of_row = np.full(n_rows, -1, dtype=np.int64)
-        has = np.flatnonzero(t.op >= 0)
-        rows = ops.rows_of(t.op[has])
-        ok = rows >= 0
-        self.span_of_row[rows[ok]] = has[ok]
-        parent = ROLE_CODE[Role.PARENT]
-        self.parent_of: dict[int, int] = {}
-        self.python_of: dict[int, int] = {}
-        self.dummy_row_of: dict[int, int] = {}
-        fam = np.flatnonzero(t.inv >= 0)
-        roles, invs, span_ops = t.role[fam].tolist(), t.inv[fam].tolist(), t.op[fam].tolist()
-        for i, r, v, op in zip(fam.tolist(), roles, invs, span_ops, strict=True):
-            if r == parent:
-                self.parent_of.setdefault(v, i)
-            elif r == ROLE_CODE[Role.PYTHON]:
-                self.python_of.setdefault(v, i)
-            elif r == ROLE_CODE[Role.DUMMY_WAIT] and op >= 0:
-                row = int(ops.rows_of(np.array([op]))[0])
-                if row >= 0:
-                    self.dummy_row_of[v] = row
-        # Per thread: its spans by end (the walk asks "what ended last before t here?"), and its
-        # Pythons by start.
-        self.by_thread: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        order = np.lexsort((t.end, t.tid))
-        tids = t.tid[order]
-        cut = np.flatnonzero(np.diff(tids)) + 1
-        for chunk in np.split(order, cut):
-            if len(chunk):
-                self.by_thread[int(t.tid[chunk[0]])] = (t.end[chunk], chunk)
-        self.start, self.end = t.start.tolist(), t.end.tolist()
-        self.role, self.inv, self.tid = t.role.tolist(), t.inv.tolist(), t.tid.tolist()
-        self.names = t.str_list(t.name)
-        self.kind, self.ready, self.push = ops.kind.tolist(), ops.ready.tolist(), ops.push.tolist()
-        self.pusher, self.by = ops.pusher.tolist(), ops.by.tolist()
-        self.row_of_op = {op: r for r, op in enumerate(ops.op.tolist())}
-        self.span_rows = self.span_of_row.tolist()
 
-    def last_before(self, tid: int, t: int, lo: int | None = None) -> int:
-        """The span on ``tid`` that ended last at or before ``t`` (starting at ``lo`` or later), -1 none."""
-        got = self.by_thread.get(tid)
-        if got is None:
-            return -1
-        ends, idx = got
-        k = int(np.searchsorted(ends, t, side="right")) - 1
-        while k >= 0:
-            i = int(idx[k])
-            if lo is None or self.start[i] >= lo:
-                return i
-            if ends[k] < lo:  # ends are sorted: nothing earlier starts at lo or later and ends here
-                return -1
-            k -= 1
-        return -1
-
-    def python_at(self, tid: int, t: int) -> int:
-        """The Python span running on ``tid`` at ``t`` (start < t <= end), -1 none."""
-        got = self.by_thread.get(tid)
-        if got is None:
-            return -1
-        ends, idx = got
-        k = int(np.searchsorted(ends, t, side="left"))
-        py = ROLE_CODE[Role.PYTHON]
-        for j in range(k, min(k + 64, len(idx))):  # Pythons on one thread do not overlap
-            i = int(idx[j])
-            if self.role[i] == py and self.start[i] < t <= self.end[i]:
-                return i
-        return -1
+def _path(
+    trace: TraceData, start: int, end: int, segs: list[tuple[int, int, int, int, int, int]], approximate: bool, note: str
+) -> CriticalPath:
+    """A path from ``(start, end, kind code, tid, span, about)`` rows in time order."""
+    cols = np.array(segs, dtype=np.int64).reshape(-1, 6)
+    return CriticalPath(
+        start, end, cols[:, 0], cols[:, 1], cols[:, 2].astype(np.int8), cols[:, 3], cols[:, 4], cols[:, 5],
+        approximate, note, _trace=trace,
+    )  # fmt: skip
 
 
 def critical_path(trace: TraceData) -> CriticalPath:
     """The critical path of ``trace`` (see the module docstring)."""
     t, ops = trace.table, trace.ops
     if not len(t):
-        return CriticalPath(0, 0, [], True, "an empty trace has no critical path", _trace=trace)
+        return _path(trace, 0, 0, [], True, "an empty trace has no critical path")
     if ops is None or not len(ops) or not bool(np.any(t.op >= 0)):
         return _by_thread(trace)
-    ix = _Index(t, ops)
+    return _walk(trace, t, ops)
+
+
+_INF = np.int64(2**62)
+_RUN, _PY, _QUEUE, _POOL, _HAND, _WAIT, _PROG = (
+    _CODE[k]
+    for k in (
+        SegmentKind.RUN,
+        SegmentKind.PYTHON,
+        SegmentKind.QUEUE,
+        SegmentKind.CUSTOM_POOL,
+        SegmentKind.HANDOFF,
+        SegmentKind.WAIT,
+        SegmentKind.PROGRAM,
+    )
+)
+
+
+class _Nodes:
+    """The walk's graph, built with array operations: every node has one predecessor and up to
+    four segments (latest first), each ``[a, b]`` with ``b`` clipped to where the walk came from.
+
+    Nodes ``0..n-1``: op row ``r`` completed; ``n + r``: op ``r`` became ready (what made it so);
+    ``2n + r``: custom op ``r`` started, its Python not yet running. -1 ends the walk.
+    """
+
+    def __init__(self, t: SpanTable, ops: OpTable, start: int) -> None:
+        n = len(ops)
+        self.n = n
+        m = 3 * n
+        self.pred = np.full(m, -1, dtype=np.int64)
+        # Segments as rows (node, slot, a, b, kind, tid, span, about), one block per ``_add``.
+        self.parts: list[np.ndarray] = []
+        self.t, self.ops, self.start = t, ops, start
+        self.fill = np.zeros(m, dtype=np.int64)  # slots used per node
+
+        span_of = np.full(n, -1, dtype=np.int64)
+        has = np.flatnonzero(t.op >= 0)
+        rows = ops.rows_of(t.op[has])
+        ok = rows >= 0
+        span_of[rows[ok]] = has[ok]
+        self.span_of = span_of
+        # Invocations: parent span, Python span, Dummy_Wait row.
+        top = int(t.inv.max()) + 2 if len(t) else 1
+        self.parent_of = np.full(top, -1, dtype=np.int64)
+        self.python_of = np.full(top, -1, dtype=np.int64)
+        dummy_of = np.full(top, -1, dtype=np.int64)
+        for role, out in ((Role.PARENT, self.parent_of), (Role.PYTHON, self.python_of)):
+            idx = np.flatnonzero((t.role == ROLE_CODE[role]) & (t.inv >= 0))
+            out[t.inv[idx][::-1]] = idx[::-1]  # the first one wins
+        d = np.flatnonzero((t.role == ROLE_CODE[Role.DUMMY_WAIT]) & (t.inv >= 0) & (t.op >= 0))
+        dr = ops.rows_of(t.op[d])
+        dummy_of[t.inv[d][dr >= 0]] = dr[dr >= 0]
+        self._thread_index()
+
+        kind = ops.kind
+        r_all = np.arange(n)
+        sp = span_of
+        with_span = sp >= 0
+        s0 = np.maximum(sp, 0)
+        by_row = np.where(ops.by >= 0, ops.rows_of(ops.by), -1)
+
+        # Completion of a plain op, sub-op or Dummy_Wait: hand-off after it, it ran, it queued.
+        r = np.flatnonzero(((kind == OpKind.OP) | (kind == OpKind.DUMMY)) & with_span)
+        ss = sp[r]
+        self._add(r, t.end[ss], _INF, _HAND, t.tid[ss], -1, ss)
+        self._add(r, t.start[ss], t.end[ss], _RUN, t.tid[ss], ss, ss)
+        self._add(r, ops.ready[r], t.start[ss], _QUEUE, t.tid[ss], -1, ss)
+        self.pred[r] = n + r
+        # A custom op completes when its Dummy_Wait runs (its parent ends with it).
+        r = np.flatnonzero((kind == OpKind.CUSTOM) & with_span)
+        dw = dummy_of[t.inv[sp[r]]]
+        self.pred[r] = dw
+        # A wait: after it ended; the op that ended it, else it and its thread before it.
+        r = np.flatnonzero((kind == OpKind.WAIT) & with_span)
+        ss = sp[r]
+        self._add(r, t.end[ss], _INF, _HAND, t.tid[ss], -1, ss)
+        ended = by_row[r] >= 0
+        self.pred[r[ended]] = by_row[r[ended]]
+        lone = r[~ended]
+        self._add(lone, t.start[sp[lone]], t.end[sp[lone]], _WAIT, t.tid[sp[lone]], sp[lone], sp[lone])
+        self._thread(lone, t.tid[sp[lone]], t.start[sp[lone]])
+        # Ready: made so by an op's completion, else at its push, by its pusher.
+        ready_by = r_all[(by_row >= 0)]
+        self.pred[n + ready_by] = by_row[ready_by]
+        pushed = r_all[(by_row < 0) & (ops.push >= 0)]
+        self._add(n + pushed, ops.push[pushed], _INF, _QUEUE, t.tid[s0[pushed]], -1, np.where(with_span[pushed], sp[pushed], -1))
+        self._thread(n + pushed, ops.pusher[pushed], ops.push[pushed])
+        # A custom op started: its Python waited for a custom-op thread, and before that it queued.
+        r = np.flatnonzero((kind == OpKind.CUSTOM) & with_span)
+        ss = sp[r]
+        self._add(2 * n + r, t.start[ss], _INF, _POOL, t.tid[ss], ss, ss)  # the custom op holds the path
+        self._add(2 * n + r, ops.ready[r], t.start[ss], _QUEUE, t.tid[ss], -1, ss)
+        self.pred[2 * n + r] = n + r
+
+    def _add(self, nodes: np.ndarray, a: Any, b: Any, kind: int, tid: Any, span: Any, about: Any) -> None:
+        """A segment for each of ``nodes`` (in their next free slot)."""
+        if not len(nodes):
+            return
+        block = np.empty((len(nodes), 8), dtype=np.int64)
+        block[:, 0] = nodes
+        block[:, 1] = self.fill[nodes]
+        block[:, 2], block[:, 3], block[:, 4] = a, b, kind
+        block[:, 5], block[:, 6], block[:, 7] = tid, span, about
+        self.parts.append(block)
+        self.fill[nodes] += 1
+
+    def segments_of(self, chain: np.ndarray) -> np.ndarray:
+        """The segments of the nodes of ``chain``, in chain order, each node's latest first."""
+        # Node by node (each node's slots in order), by scattering each block to its place: no sort.
+        offset = np.concatenate([[0], np.cumsum(self.fill)[:-1]])
+        rows = np.empty((int(self.fill.sum()), 8), dtype=np.int64)
+        for block in self.parts:
+            rows[offset[block[:, 0]] + block[:, 1]] = block
+        count = self.fill[chain]
+        at = np.repeat(offset[chain] - np.concatenate([[0], np.cumsum(count)[:-1]]), count) + np.arange(int(count.sum()))
+        return rows[at]
+
+    def _thread_index(self) -> None:
+        """Per thread, by end: the spans a thread's own work is read from (ops run inline, waits,
+        Pythons) and, for inside a Python, its waits and sub-ops; Pythons by start."""
+        t = self.t
+        py_role = t.role == ROLE_CODE[Role.PYTHON]
+        inner = (t.op >= 0) & ((t.role == ROLE_CODE[Role.WAIT]) | (t.role == ROLE_CODE[Role.SUBOP]))
+        self.t_lo = int(min(int(t.start.min()), self.start))
+        self.width = int(t.end.max()) - self.t_lo + 2
+        self.prev_idx, self.prev_key = self._keyed(np.flatnonzero((t.op >= 0) | py_role), t.end)
+        self.inner_idx, self.inner_key = self._keyed(np.flatnonzero(inner), t.end)
+        self.py_idx, self.py_key = self._keyed(np.flatnonzero(py_role), t.start)
+
+    def _keyed(self, idx: np.ndarray, time: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        key = self.t.tid[idx] * self.width + (time[idx] - self.t_lo)
+        order = np.argsort(key, kind="stable")
+        return idx[order], key[order]
+
+    def _last(self, idx: np.ndarray, key: np.ndarray, tid: np.ndarray, at: np.ndarray, side: str) -> np.ndarray:
+        """The last entry of ``tid``'s at or before ``at`` (``side``), -1 where there is none."""
+        q = tid * self.width + (np.maximum(at, self.t_lo) - self.t_lo)
+        out = np.full(len(q), -1, dtype=np.int64)
+        if not len(idx):
+            return out
+        k = np.searchsorted(key, q, side=side) - 1  # type: ignore[call-overload]
+        got = idx[np.maximum(k, 0)]
+        same = (k >= 0) & (self.t.tid[got] == tid)
+        out[same] = got[same]
+        return out
+
+    def _thread(self, nodes: np.ndarray, tid: np.ndarray, at: np.ndarray, depth: int = 0) -> None:
+        """What thread ``tid`` was doing just before ``at``: a node's last segments and predecessor."""
+        if not len(nodes):
+            return
+        t, n = self.t, self.n
+        tid = np.asarray(tid, dtype=np.int64)
+        at = np.asarray(at, dtype=np.int64)
+        py = self._last(self.py_idx, self.py_key, tid, at, "left")  # starts before ``at``
+        inside = py >= 0
+        inside[inside] = t.end[py[inside]] >= at[inside]
+        # Inside a Python: back to its last wait or sub-op that ended, else to its start.
+        i = np.flatnonzero(inside)
+        p = py[i]
+        child = self._last(self.inner_idx, self.inner_key, tid[i], at[i], "right")
+        has_child = child >= 0
+        has_child[has_child] = t.start[child[has_child]] >= t.start[p[has_child]]
+        c = i[has_child]
+        ch = child[has_child]
+        self._add(nodes[c], t.end[ch], _INF, _PY, tid[c], p[has_child], p[has_child])
+        self.pred[nodes[c]] = self.ops.rows_of(t.op[ch])
+        c = i[~has_child]
+        pc = p[~has_child]
+        self._add(nodes[c], t.start[pc], _INF, _PY, tid[c], pc, pc)
+        parent = self.parent_of[t.inv[pc]]
+        prow = np.where(parent >= 0, self.ops.rows_of(np.where(parent >= 0, t.op[np.maximum(parent, 0)], -1)), -1)
+        self.pred[nodes[c]] = np.where(prow >= 0, 2 * n + prow, -1)
+        # Outside: back to the last thing the thread did (a Python: into it, once).
+        o = np.flatnonzero(~inside)
+        prev = self._last(self.prev_idx, self.prev_key, tid[o], at[o], "right")
+        none = prev < 0
+        self._add(nodes[o[none]], np.full(int(none.sum()), self.start), _INF, _PROG, tid[o[none]], -1, -1)
+        o2, prev2 = o[~none], prev[~none]
+        self._add(nodes[o2], t.end[prev2], _INF, _PROG, tid[o2], -1, -1)
+        is_py = t.role[prev2] == ROLE_CODE[Role.PYTHON]
+        op_rows = self.ops.rows_of(t.op[prev2[~is_py]])
+        self.pred[nodes[o2[~is_py]]] = op_rows
+        if depth < 1 and np.any(is_py):
+            self._thread(nodes[o2[is_py]], tid[o2[is_py]], t.end[prev2[is_py]], depth + 1)
+
+
+def _walk(trace: TraceData, t: SpanTable, ops: OpTable) -> CriticalPath:
+    """The path along the engine's edges: a graph made with arrays, then one pointer chase."""
     end = int(t.end.max())
-    start = min(int(t.start.min()), int(ops.push[ops.push >= 0].min()) if np.any(ops.push >= 0) else end)
-    segs: list[tuple[int, int, SegmentKind, int, str, int]] = []  # built backwards
-
-    def add(a: int, b: int, kind: SegmentKind, tid: int, name: str, span: int = -1) -> int:
-        """Add ``[a, b]`` clipped to the cursor ``b``; return the new cursor."""
-        a = min(a, b)
-        if b > a:
-            segs.append((a, b, kind, tid, name, span))
-        return a
-
-    # The last thing to finish: prefer an engine op or wait among the spans ending at ``end``.
+    pushes = ops.push[ops.push >= 0]
+    start = min(int(t.start.min()), int(pushes.min()) if len(pushes) else end)
+    g = _Nodes(t, ops, start)
+    # The last thing to finish: an engine op or wait among the spans ending at ``end``.
     last = np.flatnonzero(t.end == end)
     with_op = last[t.op[last] >= 0]
-    first = int(with_op[0]) if len(with_op) else int(last[0])
-    cursor = end
-    todo: tuple[str, int] | None
-    if t.op[first] >= 0:
-        todo = ("op", ix.row_of_op[int(t.op[first])])
-    else:
-        todo = ("thread", ix.tid[first])
-    steps = 0
-    limit = 8 * (len(t) + len(ops)) + 16
-    while todo is not None and cursor > start and steps < limit:
-        steps += 1
-        what, ref = todo
-        todo = None
-        if what == "op":
-            row = ref
-            kind = ix.kind[row]
-            if kind == OpKind.CUSTOM:
-                s = ix.span_rows[row]
-                inv = ix.inv[s] if s >= 0 else -1
-                d = ix.dummy_row_of.get(inv, -1)
-                if d >= 0:
-                    todo = ("op", d)  # a custom op completes when its Dummy_Wait runs
-                continue
-            s = ix.span_rows[row]
-            if s < 0:
-                break
-            name, tid = ix.names[s], ix.tid[s]
-            if kind == OpKind.WAIT:
-                cursor = add(ix.end[s], cursor, SegmentKind.HANDOFF, tid, f"after {name}")
-                by = ix.by[row]
-                if by >= 0 and by in ix.row_of_op:
-                    todo = ("op", ix.row_of_op[by])
-                    continue
-                cursor = add(ix.start[s], cursor, SegmentKind.WAIT, tid, name, s)
-                todo = ("thread_at", tid)
-                continue
-            cursor = add(ix.end[s], cursor, SegmentKind.HANDOFF, tid, f"after {name}")
-            cursor = add(ix.start[s], cursor, SegmentKind.RUN, tid, name, s)
-            todo = ("ready", row)
-        elif what == "ready":  # at an op's start: its queue, then what made it ready
-            row = ref
-            s = ix.span_rows[row]
-            tid = ix.tid[s] if s >= 0 else 0
-            name = ix.names[s] if s >= 0 else "op"
-            cursor = add(ix.ready[row], cursor, SegmentKind.QUEUE, tid, f"{name} queued")
-            by = ix.by[row]
-            if by >= 0 and by in ix.row_of_op:
-                todo = ("op", ix.row_of_op[by])
-            else:
-                cursor = add(ix.push[row], cursor, SegmentKind.QUEUE, tid, f"{name} queued")
-                todo = ("thread", ix.pusher[row])
-        else:  # "thread" / "thread_at": what thread ``ref`` was doing just before the cursor
-            tid = ref
-            py = ix.python_at(tid, cursor)
-            if py >= 0:
-                child = ix.last_before(tid, cursor, lo=ix.start[py])
-                if child >= 0 and child != py and ix.role[child] in (ROLE_CODE[Role.WAIT], ROLE_CODE[Role.SUBOP]):
-                    cursor = add(ix.end[child], cursor, SegmentKind.PYTHON, tid, ix.names[py], py)
-                    op = int(t.op[child])
-                    if op >= 0 and op in ix.row_of_op:
-                        todo = ("op", ix.row_of_op[op])
-                    continue
-                cursor = add(ix.start[py], cursor, SegmentKind.PYTHON, tid, ix.names[py], py)
-                p = ix.parent_of.get(ix.inv[py], -1)
-                if p < 0:
-                    break
-                cursor = add(ix.start[p], cursor, SegmentKind.CUSTOM_POOL, tid, f"{ix.names[p]} queued for a custom-op thread", p)
-                op = int(t.op[p])
-                if op >= 0 and op in ix.row_of_op:
-                    todo = ("ready", ix.row_of_op[op])
-                continue
-            prev = ix.last_before(tid, cursor)
-            if prev < 0:
-                break
-            cursor = add(ix.end[prev], cursor, SegmentKind.PROGRAM, tid, _program_name(trace, tid))
-            op = int(t.op[prev])
-            if op >= 0 and op in ix.row_of_op:
-                todo = ("op", ix.row_of_op[op])
-            elif ix.role[prev] == ROLE_CODE[Role.PYTHON]:
-                todo = ("thread", tid)
-    if cursor > start:
-        segs.append((start, cursor, SegmentKind.PROGRAM, 0, "before the first recorded op", -1))
-    segments = [_segment(t, a, b, k, tid, name, s) for a, b, k, tid, name, s in reversed(segs)]
+    first_node = -1
+    if len(with_op):
+        first_node = int(ops.rows_of(t.op[with_op[:1]])[0])
+    # Skip nodes without segments (an op made ready by another's completion, a custom op completed
+    # by its Dummy_Wait): pointing past them halves the chase, the one loop in Python here.
+    pv = g.pred
+    empty = g.fill == 0
+    for _ in range(4):
+        via = (pv >= 0) & empty[np.maximum(pv, 0)]
+        if not via.any():
+            break
+        pv = np.where(via, pv[np.maximum(pv, 0)], pv)
+    hops = 0
+    while first_node >= 0 and empty[first_node] and hops < 8:
+        first_node, hops = int(pv[first_node]), hops + 1
+    pred = pv.tolist()
+    chain: list[int] = []
+    x, limit = first_node, len(pred) + 1
+    while x >= 0 and len(chain) < limit:
+        chain.append(x)
+        x = pred[x]
     note = "from the engine's recorded edges"
-    if steps >= limit:
-        note += f"; the walk stopped after {steps} steps (a cycle in the edges?)"
-    return CriticalPath(start, end, segments, False, note, _trace=trace)
-
-
-def _segment(t: SpanTable, a: int, b: int, kind: SegmentKind, tid: int, name: str, s: int) -> Segment:
-    inv = int(t.inv[s]) if s >= 0 else -1
-    return Segment(a, b, kind, tid, name, s, inv if inv >= 0 else None)
-
-
-def _program_name(trace: TraceData, tid: int) -> str:
-    return f"{trace.thread_name(tid) or f'thread {tid}'} (the program's own Python)"
+    if len(chain) >= limit:
+        note += "; the walk stopped at a cycle in the recorded edges"
+    c = np.array(chain, dtype=np.int64)
+    rows = g.segments_of(c)
+    a, b, kind, tid, span, about = (rows[:, k] for k in range(2, 8))
+    # Backwards from the end, each segment ends where the walk came from and starts no later.
+    a = np.minimum(a, b)
+    cursor = np.minimum.accumulate(np.concatenate([[end], a]))
+    b = np.minimum(b, cursor[:-1])
+    a = np.maximum(np.minimum(a, b), start)
+    b = np.maximum(b, start)
+    keep = b > a
+    a, b, kind, tid, span, about = a[keep], b[keep], kind[keep], tid[keep], span[keep], about[keep]
+    # Time order, and the program before the first recorded event.
+    a, b, kind, tid, span, about = a[::-1], b[::-1], kind[::-1], tid[::-1], span[::-1], about[::-1]
+    if len(a) == 0 or a[0] > start:
+        first = int(a[0]) if len(a) else end
+        a, b = np.concatenate([[start], a]), np.concatenate([[first], b])
+        kind, tid = np.concatenate([[_PROG], kind]), np.concatenate([[0], tid])
+        span, about = np.concatenate([[-1], span]), np.concatenate([[-1], about])
+    # The chain is contiguous by construction (each node's first segment is open-ended); a hole
+    # left by an out-of-order clock read becomes a hand-off of what came before it.
+    hole = np.flatnonzero(a[1:] > b[:-1]) + 1
+    if len(hole):
+        order = np.argsort(np.concatenate([np.arange(len(a), dtype=np.float64), hole - 0.5]), kind="stable")
+        a = np.concatenate([a, b[hole - 1]])[order]
+        kind = np.concatenate([kind, np.full(len(hole), _HAND)])[order]
+        tid = np.concatenate([tid, tid[hole - 1]])[order]
+        span = np.concatenate([span, np.full(len(hole), -1)])[order]
+        about = np.concatenate([about, about[hole - 1]])[order]
+        b = np.concatenate([a[1:], [end]])  # contiguous now: each ends where the next starts
+    return CriticalPath(start, end, a, b, kind.astype(np.int8), tid, span, about, False, note, _trace=trace)
 
 
 # ---------------------------------------------------------------------------- without edges
@@ -394,14 +545,14 @@ def _by_thread(trace: TraceData) -> CriticalPath:
         s = prev
     if cur > start:
         segs.append((start, cur, SegmentKind.PROGRAM, 0, "before the first span on the path", -1))
-    segments = [_segment(t, a, b, k, tid_, name, sp) for a, b, k, tid_, name, sp in reversed(segs)]
+    rows = [(a, b, _CODE[k], tid_, sp, sp) for a, b, k, tid_, _name, sp in reversed(segs)]
     note = (
         "approximate: this trace has no recorded engine edges (another tool's, or Chrome JSON, which keeps "
         "none), so each span is taken to depend on the one before it on its thread and on the source of a "
         "flow arrow arriving at its start, as Holistic Trace Analysis assumes; record with opprof and save "
         ".opprof for the exact path"
     )
-    return CriticalPath(start, end, segments, True, note, _trace=trace)
+    return _path(trace, start, end, rows, True, note)
 
 
 def _slack_by_thread(t: SpanTable, end: int) -> np.ndarray:
@@ -425,12 +576,15 @@ def _slack(t: SpanTable, ops: OpTable | None) -> np.ndarray:
     if not n:
         return out
     end_run = int(t.end.max())
-    ix = _Index(t, ops)
+    span_of_row = np.full(n, -1, dtype=np.int64)
+    linked = np.flatnonzero(t.op >= 0)
+    rows = ops.rows_of(t.op[linked])
+    span_of_row[rows[rows >= 0]] = linked[rows >= 0]
     # Nodes: the op rows (0..n-1), then one per Python span.
     py_spans = np.flatnonzero(t.role == ROLE_CODE[Role.PYTHON])
     n_nodes = n + len(py_spans)
     comp = np.full(n_nodes, end_run, dtype=np.int64)  # when each node completed
-    span_of = np.concatenate([ix.span_of_row, py_spans])
+    span_of = np.concatenate([span_of_row, py_spans])
     has_span = span_of >= 0
     comp[has_span] = t.end[span_of[has_span]]
     # A custom op completes when its Dummy_Wait does (its parent's end, which it shares).
@@ -442,10 +596,10 @@ def _slack(t: SpanTable, ops: OpTable | None) -> np.ndarray:
     acc_row = np.repeat(np.arange(n), np.diff(ops.acc_at))
     var, wr = ops.acc_var, ops.acc_write
     kind = ops.kind
-    use = kind[acc_row] != OpKind.WAIT
+    use = np.ones(len(acc_row), dtype=bool)  # waits too: a WaitForVar reads the var it waited on
     if np.any(use):
         ar, av, aw = acc_row[use], var[use], wr[use]
-        o = np.lexsort((ar, av))
+        o = np.lexsort((ar, ops.push[ar], av))  # in push order (a wait's id is not the engine's)
         ar, av, aw = ar[o], av[o], aw[o]
         pos = np.arange(len(ar))
         last_w = np.where(aw, pos, -1)
@@ -461,90 +615,105 @@ def _slack(t: SpanTable, ops: OpTable | None) -> np.ndarray:
         nxt_w = np.minimum.accumulate(nxt_w[::-1])[::-1]
         nxt_after = np.full(len(ar), len(ar))
         nxt_after[:-1] = nxt_w[1:]
-        r = (~aw) & (nxt_after < len(ar))
-        r &= av[np.minimum(nxt_after, len(ar) - 1)] == av
-        src_l.append(ar[r])
-        dst_l.append(ar[nxt_after[r]])
-    # Waits: the op that ended each one.
+        rd = (~aw) & (nxt_after < len(ar))
+        rd &= av[np.minimum(nxt_after, len(ar) - 1)] == av
+        src_l.append(ar[rd])
+        dst_l.append(ar[nxt_after[rd]])
+    # Waits: the op that ended each one; a wait for all, every op pushed before it (its next one).
     w = np.flatnonzero((kind == OpKind.WAIT) & (ops.by >= 0))
     wr_rows = ops.rows_of(ops.by[w])
     ok = wr_rows >= 0
     src_l.append(wr_rows[ok])
     dst_l.append(w[ok])
+    wait_all = np.flatnonzero((kind == OpKind.WAIT) & (np.diff(ops.acc_at) == 0))
+    if len(wait_all):
+        wa = wait_all[np.argsort(ops.push[wait_all], kind="stable")]
+        engine_ops = np.flatnonzero((kind != OpKind.WAIT) & (ops.push >= 0))
+        nxt = np.searchsorted(ops.push[wa], ops.push[engine_ops], side="left")
+        has = nxt < len(wa)
+        src_l.append(engine_ops[has])
+        dst_l.append(wa[nxt[has]])
     var_src = np.concatenate(src_l) if src_l else np.zeros(0, np.int64)
     var_dst = np.concatenate(dst_l) if dst_l else np.zeros(0, np.int64)
-    # Dependency edges: src may slip until dst's ready time (then dst moves along).
+    # Dependency edges: src may slip until dst's ready time (then dst moves along); along an
+    # enabling edge not at all (the hand-off after it moves with it).
     ready = np.concatenate([ops.ready, np.full(len(py_spans), -1)])
-    dep_lag = np.maximum(0, ready[var_dst] - comp[var_src])
+    dst_by = np.where(ops.by[np.minimum(var_dst, n - 1)] >= 0, ops.rows_of(ops.by[np.minimum(var_dst, n - 1)]), -1)
+    enabling = (var_dst < n) & (dst_by == var_src)
+    # Another dependency may slip until the enabler completed (then it would have been the one);
+    # with none (ready when pushed), until the push.
+    bound = np.where(dst_by >= 0, comp[np.maximum(dst_by, 0)], ready[var_dst])
+    dep_lag = np.where(enabling, 0, np.maximum(0, bound - comp[var_src]))
 
-    # Program order: each pushing thread's items (pushes and waits) in time order; a wait
-    # completing later moves every later push of its thread, until its next wait.
-    p_src: list[int] = []
-    p_dst: list[int] = []
-    p_lag: list[int] = []
-    push, pusher = ops.push.tolist(), ops.pusher.tolist()
-    kinds, readys = kind.tolist(), ops.ready.tolist()
-    py_tid = {n + k: int(t.tid[s]) for k, s in enumerate(py_spans.tolist())}
-    py_range = {n + k: (int(t.start[s]), int(t.end[s])) for k, s in enumerate(py_spans.tolist())}
-    by_thread: dict[int, list[tuple[int, int]]] = {}
-    for r in range(n):
-        if push[r] >= 0 and pusher[r] > 0:
-            by_thread.setdefault(pusher[r], []).append((push[r], r))
-    custom_threads = set(py_tid.values())
-    for tid_, items in by_thread.items():
-        items.sort()
-        if tid_ in custom_threads:
-            continue  # pushes inside a Python follow that Python (below)
-        last_wait = -1
-        for ts, r in items:
-            if last_wait >= 0:
-                p_src.append(last_wait)
-                p_dst.append(r)
-                p_lag.append(max(0, readys[r] - ts))  # a push (or wait) slipping moves its ready (end) once past it
-            if kinds[r] == OpKind.WAIT:
-                last_wait = r
-    # A custom op's Python: its custom op's start enables it; it enables the pushes it made.
-    for node, (lo, hi) in py_range.items():
-        for ts, r in by_thread.get(py_tid[node], []):
-            if lo <= ts <= hi:
-                p_src.append(node)
-                p_dst.append(r)
-                p_lag.append(max(0, readys[r] - ts))
+    # Program order: a pushing thread's items (pushes and waits) in time order; a wait completing
+    # later moves every later item of its thread, until its next wait. Pushes from inside a
+    # custom op's Python follow that Python instead.
+    push, ready = ops.push, ops.ready
+    items = np.flatnonzero((push >= 0) & (ops.pusher > 0))
+    py_tids = np.unique(t.tid[py_spans])
+    in_py_thread = np.isin(ops.pusher[items], py_tids)
+    prog = items[~in_py_thread]
+    prog = prog[np.lexsort((push[prog], ops.pusher[prog]))]
+    is_w = kind[prog] == OpKind.WAIT
+    pos = np.arange(len(prog))
+    last = np.maximum.accumulate(np.where(is_w, pos, -1)) if len(prog) else pos
+    before = np.full(len(prog), -1)
+    before[1:] = last[:-1]
+    ok = before >= 0
+    ok[ok] = ops.pusher[prog[before[ok]]] == ops.pusher[prog[ok]]
+    prog_src, prog_dst = prog[before[ok]], prog[ok]
+    # Inside a Python: each push or wait follows the Python it was made in.
+    inner = items[in_py_thread]
+    py_order = py_spans[np.lexsort((t.start[py_spans], t.tid[py_spans]))]
+    width = int(max(int(t.end.max()), int(push.max()))) - int(min(int(t.start.min()), int(push[push >= 0].min()))) + 2
+    base = int(min(int(t.start.min()), int(push[push >= 0].min())))
+    key = t.tid[py_order] * width + (t.start[py_order] - base)
+    at = np.searchsorted(key, ops.pusher[inner] * width + (push[inner] - base), side="right") - 1
+    okp = at >= 0
+    cand = py_order[np.maximum(at, 0)]
+    okp &= (t.tid[cand] == ops.pusher[inner]) & (t.end[cand] >= push[inner])
+    node_of_py = np.full(len(t), -1, dtype=np.int64)
+    node_of_py[py_spans] = n + np.arange(len(py_spans))
+    py_src, py_dst = node_of_py[cand[okp]], inner[okp]
     # A custom op completes with its Dummy_Wait.
-    for inv, d in ix.dummy_row_of.items():
-        p = ix.parent_of.get(inv, -1)
-        if p >= 0 and t.op[p] >= 0:
-            crow = ix.row_of_op.get(int(t.op[p]), -1)
-            if crow >= 0:
-                p_src.append(d)
-                p_dst.append(crow)
-                p_lag.append(0)
-    src = np.concatenate([var_src, np.array(p_src, dtype=np.int64)])
-    dst = np.concatenate([var_dst, np.array(p_dst, dtype=np.int64)])
-    lag = np.concatenate([dep_lag, np.array(p_lag, dtype=np.int64)])
-    # Backward pass in decreasing completion order: slack(x) = min(end - comp(x), min over edges
-    # x -> y of slack(y) + lag). Every edge points to a node completing no earlier.
+    d_spans = np.flatnonzero((t.role == ROLE_CODE[Role.DUMMY_WAIT]) & (t.op >= 0) & (t.inv >= 0))
+    parent_of = np.full(int(t.inv.max()) + 2 if len(t) else 1, -1, dtype=np.int64)
+    par = np.flatnonzero((t.role == ROLE_CODE[Role.PARENT]) & (t.inv >= 0) & (t.op >= 0))
+    parent_of[t.inv[par]] = par
+    dp = parent_of[t.inv[d_spans]]
+    okd = dp >= 0
+    d_src = ops.rows_of(t.op[d_spans[okd]])
+    d_dst = ops.rows_of(t.op[dp[okd]])
+    okd2 = (d_src >= 0) & (d_dst >= 0)
+    seq_src = np.concatenate([prog_src, py_src, d_src[okd2]])
+    seq_dst = np.concatenate([prog_dst, py_dst, d_dst[okd2]])
+    # A push (or wait) slipping moves its ready time (its end) once it passes it.
+    seq_lag = np.where(seq_dst < n, np.maximum(0, ready[np.minimum(seq_dst, n - 1)] - push[np.minimum(seq_dst, n - 1)]), 0)
+    seq_lag[len(prog_src) + len(py_src) :] = 0
+    src = np.concatenate([var_src, seq_src])
+    dst = np.concatenate([var_dst, seq_dst])
+    lag = np.concatenate([dep_lag, seq_lag])
+    # Backward pass: slack(x) = min(end - comp(x), min over edges x -> y of slack(y) + lag), nodes
+    # latest first. Every edge points to a node that completes no earlier, except a Python's to its
+    # pushes: a Python is ordered by its start, which its pushes follow; at a tie the custom op
+    # (completed by its Dummy_Wait at the same instant) goes first.
+    order_key = comp.copy()
+    order_key[n:] = t.start[py_spans]
+    tie = np.zeros(n_nodes, dtype=np.int8)
+    tie[:n] = np.where(kind == OpKind.CUSTOM, 0, 1)
+    order = np.lexsort((tie, -order_key)).tolist()
     slack = (end_run - comp).tolist()
     o = np.argsort(src, kind="stable")
     src, dst, lag = src[o], dst[o], lag[o]
-    starts = np.searchsorted(src, np.arange(n_nodes + 1))
-    order = np.lexsort((-np.arange(n_nodes), -comp)).tolist()  # latest completion first
-    dst_l2, lag_l2, st = dst.tolist(), lag.tolist(), starts.tolist()
-    # An edge may point at a node that completed earlier (a Python enables its first sub-ops);
-    # passes repeat until nothing changes (two on every profile measured).
-    for _ in range(8):
-        changed = False
-        for x in order:
-            best = slack[x]
-            for j in range(st[x], st[x + 1]):
-                v = slack[dst_l2[j]] + lag_l2[j]
-                if v < best:
-                    best = v
-            if best != slack[x]:
-                slack[x] = best
-                changed = True
-        if not changed:
-            break
+    starts = np.searchsorted(src, np.arange(n_nodes + 1)).tolist()
+    dst_l2, lag_l2 = dst.tolist(), lag.tolist()
+    for x in order:
+        best = slack[x]
+        for j in range(starts[x], starts[x + 1]):
+            v = slack[dst_l2[j]] + lag_l2[j]
+            if v < best:
+                best = v
+        slack[x] = best
     sl = np.array(slack, dtype=np.int64)
     out[span_of[has_span]] = np.maximum(0, sl[has_span])
     return out

@@ -10,6 +10,7 @@ tools'). They work on :class:`~.records.TraceData`, so this class can call them 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from . import chrome, native
@@ -17,6 +18,7 @@ from .causes import Causes, waiting_causes
 from .critical import CriticalPath, critical_path
 from .data import TraceData
 from .records import CustomOpRow
+from .replay import WhatIf, what_if
 from .split import family_splits
 from .stats import StatRow, span_stats
 from .validate import validate
@@ -92,6 +94,17 @@ class Trace(TraceData):
     def waiting_causes(self) -> Causes:
         """Every invocation's waiting by cause, and what blocked it (see :mod:`opprof.trace.causes`)."""
         return waiting_causes(self.table, self.ops)
+
+    def what_if(
+        self,
+        speedup: Mapping[str, float] | None = None,
+        *,
+        engine_threads: int | None = None,
+        custom_threads: int | None = None,
+    ) -> WhatIf:
+        """Predict the run after a change: ``speedup`` maps a span name or custom-op type to a factor
+        (2: twice as fast), or other pool sizes; replays the recorded graph (:mod:`opprof.trace.replay`)."""
+        return what_if(self, speedup, engine_threads=engine_threads, custom_threads=custom_threads)
 
     def critical_path(self) -> CriticalPath:
         """The chain of work and waiting that set the end-to-end time, with every op's slack

@@ -69,7 +69,8 @@ class OpTable:
 
     @classmethod
     def empty(cls) -> OpTable:
-        return cls(*(_none(0) for _ in range(8)))
+        e = _none(0)
+        return cls(e, e.astype(np.int8), e, e, e, e, e, e.astype(np.int32))
 
     def rows_of(self, ids: np.ndarray) -> np.ndarray:
         """The row of each op id (-1 where the table has none)."""
@@ -78,6 +79,46 @@ class OpTable:
             return np.full(len(ids), -1, dtype=_I64)
         at = np.minimum(np.searchsorted(self.op, ids), len(self.op) - 1)
         return np.where(self.op[at] == ids, at, -1)
+
+    def take(self, order: np.ndarray) -> OpTable:
+        """The rows at ``order`` (in that order), each with its accesses."""
+        order = np.asarray(order, dtype=_I64)
+        counts = np.diff(self.acc_at)[order]
+        starts = self.acc_at[:-1][order]
+        new_at = np.concatenate([[0], np.cumsum(counts)]).astype(_I64)
+        pos = np.repeat(starts - new_at[:-1], counts) + np.arange(int(counts.sum()))
+        return OpTable(
+            op=self.op[order],
+            kind=self.kind[order],
+            push=self.push[order],
+            pusher=self.pusher[order],
+            ready=self.ready[order],
+            by=self.by[order],
+            var=self.var[order],
+            site=self.site[order],
+            acc_at=new_at,
+            acc_var=self.acc_var[pos],
+            acc_write=self.acc_write[pos],
+            strings=self.strings,
+        )
+
+    @classmethod
+    def concat(cls, tables: list[OpTable]) -> OpTable:
+        """The rows of ``tables`` (sharing one string table) as one table, ascending by op."""
+        n = np.cumsum([0] + [len(o.acc_var) for o in tables])
+        cols = {
+            k: np.concatenate([getattr(o, k) for o in tables])
+            for k in ("op", "kind", "push", "pusher", "ready", "by", "var", "site")
+        }
+        merged = cls(
+            **cols,
+            acc_at=np.concatenate([[0]] + [o.acc_at[1:] + n[i] for i, o in enumerate(tables)]).astype(_I64),
+            acc_var=np.concatenate([o.acc_var for o in tables]),
+            acc_write=np.concatenate([o.acc_write for o in tables]),
+            strings=tables[0].strings,
+        )
+        order = np.argsort(merged.op, kind="stable")
+        return merged if bool(np.all(order[1:] > order[:-1])) else merged.take(order)
 
     def site_of(self, row: int) -> str | None:
         c = int(self.site[row])

@@ -236,7 +236,18 @@ def custom_op_summary(rows: Iterable[CustomOpRow]) -> list[OpTypeSplit]:
         for blk in r.blockers:
             b[blk.name] = b.get(blk.name, 0) + blk.ns
     out = [
-        OpTypeSplit(name, *v, causes[name], cpu[name], sorted(blockers[name].items(), key=lambda kv: -kv[1]))
+        OpTypeSplit(
+            name,
+            v[0],
+            v[1],
+            v[2],
+            v[3],
+            v[4],
+            v[5],
+            causes[name],
+            cpu[name],
+            sorted(blockers[name].items(), key=lambda kv: -kv[1]),
+        )
         for name, v in acc.items()
     ]
     out.sort(key=lambda s: -s.wall_ns)

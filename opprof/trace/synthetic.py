@@ -17,11 +17,13 @@ from __future__ import annotations
 import numpy as np
 
 from .columns import ROLE_CODE, FlowTable, SpanTable, StringTable
+from .data import TraceData
 from .model import Trace
+from .ops import WAIT_ID_BASE, OpTable
 from .records import CUSTOM_OP, OPERATOR, Role, ThreadInfo
 from .split import split_columns
 
-__all__ = ["many_threads_trace", "synthetic_trace"]
+__all__ = ["many_threads_trace", "repeated_trace", "synthetic_trace"]
 
 _OPS = ("dot", "elemwise_add", "_plus_scalar", "relu", "sum", "broadcast_mul", "_copyto")
 _CUSTOM = ("ScaledTanh", "RowSquaredError", "_backward_ScaledTanh")
@@ -187,3 +189,62 @@ def many_threads_trace(n_threads: int, spans_per_thread: int = 4, *, seed: int =
     )
     threads = [ThreadInfo(int(t), f"worker-{int(t)}") for t in tid]
     return Trace(threads=threads, spans=table.sorted_by_start(), metadata={"producer": "opprof.synthetic"})
+
+
+def repeated_trace(trace: TraceData, times: int) -> Trace:
+    """``trace`` run ``times`` times back to back: a profile of any size with real engine edges.
+
+    Each copy is shifted in time past the one before, and its op, var and invocation ids past the
+    previous copy's, so the copies do not depend on each other: the analyses of the whole are the
+    analyses of each copy (a test checks it), and the critical path runs through every copy.
+    """
+    if times < 1:
+        raise ValueError(f"times must be at least 1, got {times}")
+    t, ops = trace.table, trace.ops
+    if not len(t):
+        return Trace.of(trace)
+    span = int(t.end.max()) - int(t.start.min()) + 1
+    if ops is not None and len(ops):
+        span = max(span, int(t.end.max()) - int(ops.push[ops.push >= 0].min()) + 1)
+    inv_step = int(t.inv.max()) + 1 if np.any(t.inv >= 0) else 0
+    is_wait = ops.op >= WAIT_ID_BASE if ops is not None else np.zeros(0, bool)
+    op_step = int(ops.op[~is_wait].max()) + 1 if ops is not None and np.any(~is_wait) else 0
+    wait_step = int(ops.op[is_wait].max()) - WAIT_ID_BASE + 1 if ops is not None and np.any(is_wait) else 0
+    var_step = int(ops.acc_var.max()) + 1 if ops is not None and len(ops.acc_var) else 0
+    var_step = max(var_step, int(ops.var.max()) + 1) if ops is not None and len(ops) else var_step
+
+    def shift_ops(ids: np.ndarray, k: int) -> np.ndarray:
+        return np.where(ids < 0, ids, np.where(ids >= WAIT_ID_BASE, ids + k * wait_step, ids + k * op_step))
+
+    tables, flows, op_tables = [], [], []
+    f = trace.flow_table
+    for k in range(times):
+        c = t.take(np.arange(len(t)))
+        c.start, c.end = t.start + k * span, t.end + k * span
+        c.inv = np.where(t.inv >= 0, t.inv + k * inv_step, -1)
+        c.op = shift_ops(t.op, k)
+        tables.append(c)
+        g = f.take(np.arange(len(f)))
+        g.src_ts, g.dst_ts, g.id = f.src_ts + k * span, f.dst_ts + k * span, f.id + k * (int(f.id.max()) + 1 if len(f) else 0)
+        flows.append(g)
+        if ops is not None:
+            o = OpTable(**{name: getattr(ops, name) for name in ops.__dataclass_fields__})
+            o.op, o.by = shift_ops(ops.op, k), shift_ops(ops.by, k)
+            o.push = np.where(ops.push >= 0, ops.push + k * span, -1)
+            o.ready = np.where(ops.ready >= 0, ops.ready + k * span, -1)
+            o.var = np.where(ops.var >= 0, ops.var + k * var_step, -1)
+            o.acc_var = ops.acc_var + k * var_step
+            op_tables.append(o)
+    out = Trace(
+        trace.threads, SpanTable.concat(tables), trace.instants, trace.counters, _concat_flows(flows), dict(trace.metadata)
+    )
+    if op_tables:
+        out.ops = OpTable.concat(op_tables)
+    return out
+
+
+def _concat_flows(tables: list[FlowTable]) -> FlowTable:
+    cols = [
+        np.concatenate([getattr(g, k) for g in tables]) for k in ("id", "name", "cat", "src_tid", "src_ts", "dst_tid", "dst_ts")
+    ]
+    return FlowTable(tables[0].strings, *cols)

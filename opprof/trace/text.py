@@ -240,11 +240,14 @@ def why_text(trace: Trace, top: int = 5) -> str:
                 if ns * 100 < wall:  # under 1 %
                     continue
                 text = f"{100 * ns / wall:.0f}% {CAUSE_WORDS.get(key, key)}"
-                if key == "custom_pool" and busy.get(s.name):
-                    total = sum(busy[s.name].values()) or 1
-                    names = ", ".join(f"{n} {100 * v / total:.0f}%" for n, v in list(busy[s.name].items())[:3])
+                if key == "custom_pool":
                     size = f"the pool of {pool}" if pool else "the custom-op threads"
-                    text += f" — {size} was busy with {names}"
+                    if busy.get(s.name):
+                        total = sum(busy[s.name].values()) or 1
+                        names = ", ".join(f"{n} {100 * v / total:.0f}%" for n, v in list(busy[s.name].items())[:3])
+                        text += f" — {size} was busy with {names}"
+                    else:
+                        text += f" — {size} ran no other Python meanwhile: handing over and waking a thread"
                 if key == "dependency" and s.blockers:
                     name, b_ns = s.blockers[0]
                     text += f" — most by {name} ({_dur(b_ns)})"
@@ -252,7 +255,8 @@ def why_text(trace: Trace, top: int = 5) -> str:
             py = f"python {100 * s.python_ns / wall:.0f}%"
             if s.python_cpu_ns is not None:
                 off = max(0, s.python_ns - s.python_cpu_ns)
-                py += f" ({100 * off / wall:.0f}% off a CPU: the GIL, sleep or I/O)"
+                if off * 100 >= wall:
+                    py += f" ({100 * off / wall:.0f}% off a CPU: the GIL, sleep or I/O)"
             what = "; ".join(parts) if parts else "hardly waits"
             lines.append(
                 f"  {s.name} ({s.calls} calls, {_dur(s.wall_ns)}): {what}; {py}; sub-ops {100 * s.subops_ns / wall:.0f}%."

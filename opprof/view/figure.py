@@ -10,6 +10,13 @@ merges spans narrower than a pixel per row into counted blocks, and the columns 
 browser are numeric (names and hover text go through small lookup tables), so size and draw time
 grow with the screen, not the trace.
 
+What it shows beyond the spans: why custom ops wait (:mod:`opprof.trace.causes`: the split bars
+break each op type's waiting into its causes, and a parent's hover gives its own with the op that
+blocked it longest; a sub-op's or wait's hover the user's line that pushed it) and the critical
+path (:mod:`opprof.trace.critical`: computed once per figure, outlined with its hops between
+lanes behind a toggle that works in the browser alone). The analyses are read once into an
+``_Analysis`` and every hover text is made only for the rectangles actually drawn.
+
 What keeps it safe: a trace's names and args are data. Tooltips use plain ``@field`` placeholders
 (Bokeh escapes them; ``{safe}`` is never used), axis labels and table cells are drawn as text.
 """
@@ -17,12 +24,14 @@ What keeps it safe: a trace's names and args are data. Tooltips use plain ``@fie
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from bokeh.layouts import column
+from bokeh.layouts import column, row
 from bokeh.models import (
+    Arrow,
     BoxZoomTool,
     ColumnDataSource,
     CustomJS,
@@ -44,12 +53,17 @@ from bokeh.models import (
     StringFormatter,
     TableColumn,
     TapTool,
+    Toggle,
+    VeeHead,
     WheelZoomTool,
 )
 from bokeh.plotting import figure
 
 from ..trace import Role, SpanTable, Trace
+from ..trace.causes import Causes
 from ..trace.columns import ROLE_CODE
+from ..trace.critical import CriticalPath, SegmentKind
+from ..trace.ops import OpKind, OpTable
 from ..trace.records import FAMILY_ARGS
 from ..trace.split import family_splits
 from ..trace.stats import stat_columns
@@ -57,10 +71,17 @@ from ..trace.text import fmt_us
 from .layout import MAX_LANES, ROLE_NAMES, Blocks, LaneKind, Layout, blocks, build_layout
 
 __all__ = [
+    "CAUSE_COLORS",
+    "CAUSE_LABELS",
+    "PATH_COLOR",
+    "PATH_LIMIT",
     "ROLE_COLORS",
     "ROLE_LABELS",
+    "OpTypeParts",
     "Timeline",
     "build_timeline",
+    "op_type_causes",
+    "op_type_splits",
     "save_html",
     "span_columns",
 ]
@@ -97,6 +118,35 @@ PALETTE = [ROLE_COLORS[r] for r in ROLE_NAMES] + [_MERGED_COLORS[r] for r in ROL
 #: Outlines: the same as the fill, except a parent's, so adjacent invocations stay apart.
 LINE_PALETTE = [("#a07d1c" if r == "parent" else ROLE_COLORS[r]) for r in ROLE_NAMES] + [_MERGED_COLORS[r] for r in ROLE_NAMES]
 DETAIL_LIMIT = 100_000  # draw every span (no merging) up to this many rectangles
+
+#: The parts of a custom op's wall time in the split bars, in stacking order: (column, legend
+#: label, colour). Python is split by its thread's CPU time where that was measured; waiting by
+#: cause (:mod:`opprof.trace.causes`). Greens are Python, purple sub-ops, warm colours waiting.
+PYTHON_PARTS = (
+    ("py_on_cpu", "python on CPU", "#3f8f3a"),
+    ("py_off_cpu", "python off CPU (GIL, sleep, I/O)", "#a6d99b"),
+    ("py_cpu_unknown", "python (CPU not measured)", ROLE_COLORS["python"]),
+)
+SUBOP_PART = ("sub-ops", "sub-ops", ROLE_COLORS["subop"])
+#: Legend text and colour of each cause of waiting.
+CAUSE_LABELS = {
+    "custom_pool": "waiting: custom-op thread",
+    "subop_queue": "waiting: sub-op queued",
+    "dependency": "waiting: dependency",
+    "completion": "waiting: completion",
+    "unattributed": "waiting: unattributed (no edges)",
+}
+CAUSE_COLORS = {
+    "custom_pool": "#f28e2b",
+    "subop_queue": "#ffbe7d",
+    "dependency": ROLE_COLORS["wait"],
+    "completion": "#9c755f",
+    "unattributed": "#f0abac",
+}
+#: The critical path's highlight and its hops between lanes: a colour no role uses.
+PATH_COLOR = "#e6007e"
+#: Path rectangles drawn at most (the longest in view); the widget redraws them as it zooms.
+PATH_LIMIT = 5_000
 
 # Microseconds to readable text, in the browser (ticks and hover) and in Python (tests, notes).
 _FMT_US_JS = """
@@ -137,13 +187,24 @@ class Timeline:
     full_detail: bool = False  # every span drawn as itself: the view never needs refining
     merged: int = 0  # spans folded into blocks in the current view
     window: tuple[float, float] = (0.0, 0.0)  # x range the current data was computed for
+    #: What the hover and the bars read (waiting causes, blockers, sites), computed once.
+    analysis: _Analysis | None = None
+    #: The critical path (None: not computed, ``build_timeline(..., critical_path=False)``).
+    path: CriticalPath | None = None
+    path_source: ColumnDataSource | None = None  # outlined path rectangles (``span``: trace span index)
+    path_edges: ColumnDataSource | None = None  # hops of the path between lanes
+    path_toggle: Toggle | None = None
+    path_renderers: list[Any] = field(default_factory=list)  # what the toggle shows and hides
+    path_drawn: int = 0  # path rectangles drawn in the current view
+    path_total: int = 0  # path rectangles (every copy of every span on the path)
+    _path_index: _PathIndex | None = field(default=None, repr=False)
 
     def refresh(self, x0: float, x1: float, mask: np.ndarray | None = None) -> None:
         """Recompute what is drawn for the x range ``[x0, x1]`` (level of detail) and push it."""
         w = x1 - x0
         lo, hi = x0 - w / 2, x1 + w / 2  # pan half a screen either way before refining again
         b = _every_span(self.layout, mask) if self.full_detail else blocks(self.layout, lo, hi, self.pixels * 2, mask)
-        data, names, flows_all = span_columns(self.trace, self.layout, b)
+        data, names, flows_all = span_columns(self.trace, self.layout, b, self.analysis)
         self.names.data = names
         self.source.data = data
         self.flows_all.data = flows_all
@@ -151,15 +212,146 @@ class Timeline:
         self.source.selected.indices = []
         self.merged = int(b.counts[b.counts > 1].sum())
         self.window = (lo, hi)
+        if self.path_source is not None and self.path_edges is not None and self._path_index is not None:
+            limit = len(self.layout) if self.full_detail else PATH_LIMIT  # full detail: never refined, so all of it
+            rects, edges = _path_columns(self._path_index, self.layout, lo, hi, mask, limit)
+            self.path_source.data = rects
+            self.path_edges.data = edges
+            self.path_drawn = len(rects["span"])
 
 
-# ---------------------------------------------------------------------------- columns
-def _split_text(py: float, sub: float, wait: float) -> str:
+# ---------------------------------------------------------------------------- analyses
+@dataclass(eq=False)
+class _Analysis:
+    """What the hover and the split bars show, computed once per figure: every invocation's split
+    and waiting by cause (:mod:`opprof.trace.causes`), its longest blocker, and lookups from op
+    ids to the spans that name them and to the user's line that pushed them."""
+
+    table: SpanTable
+    ops: OpTable | None
+    parents: np.ndarray  # span index of each invocation row (ascending, the causes' rows)
+    split: np.ndarray  # (k, 3) python, sub-ops, waiting ns
+    causes: Causes
+    top: np.ndarray  # per row: index into ``causes.blocked_*`` of its longest blocker, -1 none
+    n_blockers: np.ndarray  # per row: how many ops held it up
+    _op_ids: np.ndarray | None = None
+    _op_spans: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, trace: Trace) -> _Analysis:
+        t = trace.table
+        causes = trace.waiting_causes()
+        parents, split = family_splits(t)
+        if not np.array_equal(parents, causes.parents):  # one rule picks both; never seen to differ
+            raise AssertionError("waiting_causes() and family_splits() list different parents")
+        k = len(parents)
+        top = np.full(k, -1, dtype=np.int64)
+        bf = causes.blocked_fam
+        n_blockers = np.bincount(bf, minlength=k)[:k] if len(bf) else np.zeros(k, dtype=np.int64)
+        if len(bf):
+            # Per row, the blocker with the most ns (the first such, as Causes.blockers_of orders them).
+            order = np.lexsort((np.arange(len(bf)), -causes.blocked_ns, bf))
+            first = np.ones(len(order), dtype=bool)
+            first[1:] = bf[order[1:]] != bf[order[:-1]]
+            top[bf[order[first]]] = order[first]
+        return cls(t, trace.ops, parents, split, causes, top, n_blockers)
+
+    def op_labels(self, op_ids: np.ndarray) -> tuple[list[str], np.ndarray]:
+        """Name and invocation (-1: none) of each op id, as :func:`opprof.trace.causes.op_names`
+        gives them (a custom op is named by its parent), for all ids at once."""
+        t = self.table
+        if self._op_ids is None:
+            has = np.flatnonzero(t.op >= 0)
+            ids = t.op[has]
+            order = np.lexsort((np.where(t.role[has] == ROLE_CODE[Role.PARENT], 0, 1), ids))
+            ids, at = ids[order], has[order]
+            first = np.ones(len(ids), dtype=bool)
+            first[1:] = ids[1:] != ids[:-1]
+            self._op_ids, self._op_spans = ids[first], at[first]
+        assert self._op_ids is not None and self._op_spans is not None
+        ids, spans = self._op_ids, self._op_spans
+        op_ids = np.asarray(op_ids, dtype=np.int64)
+        if not len(ids):
+            return [f"op {op} (not recorded)" for op in op_ids.tolist()], np.full(len(op_ids), -1, dtype=np.int64)
+        pos = np.minimum(np.searchsorted(ids, op_ids), len(ids) - 1)
+        hit = ids[pos] == op_ids
+        s = spans[pos]
+        names = [
+            t.strings[c] if h else f"op {op} (not recorded)"
+            for c, h, op in zip(t.name[s].tolist(), hit.tolist(), op_ids.tolist(), strict=True)
+        ]
+        return names, np.where(hit, t.inv[s], -1)
+
+    def sites(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(code into ``ops.strings`` of the user's "file:line" that pushed or waited, -1 none;
+        whether it is a wait) for the spans ``idx``."""
+        ops = self.ops
+        none = np.full(len(idx), -1, dtype=np.int64)
+        if ops is None or not len(ops) or not np.any(ops.site >= 0):
+            return none, np.zeros(len(idx), dtype=bool)
+        rows = ops.rows_of(self.table.op[idx])
+        r = np.maximum(rows, 0)
+        return np.where(rows >= 0, ops.site[r], -1), (rows >= 0) & (ops.kind[r] == OpKind.WAIT)
+
+    def parent_texts(self, rows: np.ndarray) -> list[tuple[str, str, str]]:
+        """(split, waiting by cause, longest blocker) hover texts of the invocation ``rows``."""
+        c = self.causes
+        top = self.top[rows]
+        blocked = top[top >= 0]
+        names, invs = self.op_labels(c.blocked_op[blocked])
+        label = iter(zip(names, invs.tolist(), strict=True))
+        out = []
+        for r, j, (py, sub, wait), ns in zip(
+            rows.tolist(), top.tolist(), self.split[rows].tolist(), c.ns[rows].tolist(), strict=True
+        ):
+            cpu = int(c.cpu[r])
+            split = _split_text(py / 1e3, sub / 1e3, wait / 1e3, None if cpu < 0 else cpu / 1e3)
+            why = _cause_text(c.keys, ns)
+            blocker = ""
+            if j >= 0:
+                name, inv = next(label)
+                blocker = _blocker_text(name, inv, int(c.blocked_var[j]), int(c.blocked_ns[j]), int(self.n_blockers[r]))
+            out.append((split, why, blocker))
+        return out
+
+
+def _split_text(py: float, sub: float, wait: float, cpu: float | None = None) -> str:
+    """A parent's python / sub-ops / waiting (us), with python on and off CPU when ``cpu`` is known."""
     total = py + sub + wait or 1.0
-    return (
-        f"python {fmt_us(py)} ({100 * py / total:.0f}%) · sub-ops {fmt_us(sub)} ({100 * sub / total:.0f}%) · "
-        f"waiting {fmt_us(wait)} ({100 * wait / total:.0f}%)"
-    )
+    python = f"python {fmt_us(py)} ({100 * py / total:.0f}%"
+    if cpu is not None:
+        on = min(cpu, py)
+        python += f": {fmt_us(on)} on CPU, {fmt_us(py - on)} off"
+    return f"{python}) · sub-ops {fmt_us(sub)} ({100 * sub / total:.0f}%) · waiting {fmt_us(wait)} ({100 * wait / total:.0f}%)"
+
+
+def _cause_text(keys: tuple[str, ...], ns: list[int]) -> str:
+    """The waiting by cause, largest first, as ms (or µs) and % of the waiting."""
+    total = sum(ns)
+    if not total:
+        return "none"
+    parts = sorted((v, k) for k, v in zip(keys, ns, strict=True) if v > 0)[::-1]
+    return " · ".join(f"{k} {fmt_us(v / 1e3)} ({100 * v / total:.0f}%)" for v, k in parts)
+
+
+def _blocker_text(name: str, inv: int, var: int, ns: int, n: int) -> str:
+    """``dependency 1.20 ms: Slow::_mul_scalar (invocation 3), var 11``: the op that held an
+    invocation up longest (and how many others did)."""
+    text = f"dependency {fmt_us(ns / 1e3)}: {name}"
+    if inv >= 0:
+        text += f" (invocation {inv})"
+    if var >= 0:
+        text += f", var {var}"
+    if n > 1:
+        text += f" (+{n - 1} more op{'s' if n > 2 else ''})"
+    return text
+
+
+def _site_text(site: str, wait: bool) -> str:
+    """``pushed at model.py:42``: the user's line, by file name (a path's last part)."""
+    path, sep, line = site.rpartition(":")
+    base = re.split(r"[\\/]", path if sep else site)[-1]
+    return f"{'waited' if wait else 'pushed'} at {base}{sep}{line if sep else ''}"
 
 
 def _args_text(args: dict[str, Any]) -> str:
@@ -167,29 +359,53 @@ def _args_text(args: dict[str, Any]) -> str:
     return text if len(text) <= 200 else text[:199] + "…"
 
 
-def _details(t: SpanTable, idx: np.ndarray) -> tuple[np.ndarray, list[str]]:
-    """Hover text beyond the name for the spans ``idx`` of the table: a parent's split, else the
-    span's own args (sparse: only spans that have any are looked at). (code per span, texts)."""
-    details: dict[str, int] = {"": 0}
-    code = np.zeros(len(idx), dtype=np.int32)
+#: The hover's text columns beyond the name: each a code per span into the lookup ``detail``.
+DETAIL_COLUMNS = ("detail", "why", "blocker")
+
+
+def _details(a: _Analysis, idx: np.ndarray) -> tuple[dict[str, np.ndarray], list[str]]:
+    """Hover text beyond the name for the spans ``idx`` of the table, as codes into one list of
+    texts: ``detail`` (a parent's split with its Python on and off CPU; else where the user's code
+    pushed or waited, and the span's own args), ``why`` (a parent's waiting by cause) and
+    ``blocker`` (the op that held it up longest). Only the spans given are looked at, and only
+    spans that have args go through Python one by one."""
+    t = a.table
+    texts: dict[str, int] = {"": 0}
+    codes = {c: np.zeros(len(idx), dtype=np.int32) for c in DETAIL_COLUMNS}
     is_parent = t.role[idx] == ROLE_CODE[Role.PARENT]
-    if is_parent.any():
-        parents, split = family_splits(t)
+    if is_parent.any() and len(a.parents):
         where = np.flatnonzero(is_parent)
-        pos = np.minimum(np.searchsorted(parents, idx[where]), max(len(parents) - 1, 0))
-        ok = (parents[pos] == idx[where]) if len(parents) else np.zeros(len(where), dtype=bool)
-        for j, row in zip(where[ok].tolist(), (split[pos[ok]] / 1e3).tolist(), strict=True):
-            code[j] = details.setdefault(_split_text(*row), len(details))
+        pos = np.minimum(np.searchsorted(a.parents, idx[where]), len(a.parents) - 1)
+        ok = a.parents[pos] == idx[where]
+        for j, row in zip(where[ok].tolist(), a.parent_texts(pos[ok]), strict=True):
+            for col, text in zip(DETAIL_COLUMNS, row, strict=True):
+                codes[col][j] = texts.setdefault(text, len(texts))
+    # Sites: few distinct lines, so one text each and a vectorised lookup.
+    site, is_wait = a.sites(idx)
+    site = np.where(is_parent, -1, site)
+    has_site = site >= 0
+    site_of = np.full(len(idx), -1, dtype=np.int64)  # index into site_texts
+    site_texts: list[str] = []
+    if has_site.any():
+        assert a.ops is not None
+        key, inverse = np.unique(site[has_site] * 2 + is_wait[has_site], return_inverse=True)
+        site_texts = [_site_text(a.ops.strings[k // 2], bool(k % 2)) for k in key.tolist()]
+        site_of[has_site] = inverse.ravel()
+        lookup = np.array([texts.setdefault(x, len(texts)) for x in site_texts], dtype=np.int32)
+        codes["detail"][has_site] = lookup[site_of[has_site]]
     if len(t.args_at):
         pos = np.minimum(np.searchsorted(t.args_at, idx), len(t.args_at) - 1)
         has = (t.args_at[pos] == idx) & ~is_parent
         for j, k in zip(np.flatnonzero(has).tolist(), pos[has].tolist(), strict=True):
             text = _args_text(t.args[k])
             if text:
-                code[j] = details.setdefault(text, len(details))
-    return code, list(details)
+                if site_of[j] >= 0:
+                    text = f"{site_texts[site_of[j]]} · {text}"
+                codes["detail"][j] = texts.setdefault(text, len(texts))
+    return codes, list(texts)
 
 
+# ---------------------------------------------------------------------------- columns
 def _empty_flows() -> dict[str, Any]:
     return {k: np.zeros(0) for k in ("x0", "y0", "x1", "y1")}
 
@@ -237,13 +453,18 @@ def _flow_segments(trace: Trace, layout: Layout, invs: np.ndarray) -> dict[str, 
     }
 
 
-def span_columns(trace: Trace, layout: Layout, b: Blocks) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+def span_columns(
+    trace: Trace, layout: Layout, b: Blocks, analysis: _Analysis | None = None
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """Columns for the rectangles in ``b``: (span source data, lookup tables, flow segments).
 
     Numeric columns travel as binary arrays; text goes through the ``names`` lookup so a name
     repeated a million times is sent once. A merged block has ``inv`` -1 (it belongs to no single
-    family) and its ``dur`` is the busy time of the spans it holds.
+    family) and its ``dur`` is the busy time of the spans it holds. ``analysis`` is the figure's
+    (computed here when not given).
     """
+    if analysis is None:
+        analysis = _Analysis.of(trace)
     items = b.items
     t = trace.table
     span_idx = layout.span_index[items]
@@ -251,9 +472,10 @@ def span_columns(trace: Trace, layout: Layout, b: Blocks) -> tuple[dict[str, Any
     name_list = [t.strings[c] for c in used.tolist()]
     merged = b.counts > 1
     single = np.nonzero(~merged)[0]
-    detail_code = np.zeros(len(items), dtype=np.int32)
-    single_code, detail_list = _details(t, span_idx[single])
-    detail_code[single] = single_code
+    detail_codes = {c: np.zeros(len(items), dtype=np.int32) for c in DETAIL_COLUMNS}
+    single_codes, detail_list = _details(analysis, span_idx[single])
+    for c in DETAIL_COLUMNS:
+        detail_codes[c][single] = single_codes[c]
     # Thread names of the drawn rectangles only (a lookup as long as the screen, not the trace).
     drawn_tids, thread_code = np.unique(layout.tid[items], return_inverse=True)
     names_of = trace.thread_names()
@@ -271,7 +493,7 @@ def span_columns(trace: Trace, layout: Layout, b: Blocks) -> tuple[dict[str, Any
         "c": (layout.role[items] + np.where(merged, len(ROLE_NAMES), 0)).astype(np.int8),
         "name": name_code.ravel().astype(np.int32),
         "thread": thread_code,
-        "detail": detail_code,
+        **detail_codes,
         "inv": inv,
         "count": b.counts.astype(np.int32),
     }
@@ -322,10 +544,8 @@ return n > 1 ? n + " spans merged (zoom in); first: " + text : text;
 
 
 def _hover(source: ColumnDataSource, names: ColumnDataSource) -> HoverTool:
-    lookup = {
-        col: CustomJSHover(args={"names": names}, code=f"return value < 0 ? '' : names.data.{col}[value];")
-        for col in ("thread", "detail")
-    }
+    thread = CustomJSHover(args={"names": names}, code="return value < 0 ? '' : names.data.thread[value];")
+    text = CustomJSHover(args={"names": names}, code="return value < 0 ? '' : names.data.detail[value];")
     return HoverTool(
         tooltips=[
             ("name", "@name{custom}"),
@@ -334,11 +554,15 @@ def _hover(source: ColumnDataSource, names: ColumnDataSource) -> HoverTool:
             ("duration", "@dur{custom}"),
             ("spans", "@count"),
             ("detail", "@detail{custom}"),
+            ("waiting by cause", "@why{custom}"),
+            ("blocked by", "@blocker{custom}"),
         ],
         formatters={
             "@name": CustomJSHover(args={"names": names, "source": source}, code=_NAME_HOVER_JS),
-            "@thread": lookup["thread"],
-            "@detail": lookup["detail"],
+            "@thread": thread,
+            "@detail": text,
+            "@why": text,
+            "@blocker": text,
             "@left": CustomJSHover(code=_FMT_US_JS + "return fmt(value);"),
             "@dur": CustomJSHover(code=_FMT_US_JS + "return fmt(value);"),
         },
@@ -425,34 +649,274 @@ def op_type_splits(trace: Trace) -> dict[str, tuple[int, float, float, float]]:
     }
 
 
-def _split_bars(trace: Trace, width: int) -> Any:
-    """A stacked bar per custom-op type: where its wall time went (ms)."""
-    splits = op_type_splits(trace)
-    kinds = sorted(splits, key=lambda k: -sum(splits[k][1:]))[:30]
-    src = ColumnDataSource(
-        {
-            "op": kinds,
-            "calls": [splits[k][0] for k in kinds],
-            "python": [splits[k][1] / 1e3 for k in kinds],
-            "sub-ops": [splits[k][2] / 1e3 for k in kinds],
-            "waiting": [splits[k][3] / 1e3 for k in kinds],
-        }
-    )
+@dataclass(eq=False)
+class OpTypeParts:
+    """Per custom-op name (forward and backward apart, largest wall time first): its calls and
+    where its wall time went, in parts (ns) that sum to it.
+
+    ``parts`` maps each column of :data:`PYTHON_PARTS`, ``"sub-ops"`` and each cause of waiting
+    (``causes``, the keys of :meth:`~opprof.trace.Trace.waiting_causes`) to one total per name.
+    An invocation's Python is on CPU for its thread's CPU time (at most its python time), off CPU
+    for the rest, and "CPU not measured" where the trace has no CPU time for it.
+    """
+
+    names: list[str]
+    calls: np.ndarray
+    parts: dict[str, np.ndarray]
+    causes: tuple[str, ...]
+
+    @property
+    def wall(self) -> np.ndarray:
+        return np.sum(list(self.parts.values()), axis=0) if self.parts else np.zeros(0, dtype=np.int64)
+
+    def of(self, name: str) -> dict[str, int]:
+        """The parts of one name (ns), with its ``calls``."""
+        k = self.names.index(name)
+        return {"calls": int(self.calls[k]), **{p: int(v[k]) for p, v in self.parts.items()}}
+
+
+def _sum_by(group: np.ndarray, values: np.ndarray, m: int) -> np.ndarray:
+    """Integer sums of ``values`` per group (exact: float64 holds integers below 2**53)."""
+    return np.rint(np.bincount(group, weights=values, minlength=m)[:m]).astype(np.int64)
+
+
+def op_type_causes(trace: Trace, analysis: _Analysis | None = None) -> OpTypeParts:
+    """Every custom-op name's wall time in parts: Python on and off CPU, sub-ops and waiting by
+    cause (:meth:`~opprof.trace.Trace.waiting_causes` summed per parent name), in one pass of
+    NumPy over the invocations (no loop per invocation)."""
+    a = analysis or _Analysis.of(trace)
+    t = a.table
+    keys = a.causes.keys
+    if not len(a.parents):
+        return OpTypeParts([], np.zeros(0, dtype=np.int64), {}, keys)
+    used, group = np.unique(t.name[a.parents], return_inverse=True)
+    group = group.ravel()
+    m = len(used)
+    py, cpu = a.split[:, 0], a.causes.cpu
+    known = cpu >= 0
+    on = np.where(known, np.minimum(cpu, py), 0)
+    cols = {
+        "py_on_cpu": on,
+        "py_off_cpu": np.where(known, py - on, 0),
+        "py_cpu_unknown": np.where(known, 0, py),
+        "sub-ops": a.split[:, 1],
+        **{key: a.causes.ns[:, c] for c, key in enumerate(keys)},
+    }
+    parts = {k: _sum_by(group, v, m) for k, v in cols.items()}
+    calls = np.bincount(group, minlength=m)[:m]
+    names = [t.strings[c] for c in used.tolist()]
+    wall = np.sum(list(parts.values()), axis=0)
+    order = np.argsort(-wall, kind="stable")
+    return OpTypeParts([names[k] for k in order.tolist()], calls[order], {k: v[order] for k, v in parts.items()}, keys)
+
+
+def _bar_parts(keys: tuple[str, ...]) -> list[tuple[str, str, str]]:
+    """(column, label, colour) of every part, in stacking order."""
+    causes = [(k, CAUSE_LABELS.get(k, f"waiting: {k}"), CAUSE_COLORS.get(k, ROLE_COLORS["wait"])) for k in keys]
+    return [*PYTHON_PARTS, SUBOP_PART, *causes]
+
+
+def _split_bars(trace: Trace, width: int, analysis: _Analysis | None = None, limit: int = 30) -> Any:
+    """A stacked bar per custom-op type: where its wall time went (ms), the waiting by cause and
+    the Python on and off CPU, with a legend; hovering a part says its ms and share of the wall."""
+    ot = op_type_causes(trace, analysis)
+    kinds = ot.names[:limit]
+    top = slice(0, len(kinds))
+    wall = ot.wall[top] / 1e6
+    parts = _bar_parts(ot.causes)
+    data: dict[str, Any] = {"op": kinds, "calls": ot.calls[top], "wall": wall}
+    for col, _, _ in parts:
+        v = ot.parts[col][top] / 1e6 if ot.parts else np.zeros(0)
+        data[col] = v
+        data[f"{col}_pct"] = 100 * v / np.maximum(wall, 1e-12)
+    # The three totals of the split (what op_type_splits sums), for the eye and for tests.
+    zero = np.zeros(len(kinds))
+    data["python"] = sum((data[c] for c, _, _ in PYTHON_PARTS), zero)
+    data["waiting"] = sum((data[k] for k in ot.causes), zero)
+    src = ColumnDataSource(data, name="split_bars")
     p = figure(
         y_range=list(reversed(kinds)) or ["(no custom ops)"],
         width=width,
-        height=max(180, 90 + 26 * len(kinds)),
-        title="custom ops: where the wall time went",
+        height=max(200, 110 + 26 * len(kinds)),
+        title="custom ops: where the wall time went (python on/off CPU, sub-ops, waiting by cause)",
         x_axis_label="total ms",
-        tools="hover,save",
-        tooltips=[("op", "@op"), ("calls", "@calls"), ("part", "$name"), ("ms", "@$name{0,0.000}")],
+        tools="save",
         toolbar_location="right",
     )
-    colors = [ROLE_COLORS["python"], ROLE_COLORS["subop"], ROLE_COLORS["wait"]]
-    rs = p.hbar_stack(["python", "sub-ops", "waiting"], y="op", height=0.7, color=colors, source=src, line_color=None)
-    p.add_layout(Legend(items=[LegendItem(label=r.name, renderers=[r]) for r in rs], orientation="horizontal"), "below")
+    # The parts that hold any time (a trace without custom ops: every part, empty, for the legend).
+    shown = [pt for pt in parts if len(kinds) and float(np.sum(data[pt[0]])) > 0] or parts
+    if shown:
+        rs = p.hbar_stack(
+            [c for c, _, _ in shown], y="op", height=0.7, color=[c for _, _, c in shown], source=src, line_color=None
+        )
+        for r, (col, label, _) in zip(rs, shown, strict=True):
+            p.add_tools(
+                HoverTool(
+                    renderers=[r],
+                    tooltips=[
+                        ("op", "@op"),
+                        ("calls", "@calls{0,0}"),
+                        (label, f"@{{{col}}}{{0,0.000}} ms (@{{{col}_pct}}{{0.0}}% of the wall time)"),
+                        ("python", "@python{0,0.000} ms"),
+                        ("sub-ops", "@{sub-ops}{0,0.000} ms"),
+                        ("waiting", "@waiting{0,0.000} ms"),
+                        ("wall", "@wall{0,0.000} ms"),
+                    ],
+                )
+            )
+        items = [LegendItem(label=label, renderers=[r]) for r, (_, label, _) in zip(rs, shown, strict=True)]
+        legend = Legend(items=items, orientation="horizontal", label_text_font_size="9pt")
+        if len(items) > 4:
+            legend.nrows = 2
+        p.add_layout(legend, "below")
     p.ygrid.grid_line_color = None
     return p
+
+
+# ---------------------------------------------------------------------------- critical path
+@dataclass(eq=False)
+class _PathIndex:
+    """The critical path laid onto the layout once: the rectangles of its spans, and its segments
+    in order, each at its span's rectangle on a thread lane (what its hops join)."""
+
+    items: np.ndarray  # layout items of the spans on the path (every copy: thread lane and band)
+    width: np.ndarray  # their widths (us): the longest are drawn first
+    seg_item: np.ndarray  # per path segment with a span: its thread-lane item, -1 (a parent: band only)
+    seg_start: np.ndarray  # us since the trace's start
+    seg_end: np.ndarray
+    by_kind: dict[str, int]  # ns of the path per segment kind, largest first
+    n_segments: int
+
+
+_KINDS = list(SegmentKind)
+_KIND_CODE = {k: i for i, k in enumerate(_KINDS)}
+
+
+def _segment_columns(path: CriticalPath) -> np.ndarray:
+    """The path's segments as an (n, 4) array of span, start, end and kind code (into
+    :class:`~opprof.trace.critical.SegmentKind`'s order): the path's own columns when it has them,
+    else read from its :class:`~opprof.trace.critical.Segment` objects (``np.fromiter`` over
+    generators: ~50 ms for 216k segments)."""
+    cols = [getattr(path, name, None) for name in ("seg_span", "seg_start", "seg_end", "seg_kind")]
+    if all(c is not None for c in cols):
+        return np.stack([np.asarray(c, dtype=np.int64) for c in cols], axis=1).reshape(-1, 4)
+    segs, n, code = path.segments, len(path.segments), _KIND_CODE
+    seg = np.empty((n, 4), dtype=np.int64)
+    seg[:, 0] = np.fromiter((g.span for g in segs), dtype=np.int64, count=n)
+    seg[:, 1] = np.fromiter((g.start for g in segs), dtype=np.int64, count=n)
+    seg[:, 2] = np.fromiter((g.end for g in segs), dtype=np.int64, count=n)
+    seg[:, 3] = np.fromiter((code[g.kind] for g in segs), dtype=np.int64, count=n)
+    return seg
+
+
+def _path_index(path: CriticalPath, layout: Layout) -> _PathIndex:
+    """The path on the layout: its rectangles, and its segments at their thread-lane rectangles."""
+    seg = _segment_columns(path)
+    n_segments = len(seg)
+    ns = np.bincount(seg[:, 3], weights=seg[:, 2] - seg[:, 1], minlength=len(_KINDS))
+    by_kind = {_KINDS[k].value: int(ns[k]) for k in np.argsort(-ns, kind="stable").tolist() if ns[k] > 0}
+    seg = seg[seg[:, 0] >= 0]
+    if not len(seg) or not len(layout):
+        z = np.zeros(0, dtype=np.int64)
+        return _PathIndex(z, np.zeros(0), z, np.zeros(0), np.zeros(0), by_kind, n_segments)
+    spans = np.unique(seg[:, 0])
+    items = np.flatnonzero(np.isin(layout.span_index, spans))
+    # Each span's rectangle on its thread's lane (a custom-op parent has only its band one).
+    thread_lane = np.array([ln.kind != LaneKind.CUSTOM for ln in layout.lanes], dtype=bool)[layout.lane[items]]
+    on_thread = items[thread_lane]
+    prim = np.full(len(spans), -1, dtype=np.int64)
+    prim[np.searchsorted(spans, layout.span_index[on_thread])] = on_thread
+    seg_item = prim[np.searchsorted(spans, seg[:, 0])]
+    t0 = layout.t0_ns
+    width = layout.right[items] - layout.left[items]
+    return _PathIndex(items, width, seg_item, (seg[:, 1] - t0) / 1e3, (seg[:, 2] - t0) / 1e3, by_kind, n_segments)
+
+
+def _empty_path() -> tuple[dict[str, Any], dict[str, Any]]:
+    rects = {k: np.zeros(0) for k in ("left", "right", "top", "bottom")}
+    rects["span"] = np.zeros(0, dtype=np.int64)
+    return rects, _empty_flows()
+
+
+def _path_columns(
+    pi: _PathIndex, layout: Layout, lo: float, hi: float, mask: np.ndarray | None = None, limit: int = PATH_LIMIT
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(rectangles, hops) of the path in ``[lo, hi]``: every rectangle of a span on the path, at
+    most ``limit`` of them (the widest), and an arrow wherever the path goes on from one lane to
+    another (from the end of its last piece on one to the start of its next on the other)."""
+    if not len(pi.items):
+        return _empty_path()
+    items = pi.items
+    on = (layout.right[items] >= lo) & (layout.left[items] <= hi)
+    if mask is not None:
+        on &= mask[items]
+    sel = np.flatnonzero(on)
+    if len(sel) > limit:
+        sel = np.sort(sel[np.argpartition(-pi.width[sel], limit - 1)[:limit]])
+    kept = items[sel]
+    rects = {
+        "left": layout.left[kept],
+        "right": layout.right[kept],
+        "top": layout.top[kept],
+        "bottom": layout.bottom[kept],
+        "span": layout.span_index[kept].astype(np.int64),
+    }
+    use = np.isin(pi.seg_item, kept)
+    si, s0, s1 = pi.seg_item[use], pi.seg_start[use], pi.seg_end[use]
+    if len(si) < 2:
+        return rects, _empty_flows()
+    b = np.flatnonzero(si[1:] != si[:-1])  # the last piece of one rectangle, before the next's
+    prev, nxt = si[b], si[b + 1]
+    hop = layout.lane[prev] != layout.lane[nxt]
+    b, prev, nxt = b[hop], prev[hop], nxt[hop]
+    edges = {
+        "x0": s1[b],
+        "y0": (layout.top[prev] + layout.bottom[prev]) / 2,
+        "x1": s0[b + 1],
+        "y1": (layout.top[nxt] + layout.bottom[nxt]) / 2,
+    }
+    return rects, edges
+
+
+_PATH_TOGGLE_JS = """
+// Show or hide the critical path's outlines and hops: in the browser, no kernel round trip.
+for (const r of renderers) { r.visible = cb_obj.active; }
+"""
+
+
+def _path_summary(path: CriticalPath, pi: _PathIndex) -> str:
+    """``9.75 ms end to end in 275 segments: queue 42% · custom_pool 31% · run 10% ...``"""
+    if not pi.n_segments:
+        return f"no critical path: {path.note}"
+    total = path.total or 1
+    kinds = " · ".join(f"{k} {100 * v / total:.0f}%" for k, v in list(pi.by_kind.items())[:6])
+    return f"{fmt_us(path.total / 1e3)} end to end in {pi.n_segments:,} segments: {kinds}"
+
+
+def _path_layer(
+    p: Any, path: CriticalPath, layout: Layout, lo: float, hi: float, limit: int
+) -> tuple[_PathIndex, ColumnDataSource, ColumnDataSource, list[Any], Toggle, Div]:
+    """The path's outlines and hops on ``p`` (hidden), the toggle showing them, and its summary."""
+    pi = _path_index(path, layout)
+    rects, edges = _path_columns(pi, layout, lo, hi, None, limit)
+    path_source = ColumnDataSource(rects, name="critical_path")
+    path_edges = ColumnDataSource(edges, name="critical_path_edges")
+    outline = p.quad(
+        left="left", right="right", top="top", bottom="bottom", source=path_source, name="critical_path_outline",
+        fill_color=PATH_COLOR, fill_alpha=0.06, line_color=PATH_COLOR, line_width=2.5, visible=False,
+    )  # fmt: skip
+    hops = Arrow(
+        source=path_edges, x_start="x0", y_start="y0", x_end="x1", y_end="y1", name="critical_path_hops",
+        line_color=PATH_COLOR, line_width=2, end=VeeHead(size=8, fill_color=PATH_COLOR, line_color=PATH_COLOR),
+        visible=False,
+    )  # fmt: skip
+    p.add_layout(hops)
+    renderers = [outline, hops]
+    label = "critical path (approximate)" if path.approximate else "critical path"
+    toggle = Toggle(label=label, active=False, disabled=not len(pi.items), width=230, name="critical_path_toggle")
+    toggle.js_on_change("active", CustomJS(args={"renderers": renderers}, code=_PATH_TOGGLE_JS))
+    summary = Div(text=_path_summary(path, pi), render_as_text=True, name="critical_path_summary")
+    return pi, path_source, path_edges, renderers, toggle, summary
 
 
 def build_timeline(
@@ -465,6 +929,7 @@ def build_timeline(
     backend: str = "canvas",
     title: str | None = None,
     max_lanes: int = MAX_LANES,
+    critical_path: bool | CriticalPath = True,
 ) -> Timeline:
     """The timeline of ``trace``: main figure, overview strip, stats table, split bars, note.
 
@@ -474,8 +939,17 @@ def build_timeline(
     is the default because software GL in headless browsers is slower and logs warnings).
     Past ``max_lanes`` threads, the busiest ``max_lanes - 1`` keep lanes and the rest share one
     collapsed lane; the note above the figure says so.
+
+    The split bars break each custom op's waiting into its causes, and a parent's hover names its
+    waiting by cause and the op that blocked it longest. The **critical path** is computed once
+    here (``critical_path=False`` skips it; a :class:`~opprof.trace.critical.CriticalPath` already
+    computed is used as is): its spans are outlined and its hops between lanes drawn as arrows,
+    hidden until the "critical path" toggle above the figure shows them (in the browser, no kernel
+    round trip). Where spans are merged, at most :data:`PATH_LIMIT` of its rectangles are drawn (the
+    widest in view; the widget redraws them on zoom), else all of them.
     """
     layout = build_layout(trace, max_lanes)
+    analysis = _Analysis.of(trace)
     px = pixels or 2 * width
     x0, x1 = layout.extent
     pad = max((x1 - x0) * 0.01, 1e-3)
@@ -484,7 +958,7 @@ def build_timeline(
         b = _every_span(layout)
     else:
         b = blocks(layout, x0 - pad, x1 + pad, px)
-    data, lookup, flows_all_data = span_columns(trace, layout, b)
+    data, lookup, flows_all_data = span_columns(trace, layout, b, analysis)
     source = ColumnDataSource(data, name="spans")
     names = ColumnDataSource(lookup, name="lookup")
     flows_all = ColumnDataSource(flows_all_data, name="flows_all")
@@ -495,6 +969,7 @@ def build_timeline(
     y_range = Range1d(layout.height + 0.3, -0.3)  # row 0 at the top
     wheel = WheelZoomTool(dimensions="width")
     tap = CustomJS(args={"source": source, "flows": flows, "flows_all": flows_all}, code=_TAP_JS)
+    tap_tool = TapTool(callback=tap)
     hover = _hover(source, names)
     p = figure(
         title=title or f"opprof timeline: {trace.n_spans:,} spans on {len(trace.threads)} threads",
@@ -502,7 +977,7 @@ def build_timeline(
         height=fig_h,
         x_range=x_range,
         y_range=y_range,
-        tools=[PanTool(dimensions="width"), wheel, BoxZoomTool(), ResetTool(), TapTool(callback=tap), hover, SaveTool()],
+        tools=[PanTool(dimensions="width"), wheel, BoxZoomTool(), ResetTool(), tap_tool, hover, SaveTool()],
         active_scroll=wheel,
         output_backend=backend,
         x_axis_label="time since trace start",
@@ -520,7 +995,19 @@ def build_timeline(
         nonselection_fill_alpha=0.25, nonselection_line_alpha=0.25,
     )  # fmt: skip
     hover.renderers = [r]
+    tap_tool.renderers = [r]  # a tap selects spans, never the path's outlines
     p.segment(x0="x0", y0="y0", x1="x1", y1="y1", source=flows, line_color="black", line_width=1.5, line_dash="dashed")
+    path = trace.critical_path() if critical_path is True else (critical_path or None)
+    pi: _PathIndex | None = None
+    path_source: ColumnDataSource | None = None
+    path_edges: ColumnDataSource | None = None
+    path_renderers: list[Any] = []
+    toggle: Toggle | None = None
+    path_bar: Div | None = None
+    if path is not None:
+        pi, path_source, path_edges, path_renderers, toggle, path_bar = _path_layer(
+            p, path, layout, x0 - pad, x1 + pad, len(layout) if full_detail else PATH_LIMIT
+        )
     _legend(p)
     # The overview shows the whole trace coarsely: the first view's blocks when it is merged
     # already (bounded by the pixels; one pass over 10M spans saved), else its own.
@@ -530,16 +1017,23 @@ def build_timeline(
     table_source.selected.js_on_change(
         "indices", CustomJS(args={"table": table_source, "names": names, "source": source, "flows": flows}, code=_TABLE_JS)
     )
-    bars = _split_bars(trace, width)
+    bars = _split_bars(trace, width, analysis)
     n_merged = int(b.counts[b.counts > 1].sum())
+    path_drawn = len(path_source.data["span"]) if path_source is not None else 0
+    path_total = len(pi.items) if pi is not None else 0
     note_text = _note_text(len(layout), len(b), n_merged, layout.collapsed_threads, max_lanes)
+    if path is not None:
+        note_text += " " + _path_note(path, path_drawn, path_total)
     note = Div(text=note_text, render_as_text=True, width=width)
     table_title = Div(text=table.name, render_as_text=True)
-    root = column(note, p, overview, bars, table_title, table)
+    top = [note, row(toggle, path_bar)] if toggle is not None and path_bar is not None else [note]
+    root = column(*top, p, overview, bars, table_title, table)
     return Timeline(
         trace=trace, layout=layout, root=root, figure=p, overview=overview, source=source, names=names,
         flows=flows, flows_all=flows_all, table=table, table_source=table_source, bars=bars, note=note,
         tap_callback=tap, pixels=px, full_detail=full_detail, merged=n_merged, window=(x0 - pad, x1 + pad),
+        analysis=analysis, path=path, path_source=path_source, path_edges=path_edges, path_toggle=toggle,
+        path_renderers=path_renderers, path_drawn=path_drawn, path_total=path_total, _path_index=pi,
     )  # fmt: skip
 
 
@@ -581,6 +1075,20 @@ def _every_span(layout: Layout, mask: np.ndarray | None = None) -> Blocks:
     idx = np.arange(len(layout)) if mask is None else np.nonzero(mask)[0]
     idx = idx[np.lexsort((layout.left[idx], layout.row[idx]))]
     return Blocks(idx, np.ones(len(idx), dtype=np.int64), layout.right[idx], layout.right[idx] - layout.left[idx])
+
+
+def _path_note(path: CriticalPath, drawn: int, total: int) -> str:
+    """What the note says of the critical path: how to show it, what is drawn, and whether it is exact."""
+    text = "Toggle 'critical path' to outline the spans that set the end-to-end time and its hops between threads"
+    if total > drawn:
+        text += (
+            f" ({drawn:,} of its {total:,} rectangles drawn: the widest in view, at most {PATH_LIMIT:,}; the notebook "
+            f"widget redraws them as you zoom)"
+        )
+    text += "."
+    if path.approximate:
+        text += f" The critical path is {path.note}."
+    return text
 
 
 def _note_text(n_items: int, n_drawn: int, n_merged: int, collapsed: int = 0, max_lanes: int = MAX_LANES) -> str:

@@ -165,7 +165,10 @@ class TimelineWidget(W.VBox):
             from bokeh.embed import components
             from bokeh.resources import INLINE
 
-            fresh = build_timeline(self.trace, **self.options)  # its own document, unshared with the widget
+            options = dict(self.options)
+            if self.timeline.path is not None:
+                options["critical_path"] = self.timeline.path  # computed once (seconds at 1M spans), not again
+            fresh = build_timeline(self.trace, **options)  # its own document, unshared with the widget
             script, div = components(fresh.root)
             self._html = INLINE.render() + script + div
         return self._html

@@ -1,0 +1,220 @@
+"""Why it waits (issue 15): the analyses' cost at a million spans, and what-if accuracy.
+
+Run: ``python benchmarks/why.py`` (or ``make bench`` for the whole suite).
+
+* analysis: ``waiting_causes()``, ``critical_path()`` and the slack on a profile of ~1M spans with
+  real engine edges: the built-in demo's training profiled, then repeated end to end
+  (``opprof.trace.synthetic.repeated_trace``: each copy shifted past the last, ids apart, so it is
+  a profile as long as ~50 demo runs). Medians of rounds in one process; the first call of each,
+  which also pays for fresh memory, is reported beside them. Goal: causes + critical path <= 2 s.
+* the pushing line: what recording the user's ``file:line`` of a push inside a custom op's Python
+  costs (a walk up the frames to the first one outside opprof's machinery), from a realistic depth.
+* what-if: for three workloads of sleeping ops (known durations, the GIL released), the predicted
+  end-to-end time after a change against the changed program run for real (median of 3). Goal:
+  error <= 10 % of the measured time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+import opprof
+import opprof as mx
+from opprof import nd
+from opprof.trace.synthetic import repeated_trace
+
+try:
+    from benchmarks.common import Row, print_rows, progress
+except ImportError:  # run as a script: python benchmarks/why.py
+    from common import Row, print_rows, progress  # type: ignore[no-redef]
+
+SECTION = "Why it waits"
+ANALYSIS_GOAL_S = 2.0
+WHAT_IF_GOAL = 0.10
+_SLEEP: dict[str, float] = {}
+
+
+class _Nap(mx.operator.CustomOp):
+    def forward(self, is_train, req, in_data, out_data, aux):  # type: ignore[no-untyped-def]
+        time.sleep(_SLEEP.get("py", 0.001))
+        self.assign(out_data[0], req[0], in_data[0] + 1)
+
+
+@mx.operator.register("WhyBenchNap")
+class _NapProp(mx.operator.CustomOpProp):
+    def create_operator(self, ctx, shapes, dtypes):  # type: ignore[no-untyped-def]
+        return _Nap()
+
+
+def _profile_demo(steps: int) -> opprof.Trace:
+    from opprof import demo
+
+    with opprof.profile() as prof:
+        demo.train(steps=steps)
+    assert prof.trace is not None
+    return prof.trace
+
+
+def analysis_rows(n_spans: int, repeats: int) -> list[Row]:
+    progress(f"why: profiling the demo and repeating it to {n_spans:,} spans")
+    base = _profile_demo(200)
+    trace = repeated_trace(base, max(1, n_spans // base.n_spans))
+    first: dict[str, float] = {}
+    times: dict[str, list[float]] = {"causes": [], "path": [], "slack": []}
+    for k in range(repeats + 1):
+        t0 = time.perf_counter()
+        trace.waiting_causes()
+        t1 = time.perf_counter()
+        path = trace.critical_path()
+        t2 = time.perf_counter()
+        _ = path.slack
+        t3 = time.perf_counter()
+        got = {"causes": t1 - t0, "path": t2 - t1, "slack": t3 - t2}
+        for key, v in got.items():
+            (first.__setitem__(key, v) if k == 0 else times[key].append(v))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    both = med["causes"] + med["path"]
+    n = trace.n_spans
+    return [
+        Row(SECTION, f"waiting causes, {n:,}-span profile", med["causes"], "s", f"first call {first['causes']:.2f} s"),
+        Row(
+            SECTION,
+            f"critical path, {n:,}-span profile",
+            med["path"],
+            "s",
+            f"{len(path):,} segments; first call {first['path']:.2f} s",
+        ),
+        Row(
+            SECTION,
+            f"causes + critical path, {n:,}-span profile",
+            both,
+            "s",
+            f"first calls {first['causes'] + first['path']:.2f} s",
+            f"≤ {ANALYSIS_GOAL_S:g} s at 1M spans",
+            both <= ANALYSIS_GOAL_S if n >= 900_000 else None,
+        ),
+        Row(SECTION, f"slack of every op, {n:,}-span profile", med["slack"], "s", "computed on first use only"),
+    ]
+
+
+def site_row(n: int) -> Row:
+    from opprof.profiler.recorder import _site
+
+    def depth(k: int) -> float:
+        if k:
+            return depth(k - 1)
+        t = time.perf_counter_ns()
+        for _ in range(n):
+            _site()
+        return (time.perf_counter_ns() - t) / n / 1e3
+
+    # A push from a forward() goes through ~6 frames of opprof's own (NDArray op, engine push).
+    us = statistics.median(depth(6) for _ in range(5))
+    return Row(
+        SECTION,
+        "recording the pushing line (file:line) of a sub-op",
+        us,
+        "µs",
+        "inside a custom op's Python only; plain ops pay nothing",
+    )
+
+
+# ---------------------------------------------------------------------------- what-if
+def _chain() -> None:
+    y = nd.ones((4, 4))
+    for _ in range(3):
+        y = nd.Custom(y, op_type="WhyBenchNap")
+    y.asnumpy()
+
+
+def _spaced() -> None:
+    x = nd.ones((4, 4))
+    for _ in range(4):
+        nd.Custom(x, op_type="WhyBenchNap")
+        time.sleep(0.003)
+    nd.waitall()
+
+
+def _plain() -> None:
+    eng = opprof.engine.get_engine()
+    for v in [eng.new_var() for _ in range(4)]:
+        eng.push(lambda: time.sleep(_SLEEP["op"]), writes=[v], name="nap")
+    nd.waitall()
+
+
+def _timed(work: Callable[[], None]) -> float:
+    work()  # warm: the pools' threads exist
+    runs = []
+    for _ in range(3):
+        t = time.perf_counter()
+        work()
+        runs.append(time.perf_counter() - t)
+    return statistics.median(runs) * 1e9
+
+
+def _case(
+    label: str, work: Callable[[], None], before: dict[str, float], after: dict[str, float], pools: tuple[int, int], change: dict
+) -> Row:
+    mx.set_engine("threaded", workers=pools[0], custom_workers=pools[1])
+    _SLEEP.clear()
+    _SLEEP.update(before)
+    work()
+    with opprof.profile() as prof:
+        work()
+    assert prof.trace is not None
+    result = prof.trace.what_if(change.get("speedup"), engine_threads=change.get("engine"), custom_threads=change.get("custom"))
+    if change.get("engine") or change.get("custom"):
+        mx.set_engine("threaded", workers=change.get("engine") or pools[0], custom_workers=change.get("custom") or pools[1])
+    _SLEEP.clear()
+    _SLEEP.update(after)
+    measured = _timed(work)
+    mx.set_engine("threaded")
+    err = (result.predicted_ns - measured) / measured
+    detail = (
+        f"predicted {result.predicted_ns / 1e6:.1f} ms, measured {measured / 1e6:.1f} ms, "
+        f"recorded {result.recorded_ns / 1e6:.1f} ms"
+    )
+    return Row(
+        SECTION, f"what-if error: {label}", 100 * abs(err), "%", detail, f"≤ {100 * WHAT_IF_GOAL:g} %", abs(err) <= WHAT_IF_GOAL
+    )
+
+
+def what_if_rows() -> list[Row]:
+    progress("why: what-if accuracy")
+    return [
+        _case(
+            "custom op's Python 2x faster",
+            _chain,
+            {"py": 0.030},
+            {"py": 0.015},
+            (2, 2),
+            {"speedup": {"WhyBenchNap::pure_python": 2.0}},
+        ),
+        _case("custom pool 1 -> 2", _spaced, {"py": 0.020}, {"py": 0.020}, (2, 1), {"custom": 2}),
+        _case("engine threads 1 -> 2", _plain, {"op": 0.020}, {"op": 0.020}, (1, 2), {"engine": 2}),
+    ]
+
+
+def rows(quick: bool = False, repeats: int | None = None, spans: int | None = None) -> list[Row]:
+    r = repeats or (1 if quick else 3)
+    out = analysis_rows(spans or (100_000 if quick else 1_000_000), r)
+    out.append(site_row(20_000 if quick else 200_000))
+    out += what_if_rows()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes: a smoke test")
+    ap.add_argument("--repeats", type=int, default=None, help="rounds per figure (default 3)")
+    ap.add_argument("--spans", type=int, default=None, help="size of the profile the analyses read (default 1M)")
+    args = ap.parse_args()
+    print_rows("why it waits", rows(args.quick, args.repeats, args.spans))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
