@@ -76,10 +76,35 @@ quickstart = [
         "          f' + sub-ops {row.subops_ns / 1e3:6.1f} + waiting {row.waiting_ns / 1e3:6.1f}')"
     ),
     new_code_cell("_opprof.trace.validate()  # [] : properly nested, every family complete"),
-    new_markdown_cell("Save the trace for Perfetto / chrome://tracing, or the timeline as a standalone HTML file:"),
+    new_markdown_cell(
+        "## Why it waits\n\n"
+        "*Waiting* is not one thing. The engine recorded, for every op, when it was pushed, when its last "
+        "dependency cleared and which op cleared it, so each waiting nanosecond has a cause: `custom_pool` "
+        "(queued for a custom-op thread), `subop_queue` (a sub-op ready, no engine worker free yet), "
+        "`dependency` (a sub-op waiting for another op's result; the blocker is named) and `completion` "
+        "(after the last sub-op, until `Dummy_Wait` ran). The **critical path** is the chain of work and "
+        "waiting that set the cell's end-to-end time; the timeline's *critical path* toggle outlines it."
+    ),
+    new_code_cell("from opprof.trace.text import why_text\n\nprint(why_text(_opprof.trace))"),
+    new_code_cell(
+        "row = _opprof.trace.custom_ops()[0]\n"
+        "print(row.waiting_by_cause, 'sum', sum(row.waiting_by_cause.values()), '== waiting', row.waiting_ns)\n"
+        "print('python on a CPU', row.python_cpu_ns, 'ns, off it', row.python_off_cpu_ns, 'ns')"
+    ),
+    new_markdown_cell(
+        "**What if** the Python were twice as fast? The recorded dependency graph is replayed by a model of the "
+        "engine (`%%opprof --why` prints the words above for any cell; `opprof why trace.opprof --what-if "
+        "MyAddOne::pure_python=2` does it on the command line):"
+    ),
+    new_code_cell("print(_opprof.trace.what_if({'MyAddOne::pure_python': 2.0}))"),
+    new_markdown_cell(
+        "Save the trace: `.opprof` keeps everything, the engine's edges too; Chrome JSON is for Perfetto / "
+        "chrome://tracing. Or the timeline as a standalone HTML file:"
+    ),
     new_code_cell(
         "import os\nimport tempfile\n\n"
         "out = tempfile.mkdtemp()\n"
+        "_opprof.trace.save(os.path.join(out, 'trace.opprof'))\n"
         "_opprof.trace.save(os.path.join(out, 'trace.json'))\n"
         "sorted(os.listdir(out))"
     ),

@@ -19,6 +19,7 @@ from opprof import engine, nd
 from opprof.nd import autograd, operator
 from opprof.profiler import profile
 from opprof.trace.stats import custom_op_summary
+from opprof.trace.text import why_text
 
 
 class ScaledTanh(operator.CustomOp):
@@ -141,10 +142,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             f" + sub-ops {100 * s.subops_ns / s.wall_ns:5.1f}% + waiting {100 * s.waiting_ns / s.wall_ns:5.1f}%"
         )
 
+    print()
+    print(why_text(trace))
+
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "trace.json")
     trace.save(path)
+    native = os.path.join(args.out, "trace.opprof")
+    trace.save(native)
     print(f"\nChrome trace written to {path}: open it in https://ui.perfetto.dev or chrome://tracing")
+    print(f"opprof's own file, with the engine's edges, written to {native}: try `opprof why {native}`")
     if problems or losses[-1] >= losses[0]:
         print("error: invalid trace or the loss did not go down", file=sys.stderr)
         return 1
