@@ -252,6 +252,10 @@ def test_chrome_export_loads_in_perfetto_without_errors(exported, perfetto_url, 
         f"Perfetto has {slices} slices, the export wrote {x_slices} X slices + {async_pairs} async b/e pairs; {context}"
     )
 
+    # Each parent's causes (on its closing event) reach the parent's slice in Perfetto.
+    why = _query(page, "select count(distinct arg_set_id) as n from args where key glob 'args.why.*'")[0]["n"]
+    parents = sum(1 for e in events if e["ph"] == "e" and "why" in (e.get("args") or {}))
+    assert parents > 0 and why == parents, f"Perfetto shows causes on {why} slices, the file has {parents}; {context}"
     flows = _query(page, "select count(*) as n from flow")[0]["n"]
     assert flows == len(trace.flows) + hops, f"Perfetto has {flows} flows, the trace {len(trace.flows)} + {hops}; {context}"
 

@@ -473,23 +473,20 @@ def _walk(trace: TraceData, t: SpanTable, ops: OpTable) -> CriticalPath:
 
 # ---------------------------------------------------------------------------- without edges
 def _top_level(t: SpanTable) -> np.ndarray:
-    """Spans not inside another span of their thread (the thread's own sequence of work)."""
+    """Spans not inside another span of their thread (the thread's own sequence of work).
+
+    In (thread, start, longest first) order a span is nested when it ends no later than the
+    latest end before it on its thread: a running maximum of ``thread * width + end``, whose
+    thread offset keeps each thread's maximum from reaching the next thread's spans.
+    """
+    if not len(t):
+        return np.zeros(0, dtype=np.int64)
     order = np.lexsort((-t.end, t.start, t.tid))
-    tid, end = t.tid[order], t.end[order]
-    new_thread = np.ones(len(order), dtype=bool)
-    new_thread[1:] = tid[1:] != tid[:-1]
-    # The running max end within a thread, before each span: a span ending before it is nested.
-    run = end.copy()
-    keep = np.ones(len(order), dtype=bool)
-    cur_end = -(2**62)
-    for j in range(len(order)):  # one pass in Python; only traces without edges come here
-        if new_thread[j]:
-            cur_end = -(2**62)
-        if end[j] <= cur_end:
-            keep[j] = False
-        else:
-            cur_end = max(cur_end, int(run[j]))
-    return order[keep]
+    lo = int(t.end.min())
+    width = int(t.end.max()) - lo + 1
+    key = t.tid[order] * width + (t.end[order] - lo)
+    before = np.concatenate([[np.iinfo(np.int64).min], np.maximum.accumulate(key)[:-1]])
+    return order[key > before]
 
 
 def _by_thread(trace: TraceData) -> CriticalPath:
@@ -507,7 +504,19 @@ def _by_thread(trace: TraceData) -> CriticalPath:
     for chunk in np.split(top, cut):
         if len(chunk):
             by_tid[int(t.tid[chunk[0]])] = (t.end[chunk], chunk)
-    arrive = {(int(a), int(b)): (int(c), int(d)) for a, b, c, d in zip(f.dst_tid, f.dst_ts, f.src_tid, f.src_ts, strict=True)}
+    # The flow arriving at each top-level span's start, if any: one sorted search for all of them.
+    arrive: dict[int, tuple[int, int]] = {}
+    if len(f):
+        lo = min(int(f.dst_ts.min()), start)
+        width = max(int(f.dst_ts.max()), end) - lo + 1
+        fkey = f.dst_tid * width + (f.dst_ts - lo)
+        forder = np.argsort(fkey, kind="stable")
+        fkey = fkey[forder]
+        skey = t.tid[top] * width + (t.start[top] - lo)
+        at = np.minimum(np.searchsorted(fkey, skey), len(fkey) - 1)
+        hit = fkey[at] == skey
+        j = forder[at[hit]]
+        arrive = dict(zip(top[hit].tolist(), zip(f.src_tid[j].tolist(), f.src_ts[j].tolist(), strict=True), strict=True))
     names = t.str_list(t.name)
     segs: list[tuple[int, int, SegmentKind, int, str, int]] = []
     cur = end
@@ -521,7 +530,7 @@ def _by_thread(trace: TraceData) -> CriticalPath:
         if cur > a:
             segs.append((a, cur, SegmentKind.RUN, tid, names[s], s))
         cur = a
-        src = arrive.get((tid, int(t.start[s])))
+        src = arrive.get(s)
         ends, idx = by_tid[tid]
         k = int(np.searchsorted(ends, cur, side="right")) - 1
         prev = int(idx[k]) if k >= 0 and idx[k] != s else (int(idx[k - 1]) if k >= 1 else -1)
