@@ -19,7 +19,7 @@ def opprof(*args: str, cwd: Path | None = None, timeout: float = 120) -> subproc
     )
 
 
-@pytest.mark.parametrize("sub", ["demo", "view", "stats", "convert", "run"])
+@pytest.mark.parametrize("sub", ["demo", "view", "stats", "convert", "why", "run"])
 def test_every_command_has_help(sub: str) -> None:
     r = opprof(sub, "--help")
     assert r.returncode == 0 and f"usage: opprof {sub}" in r.stdout
@@ -85,6 +85,8 @@ def test_run_reports_a_failing_script_and_keeps_the_trace(tmp_path: Path) -> Non
         (["demo", "--steps", "0"], "must be at least 1"),
         (["stats", "x.json", "--sort-by", "name"], "invalid choice"),
         (["bogus"], "invalid choice"),
+        (["why", "x.opprof", "--what-if", "Slow"], "expected NAME=FACTOR"),
+        (["why", "x.opprof", "--what-if", "Slow=0"], "a factor above 0"),
     ],
 )
 def test_bad_input_is_one_line_and_nonzero(tmp_path: Path, args: list[str], message: str) -> None:
@@ -131,3 +133,22 @@ def test_convert_refuses_to_overwrite_its_input(tmp_path: Path) -> None:
     synthetic_trace(100).save(tmp_path / "t.json")
     r = opprof("convert", str(tmp_path / "t.json"), str(tmp_path / "t.json"))
     assert r.returncode == 1 and "the output is the input file" in r.stderr
+
+
+def test_why_explains_a_profile_and_predicts_a_change(tmp_path: Path) -> None:
+    r = opprof("demo", "--steps", "3", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "Why the custom ops wait" in r.stdout and "Critical path" in r.stdout
+    native = tmp_path / "trace.opprof"
+    r = opprof("why", str(native), "--what-if", "ScaledTanh::pure_python=2", "--custom-threads", "4")
+    assert r.returncode == 0, r.stderr
+    assert "queued for a custom-op thread" in r.stdout and "Critical path" in r.stdout
+    what_if = [line for line in r.stdout.splitlines() if line.startswith("What if:")]
+    assert len(what_if) == 1 and "predicted" in what_if[0] and "recorded" in what_if[0]
+    # A Chrome file keeps no edges: the path is the stated approximation, what-if is refused clearly.
+    r = opprof("why", str(tmp_path / "trace.json"))
+    assert r.returncode == 0 and "approximate" in r.stdout, r.stderr
+    r = opprof("why", str(tmp_path / "trace.json"), "--what-if", "ScaledTanh=2")
+    assert r.returncode == 1 and ".opprof" in r.stderr and "Traceback" not in r.stderr
+    r = opprof("why", str(native), "--what-if", "NoSuchOp=2")
+    assert r.returncode == 1 and "NoSuchOp" in r.stderr and "Traceback" not in r.stderr

@@ -185,6 +185,14 @@ def test_quickstart_timeline_widget_renders_in_jupyterlab(lab_url: str, chromium
     assert tl["in_cell"], f"the timeline canvas is not inside the %%opprof cell's output: {tl}"
     assert tl["painted"] > 2000 and tl["colors"] > 3, f"the timeline canvas looks blank: {tl}"
 
+    # The critical-path toggle works in the notebook too: the outline appears, in the browser alone.
+    outline = """() => { const m = Bokeh.documents.map((d) => d.get_model_by_name("critical_path_outline")).find(Boolean);
+                         return m ? m.visible : null; }"""
+    assert page.evaluate(outline) is False
+    page.evaluate("() => window.__opprof_tl().canvas_view.primary.canvas.scrollIntoView({block: 'center'})")
+    page.get_by_role("button", name="critical path").first.click()
+    page.wait_for_function(f"() => ({outline})() === true", timeout=10_000)
+
     # Bring the timeline into view (the notebook panel scrolls, not the page) and screenshot it.
     page.evaluate("() => window.__opprof_tl().canvas_view.primary.canvas.scrollIntoView({block: 'start'})")
     page.wait_for_timeout(500)

@@ -87,6 +87,15 @@ def test_options_output_stats_engine(ip: Any, tmp_path: Path) -> None:
     assert "Profile Statistics" in out and f"trace saved to {out_path}" in out
 
 
+def test_why_says_in_words_why_the_custom_ops_wait(ip: Any) -> None:
+    result, out = run(ip, "--no-widget --why", "from opprof.demo import train\ntrain(steps=2)")
+    assert result.error_in_exec is None
+    assert "Why the custom ops wait" in out and "queued for a custom-op thread" in out
+    assert "Critical path" in out and "Lines that pushed the most sub-op time: demo.py:" in out
+    rows = ip.user_ns["_opprof"].trace.custom_ops()
+    assert rows and all(sum(r.waiting_by_cause.values()) == r.waiting_ns for r in rows)
+
+
 @pytest.mark.parametrize(
     "line",
     ["--bogus", "--engine gpu", "--threads 0", "--threads x", "--sort-by name", "--engine naive --threads 2"],

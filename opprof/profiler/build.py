@@ -57,10 +57,11 @@ _PLAIN_K, _SUB_K = 9, 10
 class ThreadRecords:
     """One thread's records: its name and its three lists (see the module docstring)."""
 
-    __slots__ = ("buf", "deps", "fam", "name", "origin", "plain", "sub")
+    __slots__ = ("buf", "deps", "fam", "index", "name", "origin", "plain", "sub")
 
     def __init__(self, name: str) -> None:
         self.name = name
+        self.index = -1  # its place among the recorder's threads: what an op's record names its pusher by
         self.origin = self  # the records a copy was made from: pushes name those
         self.plain: list[tuple[int, int, str, int]] = []
         self.sub: list[tuple[int, int, str, int, tuple[int, Any, Invocation, Any]]] = []
@@ -74,7 +75,7 @@ class ThreadRecords:
     def copy(self) -> ThreadRecords:
         """The lists as they are now (other threads append while a live build reads)."""
         c = ThreadRecords(self.name)
-        c.origin = self.origin
+        c.origin, c.index = self.origin, self.index
         c.plain, c.sub, c.fam, c.buf = list(self.plain), list(self.sub), list(self.fam), list(self.buf)
         c.deps = list(self.deps)
         return c
@@ -118,7 +119,7 @@ def build_columns(threads: Sequence[ThreadRecords]) -> Built:
     tid_of = np.arange(1, len(threads) + 1, dtype=np.int64)
     # The four lists, one after another in the combined columns: plain ops, sub-ops, families' own
     # records, the rest.
-    p_t0, p_t1, p_name, p_seq = _cols([r.plain for r in threads], 4)
+    p_t0, p_t1, p_name, p_seq, *p_deps = _cols([r.plain for r in threads], 11)
     s_t0, s_t1, s_name, s_seq, s_push = _cols([r.sub for r in threads], 5)
     f_kind, f_t0, f_t1, f_inv, f_x = _cols([r.fam for r in threads], 5)
     b_kind, b_t0, b_t1, b_name, b_info, b_pushed, b_x = _cols([r.buf for r in threads], 7)
@@ -244,7 +245,7 @@ def build_columns(threads: Sequence[ThreadRecords]) -> Built:
     x_op[o_b + w_at] = wait_ids
     parent_op = np.full(m, -1, dtype=np.int64)
     parent_op[inv[s_rec]] = x_op[s_rec]
-    ops = _op_table(threads, tid, o_b, w_at, wait_ids, b_t0, b_t1, b_x, x_op[s_rec], x_op[d_rec])
+    ops = _op_table(threads, p_seq, p_deps, tid, o_b, w_at, wait_ids, b_t0, b_t1, b_x, x_op[s_rec], x_op[d_rec])
 
     # Parents, with their split.
     k = len(done)
@@ -284,8 +285,22 @@ def build_columns(threads: Sequence[ThreadRecords]) -> Built:
     return Built(spans.sorted_by_start(), flows, instants, counters, incomplete, ops)
 
 
+def _site_codes(sites: list[Any], code: Any, known: dict[Any, int]) -> list[int]:
+    """Each push's site code: the distinct ones made once, then looked up in C."""
+    for x in set(sites):
+        code(x)
+    return list(map(known.__getitem__, sites))
+
+
+def _as_tuples(values: list[Any]) -> list[tuple[int, ...]]:
+    """Var ids as the recorder keeps them (an int for one var, else a tuple) as tuples."""
+    return [(v,) if type(v) is int else v for v in values]
+
+
 def _op_table(
     threads: Sequence[ThreadRecords],
+    p_seq: list[int],
+    p_deps: list[list[Any]],
     tid: np.ndarray,
     o_b: int,
     w_at: np.ndarray,
@@ -297,8 +312,16 @@ def _op_table(
     dummies: np.ndarray,
 ) -> OpTable:
     """The engine's table (:class:`~opprof.trace.ops.OpTable`): one row per recorded op, then the waits."""
+    # Plain ops carry their edges in their own record (no site: only pushes inside a custom op
+    # have one); the rest in the threads' ``deps`` lists.
     d_seq, d_push, d_rec, d_ready, d_by, d_var, d_reads, d_writes, d_site = _cols([r.deps for r in threads], 9)
-    tid_of_rec = {id(r.origin): i + 1 for i, r in enumerate(threads)}
+    d_seq, d_push, d_rec, d_ready, d_by, d_var, d_reads, d_writes = (
+        p + d for p, d in zip([p_seq, *p_deps], [d_seq, d_push, d_rec, d_ready, d_by, d_var, d_reads, d_writes], strict=True)
+    )
+    d_site = [None] * len(p_seq) + d_site
+    tid_of_index = np.zeros(max([r.index for r in threads], default=-1) + 2, dtype=np.int64)  # [-1]: unknown, 0
+    for i, r in enumerate(threads):
+        tid_of_index[r.index] = i + 1
     st = StringTable()
     site_code: dict[Any, int] = {None: -1}
 
@@ -315,6 +338,8 @@ def _op_table(
     ready = np.where(ready > 0, ready, push)  # 0: ready when pushed
     by = _arr(d_by)
     var = _arr(d_var)
+    # Each op's vars: one id, or a tuple of them (none, or several).
+    d_reads, d_writes = _as_tuples(d_reads), _as_tuples(d_writes)
     n_reads = np.fromiter(map(len, d_reads), dtype=np.int64, count=len(d_reads))
     n_writes = np.fromiter(map(len, d_writes), dtype=np.int64, count=len(d_writes))
     w_var = np.array([e[1] for e in w_extra], dtype=np.int64)
@@ -323,7 +348,7 @@ def _op_table(
     acc_var = np.concatenate(
         [
             np.fromiter(
-                map(attrgetter("id"), chain.from_iterable(chain.from_iterable(zip(d_reads, d_writes, strict=True)))),
+                chain.from_iterable(chain.from_iterable(zip(d_reads, d_writes, strict=True))),
                 dtype=np.int64,
                 count=int((n_reads + n_writes).sum()),
             ),
@@ -347,13 +372,11 @@ def _op_table(
         op=op,
         kind=kind,
         push=table_push,
-        pusher=np.concatenate(
-            [np.fromiter((tid_of_rec.get(id(r), 0) for r in d_rec), dtype=np.int64, count=len(d_rec)), tid[o_b + w_at]]
-        ),
+        pusher=np.concatenate([tid_of_index[np.fromiter(d_rec, dtype=np.int64, count=len(d_rec))], tid[o_b + w_at]]),
         ready=np.concatenate([ready, w_end]),
         by=np.where(np.concatenate([by, w_by]) > 0, np.concatenate([by, w_by]), -1),
         var=np.where(np.concatenate([var, w_var]) > 0, np.concatenate([var, w_var]), -1),
-        site=np.array([site(x) for x in d_site] + [site(e[2]) for e in w_extra], dtype=np.int32),
+        site=np.array(_site_codes(d_site, site, site_code) + [site(e[2]) for e in w_extra], dtype=np.int32),
         acc_at=acc_at,
         acc_var=acc_var,
         acc_write=is_write,

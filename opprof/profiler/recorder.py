@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from operator import attrgetter
 from types import FrameType
 from typing import Any
 
@@ -51,6 +52,9 @@ _OWN_FILES = (
     *(os.path.join(_PACKAGE, d) + os.sep for d in ("engine", "nd", "profiler", "gluon")),
     os.path.join(_PACKAGE, "__init__.py"),
 )
+
+
+_VAR_ID = attrgetter("id")
 
 
 def _site() -> tuple[str, int] | None:
@@ -124,6 +128,7 @@ class Recorder(EngineObserver):
         """This thread's lists (see :class:`~.build.ThreadRecords`), made on its first record."""
         lists = ThreadRecords(threading.current_thread().name)
         with self._lock:
+            lists.index = len(self._buffers)
             self._buffers.append(lists)
         local = self._local
         local.rec, local.buf, local.fam = lists, lists.buf, lists.fam
@@ -171,20 +176,27 @@ class Recorder(EngineObserver):
                         rec = self._register()
                     seq = opr.seq
                     info = opr.info
-                    if info is None:
-                        if prof[2] is None:
-                            rec.plain.append((t0, t1, opr.name, seq))
-                        else:  # pushed inside a custom op's Python: prof is its push
+                    # With each op its edges: push, ready, what made it ready, and the ids of the
+                    # vars it touched. Only numbers (and the site's str/int pair): a record holding
+                    # objects stays tracked by the garbage collector, whose passes over a growing
+                    # profile then cost more than the record itself.
+                    r, w = opr.reads, opr.writes
+                    reads = r[0].id if len(r) == 1 else tuple(map(_VAR_ID, r))
+                    writes = w[0].id if len(w) == 1 else tuple(map(_VAR_ID, w))
+                    if info is None and prof[2] is None:  # a plain op: one record holds it all
+                        rec.plain.append(
+                            (t0, t1, opr.name, seq, prof[0], prof[1].index, opr.ready_ns, opr.by, opr.by_var, reads, writes)
+                        )
+                    else:
+                        if info is None:  # pushed inside a custom op's Python: prof is its push
                             rec.sub.append((t0, t1, opr.name, seq, prof))
-                    else:  # a custom op's own engine op or Dummy_Wait, or some other info
-                        kind = START if opr.is_async else DUMMY if opr.name == "Dummy_Wait" else None
-                        if kind is not None and type(info) is Invocation:
-                            rec.fam.append((kind, t0, t1, info, seq))
-                        else:
-                            rec.buf.append((OP, t0, t1, opr.name, info, prof[2], seq))
-                    # Its edges: push, ready, what made it ready, and every var it touched (the
-                    # engine's own tuples, kept as they are: no copy on the hot path).
-                    rec.deps.append((seq, prof[0], prof[1], opr.ready_ns, opr.by, opr.by_var, opr.reads, opr.writes, prof[3]))
+                        else:  # a custom op's own engine op or Dummy_Wait, or some other info
+                            kind = START if opr.is_async else DUMMY if opr.name == "Dummy_Wait" else None
+                            if kind is not None and type(info) is Invocation:
+                                rec.fam.append((kind, t0, t1, info, seq))
+                            else:
+                                rec.buf.append((OP, t0, t1, opr.name, info, prof[2], seq))
+                        rec.deps.append((seq, prof[0], prof[1].index, opr.ready_ns, opr.by, opr.by_var, reads, writes, prof[3]))
                 else:
                     self.full = True
 

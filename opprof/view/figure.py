@@ -60,7 +60,7 @@ from bokeh.models import (
 from bokeh.plotting import figure
 
 from ..trace import Role, SpanTable, Trace
-from ..trace.causes import Causes
+from ..trace.causes import Causes, has_edges
 from ..trace.columns import ROLE_CODE
 from ..trace.critical import CriticalPath, SegmentKind
 from ..trace.ops import OpKind, OpTable
@@ -997,7 +997,10 @@ def build_timeline(
     hover.renderers = [r]
     tap_tool.renderers = [r]  # a tap selects spans, never the path's outlines
     p.segment(x0="x0", y0="y0", x1="x1", y1="y1", source=flows, line_color="black", line_width=1.5, line_dash="dashed")
-    path = trace.critical_path() if critical_path is True else (critical_path or None)
+    # Without engine edges the path is only the thread-order approximation (~1 s per million
+    # spans): above APPROX_PATH_LIMIT spans it is left to the caller, and the note says so.
+    skipped = critical_path is True and trace.n_spans > APPROX_PATH_LIMIT and not has_edges(trace.table, trace.ops)
+    path = None if skipped else trace.critical_path() if critical_path is True else (critical_path or None)
     pi: _PathIndex | None = None
     path_source: ColumnDataSource | None = None
     path_edges: ColumnDataSource | None = None
@@ -1024,6 +1027,11 @@ def build_timeline(
     note_text = _note_text(len(layout), len(b), n_merged, layout.collapsed_threads, max_lanes)
     if path is not None:
         note_text += " " + _path_note(path, path_drawn, path_total)
+    if skipped:
+        note_text += (
+            f" No critical path: this trace has no engine edges and {trace.n_spans:,} spans, where its approximation "
+            f"takes seconds; build_timeline(trace, critical_path=trace.critical_path()) draws it."
+        )
     note = Div(text=note_text, render_as_text=True, width=width)
     table_title = Div(text=table.name, render_as_text=True)
     top = [note, row(toggle, path_bar)] if toggle is not None and path_bar is not None else [note]
@@ -1075,6 +1083,10 @@ def _every_span(layout: Layout, mask: np.ndarray | None = None) -> Blocks:
     idx = np.arange(len(layout)) if mask is None else np.nonzero(mask)[0]
     idx = idx[np.lexsort((layout.left[idx], layout.row[idx]))]
     return Blocks(idx, np.ones(len(idx), dtype=np.int64), layout.right[idx], layout.right[idx] - layout.left[idx])
+
+
+#: Above this many spans, a trace without engine edges gets no critical path unless asked for.
+APPROX_PATH_LIMIT = 1_000_000
 
 
 def _path_note(path: CriticalPath, drawn: int, total: int) -> str:
