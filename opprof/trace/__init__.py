@@ -1,10 +1,13 @@
 """The trace model and everything that reads or writes it; it imports no other opprof layer.
 
-Inside, from the bottom: :mod:`.records` (the record types and what roles mean), :mod:`.jsonio`
-(files and JSON), the analyses :mod:`.split`, :mod:`.stats`, :mod:`.validate`, the formats
-:mod:`.chrome` (opprof's own Chrome JSON, lossless) and :mod:`.importer` / :mod:`.mxnet` (other
-tools' traces), then :mod:`.model` (:class:`Trace`, with the analyses as methods) and :mod:`.text`
-(every text rendering of a trace).
+Inside, from the bottom: :mod:`.records` (the record types and what roles mean), :mod:`.columns`
+and :mod:`.ops` (spans, flows and the engine's edges as columns), :mod:`.jsonio` (files and JSON),
+the analyses :mod:`.split`, :mod:`.stats`, :mod:`.causes` (why custom ops wait),
+:mod:`.critical` (the critical path and slack), :mod:`.replay` (what-if) and :mod:`.validate`,
+the formats :mod:`.native` (opprof's own file, lossless), :mod:`.chrome` (Chrome JSON: everything
+but the engine's edges) and :mod:`.importer` / :mod:`.mxnet` (other tools' traces), then
+:mod:`.model` (:class:`Trace`, with the analyses as methods) and :mod:`.text` (every text
+rendering of a trace).
 """
 
 from .columns import FlowTable, SpanTable

@@ -144,6 +144,13 @@ def waiting_causes(table: SpanTable, ops: OpTable | None) -> Causes:
     py_first = hi.copy()
     if np.any(is_py):
         np.minimum.at(py_first, fam[is_py], start[is_py])
+    if not edges:
+        # Without edges only custom_pool can be told: the waiting before the Python's start (the
+        # sweep below would count the same there, as nothing of an invocation runs before its
+        # Python) and the rest unattributed, with no sweep at all (10M spans: seconds saved).
+        pool = np.clip(np.minimum(py_first, hi) - lo, 0, np.maximum(split[:, 2], 0))
+        ns = np.stack([pool, split[:, 2] - pool], axis=1).astype(np.int64)
+        return Causes(parents, keys, ns, cpu, empty, empty, empty, empty, False)
 
     # The intervals the sweep counts: the spans (python, blocked, sub-op running) and, with edges,
     # each sub-op's time queued (ready..start) and blocked (push..ready), and each wait's.
@@ -155,50 +162,45 @@ def waiting_causes(table: SpanTable, ops: OpTable | None) -> Causes:
         np.zeros(k, dtype=np.int64),
     ]
     pack2 = [np.zeros(len(fam) + k, dtype=np.int64)]
-    dep_src = np.zeros(0, dtype=np.int64)  # per dependency interval: its blocking op, var
-    dep_var = np.zeros(0, dtype=np.int64)
-    dep_own = np.zeros(0, dtype=bool)
-    n_dep_before = len(fam) + k
-    if edges:
-        assert ops is not None
-        span_rows = ops.rows_of(table.op)
-        row = span_rows[members]
-        sub_only = (role == ROLE_CODE[Role.SUBOP]) & (row >= 0)
-        s = np.flatnonzero(sub_only)
-        r = row[s]
-        push, ready = ops.push[r], ops.ready[r]
-        ok = (push >= 0) & (ready >= push)
-        s, r, push, ready = s[ok], r[ok], push[ok], ready[ok]
-        sub_start = start[s]
-        ready = np.minimum(ready, sub_start)
-        # queued: ready..start (count in bits 0..19); blocked: push..ready (bits 20..39)
-        iv_fam += [fam[s], fam[s]]
-        iv_a += [ready, np.minimum(push, ready)]
-        iv_b += [sub_start, ready]
-        pack1 += [np.zeros(2 * len(s), dtype=np.int64)]
-        pack2 += [np.ones(len(s), dtype=np.int64), np.full(len(s), 1 << _BITS, dtype=np.int64)]
-        w = np.flatnonzero(is_wait)
-        wrow = row[w]
-        w_by = np.where(wrow >= 0, ops.by[np.maximum(wrow, 0)], -1)
-        w_var = np.where(wrow >= 0, ops.var[np.maximum(wrow, 0)], -1)
-        iv_fam.append(fam[w])
-        iv_a.append(start[w])
-        iv_b.append(end[w])
-        pack1.append(np.zeros(len(w), dtype=np.int64))
-        pack2.append(np.full(len(w), 1 << _BITS, dtype=np.int64))
-        n_dep_before = len(fam) + k + len(s)
-        dep_src = np.concatenate([ops.by[r], w_by])
-        dep_var = np.concatenate([ops.var[r], w_var])
-        # A blocker of the invocation's own (a sub-op waiting for its sibling) only passes on
-        # what holds the sibling up: an outside blocker pending at the same time takes the time.
-        row_inv = np.full(len(ops) + 1, -1, dtype=np.int64)  # the last entry: "no row"
-        linked = span_rows >= 0
-        row_inv[span_rows[linked]] = table.inv[linked]
-        own = row_inv[ops.rows_of(dep_src)] == p_inv[np.concatenate([fam[s], fam[w]])]
-        outside = np.where(own, 0, 1 << (2 * _BITS)).astype(np.int64)
-        pack2[-2] = pack2[-2] + outside[: len(s)]
-        pack2[-1] = pack2[-1] + outside[len(s) :]
-        dep_own = own
+    assert ops is not None  # with edges (a trace without them returned above)
+    span_rows = ops.rows_of(table.op)
+    row = span_rows[members]
+    sub_only = (role == ROLE_CODE[Role.SUBOP]) & (row >= 0)
+    s = np.flatnonzero(sub_only)
+    r = row[s]
+    push, ready = ops.push[r], ops.ready[r]
+    ok = (push >= 0) & (ready >= push)
+    s, r, push, ready = s[ok], r[ok], push[ok], ready[ok]
+    sub_start = start[s]
+    ready = np.minimum(ready, sub_start)
+    # queued: ready..start (count in bits 0..19); blocked: push..ready (bits 20..39)
+    iv_fam += [fam[s], fam[s]]
+    iv_a += [ready, np.minimum(push, ready)]
+    iv_b += [sub_start, ready]
+    pack1 += [np.zeros(2 * len(s), dtype=np.int64)]
+    pack2 += [np.ones(len(s), dtype=np.int64), np.full(len(s), 1 << _BITS, dtype=np.int64)]
+    w = np.flatnonzero(is_wait)
+    wrow = row[w]
+    w_by = np.where(wrow >= 0, ops.by[np.maximum(wrow, 0)], -1)
+    w_var = np.where(wrow >= 0, ops.var[np.maximum(wrow, 0)], -1)
+    iv_fam.append(fam[w])
+    iv_a.append(start[w])
+    iv_b.append(end[w])
+    pack1.append(np.zeros(len(w), dtype=np.int64))
+    pack2.append(np.full(len(w), 1 << _BITS, dtype=np.int64))
+    n_dep_before = len(fam) + k + len(s)
+    dep_src = np.concatenate([ops.by[r], w_by])
+    dep_var = np.concatenate([ops.var[r], w_var])
+    # A blocker of the invocation's own (a sub-op waiting for its sibling) only passes on
+    # what holds the sibling up: an outside blocker pending at the same time takes the time.
+    row_inv = np.full(len(ops) + 1, -1, dtype=np.int64)  # the last entry: "no row"
+    linked = span_rows >= 0
+    row_inv[span_rows[linked]] = table.inv[linked]
+    own = row_inv[ops.rows_of(dep_src)] == p_inv[np.concatenate([fam[s], fam[w]])]
+    outside = np.where(own, 0, 1 << (2 * _BITS)).astype(np.int64)
+    pack2[-2] = pack2[-2] + outside[: len(s)]
+    pack2[-1] = pack2[-1] + outside[len(s) :]
+    dep_own = own
     f = np.concatenate(iv_fam)
     a = np.clip(np.concatenate(iv_a), lo[f], hi[f])
     b = np.maximum(a, np.clip(np.concatenate(iv_b), lo[f], hi[f]))
@@ -221,12 +223,9 @@ def waiting_causes(table: SpanTable, ops: OpTable | None) -> Causes:
     queued = (c2 & _MASK) > 0
     blocked_n = (c2 >> _BITS) & _MASK
     cause = np.full(len(t), -1, dtype=np.int64)
-    if edges:
-        cause[waiting] = 3
-        cause[waiting & (blocked_n > 0)] = 2
-        cause[waiting & queued] = 1
-    else:
-        cause[waiting] = 1
+    cause[waiting] = 3
+    cause[waiting & (blocked_n > 0)] = 2
+    cause[waiting & queued] = 1
     cause[waiting & pre] = 0
     nk = len(keys)
     counted = cause >= 0
@@ -235,17 +234,12 @@ def waiting_causes(table: SpanTable, ops: OpTable | None) -> Causes:
         .astype(np.int64)
         .reshape(k, nk)
     )
-    if not edges:
-        # Without edges the rest of the waiting is unattributed, by definition: the waiting the
-        # trace's split says (stored in a file, it may not be the sweep's), less custom_pool.
-        out[:, 0] = np.clip(out[:, 0], 0, np.maximum(split[:, 2], 0))
-        out[:, 1] = split[:, 2] - out[:, 0]
     # No adjustment to the split's waiting: the rule is the split's and integer sums in float64
     # are exact below 2**53 ns, so validate() can check that each row sums to it.
     # Blockers: each dependency interval gets the dependency time it covers, shared equally with
     # the other dependency intervals pending at the same instant.
     bf = bo = bv = bn = np.zeros(0, dtype=np.int64)
-    if edges and len(dep_src):
+    if len(dep_src):
         outside_n = (c2 >> (2 * _BITS)) & _MASK
         dep = cause == 2
         share_out = np.where(dep & (outside_n > 0), length / np.maximum(outside_n, 1), 0.0)

@@ -8,10 +8,15 @@ nanoseconds survive):
 * per custom-op invocation, a nestable async track (``b``/``e`` sharing the invocation id) holding
   the parent and, properly nested inside it, its python span, waits, ``Dummy_Wait`` and every
   sub-op that fits without crossing a sibling (the rest stay on their thread, linked by a flow);
-* flow events (``s``/``f``) from the push inside a custom op's Python to the sub-op's slice.
+* flow events (``s``/``f``) from the push inside a custom op's Python to the sub-op's slice;
+* for a profile with engine edges, what they tell a reader in Perfetto: each parent's waiting by
+  cause in the ``args`` of its closing ``e`` event (Perfetto shows them on the slice), and the
+  critical path as flow arrows of category ``critical_path`` where it moves between threads.
 
-``load`` reads such a file back losslessly (``otherData.opprof`` carries what Chrome has no field for);
-every other Chrome trace (MXNet, PyTorch, VizTracer, Chrome itself) goes to :mod:`.importer`.
+``load`` reads such a file back losslessly but for the engine's edges (:mod:`.ops`), which Chrome
+JSON has no place for, and what is derived from them (the causes, the path's arrows: dropped, made
+again from the trace). ``otherData.opprof`` carries what Chrome has no field for. Every other
+Chrome trace (MXNet, PyTorch, VizTracer, Chrome itself) goes to :mod:`.importer`.
 """
 
 from __future__ import annotations
@@ -323,7 +328,7 @@ def save(trace: TraceData, path: str | os.PathLike[str]) -> None:
 
 
 def load(path: str | os.PathLike[str]) -> TraceData:
-    """Read a Chrome trace JSON file (``.json`` or ``.json.gz``): opprof's own losslessly, any other
+    """Read a Chrome trace JSON file (``.json`` or ``.json.gz``): opprof's own losslessly (but for the edges), any other
     tool's through :mod:`.importer`."""
     raw = read_trace_file(path)
     with no_gc():

@@ -114,8 +114,16 @@ def save(trace: TraceData, path: str | os.PathLike[str], *, compress: bool = Fal
         "op_strings": trace.ops.strings if trace.ops is not None else None,
     }
     arrays: dict[str, np.ndarray] = {
-        f"spans.{k}": np.ascontiguousarray(getattr(t, k), dtype=dt) for k, dt in {**SPAN_COLUMNS, **SPAN_COLUMNS_V2}.items()
+        f"spans.{k}": np.ascontiguousarray(getattr(t, k), dtype=dt) for k, dt in SPAN_COLUMNS.items()
     }
+    # The engine's columns only where some span has them (a trace from another tool has none).
+    arrays.update(
+        {
+            f"spans.{k}": np.ascontiguousarray(getattr(t, k), dtype=dt)
+            for k, dt in SPAN_COLUMNS_V2.items()
+            if np.any(getattr(t, k) >= 0)
+        }
+    )
     if trace.ops is not None:
         arrays.update({f"ops.{k}": np.ascontiguousarray(getattr(trace.ops, k), dtype=dt) for k, dt in OP_COLUMNS.items()})
     arrays.update({f"flows.{k}": np.ascontiguousarray(getattr(f, k), dtype=dt) for k, dt in FLOW_COLUMNS.items()})
@@ -169,7 +177,8 @@ def load(path: str | os.PathLike[str]) -> TraceData:
         try:
             spans = _columns(z, names, "spans", SPAN_COLUMNS)
             if version >= 2:
-                spans.update(_columns(z, names, "spans", SPAN_COLUMNS_V2))
+                present = {k: dt for k, dt in SPAN_COLUMNS_V2.items() if f"spans.{k}" in names}
+                spans.update(_columns(z, names, "spans", present))
             flows = _columns(z, names, "flows", FLOW_COLUMNS)
             ops = _ops(header, _columns(z, names, "ops", OP_COLUMNS)) if header.get("op_strings") is not None else None
             trace = _trace(header, spans, flows)
