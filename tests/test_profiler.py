@@ -585,8 +585,8 @@ def test_fake_counter_clock_exact_numbers_on_the_naive_engine() -> None:
     Ticks (current recorder): 0 construct, 1000 attach; the custom op's push at 2000, its engine
     op starts at 3000, its Python at 4000; each sub-op: push 5000/8000/11000, run [6000, 7000],
     [9000, 10000], [12000, 13000] (``+ 1``, ``* 3``, the assignment's ``_copyto``); Python ends
-    14000; Dummy_Wait is pushed at 15000 and runs [16000, 17000]; the engine op's own end is read
-    at 18000, detach at 19000. Python 10000 - 3000 inline sub-ops = 7000; sub-ops 3000 + Dummy_Wait
+    14000; Dummy_Wait is pushed at 15000 and runs [16000, 17000]; detach at 18000 (a custom op's
+    own engine op is recorded before it runs: its end is never read). Python 10000 - 3000 inline sub-ops = 7000; sub-ops 3000 + Dummy_Wait
     1000 = 4000; waiting [3000, 4000] + [14000, 16000] = 3000.
     """
     eng = mx.set_engine("naive")
@@ -614,7 +614,7 @@ def test_fake_counter_clock_exact_numbers_on_the_naive_engine() -> None:
     p = trace.spans[0]
     assert p.args is not None and (p.args["python_us"], p.args["subops_us"], p.args["waiting_us"]) == (7.0, 4.0, 3.0)
     assert [(f.src_ts, f.dst_ts) for f in trace.flows] == [(5000, 6000), (8000, 9000), (11000, 12000)]
-    assert (trace.metadata["t_start_ns"], trace.metadata["t_stop_ns"]) == (1000, 19000)
+    assert (trace.metadata["t_start_ns"], trace.metadata["t_stop_ns"]) == (1000, 18000)
     assert trace.validate() == []
 
 

@@ -164,41 +164,51 @@ class Recorder(EngineObserver):
             return
         clock = self.clock
         t0 = clock()
+        if opr.is_async and type(opr.info) is Invocation:
+            # A custom op's own engine op: recorded before it runs. It only hands its Python to the
+            # custom-op pool, and the whole invocation can finish on other threads (the profile
+            # stop, too) before this thread would get back here. Its start is what the parent uses.
+            self._record(opr, prof, t0, t0)
+            fn(*args)
+            return
         try:
             fn(*args)
         finally:
-            t1 = clock()
-            if self.recording:
-                if next(self._count) < self.max_events:
-                    try:
-                        rec = self._local.rec
-                    except AttributeError:
-                        rec = self._register()
-                    seq = opr.seq
-                    info = opr.info
-                    # With each op its edges: push, ready, what made it ready, and the ids of the
-                    # vars it touched. Only numbers (and the site's str/int pair): a record holding
-                    # objects stays tracked by the garbage collector, whose passes over a growing
-                    # profile then cost more than the record itself.
-                    r, w = opr.reads, opr.writes
-                    reads = r[0].id if len(r) == 1 else tuple(map(_VAR_ID, r))
-                    writes = w[0].id if len(w) == 1 else tuple(map(_VAR_ID, w))
-                    if info is None and prof[2] is None:  # a plain op: one record holds it all
-                        rec.plain.append(
-                            (t0, t1, opr.name, seq, prof[0], prof[1].index, opr.ready_ns, opr.by, opr.by_var, reads, writes)
-                        )
-                    else:
-                        if info is None:  # pushed inside a custom op's Python: prof is its push
-                            rec.sub.append((t0, t1, opr.name, seq, prof))
-                        else:  # a custom op's own engine op or Dummy_Wait, or some other info
-                            kind = START if opr.is_async else DUMMY if opr.name == "Dummy_Wait" else None
-                            if kind is not None and type(info) is Invocation:
-                                rec.fam.append((kind, t0, t1, info, seq))
-                            else:
-                                rec.buf.append((OP, t0, t1, opr.name, info, prof[2], seq))
-                        rec.deps.append((seq, prof[0], prof[1].index, opr.ready_ns, opr.by, opr.by_var, reads, writes, prof[3]))
+            self._record(opr, prof, t0, clock())
+
+    def _record(self, opr: Opr, prof: Any, t0: int, t1: int) -> None:
+        """Keep one op's span and edges (see :meth:`run`)."""
+        if self.recording:
+            if next(self._count) < self.max_events:
+                try:
+                    rec = self._local.rec
+                except AttributeError:
+                    rec = self._register()
+                seq = opr.seq
+                info = opr.info
+                # With each op its edges: push, ready, what made it ready, and the ids of the
+                # vars it touched. Only numbers (and the site's str/int pair): a record holding
+                # objects stays tracked by the garbage collector, whose passes over a growing
+                # profile then cost more than the record itself.
+                r, w = opr.reads, opr.writes
+                reads = r[0].id if len(r) == 1 else tuple(map(_VAR_ID, r))
+                writes = w[0].id if len(w) == 1 else tuple(map(_VAR_ID, w))
+                if info is None and prof[2] is None:  # a plain op: one record holds it all
+                    rec.plain.append(
+                        (t0, t1, opr.name, seq, prof[0], prof[1].index, opr.ready_ns, opr.by, opr.by_var, reads, writes)
+                    )
                 else:
-                    self.full = True
+                    if info is None:  # pushed inside a custom op's Python: prof is its push
+                        rec.sub.append((t0, t1, opr.name, seq, prof))
+                    else:  # a custom op's own engine op or Dummy_Wait, or some other info
+                        kind = START if opr.is_async else DUMMY if opr.name == "Dummy_Wait" else None
+                        if kind is not None and type(info) is Invocation:
+                            rec.fam.append((kind, t0, t1, info, seq))
+                        else:
+                            rec.buf.append((OP, t0, t1, opr.name, info, prof[2], seq))
+                    rec.deps.append((seq, prof[0], prof[1].index, opr.ready_ns, opr.by, opr.by_var, reads, writes, prof[3]))
+            else:
+                self.full = True
 
     def on_wait(self, name: str, t0: int, t1: int, by: int = 0, var: int = 0) -> None:
         if self._admit():
