@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import chain, repeat
-from operator import attrgetter, itemgetter
+from itertools import chain, compress, repeat
+from operator import attrgetter, is_, itemgetter
 from typing import Any
 
 import numpy as np
@@ -292,9 +292,13 @@ def _site_codes(sites: list[Any], code: Any, known: dict[Any, int]) -> list[int]
     return list(map(known.__getitem__, sites))
 
 
-def _as_tuples(values: list[Any]) -> list[tuple[int, ...]]:
-    """Var ids as the recorder keeps them (an int for one var, else a tuple) as tuples."""
-    return [(v,) if type(v) is int else v for v in values]
+def _var_counts(values: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """(which entries are a single var id, how many vars each entry names), read in C for the ints."""
+    one = np.fromiter(map(is_, map(type, values), repeat(int)), dtype=bool, count=len(values))
+    n = np.ones(len(values), dtype=np.int64)
+    other = np.flatnonzero(~one)
+    n[other] = [len(values[i]) for i in other.tolist()]
+    return one, n
 
 
 def _op_table(
@@ -338,23 +342,19 @@ def _op_table(
     ready = np.where(ready > 0, ready, push)  # 0: ready when pushed
     by = _arr(d_by)
     var = _arr(d_var)
-    # Each op's vars: one id, or a tuple of them (none, or several).
-    d_reads, d_writes = _as_tuples(d_reads), _as_tuples(d_writes)
-    n_reads = np.fromiter(map(len, d_reads), dtype=np.int64, count=len(d_reads))
-    n_writes = np.fromiter(map(len, d_writes), dtype=np.int64, count=len(d_writes))
+    # Each op's vars: one id (most ops), or a tuple of them (none, or several).
+    r_one, n_reads = _var_counts(d_reads)
+    w_one, n_writes = _var_counts(d_writes)
     w_var = np.array([e[1] for e in w_extra], dtype=np.int64)
     # Accesses: each op's reads then writes; a wait reads the var it waited on (none for all).
     counts = np.concatenate([n_reads + n_writes, (w_var > 0).astype(np.int64)])
-    acc_var = np.concatenate(
-        [
-            np.fromiter(
-                chain.from_iterable(chain.from_iterable(zip(d_reads, d_writes, strict=True))),
-                dtype=np.int64,
-                count=int((n_reads + n_writes).sum()),
-            ),
-            w_var[w_var > 0],
-        ]
-    )
+    op_at = np.concatenate([[0], np.cumsum(n_reads + n_writes)]).astype(np.int64)
+    op_vars = np.empty(int(op_at[-1]), dtype=np.int64)
+    for values, one, at in ((d_reads, r_one, op_at[:-1]), (d_writes, w_one, op_at[:-1] + n_reads)):
+        op_vars[at[one]] = np.fromiter(compress(values, one.tolist()), dtype=np.int64, count=int(one.sum()))
+        for i in np.flatnonzero(~one).tolist():  # the few with none or several
+            op_vars[int(at[i]) : int(at[i]) + len(values[i])] = values[i]
+    acc_var = np.concatenate([op_vars, w_var[w_var > 0]])
     per_op = np.stack([n_reads, n_writes], axis=1).ravel()  # reads, writes, reads, writes, ...
     is_write = np.concatenate(
         [np.repeat(np.tile(np.array([False, True]), len(d_reads)), per_op), np.zeros(int((w_var > 0).sum()), bool)]
