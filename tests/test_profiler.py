@@ -586,8 +586,9 @@ def test_fake_counter_clock_exact_numbers_on_the_naive_engine() -> None:
     op starts at 3000, its Python at 4000; each sub-op: push 5000/8000/11000, run [6000, 7000],
     [9000, 10000], [12000, 13000] (``+ 1``, ``* 3``, the assignment's ``_copyto``); Python ends
     14000; Dummy_Wait is pushed at 15000 and runs [16000, 17000]; detach at 18000 (a custom op's
-    own engine op is recorded before it runs: its end is never read). Python 10000 - 3000 inline sub-ops = 7000; sub-ops 3000 + Dummy_Wait
-    1000 = 4000; waiting [3000, 4000] + [14000, 16000] = 3000.
+    own engine op is recorded before it runs: its end is never read). Python 10000 - 3000 inline
+    sub-ops = 7000; sub-ops 3000 + Dummy_Wait 1000 = 4000; waiting [3000, 4000] + [14000, 16000]
+    = 3000.
     """
     eng = mx.set_engine("naive")
     try:
