@@ -283,3 +283,24 @@ def test_a_pool_of_two_runs_a_burst_of_four_two_at_a_time() -> None:
     wall = int(t.end.max() - t.start.min())
     assert wall < 3.2 * 30 * MS  # two rounds of 30 ms, not four
     assert max(r.waiting_by_cause["custom_pool"] for r in rows) >= 20 * MS  # the third and fourth queued
+
+
+def test_a_cycle_in_a_files_edges_stops_the_walk_and_says_so() -> None:
+    """Edges are data: a malformed file whose enabling edges loop must not hang the analysis."""
+    eng = mx.set_engine("threaded", workers=2)
+    try:
+        with opprof.profile() as prof:
+            a, b = eng.new_var(), eng.new_var()
+            eng.push(lambda: time.sleep(0.005), (), (a,), "A")
+            eng.push(lambda: time.sleep(0.005), (a,), (b,), "B")
+            eng.wait_for_all()
+    finally:
+        mx.set_engine("threaded")
+    trace = prof.trace
+    ops = trace.ops
+    assert ops is not None
+    t = trace.table
+    ids = {t.strings[t.name[i]]: int(t.op[i]) for i in range(len(t)) if t.op[i] >= 0}
+    ops.by[ops.rows_of(np.array([ids["A"]]))] = ids["B"]  # A enabled by B, B by A
+    path = trace.critical_path()
+    assert "cycle" in path.note and path.check() == []

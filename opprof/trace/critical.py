@@ -328,14 +328,17 @@ class _Nodes:
 
     def segments_of(self, chain: np.ndarray) -> np.ndarray:
         """The segments of the nodes of ``chain``, in chain order, each node's latest first."""
-        # Node by node (each node's slots in order), by scattering each block to its place: no sort.
-        offset = np.concatenate([[0], np.cumsum(self.fill)[:-1]])
-        rows = np.empty((int(self.fill.sum()), 8), dtype=np.int64)
-        for block in self.parts:
-            rows[offset[block[:, 0]] + block[:, 1]] = block
+        # Each block's rows of nodes on the chain, scattered straight to their place in the
+        # result (the chain visits a node once): no sort, and no table of the nodes off it.
         count = self.fill[chain]
-        at = np.repeat(offset[chain] - np.concatenate([[0], np.cumsum(count)[:-1]]), count) + np.arange(int(count.sum()))
-        return rows[at]
+        start = np.full(len(self.fill), -1, dtype=np.int64)
+        start[chain] = np.concatenate([[0], np.cumsum(count)[:-1]])
+        out = np.empty((int(count.sum()), 8), dtype=np.int64)
+        for block in self.parts:
+            at = start[block[:, 0]]
+            on = at >= 0
+            out[at[on] + block[on, 1]] = block[on]
+        return out
 
     def _thread_index(self) -> None:
         """Per thread, by end: the spans a thread's own work is read from (ops run inline, waits,
@@ -437,9 +440,13 @@ def _walk(trace: TraceData, t: SpanTable, ops: OpTable) -> CriticalPath:
         chain.append(x)
         x = pred[x]
     note = "from the engine's recorded edges"
-    if len(chain) >= limit:
-        note += "; the walk stopped at a cycle in the recorded edges"
     c = np.array(chain, dtype=np.int64)
+    if len(chain) >= limit:  # a cycle in the edges (a malformed file): the chain up to its first repeat
+        _, first_seen = np.unique(c, return_index=True)
+        seen = np.zeros(len(c), dtype=bool)
+        seen[first_seen] = True
+        c = c[: int(np.argmin(seen))] if not seen.all() else c
+        note += "; the walk stopped at a cycle in the recorded edges"
     rows = g.segments_of(c)
     a, b, kind, tid, span, about = (rows[:, k] for k in range(2, 8))
     # Backwards from the end, each segment ends where the walk came from and starts no later.
