@@ -526,15 +526,19 @@ def _gated_push(gate: threading.Event, started: threading.Event) -> Any:
 
 
 def test_keyboard_interrupt_while_waiting_returns_control_and_keeps_the_trace(engine: Engine) -> None:
-    gate, started, fired = threading.Event(), threading.Event(), threading.Event()
+    gate, started, fired, caught = threading.Event(), threading.Event(), threading.Event(), threading.Event()
     prof = Profiler().start()
     try:
         # Threaded: the main thread blocks in the wait. Naive: the op runs inline, so the interrupt
-        # lands inside it and becomes its error, raised at the same wait.
-        _interrupt_main_when(lambda: started.is_set() and (engine.kind == "naive" or _main_blocked()), fired)
-        with pytest.raises(KeyboardInterrupt):
-            out = _gated_push(gate, started)
-            out.wait_to_read()
+        # lands inside it and becomes its error, raised at the same wait. Sent again until it is
+        # caught: one that lands in a garbage-collector callback (hypothesis installs one) is lost.
+        _interrupt_main_when(lambda: started.is_set() and (engine.kind == "naive" or _main_blocked()), fired, until=caught)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                out = _gated_push(gate, started)
+                out.wait_to_read()
+        finally:
+            caught.set()
         _absorb_late_interrupt(fired)
     finally:
         gate.set()
