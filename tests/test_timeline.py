@@ -464,7 +464,7 @@ def test_parent_hover_says_waiting_by_cause_python_cpu_and_the_top_blocker(edges
         py = int(edges_tl.analysis.split[k, 0])
         on = min(int(causes.cpu[k]), py)
         assert causes.cpu[k] >= 0 and f"{fmt_us(on / 1e3)} on CPU, {fmt_us((py - on) / 1e3)} off" in detail
-        blockers = causes.blockers_of(k, t, edges_trace.ops)
+        blockers = causes.all_blockers(t)[k]
         blocker = texts[d["blocker"][j]]
         if not blockers:
             assert blocker == ""

@@ -31,9 +31,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from .columns import ROLE_CODE, SpanTable
-from .ops import OpKind, OpTable
+from .ops import OpTable
 from .records import Blocker, Role
-from .split import by_family_time, family_splits, inline_subops
+from .split import by_family_time, family_members, family_splits, inline_subops
 
 __all__ = ["CAUSES", "UNATTRIBUTED", "Causes", "has_edges", "op_names", "pool_busy_with", "waiting_causes"]
 
@@ -69,24 +69,30 @@ class Causes:
     def of(self, k: int) -> dict[str, int]:
         return dict(zip(self.keys, self.ns[k].tolist(), strict=True))
 
-    def blockers_of(self, k: int, table: SpanTable, ops: OpTable | None, top: int = 3) -> list[Blocker]:
-        """The ops that held invocation row ``k`` up longest (most first)."""
-        lo, hi = np.searchsorted(self.blocked_fam, [k, k + 1])
-        if lo == hi:
-            return []
-        order = lo + np.argsort(-self.blocked_ns[lo:hi], kind="stable")[:top]
-        names = op_names(table, ops, self.blocked_op[order])
-        out = []
-        for j, (name, inv) in zip(order.tolist(), names, strict=True):
+    def all_blockers(self, table: SpanTable, top: int = 3) -> list[list[Blocker]]:
+        """Per invocation row, the ops that held it up longest (most first, at most ``top``): the
+        names of all of them looked up at once."""
+        out: list[list[Blocker]] = [[] for _ in range(len(self.parents))]
+        f = self.blocked_fam
+        if not len(f):
+            return out
+        order = np.lexsort((np.arange(len(f)), -self.blocked_ns, f))  # by row, most ns first
+        fam = f[order]
+        rank = np.arange(len(fam)) - np.searchsorted(fam, fam)
+        pick = order[rank < top]
+        names, invs = op_names(table, self.blocked_op[pick])
+        for j, name, inv in zip(pick.tolist(), names, invs.tolist(), strict=True):
             var = int(self.blocked_var[j])
-            out.append(Blocker(int(self.blocked_op[j]), name, inv, var if var >= 0 else None, int(self.blocked_ns[j])))
+            blocker = Blocker(
+                int(self.blocked_op[j]), name, inv if inv >= 0 else None, var if var >= 0 else None, int(self.blocked_ns[j])
+            )
+            out[int(f[j])].append(blocker)
         return out
 
 
-def op_names(table: SpanTable, ops: OpTable | None, op_ids: np.ndarray) -> list[tuple[str, int | None]]:
-    """(span name, invocation or None) of each op id: a custom op's is its parent's."""
-    has = table.op >= 0
-    span_of = np.flatnonzero(has)
+def op_names(table: SpanTable, op_ids: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """(span name, invocation or -1) of each op id: a custom op's is its parent's."""
+    span_of = np.flatnonzero(table.op >= 0)
     ids = table.op[span_of]
     # A custom op's id is on its parent; prefer that span over any other carrying it.
     pref = np.where(table.role[span_of] == ROLE_CODE[Role.PARENT], 0, 1)
@@ -95,16 +101,17 @@ def op_names(table: SpanTable, ops: OpTable | None, op_ids: np.ndarray) -> list[
     first = np.ones(len(ids), dtype=bool)
     first[1:] = ids[1:] != ids[:-1]
     ids, span_of = ids[first], span_of[first]
-    out: list[tuple[str, int | None]] = []
-    for op in np.asarray(op_ids, dtype=np.int64).tolist():
-        at = int(np.searchsorted(ids, op))
-        if at < len(ids) and ids[at] == op:
-            s = int(span_of[at])
-            inv = int(table.inv[s])
-            out.append((table.strings[table.name[s]], inv if inv >= 0 else None))
-        else:
-            out.append((f"op {op} (not recorded)", None))
-    return out
+    op_ids = np.asarray(op_ids, dtype=np.int64)
+    if not len(ids):
+        return [f"op {op} (not recorded)" for op in op_ids.tolist()], np.full(len(op_ids), -1, dtype=np.int64)
+    pos = np.minimum(np.searchsorted(ids, op_ids), len(ids) - 1)
+    hit = ids[pos] == op_ids
+    s = span_of[pos]
+    names = [
+        table.strings[c] if h else f"op {op} (not recorded)"
+        for c, h, op in zip(table.name[s].tolist(), hit.tolist(), op_ids.tolist(), strict=True)
+    ]
+    return names, np.where(hit, table.inv[s], -1)
 
 
 def has_edges(table: SpanTable, ops: OpTable | None) -> bool:
@@ -123,11 +130,7 @@ def waiting_causes(table: SpanTable, ops: OpTable | None) -> Causes:
         return Causes(parents, keys, np.zeros((0, len(keys)), np.int64), empty, empty, empty, empty, empty, edges)
     lo, hi = table.start[parents], table.end[parents]
     p_inv = table.inv[parents]
-    by_inv = np.argsort(p_inv, kind="stable")
-    members = np.flatnonzero((table.inv >= 0) & (table.role != ROLE_CODE[Role.PARENT]))
-    pos = np.minimum(np.searchsorted(p_inv[by_inv], table.inv[members]), k - 1)
-    mine = p_inv[by_inv][pos] == table.inv[members]
-    members, fam = members[mine], by_inv[pos[mine]]
+    members, fam = family_members(table, parents)
     start, end, tid, role = table.start[members], table.end[members], table.tid[members], table.role[members]
 
     is_py = role == ROLE_CODE[Role.PYTHON]
@@ -270,12 +273,6 @@ def waiting_causes(table: SpanTable, ops: OpTable | None) -> Causes:
             bn = np.bincount(grp, weights=got).astype(np.int64)
             bf, bo, bv = jf[new], src[new], var[new]
     return Causes(parents, keys, out, cpu, bf, bo, bv, bn, edges)
-
-
-def custom_kind(ops: OpTable, op_ids: np.ndarray) -> np.ndarray:
-    """Whether each op id is a custom op's own engine op."""
-    rows = ops.rows_of(op_ids)
-    return (rows >= 0) & (ops.kind[np.maximum(rows, 0)] == OpKind.CUSTOM)
 
 
 def pool_busy_with(table: SpanTable, causes: Causes, limit: int = 5000) -> dict[str, dict[str, int]]:

@@ -57,35 +57,21 @@ class Trace(TraceData):
         errors = [t.error_of(i) for i in parents.tolist()] if len(t.args_at) else [None] * len(parents)
         by_cause = [dict(zip(causes.keys, row, strict=True)) for row in causes.ns.tolist()]
         cpu = [None if c < 0 else c for c in causes.cpu.tolist()]
-        with_blockers = set(causes.blocked_fam.tolist())
+        blockers = causes.all_blockers(t)
         rows = [
-            CustomOpRow(
-                op,
-                bw == 1,
-                inv,
-                st,
-                wall,
-                py,
-                sub,
-                wait,
-                err,
-                bc,
-                c,
-                causes.blockers_of(k, t, self.ops) if k in with_blockers else [],
-            )
-            for k, (op, bw, inv, st, wall, (py, sub, wait), err, bc, c) in enumerate(
-                zip(
-                    ops,
-                    t.backward[parents].tolist(),
-                    t.inv[parents].tolist(),
-                    starts,
-                    walls,
-                    split.tolist(),
-                    errors,
-                    by_cause,
-                    cpu,
-                    strict=True,
-                )
+            CustomOpRow(op, bw == 1, inv, st, wall, py, sub, wait, err, bc, c, blk)
+            for op, bw, inv, st, wall, (py, sub, wait), err, bc, c, blk in zip(
+                ops,
+                t.backward[parents].tolist(),
+                t.inv[parents].tolist(),
+                starts,
+                walls,
+                split.tolist(),
+                errors,
+                by_cause,
+                cpu,
+                blockers,
+                strict=True,
             )
         ]
         rows.sort(key=lambda r: (r.start_ns, r.invocation))

@@ -17,6 +17,7 @@ from .records import Role, Span
 
 __all__ = [
     "by_family_time",
+    "family_members",
     "family_splits",
     "inline_subops",
     "split_columns",
@@ -175,6 +176,19 @@ def inline_subops(fam: np.ndarray, tid: np.ndarray, is_py: np.ndarray, is_sub: n
     return is_sub & np.isin(fam * span + tid, np.unique(py_fam * span + tid[is_py]))
 
 
+def family_members(table: SpanTable, parents: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The spans (not parents) of the invocations of ``parents``, and each one's row in ``parents``."""
+    members = np.flatnonzero((table.inv >= 0) & (table.role != ROLE_CODE[Role.PARENT]))
+    if not len(parents):
+        return members[:0], members[:0]
+    p_inv = table.inv[parents]
+    by_inv = np.argsort(p_inv, kind="stable")
+    m_inv = table.inv[members]
+    pos = np.minimum(np.searchsorted(p_inv[by_inv], m_inv), len(p_inv) - 1)
+    mine = p_inv[by_inv][pos] == m_inv
+    return members[mine], by_inv[pos[mine]]
+
+
 def family_splits(table: SpanTable) -> tuple[np.ndarray, np.ndarray]:
     """Each custom-op parent (its first span per invocation) and its (python, sub-ops, waiting) ns.
 
@@ -202,14 +216,7 @@ def family_splits(table: SpanTable) -> tuple[np.ndarray, np.ndarray]:
                 split[k], have[k] = stored, True
     missing = parents[~have]
     if len(missing):
-        members = np.flatnonzero((table.inv >= 0) & ~is_parent)
-        m_inv = table.inv[members]
-        p_inv = table.inv[missing]
-        by_inv = np.argsort(p_inv)
-        pos = np.searchsorted(p_inv[by_inv], m_inv)
-        pos = np.minimum(pos, len(p_inv) - 1)
-        mine = p_inv[by_inv][pos] == m_inv
-        members, fam = members[mine], by_inv[pos[mine]]
+        members, fam = family_members(table, missing)
         split[~have] = split_columns(
             table.start[missing],
             table.end[missing],

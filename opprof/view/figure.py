@@ -60,9 +60,9 @@ from bokeh.models import (
 from bokeh.plotting import figure
 
 from ..trace import Role, SpanTable, Trace
-from ..trace.causes import Causes, has_edges
+from ..trace.causes import Causes, has_edges, op_names
 from ..trace.columns import ROLE_CODE
-from ..trace.critical import CriticalPath, SegmentKind
+from ..trace.critical import CriticalPath
 from ..trace.ops import OpKind, OpTable
 from ..trace.records import FAMILY_ARGS
 from ..trace.split import family_splits
@@ -234,8 +234,6 @@ class _Analysis:
     causes: Causes
     top: np.ndarray  # per row: index into ``causes.blocked_*`` of its longest blocker, -1 none
     n_blockers: np.ndarray  # per row: how many ops held it up
-    _op_ids: np.ndarray | None = None
-    _op_spans: np.ndarray | None = None
 
     @classmethod
     def of(cls, trace: Trace) -> _Analysis:
@@ -249,38 +247,12 @@ class _Analysis:
         bf = causes.blocked_fam
         n_blockers = np.bincount(bf, minlength=k)[:k] if len(bf) else np.zeros(k, dtype=np.int64)
         if len(bf):
-            # Per row, the blocker with the most ns (the first such, as Causes.blockers_of orders them).
+            # Per row, the blocker with the most ns (the first such, as Causes.all_blockers orders them).
             order = np.lexsort((np.arange(len(bf)), -causes.blocked_ns, bf))
             first = np.ones(len(order), dtype=bool)
             first[1:] = bf[order[1:]] != bf[order[:-1]]
             top[bf[order[first]]] = order[first]
         return cls(t, trace.ops, parents, split, causes, top, n_blockers)
-
-    def op_labels(self, op_ids: np.ndarray) -> tuple[list[str], np.ndarray]:
-        """Name and invocation (-1: none) of each op id, as :func:`opprof.trace.causes.op_names`
-        gives them (a custom op is named by its parent), for all ids at once."""
-        t = self.table
-        if self._op_ids is None:
-            has = np.flatnonzero(t.op >= 0)
-            ids = t.op[has]
-            order = np.lexsort((np.where(t.role[has] == ROLE_CODE[Role.PARENT], 0, 1), ids))
-            ids, at = ids[order], has[order]
-            first = np.ones(len(ids), dtype=bool)
-            first[1:] = ids[1:] != ids[:-1]
-            self._op_ids, self._op_spans = ids[first], at[first]
-        assert self._op_ids is not None and self._op_spans is not None
-        ids, spans = self._op_ids, self._op_spans
-        op_ids = np.asarray(op_ids, dtype=np.int64)
-        if not len(ids):
-            return [f"op {op} (not recorded)" for op in op_ids.tolist()], np.full(len(op_ids), -1, dtype=np.int64)
-        pos = np.minimum(np.searchsorted(ids, op_ids), len(ids) - 1)
-        hit = ids[pos] == op_ids
-        s = spans[pos]
-        names = [
-            t.strings[c] if h else f"op {op} (not recorded)"
-            for c, h, op in zip(t.name[s].tolist(), hit.tolist(), op_ids.tolist(), strict=True)
-        ]
-        return names, np.where(hit, t.inv[s], -1)
 
     def sites(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(code into ``ops.strings`` of the user's "file:line" that pushed or waited, -1 none;
@@ -298,7 +270,7 @@ class _Analysis:
         c = self.causes
         top = self.top[rows]
         blocked = top[top >= 0]
-        names, invs = self.op_labels(c.blocked_op[blocked])
+        names, invs = op_names(self.table, c.blocked_op[blocked])
         label = iter(zip(names, invs.tolist(), strict=True))
         out = []
         for r, j, (py, sub, wait), ns in zip(
@@ -788,33 +760,11 @@ class _PathIndex:
     n_segments: int
 
 
-_KINDS = list(SegmentKind)
-_KIND_CODE = {k: i for i, k in enumerate(_KINDS)}
-
-
-def _segment_columns(path: CriticalPath) -> np.ndarray:
-    """The path's segments as an (n, 4) array of span, start, end and kind code (into
-    :class:`~opprof.trace.critical.SegmentKind`'s order): the path's own columns when it has them,
-    else read from its :class:`~opprof.trace.critical.Segment` objects (``np.fromiter`` over
-    generators: ~50 ms for 216k segments)."""
-    cols = [getattr(path, name, None) for name in ("seg_span", "seg_start", "seg_end", "seg_kind")]
-    if all(c is not None for c in cols):
-        return np.stack([np.asarray(c, dtype=np.int64) for c in cols], axis=1).reshape(-1, 4)
-    segs, n, code = path.segments, len(path.segments), _KIND_CODE
-    seg = np.empty((n, 4), dtype=np.int64)
-    seg[:, 0] = np.fromiter((g.span for g in segs), dtype=np.int64, count=n)
-    seg[:, 1] = np.fromiter((g.start for g in segs), dtype=np.int64, count=n)
-    seg[:, 2] = np.fromiter((g.end for g in segs), dtype=np.int64, count=n)
-    seg[:, 3] = np.fromiter((code[g.kind] for g in segs), dtype=np.int64, count=n)
-    return seg
-
-
 def _path_index(path: CriticalPath, layout: Layout) -> _PathIndex:
     """The path on the layout: its rectangles, and its segments at their thread-lane rectangles."""
-    seg = _segment_columns(path)
+    seg = np.stack([path.seg_span, path.seg_start, path.seg_end], axis=1).astype(np.int64).reshape(-1, 3)
     n_segments = len(seg)
-    ns = np.bincount(seg[:, 3], weights=seg[:, 2] - seg[:, 1], minlength=len(_KINDS))
-    by_kind = {_KINDS[k].value: int(ns[k]) for k in np.argsort(-ns, kind="stable").tolist() if ns[k] > 0}
+    by_kind = path.by_kind()
     seg = seg[seg[:, 0] >= 0]
     if not len(seg) or not len(layout):
         z = np.zeros(0, dtype=np.int64)
