@@ -1,11 +1,13 @@
 """The recorder's raw records -> a :class:`~opprof.trace.Trace`, with array operations.
 
-Each thread records into three lists of one shape each (:class:`ThreadRecords`): plain ops as
-``(t0, t1, name)``, sub-ops pushed inside a custom op's Python as ``(t0, t1, name, push)``, and the
-rest (a custom op's own engine op and ``Dummy_Wait``, its Python, waits, errors, user spans,
-instants, counters) as ``(kind, t0, t1, name, info, pushed_in)``. ``map(itemgetter(k), records)``
-turns a list into columns in C (~20-60 ns a field; ``zip(*records)`` costs ~400 ns a record, an
-iterator each), and the bulk of a profile, plain ops, has three fields only.
+Each thread records into lists of one shape each (:class:`ThreadRecords`): plain ops as
+``(t0, t1, name, seq, push, pusher, ready, by, by_var, reads, writes)`` (the op and its engine
+edges in one record), sub-ops pushed inside a custom op's Python as ``(t0, t1, name, seq, push)``,
+a family's own records (its engine op, ``Dummy_Wait``, Python) as ``(kind, t0, t1, invocation,
+seq or CPU ns)``, the rest (waits, errors, user spans, instants, counters) as ``(kind, t0, t1,
+name, info, pushed_in, extra)``, and the edges of every op that is not plain in ``deps``.
+``map(itemgetter(k), records)`` turns a list into columns in C (~20-60 ns a field; ``zip(*records)``
+costs ~400 ns a record, an iterator each).
 
 From there nothing runs per span in Python: the kind of each span, its custom-op family (through
 the ``id()`` of its :class:`~opprof.engine.Invocation`), its ``Type::op`` name (formatted once per
@@ -63,7 +65,7 @@ class ThreadRecords:
         self.name = name
         self.index = -1  # its place among the recorder's threads: what an op's record names its pusher by
         self.origin = self  # the records a copy was made from: pushes name those
-        self.plain: list[tuple[int, int, str, int]] = []
+        self.plain: list[tuple[Any, ...]] = []  # 11 fields: see the module docstring
         self.sub: list[tuple[int, int, str, int, tuple[int, Any, Invocation, Any]]] = []
         self.fam: list[tuple[int, int, int, Invocation, int]] = []
         self.buf: list[tuple[Any, ...]] = []
@@ -285,11 +287,11 @@ def build_columns(threads: Sequence[ThreadRecords]) -> Built:
     return Built(spans.sorted_by_start(), flows, instants, counters, incomplete, ops)
 
 
-def _site_codes(sites: list[Any], code: Any, known: dict[Any, int]) -> list[int]:
-    """Each push's site code: the distinct ones made once, then looked up in C."""
-    for x in set(sites):
-        code(x)
-    return list(map(known.__getitem__, sites))
+def _site_codes(sites: list[Any], st: StringTable) -> np.ndarray:
+    """Each push's or wait's ``(file, line)`` as a code of its "file:line" (-1 for none): each
+    distinct site formatted once, then looked up in C."""
+    code = {x: -1 if x is None else st.code(f"{x[0]}:{x[1]}") for x in set(sites)}
+    return np.fromiter(map(code.__getitem__, sites), dtype=np.int32, count=len(sites))
 
 
 def _var_counts(values: list[Any]) -> tuple[np.ndarray, np.ndarray]:
@@ -327,14 +329,6 @@ def _op_table(
     for i, r in enumerate(threads):
         tid_of_index[r.index] = i + 1
     st = StringTable()
-    site_code: dict[Any, int] = {None: -1}
-
-    def site(x: Any) -> int:
-        c = site_code.get(x)
-        if c is None:
-            c = site_code[x] = st.code(f"{x[0]}:{x[1]}")
-        return c
-
     w_list = w_at.tolist()
     w_extra = [b_x[j] for j in w_list]  # (by, var, site) of each wait
     push = _arr(d_push)
@@ -367,22 +361,22 @@ def _op_table(
     w_end = np.array([b_t1[j] for j in w_list], dtype=np.int64)
     w_by = np.array([e[0] for e in w_extra], dtype=np.int64)
     acc_at = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    order = np.argsort(op, kind="stable")
+    all_by, all_var = np.concatenate([by, w_by]), np.concatenate([var, w_var])
     t = OpTable(
         op=op,
         kind=kind,
         push=table_push,
         pusher=np.concatenate([tid_of_index[np.fromiter(d_rec, dtype=np.int64, count=len(d_rec))], tid[o_b + w_at]]),
         ready=np.concatenate([ready, w_end]),
-        by=np.where(np.concatenate([by, w_by]) > 0, np.concatenate([by, w_by]), -1),
-        var=np.where(np.concatenate([var, w_var]) > 0, np.concatenate([var, w_var]), -1),
-        site=np.array(_site_codes(d_site, site, site_code) + [site(e[2]) for e in w_extra], dtype=np.int32),
+        by=np.where(all_by > 0, all_by, -1),  # 0: none, in the engine's fields
+        var=np.where(all_var > 0, all_var, -1),
+        site=_site_codes(d_site + [e[2] for e in w_extra], st),
         acc_at=acc_at,
         acc_var=acc_var,
         acc_write=is_write,
         strings=st.strings,
     )
-    return t if bool(np.all(order[1:] > order[:-1])) else t.take(order)
+    return t.sorted_by_op()
 
 
 def _labels(st: StringTable, op_code: np.ndarray, backward: np.ndarray) -> np.ndarray:

@@ -30,7 +30,7 @@ import numpy as np
 from . import chrome_fast
 from .causes import has_edges, waiting_causes
 from .columns import ROLE_CODE, FlowTable, SpanTable
-from .critical import SegmentKind, critical_path
+from .critical import critical_path
 from .data import TraceData
 from .importer import NS_LIMIT, import_chrome
 from .jsonio import TraceFormatError, dumps, loads, no_gc, open_maybe_gzip, parse_json, read_trace_file
@@ -120,7 +120,6 @@ def _event_chunks(trace: TraceData, t0: int) -> Iterator[list[dict[str, Any]]]:
 
 #: The flow category of the critical path's arrows: derived from the edges, so a reader drops them.
 CRITICAL_PATH = "critical_path"
-_RUN_CODE, _PY_CODE, _WAIT_CODE = (list(SegmentKind).index(k) for k in (SegmentKind.RUN, SegmentKind.PYTHON, SegmentKind.WAIT))
 
 
 def _why_args(trace: TraceData) -> dict[int, dict[str, Any]]:
@@ -148,7 +147,7 @@ def _path_flows(trace: TraceData, t0: int) -> list[dict[str, Any]]:
         return []
     p = critical_path(trace)
     t = trace.table
-    on = np.flatnonzero((p.seg_span >= 0) & np.isin(p.seg_kind, [_RUN_CODE, _PY_CODE, _WAIT_CODE]))
+    on = np.flatnonzero(p.on_threads())
     on = on[p.seg_end[on] > p.seg_start[on]]
     tid = t.tid[p.seg_span[on]]
     hop = np.flatnonzero(tid[1:] != tid[:-1])

@@ -68,7 +68,9 @@ class Segment:
 
 _KINDS = list(SegmentKind)
 _CODE = {k: i for i, k in enumerate(_KINDS)}
-_ON_SPAN = np.array([k in (SegmentKind.RUN, SegmentKind.PYTHON, SegmentKind.WAIT) for k in _KINDS])
+#: Kinds of segment that are a span running on its own thread (a queue, hand-off, pool wait or
+#: program time is not, though it may name the span it concerns).
+_ON_THREAD = np.array([k in (SegmentKind.RUN, SegmentKind.PYTHON, SegmentKind.WAIT) for k in _KINDS])
 
 
 @dataclass(eq=False)
@@ -136,6 +138,10 @@ class CriticalPath:
         s = self.seg_span[self.seg_span >= 0]
         _, first = np.unique(s, return_index=True)
         return s[np.sort(first)]
+
+    def on_threads(self) -> np.ndarray:
+        """Which segments are a span running on its thread (an op, a Python, a wait)."""
+        return (self.seg_span >= 0) & _ON_THREAD[self.seg_kind]
 
     @property
     def slack(self) -> np.ndarray:
@@ -237,6 +243,52 @@ _RUN, _PY, _QUEUE, _POOL, _HAND, _WAIT, _PROG = (
 )
 
 
+class _ByThread:
+    """Spans ``idx`` keyed by (thread, ``time``): "the last one of thread ``tid`` at or before ``at``"
+    for many queries in one sorted search (times run from ``lo``, below ``lo + width``)."""
+
+    def __init__(self, t: SpanTable, idx: np.ndarray, time: np.ndarray, lo: int, width: int) -> None:
+        self.tids, self.lo, self.width = t.tid, lo, width
+        key = t.tid[idx] * width + (time[idx] - lo)
+        order = np.argsort(key, kind="stable")
+        self.idx, self.key = idx[order], key[order]
+
+    def last(self, tid: np.ndarray, at: np.ndarray, side: str) -> np.ndarray:
+        """The last span of ``tid`` at or before ``at`` (``side`` of ``np.searchsorted``), -1 none."""
+        q = tid * self.width + (np.maximum(at, self.lo) - self.lo)
+        out = np.full(len(q), -1, dtype=np.int64)
+        if not len(self.idx):
+            return out
+        k = np.searchsorted(self.key, q, side=side) - 1  # type: ignore[call-overload]
+        got = self.idx[np.maximum(k, 0)]
+        same = (k >= 0) & (self.tids[got] == tid)
+        out[same] = got[same]
+        return out
+
+
+def _span_of_row(t: SpanTable, ops: OpTable) -> np.ndarray:
+    """The span that ran each op row (-1: none recorded)."""
+    out = np.full(len(ops), -1, dtype=np.int64)
+    has = np.flatnonzero(t.op >= 0)
+    rows = ops.rows_of(t.op[has])
+    ok = rows >= 0
+    out[rows[ok]] = has[ok]
+    return out
+
+
+def _families(t: SpanTable, ops: OpTable) -> tuple[np.ndarray, np.ndarray]:
+    """Per invocation id: its parent span and its ``Dummy_Wait``'s op row (-1: none)."""
+    top = int(t.inv.max()) + 2 if len(t) else 1
+    parent_of = np.full(top, -1, dtype=np.int64)
+    idx = np.flatnonzero((t.role == ROLE_CODE[Role.PARENT]) & (t.inv >= 0))
+    parent_of[t.inv[idx][::-1]] = idx[::-1]  # the first one wins
+    dummy_of = np.full(top, -1, dtype=np.int64)
+    d = np.flatnonzero((t.role == ROLE_CODE[Role.DUMMY_WAIT]) & (t.inv >= 0) & (t.op >= 0))
+    dr = ops.rows_of(t.op[d])
+    dummy_of[t.inv[d][dr >= 0]] = dr[dr >= 0]
+    return parent_of, dummy_of
+
+
 class _Nodes:
     """The walk's graph, built with array operations: every node has one predecessor and up to
     four segments (latest first), each ``[a, b]`` with ``b`` clipped to where the walk came from.
@@ -255,23 +307,8 @@ class _Nodes:
         self.t, self.ops, self.start = t, ops, start
         self.fill = np.zeros(m, dtype=np.int64)  # slots used per node
 
-        span_of = np.full(n, -1, dtype=np.int64)
-        has = np.flatnonzero(t.op >= 0)
-        rows = ops.rows_of(t.op[has])
-        ok = rows >= 0
-        span_of[rows[ok]] = has[ok]
-        self.span_of = span_of
-        # Invocations: parent span, Python span, Dummy_Wait row.
-        top = int(t.inv.max()) + 2 if len(t) else 1
-        self.parent_of = np.full(top, -1, dtype=np.int64)
-        self.python_of = np.full(top, -1, dtype=np.int64)
-        dummy_of = np.full(top, -1, dtype=np.int64)
-        for role, out in ((Role.PARENT, self.parent_of), (Role.PYTHON, self.python_of)):
-            idx = np.flatnonzero((t.role == ROLE_CODE[role]) & (t.inv >= 0))
-            out[t.inv[idx][::-1]] = idx[::-1]  # the first one wins
-        d = np.flatnonzero((t.role == ROLE_CODE[Role.DUMMY_WAIT]) & (t.inv >= 0) & (t.op >= 0))
-        dr = ops.rows_of(t.op[d])
-        dummy_of[t.inv[d][dr >= 0]] = dr[dr >= 0]
+        span_of = self.span_of = _span_of_row(t, ops)
+        self.parent_of, dummy_of = _families(t, ops)
         self._thread_index()
 
         kind = ops.kind
@@ -346,28 +383,11 @@ class _Nodes:
         t = self.t
         py_role = t.role == ROLE_CODE[Role.PYTHON]
         inner = (t.op >= 0) & ((t.role == ROLE_CODE[Role.WAIT]) | (t.role == ROLE_CODE[Role.SUBOP]))
-        self.t_lo = int(min(int(t.start.min()), self.start))
-        self.width = int(t.end.max()) - self.t_lo + 2
-        self.prev_idx, self.prev_key = self._keyed(np.flatnonzero((t.op >= 0) | py_role), t.end)
-        self.inner_idx, self.inner_key = self._keyed(np.flatnonzero(inner), t.end)
-        self.py_idx, self.py_key = self._keyed(np.flatnonzero(py_role), t.start)
-
-    def _keyed(self, idx: np.ndarray, time: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        key = self.t.tid[idx] * self.width + (time[idx] - self.t_lo)
-        order = np.argsort(key, kind="stable")
-        return idx[order], key[order]
-
-    def _last(self, idx: np.ndarray, key: np.ndarray, tid: np.ndarray, at: np.ndarray, side: str) -> np.ndarray:
-        """The last entry of ``tid``'s at or before ``at`` (``side``), -1 where there is none."""
-        q = tid * self.width + (np.maximum(at, self.t_lo) - self.t_lo)
-        out = np.full(len(q), -1, dtype=np.int64)
-        if not len(idx):
-            return out
-        k = np.searchsorted(key, q, side=side) - 1  # type: ignore[call-overload]
-        got = idx[np.maximum(k, 0)]
-        same = (k >= 0) & (self.t.tid[got] == tid)
-        out[same] = got[same]
-        return out
+        lo = int(min(int(t.start.min()), self.start))
+        width = int(t.end.max()) - lo + 2
+        self.prev = _ByThread(t, np.flatnonzero((t.op >= 0) | py_role), t.end, lo, width)
+        self.inner = _ByThread(t, np.flatnonzero(inner), t.end, lo, width)
+        self.pythons = _ByThread(t, np.flatnonzero(py_role), t.start, lo, width)
 
     def _thread(self, nodes: np.ndarray, tid: np.ndarray, at: np.ndarray, depth: int = 0) -> None:
         """What thread ``tid`` was doing just before ``at``: a node's last segments and predecessor."""
@@ -376,13 +396,13 @@ class _Nodes:
         t, n = self.t, self.n
         tid = np.asarray(tid, dtype=np.int64)
         at = np.asarray(at, dtype=np.int64)
-        py = self._last(self.py_idx, self.py_key, tid, at, "left")  # starts before ``at``
+        py = self.pythons.last(tid, at, "left")  # starts before ``at``
         inside = py >= 0
         inside[inside] = t.end[py[inside]] >= at[inside]
         # Inside a Python: back to its last wait or sub-op that ended, else to its start.
         i = np.flatnonzero(inside)
         p = py[i]
-        child = self._last(self.inner_idx, self.inner_key, tid[i], at[i], "right")
+        child = self.inner.last(tid[i], at[i], "right")
         has_child = child >= 0
         has_child[has_child] = t.start[child[has_child]] >= t.start[p[has_child]]
         c = i[has_child]
@@ -397,7 +417,7 @@ class _Nodes:
         self.pred[nodes[c]] = np.where(prow >= 0, 2 * n + prow, -1)
         # Outside: back to the last thing the thread did (a Python: into it, once).
         o = np.flatnonzero(~inside)
-        prev = self._last(self.prev_idx, self.prev_key, tid[o], at[o], "right")
+        prev = self.prev.last(tid[o], at[o], "right")
         none = prev < 0
         self._add(nodes[o[none]], np.full(int(none.sum()), self.start), _INF, _PROG, tid[o[none]], -1, -1)
         o2, prev2 = o[~none], prev[~none]
@@ -592,10 +612,7 @@ def _slack(t: SpanTable, ops: OpTable | None) -> np.ndarray:
     if not n:
         return out
     end_run = int(t.end.max())
-    span_of_row = np.full(n, -1, dtype=np.int64)
-    linked = np.flatnonzero(t.op >= 0)
-    rows = ops.rows_of(t.op[linked])
-    span_of_row[rows[rows >= 0]] = linked[rows >= 0]
+    span_of_row = _span_of_row(t, ops)
     # Nodes: the op rows (0..n-1), then one per Python span.
     py_spans = np.flatnonzero(t.role == ROLE_CODE[Role.PYTHON])
     n_nodes = n + len(py_spans)
@@ -603,7 +620,6 @@ def _slack(t: SpanTable, ops: OpTable | None) -> np.ndarray:
     span_of = np.concatenate([span_of_row, py_spans])
     has_span = span_of >= 0
     comp[has_span] = t.end[span_of[has_span]]
-    # A custom op completes when its Dummy_Wait does (its parent's end, which it shares).
     src_l: list[np.ndarray] = []
     dst_l: list[np.ndarray] = []
 
@@ -612,9 +628,8 @@ def _slack(t: SpanTable, ops: OpTable | None) -> np.ndarray:
     acc_row = np.repeat(np.arange(n), np.diff(ops.acc_at))
     var, wr = ops.acc_var, ops.acc_write
     kind = ops.kind
-    use = np.ones(len(acc_row), dtype=bool)  # waits too: a WaitForVar reads the var it waited on
-    if np.any(use):
-        ar, av, aw = acc_row[use], var[use], wr[use]
+    if len(acc_row):  # waits too: a WaitForVar reads the var it waited on
+        ar, av, aw = acc_row, var, wr
         o = np.lexsort((ar, ops.push[ar], av))  # in push order (a wait's id is not the engine's)
         ar, av, aw = ar[o], av[o], aw[o]
         pos = np.arange(len(ar))
@@ -680,27 +695,20 @@ def _slack(t: SpanTable, ops: OpTable | None) -> np.ndarray:
     prog_src, prog_dst = prog[before[ok]], prog[ok]
     # Inside a Python: each push or wait follows the Python it was made in.
     inner = items[in_py_thread]
-    py_order = py_spans[np.lexsort((t.start[py_spans], t.tid[py_spans]))]
-    width = int(max(int(t.end.max()), int(push.max()))) - int(min(int(t.start.min()), int(push[push >= 0].min()))) + 2
-    base = int(min(int(t.start.min()), int(push[push >= 0].min())))
-    key = t.tid[py_order] * width + (t.start[py_order] - base)
-    at = np.searchsorted(key, ops.pusher[inner] * width + (push[inner] - base), side="right") - 1
-    okp = at >= 0
-    cand = py_order[np.maximum(at, 0)]
-    okp &= (t.tid[cand] == ops.pusher[inner]) & (t.end[cand] >= push[inner])
+    lo = min(int(t.start.min()), int(push[push >= 0].min()))
+    pythons = _ByThread(t, py_spans, t.start, lo, max(int(t.end.max()), int(push.max())) - lo + 2)
+    cand = pythons.last(ops.pusher[inner], push[inner], "right")
+    okp = cand >= 0
+    okp[okp] = t.end[cand[okp]] >= push[inner][okp]
     node_of_py = np.full(len(t), -1, dtype=np.int64)
     node_of_py[py_spans] = n + np.arange(len(py_spans))
     py_src, py_dst = node_of_py[cand[okp]], inner[okp]
     # A custom op completes with its Dummy_Wait.
-    d_spans = np.flatnonzero((t.role == ROLE_CODE[Role.DUMMY_WAIT]) & (t.op >= 0) & (t.inv >= 0))
-    parent_of = np.full(int(t.inv.max()) + 2 if len(t) else 1, -1, dtype=np.int64)
-    par = np.flatnonzero((t.role == ROLE_CODE[Role.PARENT]) & (t.inv >= 0) & (t.op >= 0))
-    parent_of[t.inv[par]] = par
-    dp = parent_of[t.inv[d_spans]]
-    okd = dp >= 0
-    d_src = ops.rows_of(t.op[d_spans[okd]])
-    d_dst = ops.rows_of(t.op[dp[okd]])
-    okd2 = (d_src >= 0) & (d_dst >= 0)
+    parent_of, dummy_of = _families(t, ops)
+    both = np.flatnonzero((parent_of >= 0) & (dummy_of >= 0))
+    d_src = dummy_of[both]
+    d_dst = ops.rows_of(t.op[parent_of[both]])
+    okd2 = d_dst >= 0
     seq_src = np.concatenate([prog_src, py_src, d_src[okd2]])
     seq_dst = np.concatenate([prog_dst, py_dst, d_dst[okd2]])
     # A push (or wait) slipping moves its ready time (its end) once it passes it.

@@ -38,10 +38,6 @@ class OpKind(enum.IntEnum):
     WAIT = 3
 
 
-def _none(n: int) -> np.ndarray:
-    return np.full(n, -1, dtype=_I64)
-
-
 @dataclass(eq=False)
 class OpTable:
     """One row per recorded engine op or wait, ascending by ``op`` (see the module docstring).
@@ -66,11 +62,6 @@ class OpTable:
 
     def __len__(self) -> int:
         return len(self.op)
-
-    @classmethod
-    def empty(cls) -> OpTable:
-        e = _none(0)
-        return cls(e, e.astype(np.int8), e, e, e, e, e, e.astype(np.int32))
 
     def rows_of(self, ids: np.ndarray) -> np.ndarray:
         """The row of each op id (-1 where the table has none)."""
@@ -117,18 +108,17 @@ class OpTable:
             acc_write=np.concatenate([o.acc_write for o in tables]),
             strings=tables[0].strings,
         )
-        order = np.argsort(merged.op, kind="stable")
-        return merged if bool(np.all(order[1:] > order[:-1])) else merged.take(order)
+        return merged.sorted_by_op()
+
+    def sorted_by_op(self) -> OpTable:
+        """The table ascending by ``op`` (itself when it is already)."""
+        if not len(self.op) or bool(np.all(self.op[1:] > self.op[:-1])):
+            return self
+        return self.take(np.argsort(self.op, kind="stable"))
 
     def site_of(self, row: int) -> str | None:
         c = int(self.site[row])
         return None if c < 0 else self.strings[c]
-
-    def accesses(self, row: int) -> tuple[list[int], list[int]]:
-        """(vars read, vars written) by the op in ``row``."""
-        a, b = int(self.acc_at[row]), int(self.acc_at[row + 1])
-        v, w = self.acc_var[a:b].tolist(), self.acc_write[a:b].tolist()
-        return [x for x, wr in zip(v, w, strict=True) if not wr], [x for x, wr in zip(v, w, strict=True) if wr]
 
     def check(self) -> list[str]:
         """What is inconsistent in the table itself (for readers of files and :func:`~.validate.validate`)."""
