@@ -42,13 +42,14 @@ class Trace(TraceData):
         """Count, total, min and max duration per (category, name), largest total first."""
         return span_stats(self.table)
 
-    def custom_ops(self) -> list[CustomOpRow]:
-        """One row per custom-op invocation, in start order, with its waiting by cause."""
+    def custom_ops(self, causes: Causes | None = None) -> list[CustomOpRow]:
+        """One row per custom-op invocation, in start order, with its waiting by cause (``causes``:
+        this trace's :meth:`waiting_causes`, when the caller has them already)."""
         t = self.table
         parents, split = family_splits(t)
         if not len(parents):
             return []
-        causes = self.waiting_causes()
+        causes = causes if causes is not None else self.waiting_causes()
         op_codes = t.op_type[parents]
         names = t.str_list(t.name[parents])
         ops = [names[k] if c < 0 else t.strings[c] for k, c in enumerate(op_codes.tolist())]

@@ -226,10 +226,10 @@ def _short_site(site: str) -> str:
 
 def why_text(trace: Trace, top: int = 5) -> str:
     """Why each custom op waits and what bounds the run, in plain words (``%%opprof --why``)."""
-    split = custom_op_summary(trace.custom_ops())
+    causes = trace.waiting_causes()  # once, for the rows and for who kept the pool busy
+    split = custom_op_summary(trace.custom_ops(causes))
     lines: list[str] = []
     if split:
-        causes = trace.waiting_causes()
         busy = pool_busy_with(trace.table, causes) if "custom_pool" in causes.keys else {}
         pool = trace.metadata.get("custom_workers")
         lines.append("Why the custom ops wait (share of each op's wall time):")
