@@ -304,3 +304,19 @@ def test_a_cycle_in_a_files_edges_stops_the_walk_and_says_so() -> None:
     ops.by[ops.rows_of(np.array([ids["A"]]))] = ids["B"]  # A enabled by B, B by A
     path = trace.critical_path()
     assert "cycle" in path.note and path.check() == []
+
+
+def test_a_repeated_profile_has_each_copys_analyses(threaded: Any) -> None:
+    """The benchmarks' million-span profile is a real one repeated: each copy must read as itself."""
+    from opprof.trace.synthetic import repeated_trace
+
+    with opprof.profile() as prof:
+        nd.Custom(nd.ones((4, 4)), op_type="WhySleep10")
+        nd.Custom(nd.ones((4, 4)), op_type="WhySleep10").wait_to_read()
+    one = prof.trace
+    three = repeated_trace(one, 3)
+    assert three.n_spans == 3 * one.n_spans and three.validate() == []
+    assert np.array_equal(three.waiting_causes().ns, np.tile(one.waiting_causes().ns, (3, 1)))
+    assert [r.waiting_by_cause for r in three.custom_ops()] == 3 * [r.waiting_by_cause for r in one.custom_ops()]
+    kinds = one.critical_path().by_kind()
+    assert three.critical_path().by_kind().get("run", 0) == 3 * kinds.get("run", 0)

@@ -14,6 +14,8 @@ Each iteration has a window of its own, so every time is a sum of the draws befo
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from .columns import ROLE_CODE, FlowTable, SpanTable, StringTable
@@ -228,13 +230,17 @@ def repeated_trace(trace: TraceData, times: int) -> Trace:
         g.src_ts, g.dst_ts, g.id = f.src_ts + k * span, f.dst_ts + k * span, f.id + k * (int(f.id.max()) + 1 if len(f) else 0)
         flows.append(g)
         if ops is not None:
-            o = OpTable(**{name: getattr(ops, name) for name in ops.__dataclass_fields__})
-            o.op, o.by = shift_ops(ops.op, k), shift_ops(ops.by, k)
-            o.push = np.where(ops.push >= 0, ops.push + k * span, -1)
-            o.ready = np.where(ops.ready >= 0, ops.ready + k * span, -1)
-            o.var = np.where(ops.var >= 0, ops.var + k * var_step, -1)
-            o.acc_var = ops.acc_var + k * var_step
-            op_tables.append(o)
+            op_tables.append(
+                dataclasses.replace(
+                    ops,
+                    op=shift_ops(ops.op, k),
+                    by=shift_ops(ops.by, k),
+                    push=np.where(ops.push >= 0, ops.push + k * span, -1),
+                    ready=np.where(ops.ready >= 0, ops.ready + k * span, -1),
+                    var=np.where(ops.var >= 0, ops.var + k * var_step, -1),
+                    acc_var=ops.acc_var + k * var_step,
+                )
+            )
     out = Trace(
         trace.threads, SpanTable.concat(tables), trace.instants, trace.counters, _concat_flows(flows), dict(trace.metadata)
     )
