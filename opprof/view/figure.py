@@ -277,7 +277,7 @@ class _Analysis:
             rows.tolist(), top.tolist(), self.split[rows].tolist(), c.ns[rows].tolist(), strict=True
         ):
             cpu = int(c.cpu[r])
-            split = _split_text(py / 1e3, sub / 1e3, wait / 1e3, None if cpu < 0 else cpu / 1e3)
+            split = _split_text(py, sub, wait, None if cpu < 0 else cpu)
             why = _cause_text(c.keys, ns)
             blocker = ""
             if j >= 0:
@@ -287,14 +287,18 @@ class _Analysis:
         return out
 
 
-def _split_text(py: float, sub: float, wait: float, cpu: float | None = None) -> str:
-    """A parent's python / sub-ops / waiting (us), with python on and off CPU when ``cpu`` is known."""
-    total = py + sub + wait or 1.0
-    python = f"python {fmt_us(py)} ({100 * py / total:.0f}%"
+def _split_text(py: int, sub: int, wait: int, cpu: int | None = None) -> str:
+    """A parent's python / sub-ops / waiting (ns), with python on and off CPU when ``cpu`` is known
+    (the off part subtracted in whole ns, then shown: in µs floats it could round the other way)."""
+    total = py + sub + wait or 1
+    python = f"python {fmt_us(py / 1e3)} ({100 * py / total:.0f}%"
     if cpu is not None:
         on = min(cpu, py)
-        python += f": {fmt_us(on)} on CPU, {fmt_us(py - on)} off"
-    return f"{python}) · sub-ops {fmt_us(sub)} ({100 * sub / total:.0f}%) · waiting {fmt_us(wait)} ({100 * wait / total:.0f}%)"
+        python += f": {fmt_us(on / 1e3)} on CPU, {fmt_us((py - on) / 1e3)} off"
+    return (
+        f"{python}) · sub-ops {fmt_us(sub / 1e3)} ({100 * sub / total:.0f}%) · "
+        f"waiting {fmt_us(wait / 1e3)} ({100 * wait / total:.0f}%)"
+    )
 
 
 def _cause_text(keys: tuple[str, ...], ns: list[int]) -> str:
