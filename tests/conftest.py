@@ -116,19 +116,9 @@ def check_chrome() -> Callable[..., list[str]]:
 
 
 # ---------------------------------------------------------------------------- headless Chromium
-# Debian's chromium through Python playwright (never `playwright install`): the recipe of
-# shared/NOTES-jupyter.md and tests/test_perfetto.py, shared by the browser tests.
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+# Debian's chromium through Python playwright (never `playwright install`), started the way the
+# notebook benchmarks start it (benchmarks/jupyter.py), shared by the browser tests.
+from benchmarks.jupyter import CHROMIUM, chromium  # noqa: E402
 
 
 def require_chromium(*modules: str) -> None:
@@ -152,22 +142,27 @@ def require_chromium(*modules: str) -> None:
 @pytest.fixture
 def chromium_page(tmp_path: Any) -> Any:
     """``(page, console, page_errors)``: a fresh headless Chromium page; console entries are ``(type, text)``."""
-    import os
+    from pathlib import Path
 
     require_chromium()
-    from playwright.sync_api import sync_playwright
+    with chromium(Path(tmp_path)) as browser:
+        page = browser.new_page(viewport={"width": 1300, "height": 1000})
+        page.set_default_timeout(60_000)
+        console: list[tuple[str, str]] = []
+        page_errors: list[str] = []
+        page.on("console", lambda m: console.append((m.type, m.text)))
+        page.on("pageerror", lambda e: page_errors.append(str(e)))
+        yield page, console, page_errors
 
-    # Chromium writes under $HOME/.config and $HOME/.cache even with its own profile dir.
-    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "xdg-config"), "XDG_CACHE_HOME": str(tmp_path / "xdg-cache")}
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS, env=env, timeout=60_000)
-        try:
-            page = browser.new_page(viewport={"width": 1300, "height": 1000})
-            page.set_default_timeout(60_000)
-            console: list[tuple[str, str]] = []
-            page_errors: list[str] = []
-            page.on("console", lambda m: console.append((m.type, m.text)))
-            page.on("pageerror", lambda e: page_errors.append(str(e)))
-            yield page, console, page_errors
-        finally:
-            browser.close()
+
+# ---------------------------------------------------------------------------- a Jupyter server
+@pytest.fixture(scope="session")
+def lab_server(tmp_path_factory: Any) -> Any:
+    """One JupyterLab 4 (+ Notebook 7 pages) for the session's browser tests (see tests/jupyter_e2e.py)."""
+    from jupyter_e2e import start_server
+
+    server = start_server(tmp_path_factory.mktemp("jupyter"))
+    try:
+        yield server
+    finally:
+        server.stop()

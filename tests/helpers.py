@@ -62,24 +62,16 @@ def record_pushes() -> Iterator[PushRecorder]:
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that is free right now (for a test server)."""
-    import socket
+    from benchmarks.jupyter import free_port as free
 
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free()
 
 
 def stop_process(proc: Any, grace_s: float = 10) -> None:
     """Terminate a test server by its PID, then kill it if it lingers past ``grace_s``."""
-    import subprocess
+    from benchmarks.jupyter import stop_process as stop
 
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+    stop(proc, grace_s)
 
 
 # The op of the MXNet 1.9.1 trace script (tests/data/mxnet-1.9.1-custom-op.py), for the tests that mirror it.

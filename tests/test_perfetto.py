@@ -25,11 +25,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import CHROMIUM, CHROMIUM_ARGS, require_chromium
+from conftest import require_chromium
 from helpers import free_port, stop_process
 
 import opprof as mx
 import opprof.profiler
+from benchmarks.jupyter import CHROMIUM, CHROMIUM_ARGS
 from opprof.trace import Trace
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]

@@ -14,9 +14,11 @@ import pytest
 from bokeh.models import (
     Arrow,
     BoxZoomTool,
+    ColumnDataSource,
     CustomJS,
     CustomJSHover,
     HoverTool,
+    LinearInterpolator,
     PanTool,
     Range1d,
     RangeTool,
@@ -39,17 +41,21 @@ from opprof.view import TimelineWidget
 from opprof.view.figure import (
     CAUSE_COLORS,
     CAUSE_LABELS,
+    LINE_PALETTE,
     PALETTE,
     PATH_COLOR,
     PATH_LIMIT,
     ROLE_COLORS,
     ROLE_LABELS,
+    TEXT_PALETTE,
     build_timeline,
+    busy_alpha,
+    label_columns,
     op_type_causes,
     op_type_splits,
     save_html,
 )
-from opprof.view.layout import MAX_LANES, ROLE_NAMES, LaneKind, blocks, build_layout
+from opprof.view.layout import MAX_LANES, ROLE_NAMES, Blocks, LaneKind, blocks, build_layout, busy_fraction, runs
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -237,6 +243,47 @@ def test_lod_counts_sum_to_the_spans_and_stay_under_a_budget(big) -> None:
     assert int(b.counts.sum()) == int(mask.sum()) and set(lay.role[b.items].tolist()) == {ROLE_NAMES.index("subop")}
 
 
+def test_runs_of_alike_blocks_keep_every_span_and_stop_at_gaps_spans_and_changes(big) -> None:
+    lay = build_layout(big)
+    x0, x1 = lay.extent
+    b = blocks(lay, x0, x1, 2000)
+    r = runs(lay, b, (x1 - x0) / 2000)
+    assert int(r.counts.sum()) == int(b.counts.sum()) == len(lay) and r.busy.sum() == pytest.approx(b.busy.sum())
+    assert len(r) < len(b) / 2
+    # One row over 10 ms at 100 pixels (100 µs each): 1 µs spans every 10 µs (10 % busy), none from 4
+    # to 6 ms, a 0.5 ms span at 7 ms, and every 2 µs from 8 to 9 ms (50 %, another level).
+    ticks = [t for t in range(0, 10_000, 10) if not 4_000 <= t < 6_000 and not 7_000 <= t < 7_500 and not 8_000 <= t < 9_000]
+    ticks += list(range(8_000, 9_000, 2))
+    spans = [Span("tick", "c", 1, t * 1000, t * 1000 + 1000) for t in sorted(ticks)] + [
+        Span("long", "c", 1, 7_000_000, 7_500_000)
+    ]
+    lay = build_layout(Trace(threads=[ThreadInfo(1, "main")], spans=spans))
+    b = blocks(lay, 0.0, 10_000.0, 100)
+    r = runs(lay, b, 100.0)
+    assert int(r.counts.sum()) == len(lay)
+    drawn = sorted(zip(lay.left[r.items].tolist(), r.right.tolist(), r.counts.tolist(), strict=True))
+    edges = [(round(a), round(z)) for a, z, _ in drawn]
+    # [0, 4 ms) | gap | [6, 7) | the span | [7.5, 8) | [8, 9) busier | [9, 10)
+    assert edges == [(0, 4000), (6000, 7000), (7000, 7500), (7500, 8000), (8000, 9000), (9000, 10000)], edges
+    f = busy_fraction(lay, r)[np.argsort(lay.left[r.items], kind="stable")]
+    assert np.allclose(f, [0.1, 0.1, 1.0, 0.1, 0.5, 0.1], atol=0.01)
+    # Two blocks that touch, with a span drawn as itself between them (a lone one, narrower than
+    # the pixel): not joined over it; without it, one run of their spans.
+    lay = build_layout(
+        Trace(
+            threads=[ThreadInfo(1, "main")],
+            spans=[Span(n, "c", 1, a, a + 1_000) for n, a in (("a", 0), ("s", 70_000), ("d", 100_000))],
+        )
+    )
+    k = {n: int(np.flatnonzero(lay.left == a)[0]) for n, a in (("a", 0.0), ("s", 70.0), ("d", 100.0))}
+    two = Blocks(np.array([k["a"], k["d"]]), np.array([2, 2]), np.array([100.0, 200.0]), np.array([15.0, 15.0]))
+    assert len(runs(lay, two, 100.0)) == 1 and runs(lay, two, 100.0).counts.tolist() == [4]
+    three = Blocks(
+        np.array([k["a"], k["s"], k["d"]]), np.array([2, 1, 2]), np.array([100.0, 71.0, 200.0]), np.array([15.0, 1.0, 15.0])
+    )
+    assert sorted(runs(lay, three, 100.0).counts.tolist()) == [1, 2, 2]
+
+
 def test_huge_trace_draws_a_bounded_number_of_rectangles(big, tmp_path: Path) -> None:
     tl = save_html(big, str(tmp_path / "big.html"), width=800)
     drawn = len(tl.source.data["left"])
@@ -246,6 +293,138 @@ def test_huge_trace_draws_a_bounded_number_of_rectangles(big, tmp_path: Path) ->
     assert np.all(np.asarray(tl.source.data["inv"])[np.asarray(tl.source.data["count"]) > 1] == -1)
     html = (tmp_path / "big.html").read_text()
     assert "cdn.bokeh.org" not in html and len(html) < 15_000_000
+
+
+def _busy_rows_trace(n: int = 10_000) -> Trace:
+    """Two threads over 1 s: "sparse" runs 1 µs in every 100 µs (1 % busy), "dense" 100 µs spans
+    back to back (100 % busy)."""
+    sparse = [Span("tick", "c", 1, k * 100_000, k * 100_000 + 1_000) for k in range(n)]
+    dense = [Span("work", "c", 2, k * 100_000, (k + 1) * 100_000) for k in range(n)]
+    return Trace(threads=[ThreadInfo(1, "sparse"), ThreadInfo(2, "dense")], spans=sparse + dense)
+
+
+def test_merged_blocks_show_how_busy_their_pixels_are() -> None:
+    """Zoomed out (~10 spans a pixel), a row busy 1 % of the time merges into blocks ~0.01 busy,
+    drawn faint, one busy throughout into solid blocks; alike blocks side by side draw as one run;
+    the hover says how busy and the overview shades them alike."""
+    trace = _busy_rows_trace()
+    lay = build_layout(trace)
+    x0, x1 = lay.extent
+    b = blocks(lay, x0, x1, 1000)
+    f = busy_fraction(lay, b)
+    lanes = {ln.label: k for k, ln in enumerate(lay.lanes)}
+    merged = b.counts > 1
+    assert merged.all() and 8 <= np.median(b.counts) <= 12
+    order = np.argsort(lay.left[b.items])
+    sparse = f[order][lay.lane[b.items[order]] == lanes["sparse"]][1:-1]  # the pixels at the ends hold a few spans
+    dense = f[order][lay.lane[b.items[order]] == lanes["dense"]][1:-1]
+    assert len(sparse) > 900 and np.all((sparse > 0.005) & (sparse < 0.02)) and np.mean(sparse) == pytest.approx(0.01, rel=0.1)
+    assert len(dense) > 900 and np.all(dense > 0.98) and np.all(dense <= 1.0)
+    # Runs: a row as busy all along is one rectangle (its first and last pixels apart), holding every span.
+    r = runs(lay, b, (x1 - x0) / 1000)
+    assert int(r.counts.sum()) == len(lay) and len(r) <= 6
+    rf = busy_fraction(lay, r)
+    big = r.counts > 1_000
+    assert sorted(np.round(rf[big], 3).tolist()) == [pytest.approx(0.01, abs=0.001), 1.0]
+
+    tl = build_timeline(trace, width=500, detail_limit=1_000, critical_path=False)
+    d = tl.source.data
+    count, f = np.asarray(d["count"]), np.asarray(d["busy_fraction"])
+    thread = np.array([tl.names.data["thread"][t] for t in d["thread"]])
+    assert int(count.sum()) == len(tl.layout) and len(count) <= 6 and tl.merged == len(tl.layout)
+    (sparse_run,) = f[(thread == "sparse") & (count > 1_000)]
+    (dense_run,) = f[(thread == "dense") & (count > 1_000)]
+    assert sparse_run == pytest.approx(0.01, rel=0.05) and dense_run == pytest.approx(1.0, abs=0.001)
+    single = build_timeline(_label_trace(), critical_path=False).source.data
+    assert np.all(np.asarray(single["busy_fraction"]) == 1.0)  # a span is drawn as before
+    # The fill's alpha follows: what the browser's interpolator makes of the column.
+    (r,) = [r for r in tl.figure.renderers if r.data_source is tl.source]
+    interp = r.glyph.fill_alpha.transform
+    assert isinstance(interp, LinearInterpolator) and r.glyph.fill_alpha.field == "busy_fraction"
+    assert np.allclose(np.interp([0.01, 1.0], interp.x, interp.y), busy_alpha(np.array([0.01, 1.0])))
+    assert (
+        busy_alpha(np.array([sparse_run]))[0] == pytest.approx(0.1585, abs=0.01) and busy_alpha(np.array([dense_run]))[0] > 0.99
+    )
+    assert LINE_PALETTE[len(ROLE_NAMES) :] == ["#00000000"] * len(ROLE_NAMES)  # no outline: blocks a third of a pixel wide
+    # The hover of a merged block: "1,234 spans merged, 3% busy".
+    (hover,) = [t for t in tl.figure.toolbar.tools if isinstance(t, HoverTool)]
+    js = hover.formatters["@name"].code
+    assert "spans merged, " in js and "% busy" in js and "busy_fraction" in js and 'toLocaleString("en-US")' in js
+    # The overview shades its merged blocks alike.
+    (ov,) = [r for r in tl.overview.renderers if "fill_alpha" in r.data_source.data]
+    alpha = np.asarray(ov.data_source.data["fill_alpha"])
+    width = np.asarray(ov.data_source.data["right"]) - np.asarray(ov.data_source.data["left"])
+    top = np.asarray(ov.data_source.data["top"])
+    rows = {ln.label: ln for ln in tl.layout.lanes}
+    faint = alpha[(top >= rows["sparse"].top) & (top < rows["sparse"].top + 1) & (width > 100_000)]
+    solid = alpha[(top >= rows["dense"].top) & (top < rows["dense"].top + 1) & (width > 100_000)]
+    assert len(faint) == len(solid) == 1 and faint[0] < 0.2 and solid[0] > 0.99
+    assert "the paler the less" in tl.note.text
+
+
+def _label_trace() -> Trace:
+    """Spans on one thread, named and sized to test names on the bars (times in µs x 1000)."""
+    spans = [
+        ("ScaledTanh::pure_python", 0, 400),
+        ("elemwise_add", 400, 460),
+        ("relu", 460, 480),
+        ("dot", 480, 510),
+        ("_copyto", 600, 1000),
+        ("RowSquaredError", 1050, 1300),
+    ]
+    return Trace(threads=[ThreadInfo(1, "main")], spans=[Span(n, "c", 1, a * 1000, b * 1000) for n, a, b in spans])
+
+
+def _labels(tl) -> dict[str, float]:
+    """Label text -> its x."""
+    d = tl.labels.data
+    return dict(zip(d["text"], np.asarray(d["x"]).tolist(), strict=True))
+
+
+def test_names_on_the_bars_fit_their_spans_cut_with_an_ellipsis(monkeypatch) -> None:
+    import opprof.view.figure as fig
+
+    tl = build_timeline(_label_trace(), critical_path=False)
+    (text,) = [r for r in tl.figure.renderers if r.name == "span_labels_text"]
+    assert text.data_source is tl.labels and isinstance(tl.labels, ColumnDataSource) and text.visible
+    assert text.glyph.text_color.transform.palette == TEXT_PALETTE
+    assert TEXT_PALETTE[ROLE_NAMES.index("dummy_wait")] == "#ffffff" and TEXT_PALETTE[ROLE_NAMES.index("parent")] == "#000000"
+    # 1 px per µs (frame 1000 px wide, view 1000 µs), 3 px padding, ~7 px a character.
+    tl.frame_px = (1000.0, 400.0)
+    tl.refresh(100.0, 1100.0)
+    assert _labels(tl) == {
+        "ScaledTanh::pure_python": 100.0,  # starts off screen: at the view's left edge, in full (294 px)
+        "elemwi…": 400.0,  # 54 px: 7 characters, the last an ellipsis
+        "dot": 480.0,  # 24 px hold its 3 characters
+        "_copyto": 600.0,
+        "RowSq…": 1050.0,  # 44 px visible of its 250
+    }  # "relu" (14 px: 2 characters) gets none
+    d, i = tl.source.data, np.asarray(tl.labels.data["i"])
+    assert np.allclose(tl.labels.data["y"], (np.asarray(d["top"])[i] + np.asarray(d["bottom"])[i]) / 2)
+    names = [tl.names.data["name"][d["name"][k]] for k in i.tolist()]
+    assert all(n.startswith(t.rstrip("…")) for n, t in zip(names, tl.labels.data["text"], strict=True))
+    # Zoomed out, nothing fits; zoomed in, everything on screen does (recomputed on every refresh).
+    tl.refresh(0.0, 100_000.0)
+    assert _labels(tl) == {}
+    tl.refresh(450.0, 520.0)
+    assert set(_labels(tl)) == {"elemwise_add", "relu", "dot"}
+    # At most LABEL_LIMIT, the widest.
+    monkeypatch.setattr(fig, "LABEL_LIMIT", 3)
+    tl.refresh(100.0, 1100.0)
+    assert list(_labels(tl)) == ["ScaledTanh::pure_python", "elemwi…", "_copyto"]
+
+
+def test_labels_only_on_single_spans_in_rows_tall_enough() -> None:
+    tl = build_timeline(_busy_rows_trace(2_000), width=500, detail_limit=100, critical_path=False)
+    d = tl.source.data
+    assert (np.asarray(d["count"]) > 1).any()
+    x0, x1 = tl.layout.extent
+    frame = (400.0, 300.0)
+    assert label_columns(d, tl.names.data["name"], x0, x1, frame, 2.6)["text"] == []  # merged blocks: no names
+    tl.refresh(50_000.0, 50_300.0)  # three 100 µs "work" spans and ticks of 1 µs
+    d = tl.source.data
+    assert label_columns(d, tl.names.data["name"], 50_000.0, 50_300.0, frame, 2.6)["text"] == ["work"] * 3
+    assert label_columns(d, tl.names.data["name"], 50_000.0, 50_300.0, (400.0, 30.0), 2.6)["text"] == []  # 11 px rows
 
 
 def test_save_html_small_trace_has_every_span_and_no_merge_note(demo_trace, tmp_path: Path) -> None:
@@ -592,8 +771,15 @@ def test_critical_path_can_be_given_or_left_out_and_the_widget_computes_it_once(
 
     monkeypatch.setattr(Trace, "critical_path", counting)
     w = TimelineWidget(edges_trace)
-    html = w.static_html()
-    assert len(calls) == 1 and "critical path" in html
+    w._repr_mimebundle_()  # the widget and its still picture compute no path before it is asked for
+    assert calls == [] and w.timeline.path is None and w.timeline.path_toggle is not None
+    assert w.timeline.path_summary is not None and "when first shown" in w.timeline.path_summary.text
+    w.timeline.path_toggle.active = True  # what the browser's click sends: the path is computed, once
+    w.timeline.path_toggle.active = False
+    w.timeline.path_toggle.active = True
+    assert len(calls) == 1 and w.timeline.path is not None
+    assert w.timeline.path_drawn > 0 and len(w.timeline.path_source.data["span"]) == w.timeline.path_drawn
+    assert "end to end" in w.timeline.path_summary.text and "critical path" in w.timeline.note.text
     assert w.timeline.path_toggle in w.timeline.root.children[1].children
     # Empty traces have no path and a disabled toggle, and still draw.
     empty = build_timeline(Trace())

@@ -1,5 +1,6 @@
 """A saved timeline in a real browser: it draws, hovers, highlights a family, runs no injected code,
-and its critical-path toggle shows and hides the path with no kernel; a parent's hover says why it waited.
+and its critical-path toggle shows and hides the path with no kernel; a parent's hover says why it waited;
+merged blocks are shaded by how busy they are, and zoomed in with no kernel, bars carry their names.
 
 Headless Debian Chromium through playwright (see ``chromium_page`` in conftest). Without Chromium
 the test skips with the reason, or fails when ``CI`` is set. The screenshot is kept in the test's
@@ -265,6 +266,120 @@ def test_critical_path_toggle_shows_and_hides_the_path_and_the_hover_says_why_op
     page.mouse.move(x, y)
     page.get_by_text(texts[d["detail"][i]], exact=True).first.wait_for(state="visible", timeout=10_000)
     page.screenshot(path=str(tmp_path / "subop-hover.png"))
+
+    errors = [text for kind, text in console if kind == "error"]
+    assert errors == [] and page_errors == [], (errors, page_errors)
+    print(f"\nscreenshots: {tmp_path}")
+
+
+# ---------------------------------------------------------------------------- level of detail, names on the bars
+def _busy_and_named_trace() -> Trace:
+    """1 s on three threads: "sparse" busy 1 µs in every 100 (1 %), "dense" busy throughout, and
+    "main" with a few named spans half way (times in µs x 1000)."""
+    n = 10_000
+    spans = [Span("tick", "c", 1, k * 100_000, k * 100_000 + 1_000) for k in range(n)]
+    spans += [Span("work", "c", 2, k * 100_000, (k + 1) * 100_000) for k in range(n)]
+    named = [
+        ("ScaledTanh::pure_python", 0, 1200),
+        ("elemwise_add", 1200, 1380),
+        ("_copyto", 1800, 3000),
+        ("RowSquaredError", 3150, 3900),
+    ]
+    spans += [Span(name, "c", 3, (500_000 + a) * 1000, (500_000 + b) * 1000) for name, a, b in named]
+    threads = [ThreadInfo(1, "sparse"), ThreadInfo(2, "dense"), ThreadInfo(3, "main")]
+    return Trace(threads=threads, spans=spans)
+
+
+# Mean colour of the main canvas along data row y (across the frame), and the labels as laid out.
+_LOD_JS = """
+window.__model = (name) => Bokeh.documents[0].get_model_by_name(name);
+window.__row = (y) => {
+  const v = window.__tl(), c = v.canvas_view.primary.canvas, k = c.width / v.canvas_view.bbox.width;
+  const f = v.frame.bbox, py = Math.round(v.frame.y_scale.compute(y) * k);
+  const d = c.getContext("2d").getImageData(Math.round(f.left * k), py, Math.round(f.width * k), 1).data;
+  const m = [0, 0, 0];
+  for (let i = 0; i < d.length; i += 4) { for (let j = 0; j < 3; j++) m[j] += d[i + j]; }
+  return m.map((s) => s / (d.length / 4));
+};
+window.__labels = () => {
+  // Each label with the visible width of its rectangle (px) and its text's measured width (px).
+  const v = window.__tl(), l = __model("span_labels").data, s = window.__src("spans").data, xr = v.model.x_range;
+  const ctx = document.createElement("canvas").getContext("2d");
+  ctx.font = "11px helvetica";
+  const sx = (x) => v.frame.x_scale.compute(x);
+  return l.text.map((t, k) => {
+    const i = l.i[k], a = Math.max(s.left[i], xr.start), z = Math.min(s.right[i], xr.end);
+    return {text: t, room: sx(z) - sx(a), width: ctx.measureText(t).width, y: l.y[k], top: s.top[i], bottom: s.bottom[i]};
+  });
+};
+"""
+
+
+def test_merged_blocks_are_shaded_by_busy_share_and_zoomed_bars_carry_their_names(chromium_page, tmp_path: Path) -> None:
+    page, console, page_errors = chromium_page
+    trace = _busy_and_named_trace()
+    path = tmp_path / "lod.html"
+    tl = save_html(trace, str(path), detail_limit=1_000, critical_path=False)
+    assert tl.merged > 15_000
+    page.goto(path.as_uri())
+    page.wait_for_function(_READY_JS)
+    page.evaluate(_FIND_JS)
+    page.evaluate(_LOD_JS)
+    page.wait_for_function("() => window.__tl() && window.__tl().canvas_view")
+    page.wait_for_timeout(300)
+
+    # Zoomed out: the 1 %-busy row is a faint wash of the op colour (#4e79a7), the busy one solid.
+    lanes = {ln.label: ln for ln in tl.layout.lanes}
+    sparse = page.evaluate("(y) => window.__row(y)", lanes["sparse"].top + 0.5)
+    dense = page.evaluate("(y) => window.__row(y)", lanes["dense"].top + 0.5)
+    assert min(sparse) > 200 and sparse[0] < 250, sparse  # alpha ~0.16-0.25: R ~ 255 - 0.2 * 177
+    assert dense[0] < 110 and dense[2] < 190, dense  # #4e79a7 = (78, 121, 167)
+    assert page.evaluate("() => __model('span_labels').data.text.length") == 0  # nothing wide enough
+    page.screenshot(path=str(tmp_path / "lod-zoomed-out.png"))
+
+    # Hover a merged block of the sparse row: how many spans, and how busy.
+    d = tl.source.data
+    top = lanes["sparse"].top
+    rows = [i for i, (t, n) in enumerate(zip(d["top"], d["count"], strict=True)) if n > 1 and top <= t < top + 1]
+    i = rows[len(rows) // 4]
+    x, y = _center(page, i)
+    page.mouse.move(x, y)
+    tip = page.get_by_text(re.compile(r"\d+ spans merged, (1|0\.9)% busy"))
+    tip.first.wait_for(state="visible", timeout=10_000)
+    page.screenshot(path=str(tmp_path / "lod-hover.png"))
+    page.mouse.move(5, 5)
+
+    # Zoom in the browser (no kernel) to the named spans: their names appear, each fitting its bar.
+    page.evaluate("() => { const r = window.__tl().model.x_range; r.start = 500300; r.end = 503300; }")
+    page.wait_for_function("() => __model('span_labels').data.text.length > 0")
+    page.wait_for_timeout(300)
+    labels = page.evaluate("() => window.__labels()")
+    texts = [lb["text"] for lb in labels]
+    assert "ScaledTanh::pure_python" in texts and "_copyto" in texts, texts
+    assert any(t.startswith("Row") and t.endswith("…") for t in texts), texts  # 150 µs of it on screen: cut
+    assert any(t.startswith("elem") and t.endswith("…") for t in texts), texts  # alone in its pixel: drawn, named
+    for lb in labels:
+        assert lb["width"] + 2 * 3 <= lb["room"] + 0.5, lb  # the text fits its bar's visible part
+        assert lb["top"] <= lb["y"] <= lb["bottom"]
+    assert page.evaluate("() => __model('span_labels_text').visible") is True
+    # Pixels: black text (all channels < 60) inside the ScaledTanh bar, which is #4e79a7 otherwise.
+    k = texts.index("ScaledTanh::pure_python")
+    dark = page.evaluate(
+        """(y) => {
+          const v = window.__tl(), c = v.canvas_view.primary.canvas, s = c.width / v.canvas_view.bbox.width;
+          const f = v.frame.bbox, py = Math.round(v.frame.y_scale.compute(y) * s);
+          const d = c.getContext("2d").getImageData(Math.round(f.left * s), py - 6 * s, Math.round(220 * s), 12 * s).data;
+          let n = 0;
+          for (let i = 0; i < d.length; i += 4) { if (d[i] < 60 && d[i + 1] < 60 && d[i + 2] < 60) n++; }
+          return n;
+        }""",
+        labels[k]["y"],
+    )
+    assert dark > 100, dark
+    page.screenshot(path=str(tmp_path / "lod-names.png"))
+    # Zoomed out again: the names go.
+    page.evaluate("() => { const r = window.__tl().model.x_range; r.start = -10000; r.end = 1010000; }")
+    page.wait_for_function("() => __model('span_labels').data.text.length === 0")
 
     errors = [text for kind, text in console if kind == "error"]
     assert errors == [] and page_errors == [], (errors, page_errors)

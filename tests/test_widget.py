@@ -107,25 +107,46 @@ def test_table_is_sortable_and_split_bars_per_op_type(widget: TimelineWidget, sm
         assert parts == pytest.approx(wall, rel=1e-6)
 
 
-def test_range_change_refines_level_of_detail_idempotently(big: Trace, monkeypatch: pytest.MonkeyPatch) -> None:
+def _model_changed(w: TimelineWidget, model: Any, attr: str, value: Any) -> None:
+    """A property change as BokehJS reports it over the comm."""
+    msg = {"event": "jsevent", "kind": "ModelChanged", "model": {"id": model.id}, "attr": attr, "new": value}
+    w.bokeh._sync_model(w.bokeh, msg, [])
+
+
+def _ranges_update(w: TimelineWidget, x0: float, x1: float) -> None:
+    """What BokehJS sends when a zoom, pan or reset ends: one RangesUpdate event with both ends."""
+    fig = w.timeline.figure
+    entries = [["model", {"id": fig.id}], ["x0", x0], ["x1", x1], ["y0", fig.y_range.start], ["y1", fig.y_range.end]]
+    event = {"type": "event", "name": "rangesupdate", "values": {"type": "map", "entries": entries}}
+    w.bokeh._sync_model(w.bokeh, {"event": "jsevent", "kind": "MessageSent", "msg_type": "bokeh_event", "msg_data": event}, [])
+
+
+def test_each_range_change_refines_once_from_its_rangesupdate(big: Trace, monkeypatch: pytest.MonkeyPatch) -> None:
+    from bokeh.events import RangesUpdate
+
     w = TimelineWidget(big, width=600)
     tl = w.timeline
     assert not tl.full_detail and tl.merged > 0
     xr = tl.figure.x_range
+    calls: list[tuple[float, float]] = []
+    refresh = tl.refresh
+    monkeypatch.setattr(tl, "refresh", lambda x0, x1, mask=None: (calls.append((x0, x1)), refresh(x0, x1, mask))[1])
     sent = _sent(w, monkeypatch)
     before = tl.source.data
-    # BokehJS echoes the initial range on first render: nothing to recompute.
-    xr.start = xr.start
-    xr.end = xr.end
-    assert tl.source.data is before and not sent
-    # Zoom to 1/200 of the trace, as BokehJS reports it over the comm.
+    # BokehJS reports the initial range on first render: nothing to recompute.
+    _ranges_update(w, xr.start, xr.end)
+    assert tl.source.data is before and not sent and w.refinements == 0 == len(calls)
+    # Zoom to 1/200 of the trace. Its start and end, reported as property changes, no longer refine
+    # (they came as two messages, the second after the kernel went idle: two refinements)...
     x0, x1 = tl.layout.extent
     c, half = (x0 + x1) / 2, (x1 - x0) / 400
-    for attr, value in (("start", c - half), ("end", c + half)):
-        w.bokeh._sync_model(
-            w.bokeh, {"event": "jsevent", "kind": "ModelChanged", "model": {"id": xr.id}, "attr": attr, "new": value}, []
-        )
+    _model_changed(w, xr, "start", c - half)
+    _model_changed(w, xr, "end", c + half)
     assert xr.start == c - half and xr.end == c + half
+    assert tl.source.data is before and not calls
+    # ...the zoom's RangesUpdate does, once.
+    _ranges_update(w, c - half, c + half)
+    assert calls == [(c - half, c + half)] and w.refinements == 1
     assert tl.source.data is not before and tl.merged < 1_000
     lo, hi = tl.window
     assert lo <= c - half and hi >= c + half
@@ -133,21 +154,44 @@ def test_range_change_refines_level_of_detail_idempotently(big: Trace, monkeypat
     right = np.asarray(tl.source.data["right"])
     assert np.all((right >= lo) & (left <= hi))
     assert any(msg.get("msg") == "patch" for msg, _ in sent)
-    refined = tl.source.data
-    xr.start = c - half * 0.95  # a small pan/zoom inside the computed window: no new data
-    assert tl.source.data is refined
     assert "rectangles" in w.status.value
+    # Idempotent: the same range again, or a small pan inside the computed window, recomputes nothing.
+    refined = tl.source.data
+    _ranges_update(w, c - half, c + half)
+    _ranges_update(w, c - half * 0.95, c + half * 1.05)
+    assert tl.source.data is refined and w.refinements == 1 == len(calls)
+    # The event's own pair is used, not a half-updated x_range: a pan far right whose start and end
+    # Python has not heard of yet refines that view (one refresh, the whole of it in the window).
+    _ranges_update(w, c + 20 * half, c + 22 * half)
+    assert calls[-1] == (c + 20 * half, c + 22 * half) and xr.start == c - half and w.refinements == 2
+    lo, hi = tl.window
+    assert lo <= c + 20 * half and hi >= c + 22 * half
+    # Zoomed back out (reset), dispatched through the document as Bokeh does any event: once more.
+    tl.figure.document.callbacks.trigger_event(RangesUpdate(tl.figure, x0=x0, x1=x1))
+    assert w.refinements == 3 == len(calls) and tl.merged > 0
+    # A control's redraw is no range change: it refreshes, uncounted.
+    w.role_toggles["subop"].value = False
+    assert len(calls) == 4 and w.refinements == 3
 
 
-def test_mimebundle_falls_back_to_static_html_and_text(widget: TimelineWidget, small: Trace) -> None:
+def test_mimebundle_falls_back_to_a_small_picture_and_text(widget: TimelineWidget, small: Trace) -> None:
+    import base64
+    import io
+
+    from PIL import Image
+
     bundle = widget._repr_mimebundle_()
     assert "application/vnd.jupyter.widget-view+json" in bundle
     assert bundle["text/plain"] == summary(small)
     assert re.search(r"2,\d{3} spans on 7 threads", bundle["text/plain"])
-    html = bundle["text/html"]
-    assert "Bokeh" in html and "cdn.bokeh.org" not in html and "<div" in html
-    no_html = TimelineWidget(small, static_html=False)._repr_mimebundle_()
-    assert "text/html" not in no_html
+    assert "text/html" not in bundle  # no second Bokeh document (4-5 MB each, before)
+    png = base64.b64decode(bundle["image/png"])
+    assert png.startswith(b"\x89PNG") and len(png) < 60_000
+    img = Image.open(io.BytesIO(png))
+    assert img.width == widget.options["width"] and 60 < img.height < 500
+    assert len(img.convert("RGB").getcolors(1 << 16) or []) > 8  # the role colours, not a blank
+    no_picture = TimelineWidget(small, picture=False)._repr_mimebundle_()
+    assert "image/png" not in no_picture
 
 
 def test_save_writes_offline_html(widget: TimelineWidget, tmp_path: Path) -> None:
@@ -161,19 +205,83 @@ def test_load_bokehjs_needs_a_kernel() -> None:
     assert load_bokehjs() is False  # no IPython kernel in pytest: nothing to load into
 
 
-def test_load_bokehjs_emits_inline_resources_once_per_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+def _fake_kernel(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """A kernel for load_bokehjs (IPython's get_ipython), whose published outputs are kept."""
     from types import SimpleNamespace
 
-    import bokeh.io
     import IPython
+    import IPython.display
 
-    import opprof.jupyter.bokehjs as widget_module
+    import opprof.jupyter.bokehjs as loader
 
-    calls: list[Any] = []
+    published: list[dict[str, Any]] = []
     monkeypatch.setattr(IPython, "get_ipython", lambda: SimpleNamespace(kernel=object()))
-    monkeypatch.setattr(bokeh.io, "output_notebook", lambda resources=None, **kw: calls.append(resources))
-    monkeypatch.setattr(widget_module, "_loaded", False)
-    assert widget_module.load_bokehjs(once=True) is True
-    assert widget_module.load_bokehjs(once=True) is False  # opprof.timeline() does not re-emit 8 MB
-    assert widget_module.load_bokehjs() is True  # explicit: after a page reload
-    assert len(calls) == 2 and all(r.mode == "inline" for r in calls)
+    monkeypatch.setattr(IPython.display, "publish_display_data", lambda data, metadata=None: published.append(data))
+    monkeypatch.setattr(loader, "_loaded", False)
+    return published
+
+
+def test_without_a_jupyter_server_bokehjs_is_inlined_once_per_kernel(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import bokeh
+
+    import opprof.jupyter.bokehjs as loader
+
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))  # no jpserver-<ppid>.json there
+    monkeypatch.delenv("OPPROF_BOKEHJS", raising=False)
+    published = _fake_kernel(monkeypatch)
+    source = loader.bokehjs_source()
+    assert source.mode == "inline" and "no Jupyter server" in source.reason
+    assert loader.load_bokehjs(once=True) is True
+    assert loader.load_bokehjs(once=True) is False  # opprof.timeline() does not re-emit megabytes
+    assert loader.load_bokehjs() is True  # explicit (%opprof_init)
+    assert len(published) == 2
+    js = published[0]["application/javascript"]
+    assert list(published[0]) == ["application/javascript"]  # one copy, not Bokeh's two
+    assert bokeh.__version__ in js and "cdn.bokeh.org" not in js and 1_500_000 < len(js) < 3_000_000
+
+
+def test_the_kernels_server_is_found_and_asked_before_a_light_loader_is_emitted(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A fake jpserver-<ppid>.json names a tiny HTTP server: serving the file means "served"."""
+    import http.server
+    import json
+    import os
+    import threading
+
+    import bokeh
+
+    import opprof.jupyter.bokehjs as loader
+    from opprof.jupyter.server import BOKEHJS_FILES, bokehjs_route
+
+    wanted = "/base/" + bokehjs_route(bokeh.__version__) + BOKEHJS_FILES[0]
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_HEAD(self) -> None:
+            self.send_response(200 if self.path == wanted else 404)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))
+        monkeypatch.delenv("OPPROF_BOKEHJS", raising=False)
+        info = {"url": f"http://127.0.0.1:{httpd.server_port}/base/", "base_url": "/base/", "pid": os.getppid()}
+        (tmp_path / f"jpserver-{os.getppid()}.json").write_text(json.dumps(info))
+        published = _fake_kernel(monkeypatch)
+        source = loader.bokehjs_source()
+        assert source.mode == "served" and source.base_url == "/base/"
+        assert loader.load_bokehjs() is True
+        js = published[0]["application/javascript"]
+        assert len(js) < 4_000 and "/base/" in js and bokehjs_route(bokeh.__version__) in js
+        monkeypatch.setenv("OPPROF_BOKEHJS", "inline")  # the user's word wins
+        assert loader.bokehjs_source().mode == "inline"
+        monkeypatch.delenv("OPPROF_BOKEHJS")
+        # A kernel whose bokeh is another release than the server's: not served, so inline.
+        monkeypatch.setattr(bokeh, "__version__", "0.0.1")
+        assert loader.bokehjs_source().mode == "inline"
+    finally:
+        httpd.shutdown()

@@ -1,36 +1,146 @@
 """BokehJS in the notebook page: jupyter_bokeh's front end calls ``window.Bokeh`` and brings none.
 
-Loaded inline (from the installed bokeh package, so it works offline; the default CDN resources
-fail there). Inline BokehJS is about 8 MB of notebook output, so it is emitted once per kernel:
-this module's one flag records that.
+Two ways, chosen by looking, not assuming:
+
+* **served** (about 2 KB in the notebook): the kernel's own Jupyter server runs opprof's server
+  extension (:mod:`.server`) with the same Bokeh release; the page then fetches BokehJS from it.
+  The loader fetches synchronously so that ``window.Bokeh`` exists before any widget view is made,
+  which is what lets timelines come back after a page reload: the trusted loader output runs
+  again first, then the widget manager restores the live widgets from the kernel.
+* **inline** (about 2.1 MB, once per kernel): no such server (nbclient, VS Code, a kernel started
+  by another tool, a server in another environment or with another bokeh). Offline either way:
+  the default CDN resources fail there.
+
+``OPPROF_BOKEHJS`` = ``served`` / ``inline`` / ``auto`` (default) overrides the choice.
 """
 
 from __future__ import annotations
 
-__all__ = ["load_bokehjs"]
+import json
+import os
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from .server import BOKEHJS_FILES, bokehjs_route
+
+__all__ = ["BokehJSSource", "bokehjs_source", "load_bokehjs"]
 
 _loaded = False
+_PROBE_TIMEOUT_S = 2.0  # a local server answers a HEAD in milliseconds; a hung one must not hang the kernel
+
+
+@dataclass(frozen=True)
+class BokehJSSource:
+    """How the page gets BokehJS: ``mode`` "served" (with the server's ``base_url``) or "inline"."""
+
+    mode: str
+    base_url: str = "/"
+    reason: str = ""
+
+
+def _kernel_server() -> dict[str, object] | None:
+    """The running Jupyter server that started this kernel (its ``jpserver-<pid>.json``), if any."""
+    try:
+        from jupyter_core.paths import jupyter_runtime_dir
+    except ImportError:  # pragma: no cover - ipykernel depends on jupyter_core
+        return None
+    path = Path(jupyter_runtime_dir()) / f"jpserver-{os.getppid()}.json"
+    try:
+        info = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return info if isinstance(info, dict) else None
+
+
+def _served_here(info: dict[str, object], version: str) -> bool:
+    """Whether that server serves this Bokeh release's files (one HEAD request)."""
+    url = str(info.get("url", "")).rstrip("/") + "/" + bokehjs_route(version) + BOKEHJS_FILES[0]
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=_PROBE_TIMEOUT_S) as r:
+            return bool(r.status == 200)
+    except (OSError, ValueError):
+        return False
+
+
+def bokehjs_source() -> BokehJSSource:
+    """Where this kernel's page can get BokehJS (see the module docstring)."""
+    import bokeh
+
+    choice = os.environ.get("OPPROF_BOKEHJS", "auto").strip().lower()
+    if choice == "inline":
+        return BokehJSSource("inline", reason="OPPROF_BOKEHJS=inline")
+    info = _kernel_server()
+    if info is None:
+        reason = "no Jupyter server started this kernel"
+    elif _served_here(info, bokeh.__version__):
+        return BokehJSSource("served", str(info.get("base_url", "/")), f"served by the Jupyter server at {info.get('url')}")
+    else:
+        reason = f"the Jupyter server at {info.get('url')} does not serve BokehJS {bokeh.__version__} (opprof's server extension)"
+    if choice == "served":  # asked for, not found: still served, the page may know better
+        return BokehJSSource("served", str((info or {}).get("base_url", "/")), f"OPPROF_BOKEHJS=served ({reason})")
+    return BokehJSSource("inline", reason=reason)
+
+
+def _served_loader(version: str, base_url: str) -> str:
+    """The page-side loader: the server's base URL from the page itself (the notebook may be
+    opened from another server later), then each file fetched and run in order, synchronously."""
+    files = json.dumps([bokehjs_route(version) + f for f in BOKEHJS_FILES])
+    return f"""(function () {{
+  if (window.Bokeh && window.Bokeh.version === {json.dumps(version)}) return;
+  var cfg = document.getElementById("jupyter-config-data");
+  var base = {json.dumps(base_url)};
+  try {{ if (cfg) base = JSON.parse(cfg.textContent).baseUrl || base; }} catch (e) {{}}
+  if (base.slice(-1) !== "/") base += "/";
+  var files = {files};
+  for (var i = 0; i < files.length; i++) {{
+    var xhr = new XMLHttpRequest();
+    xhr.open("GET", base + files[i], false);
+    try {{ xhr.send(); }} catch (e) {{}}
+    if (xhr.status !== 200) {{
+      console.error("opprof: BokehJS is not served at " + base + files[i] +
+        " (is opprof's Jupyter server extension enabled? `jupyter server extension list`)");
+      return;
+    }}
+    var s = document.createElement("script");
+    s.text = xhr.responseText;
+    document.head.appendChild(s);
+  }}
+}})();"""
+
+
+def _inline_loader() -> str:
+    """The installed BokehJS itself, the same four files (not MathJax), as one script."""
+    from bokeh.util.paths import bokehjs_path
+
+    js = bokehjs_path() / "js"
+    return "\n;\n".join((js / f).read_text(encoding="utf-8") for f in BOKEHJS_FILES)
 
 
 def load_bokehjs(once: bool = False) -> bool:
-    """Load BokehJS into the notebook page; True if it was emitted.
+    """Load BokehJS into the notebook page; True if a loader was emitted.
 
     ``once``: not again if this kernel already emitted it (``%load_ext opprof`` and every
-    ``opprof.timeline()``). Without it, always (``%opprof_init``, after a browser reload).
+    ``opprof.timeline()``). Without it, always (``%opprof_init``: a page that lost it, e.g. a
+    notebook reopened untrusted and then trusted).
     """
     global _loaded
     if once and _loaded:
         return False
     try:
         from IPython import get_ipython
+        from IPython.display import publish_display_data
     except ImportError:  # pragma: no cover - IPython is a dependency
         return False
     ip = get_ipython()
     if ip is None or getattr(ip, "kernel", None) is None:
         return False
-    from bokeh.io import output_notebook
-    from bokeh.resources import INLINE
+    import bokeh
 
-    output_notebook(INLINE, hide_banner=True)
+    source = bokehjs_source()
+    js = _served_loader(bokeh.__version__, source.base_url) if source.mode == "served" else _inline_loader()
+    # One MIME type, not Bokeh's two copies (application/javascript and bokehjs_load): every
+    # front end that runs jupyter_bokeh (JupyterLab, Notebook 7, classic) runs application/javascript.
+    publish_display_data({"application/javascript": js}, metadata={"opprof": {"bokehjs": source.mode}})
     _loaded = True
     return True

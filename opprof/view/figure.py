@@ -6,9 +6,12 @@ widget can drive them and tests can inspect them without a browser (as dask's
 ``profile_visualize`` does). :func:`save_html` writes one standalone file with BokehJS inline.
 
 What keeps it fast at a million spans: rectangles, not spans, are drawn. :func:`.layout.blocks`
-merges spans narrower than a pixel per row into counted blocks, and the columns sent to the
-browser are numeric (names and hover text go through small lookup tables), so size and draw time
-grow with the screen, not the trace.
+merges spans narrower than a pixel per row into counted blocks (:func:`.layout.runs` draws a
+stretch of alike blocks as one), and the columns sent to the browser are numeric (names and hover
+text go through small lookup tables), so size and draw time grow with the screen, not the trace.
+What keeps it honest: a block is shaded by how busy its pixels are (``busy_fraction`` sets its
+alpha), so a row busy 1 % of the time reads faint, not solid; zoomed in, bars wide enough carry
+their names (:func:`label_columns`, laid out again in the browser as the view moves).
 
 What it shows beyond the spans: why custom ops wait (:mod:`opprof.trace.causes`: the split bars
 break each op type's waiting into its causes, and a parent's hover gives its own with the op that
@@ -44,6 +47,7 @@ from bokeh.models import (
     Legend,
     LegendItem,
     LinearColorMapper,
+    LinearInterpolator,
     NumberFormatter,
     PanTool,
     Range1d,
@@ -68,7 +72,7 @@ from ..trace.records import FAMILY_ARGS
 from ..trace.split import family_splits
 from ..trace.stats import stat_columns
 from ..trace.text import fmt_us
-from .layout import MAX_LANES, ROLE_NAMES, Blocks, LaneKind, Layout, blocks, build_layout
+from .layout import MAX_LANES, ROLE_NAMES, ROW_HEIGHT, Blocks, LaneKind, Layout, blocks, build_layout, busy_fraction, runs
 
 __all__ = [
     "CAUSE_COLORS",
@@ -105,19 +109,56 @@ ROLE_COLORS = {
     "wait": "#e15759",
     "dummy_wait": "#333333",
 }
-_MERGED_COLORS = {
-    "op": "#a7bcd3",
-    "parent": "#f8e6b1",
-    "python": "#acd0a7",
-    "subop": "#d7bcd0",
-    "wait": "#f0abac",
-    "dummy_wait": "#999999",
-}
-#: Colour index column ``c``: role code for a span, role code + 6 for a block of merged spans.
-PALETTE = [ROLE_COLORS[r] for r in ROLE_NAMES] + [_MERGED_COLORS[r] for r in ROLE_NAMES]
-#: Outlines: the same as the fill, except a parent's, so adjacent invocations stay apart.
-LINE_PALETTE = [("#a07d1c" if r == "parent" else ROLE_COLORS[r]) for r in ROLE_NAMES] + [_MERGED_COLORS[r] for r in ROLE_NAMES]
+#: Colour index column ``c``: role code for a span, role code + 6 for a block of merged spans. A
+#: block has its role's colour too: its paleness is its alpha, which says how busy its pixels are.
+PALETTE = [ROLE_COLORS[r] for r in ROLE_NAMES] * 2
+#: Outlines: the same as the fill, except a parent's, so adjacent invocations stay apart; none for
+#: a merged block. Blocks are a third of a screen pixel wide (merged at twice the figure's width,
+#: for HiDPI screens, over a frame ~0.7 of it): a 1-pixel outline on each would overlap ~4 of them
+#: a pixel and compound their alpha, 1 - 0.86**4 * 0.84 = 0.54 for blocks shaded 0.16 (1 % busy).
+LINE_PALETTE = [("#a07d1c" if r == "parent" else ROLE_COLORS[r]) for r in ROLE_NAMES] + ["#00000000"] * len(ROLE_NAMES)
+#: Fill alpha by busy share (column ``busy_fraction``: 1 for a span, busy time / width for a merged
+#: block): 0.15 at idle, 1 when busy throughout. Drawn at full alpha, a row busy 1 % of the time
+#: (a 3 µs wait in 30 % of the iterations) looked as solid as one busy 100 %; the floor keeps 1 %
+#: visible (0.16 of the wait colour on white is #fae4e5, beside the lanes' #f6f6f6 shading).
+BUSY_ALPHA = (0.15, 1.0)
 DETAIL_LIMIT = 100_000  # draw every span (no merging) up to this many rectangles
+
+#: Names on the bars, as Perfetto and chrome://tracing draw them: 11 px text estimated at 7 px a
+#: character, 3 px in from the span's visible left edge. A single span gets its name when its
+#: visible part holds it, cut to fit with "…" when 3 characters or more of it fit. Headless
+#: Chromium's 11px helvetica averages 5.6 px a character over the demo's and the synthetic traces'
+#: names (6.9 at worst, "sum") and draws "…" 11 px wide: 3 characters and the ellipsis take 27.8 of
+#: the 28 px budgeted. At most LABEL_LIMIT labels (the widest spans'; a 700 px frame of 17 rows holds
+#: ~350 names of 34 px or more, and 2,000 labels added no paint time measurable over the noise of a
+#: shared machine, ~40-55 ms a full paint of a 2,000-span figure in software Chromium), none in rows
+#: under LABEL_MIN_ROW_PX (the text would print over the next row).
+LABEL_FONT_SIZE = "11px"
+LABEL_CHAR_PX = 7.0
+LABEL_PAD_PX = 3.0
+LABEL_MIN_CHARS = 3
+LABEL_LIMIT = 2_000
+LABEL_MIN_ROW_PX = 13.0
+#: The frame (plot area) is the figure less its legend (~160 px at 9pt) and its lane labels (~7 px
+#: a character and ~45 px of ticks): at width 1000 Chromium gave 697 px with 15-character lane
+#: labels, 765 px with 9 (estimated 680 and 722), and the height less 79 px (title, toolbar, axis).
+#: The estimate only places the first labels: the browser lays them out again with the real size.
+FRAME_LEGEND_PX = 170
+FRAME_AXIS_PX = 45
+FRAME_TOP_BOTTOM_PX = 80
+
+
+def _text_color(fill: str) -> str:
+    """Black or white, whichever contrasts more with ``fill`` (WCAG 2 relative luminance)."""
+    lin = [
+        c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in (int(fill[k : k + 2], 16) / 255 for k in (1, 3, 5))
+    ]
+    lum = 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+    return "#000000" if (lum + 0.05) / 0.05 >= 1.05 / (lum + 0.05) else "#ffffff"
+
+
+#: Label colour per colour index ``c`` (black on all but Dummy_Wait's #333333).
+TEXT_PALETTE = [_text_color(c) for c in PALETTE]
 
 #: The parts of a custom op's wall time in the split bars, in stacking order: (column, legend
 #: label, colour). Python is split by its thread's CPU time where that was measured; waiting by
@@ -178,6 +219,7 @@ class Timeline:
     names: ColumnDataSource  # lookup tables for the hover: names, thread labels, detail text
     flows: ColumnDataSource  # flow segments of the highlighted family (filled on tap)
     flows_all: ColumnDataSource  # flow segments of every family on screen
+    labels: ColumnDataSource  # names on the bars (see :func:`label_columns`)
     table: DataTable
     table_source: ColumnDataSource
     bars: Any
@@ -187,6 +229,8 @@ class Timeline:
     full_detail: bool = False  # every span drawn as itself: the view never needs refining
     merged: int = 0  # spans folded into blocks in the current view
     window: tuple[float, float] = (0.0, 0.0)  # x range the current data was computed for
+    view: tuple[float, float] = (0.0, 0.0)  # the view it was computed for (the window, or its middle half)
+    frame_px: tuple[float, float] = (800.0, 300.0)  # the plot area's estimated (width, height) for the labels
     #: What the hover and the bars read (waiting causes, blockers, sites), computed once.
     analysis: _Analysis | None = None
     #: The critical path (None: not computed, ``build_timeline(..., critical_path=False)``).
@@ -194,16 +238,36 @@ class Timeline:
     path_source: ColumnDataSource | None = None  # outlined path rectangles (``span``: trace span index)
     path_edges: ColumnDataSource | None = None  # hops of the path between lanes
     path_toggle: Toggle | None = None
+    path_summary: Div | None = None  # the line beside the toggle
     path_renderers: list[Any] = field(default_factory=list)  # what the toggle shows and hides
     path_drawn: int = 0  # path rectangles drawn in the current view
     path_total: int = 0  # path rectangles (every copy of every span on the path)
     _path_index: _PathIndex | None = field(default=None, repr=False)
 
+    def set_path(self, path: CriticalPath) -> None:
+        """Draw ``path`` into the path layer made empty by ``build_timeline(..., critical_path="lazy")``
+        (the widget computes it when its toggle is first switched on)."""
+        if self.path_source is None or self.path_edges is None:
+            raise ValueError("this timeline has no critical-path layer (built with critical_path=False)")
+        pi = _path_index(path, self.layout)
+        self.path, self._path_index = path, pi
+        lo, hi = self.window
+        limit = len(self.layout) if self.full_detail else PATH_LIMIT
+        rects, edges = _path_columns(pi, self.layout, lo, hi, None, limit)
+        self.path_source.data = rects
+        self.path_edges.data = edges
+        self.path_drawn, self.path_total = len(rects["span"]), len(pi.items)
+        if self.path_summary is not None:
+            self.path_summary.text = _path_summary(path, pi)
+        if self.path_toggle is not None:
+            self.path_toggle.label = _path_label(path.approximate)
+        self.note.text = f"{self.note.text} {_path_note(path, self.path_drawn, self.path_total)}"
+
     def refresh(self, x0: float, x1: float, mask: np.ndarray | None = None) -> None:
-        """Recompute what is drawn for the x range ``[x0, x1]`` (level of detail) and push it."""
+        """Recompute what is drawn for the x range ``[x0, x1]`` (level of detail, names on the bars) and push it."""
         w = x1 - x0
         lo, hi = x0 - w / 2, x1 + w / 2  # pan half a screen either way before refining again
-        b = _every_span(self.layout, mask) if self.full_detail else blocks(self.layout, lo, hi, self.pixels * 2, mask)
+        b = _every_span(self.layout, mask) if self.full_detail else _blocks(self.layout, lo, hi, self.pixels * 2, mask)
         data, names, flows_all = span_columns(self.trace, self.layout, b, self.analysis)
         self.names.data = names
         self.source.data = data
@@ -212,6 +276,9 @@ class Timeline:
         self.source.selected.indices = []
         self.merged = int(b.counts[b.counts > 1].sum())
         self.window = (lo, hi)
+        self.view = (x0, x1)
+        rows = abs(float(self.figure.y_range.start) - float(self.figure.y_range.end))
+        self.labels.data = label_columns(data, names["name"], x0, x1, self.frame_px, rows)
         if self.path_source is not None and self.path_edges is not None and self._path_index is not None:
             limit = len(self.layout) if self.full_detail else PATH_LIMIT  # full detail: never refined, so all of it
             rects, edges = _path_columns(self._path_index, self.layout, lo, hi, mask, limit)
@@ -436,7 +503,8 @@ def span_columns(
 
     Numeric columns travel as binary arrays; text goes through the ``names`` lookup so a name
     repeated a million times is sent once. A merged block has ``inv`` -1 (it belongs to no single
-    family) and its ``dur`` is the busy time of the spans it holds. ``analysis`` is the figure's
+    family), its ``dur`` is the busy time of the spans it holds and its ``busy_fraction`` that time
+    over its width (a span's is 1; it sets the fill's alpha). ``analysis`` is the figure's
     (computed here when not given).
     """
     if analysis is None:
@@ -472,6 +540,7 @@ def span_columns(
         **detail_codes,
         "inv": inv,
         "count": b.counts.astype(np.int32),
+        "busy_fraction": busy_fraction(layout, b),
     }
     n_lookup = max(len(name_list), len(thread_labels), len(detail_list))
 
@@ -481,6 +550,63 @@ def span_columns(
     names = {"name": pad(name_list), "thread": pad(thread_labels), "detail": pad(detail_list)}
     family_invs = np.unique(inv[inv >= 0])
     return data, names, _flow_segments(trace, layout, family_invs)
+
+
+def busy_alpha(fraction: np.ndarray) -> np.ndarray:
+    """The fill alpha drawn for a busy fraction (what the figure's interpolator does in the browser)."""
+    return np.interp(fraction, (0.0, 1.0), BUSY_ALPHA)
+
+
+def _empty_labels() -> dict[str, Any]:
+    return {
+        "x": np.zeros(0),
+        "y": np.zeros(0, dtype=np.float32),
+        "text": [],
+        "c": np.zeros(0, dtype=np.int8),
+        "i": np.zeros(0, dtype=np.int32),
+    }
+
+
+def label_columns(
+    data: dict[str, Any], names: list[str], x0: float, x1: float, frame: tuple[float, float], rows: float
+) -> dict[str, Any]:
+    """Names on the bars for the view ``[x0, x1]`` of the drawn rectangles ``data`` (the columns of
+    :func:`span_columns`, ``names`` its name lookup), in a plot area of ``frame`` (width, height)
+    pixels showing ``rows`` rows: see :data:`LABEL_FONT_SIZE`. Each label sits at its span's visible
+    left edge (``max(left, x0)``: a span starting off screen keeps its name in view) in its top row
+    (a parent's band holds its children below), ``i`` is its rectangle's row in ``data``.
+
+    The browser runs the same rule (``_LABELS_JS``) with the frame's real size whenever the view
+    moves; this is the first layout, and the widget's after each refinement. Only the spans wide
+    enough are looked at by name, and at most :data:`LABEL_LIMIT` texts are made.
+    """
+    width_px, height_px = frame
+    left = np.asarray(data["left"])
+    if x1 <= x0 or width_px <= 0 or not len(left) or height_px / max(rows, 1e-9) < LABEL_MIN_ROW_PX:
+        return _empty_labels()
+    a = np.maximum(left, x0)
+    room = (np.minimum(np.asarray(data["right"]), x1) - a) * (width_px / (x1 - x0)) - 2 * LABEL_PAD_PX
+    cand = np.flatnonzero((np.asarray(data["count"]) == 1) & (room >= LABEL_CHAR_PX))
+    used, code = np.unique(np.asarray(data["name"])[cand], return_inverse=True)
+    length = np.array([len(names[k]) for k in used.tolist()], dtype=np.int64)[code.ravel()]
+    fits = np.floor(room[cand] / LABEL_CHAR_PX).astype(np.int64)
+    ok = (length > 0) & ((fits >= length) | (fits >= LABEL_MIN_CHARS + 1))
+    cand, fits = cand[ok], fits[ok]
+    if len(cand) > LABEL_LIMIT:
+        keep = np.sort(np.lexsort((cand, -room[cand]))[:LABEL_LIMIT])  # the widest; ties by position, as in JS
+        cand, fits = cand[keep], fits[keep]
+    texts = [
+        n if k >= len(n) else n[: k - 1] + "…"
+        for n, k in zip((names[c] for c in np.asarray(data["name"])[cand].tolist()), fits.tolist(), strict=True)
+    ]
+    top, bottom = np.asarray(data["top"])[cand], np.asarray(data["bottom"])[cand]
+    return {
+        "x": a[cand],
+        "y": ((top + np.minimum(bottom, top + ROW_HEIGHT - 0.04)) / 2).astype(np.float32),
+        "text": texts,
+        "c": np.asarray(data["c"])[cand].astype(np.int8),
+        "i": cand.astype(np.int32),
+    }
 
 
 # ---------------------------------------------------------------------------- figures
@@ -514,8 +640,49 @@ flows.data = {x0: [], y0: [], x1: [], y1: []};
 """
 
 _NAME_HOVER_JS = """
+// A merged block: how many spans and how busy its pixels are ("1,234 spans merged, 3% busy").
 const i = special_vars.index, n = source.data.count[i], text = names.data.name[value];
-return n > 1 ? n + " spans merged (zoom in); first: " + text : text;
+if (n <= 1) return text;
+const pct = 100 * source.data.busy_fraction[i];
+const busy = pct >= 1 ? Math.round(pct) : Number(pct.toPrecision(1));  // 3, 0.4, 0.05
+return n.toLocaleString("en-US") + " spans merged, " + busy + "% busy (zoom in); first: " + text;
+"""
+
+_LABELS_JS = """
+// Names on the bars, laid out again in the browser whenever the view moves or new spans arrive
+// (a saved file has no kernel, and a widget at full detail never refines): label_columns' rule in
+// Python, with the frame's real size. The label source is changed in place and told to redraw,
+// so a widget sends nothing back to the kernel on each frame of a pan.
+const w = fig.inner_width, h = fig.inner_height;
+if (!(w > 0) || !(h > 0)) return;  // not laid out yet: keep the labels computed in Python
+const d = source.data, names = lookup.data.name, x0 = fig.x_range.start, x1 = fig.x_range.end;
+const rows = Math.abs(fig.y_range.end - fig.y_range.start);
+const out = {x: [], y: [], text: [], c: [], i: []};
+if (x1 > x0 && h / Math.max(rows, 1e-9) >= min_row_px) {
+  const k = w / (x1 - x0), cand = [];
+  for (let i = 0; i < d.left.length; i++) {
+    if (d.count[i] != 1) continue;
+    const a = Math.max(d.left[i], x0), room = (Math.min(d.right[i], x1) - a) * k - 2 * pad;
+    if (room < char_px) continue;
+    const len = names[d.name[i]].length, fits = Math.floor(room / char_px);
+    if (len > 0 && (fits >= len || fits >= min_chars + 1)) cand.push([room, i, a, fits]);
+  }
+  if (cand.length > limit) {  // the widest, then back in order
+    cand.sort((p, q) => q[0] - p[0] || p[1] - q[1]);
+    cand.length = limit;
+    cand.sort((p, q) => p[1] - q[1]);
+  }
+  for (const [, i, a, fits] of cand) {
+    const name = names[d.name[i]];
+    out.x.push(a);
+    out.y.push((d.top[i] + Math.min(d.bottom[i], d.top[i] + row_h)) / 2);
+    out.text.push(fits >= name.length ? name : name.slice(0, fits - 1) + "\u2026");
+    out.c.push(d.c[i]);
+    out.i.push(i);
+  }
+}
+Object.assign(labels.data, out);
+labels.change.emit();
 """
 
 
@@ -832,6 +999,8 @@ def _path_columns(
     return rects, edges
 
 
+_LAZY_PATH_TEXT = "computed when first shown (about 1 s per million spans)"
+
 _PATH_TOGGLE_JS = """
 // Show or hide the critical path's outlines and hops: in the browser, no kernel round trip.
 for (const r of renderers) { r.visible = cb_obj.active; }
@@ -847,12 +1016,17 @@ def _path_summary(path: CriticalPath, pi: _PathIndex) -> str:
     return f"{fmt_us(path.total / 1e3)} end to end in {pi.n_segments:,} segments: {kinds}"
 
 
+def _path_label(approximate: bool) -> str:
+    return "critical path (approximate)" if approximate else "critical path"
+
+
 def _path_layer(
-    p: Any, path: CriticalPath, layout: Layout, lo: float, hi: float, limit: int
-) -> tuple[_PathIndex, ColumnDataSource, ColumnDataSource, list[Any], Toggle, Div]:
-    """The path's outlines and hops on ``p`` (hidden), the toggle showing them, and its summary."""
-    pi = _path_index(path, layout)
-    rects, edges = _path_columns(pi, layout, lo, hi, None, limit)
+    p: Any, path: CriticalPath | None, layout: Layout, lo: float, hi: float, limit: int, approximate: bool = False
+) -> tuple[_PathIndex | None, ColumnDataSource, ColumnDataSource, list[Any], Toggle, Div]:
+    """The path's outlines and hops on ``p`` (hidden), the toggle showing them, and its summary;
+    for ``path=None`` the same, empty, for :meth:`Timeline.set_path` to fill."""
+    pi = _path_index(path, layout) if path is not None else None
+    rects, edges = _path_columns(pi, layout, lo, hi, None, limit) if pi is not None else _empty_path()
     path_source = ColumnDataSource(rects, name="critical_path")
     path_edges = ColumnDataSource(edges, name="critical_path_edges")
     outline = p.quad(
@@ -866,10 +1040,12 @@ def _path_layer(
     )  # fmt: skip
     p.add_layout(hops)
     renderers = [outline, hops]
-    label = "critical path (approximate)" if path.approximate else "critical path"
-    toggle = Toggle(label=label, active=False, disabled=not len(pi.items), width=230, name="critical_path_toggle")
+    label = _path_label(path.approximate if path is not None else approximate)
+    disabled = pi is not None and not len(pi.items)
+    toggle = Toggle(label=label, active=False, disabled=disabled, width=230, name="critical_path_toggle")
     toggle.js_on_change("active", CustomJS(args={"renderers": renderers}, code=_PATH_TOGGLE_JS))
-    summary = Div(text=_path_summary(path, pi), render_as_text=True, name="critical_path_summary")
+    text = _path_summary(path, pi) if path is not None and pi is not None else _LAZY_PATH_TEXT
+    summary = Div(text=text, render_as_text=True, name="critical_path_summary")
     return pi, path_source, path_edges, renderers, toggle, summary
 
 
@@ -883,7 +1059,7 @@ def build_timeline(
     backend: str = "canvas",
     title: str | None = None,
     max_lanes: int = MAX_LANES,
-    critical_path: bool | CriticalPath = True,
+    critical_path: bool | CriticalPath | str = True,
 ) -> Timeline:
     """The timeline of ``trace``: main figure, overview strip, stats table, split bars, note.
 
@@ -900,8 +1076,13 @@ def build_timeline(
     computed is used as is): its spans are outlined and its hops between lanes drawn as arrows,
     hidden until the "critical path" toggle above the figure shows them (in the browser, no kernel
     round trip). Where spans are merged, at most :data:`PATH_LIMIT` of its rectangles are drawn (the
-    widest in view; the widget redraws them on zoom), else all of them.
+    widest in view; the widget redraws them on zoom), else all of them. ``critical_path="lazy"``
+    makes the layer and toggle empty, for :meth:`Timeline.set_path` later: the widget's choice,
+    because the path costs up to half of the time to the first paint (1.0 of 1.9 s at 1M spans).
     """
+    lazy = critical_path == "lazy"
+    if isinstance(critical_path, str) and not lazy:
+        raise ValueError(f"critical_path must be True, False, 'lazy' or a CriticalPath, got {critical_path!r}")
     layout = build_layout(trace, max_lanes)
     analysis = _Analysis.of(trace)
     px = pixels or 2 * width
@@ -911,7 +1092,7 @@ def build_timeline(
     if full_detail:
         b = _every_span(layout)
     else:
-        b = blocks(layout, x0 - pad, x1 + pad, px)
+        b = _blocks(layout, x0 - pad, x1 + pad, px)
     data, lookup, flows_all_data = span_columns(trace, layout, b, analysis)
     source = ColumnDataSource(data, name="spans")
     names = ColumnDataSource(lookup, name="lookup")
@@ -936,35 +1117,49 @@ def build_timeline(
         output_backend=backend,
         x_axis_label="time since trace start",
         toolbar_location="above",
+        # BokehJS reports a wheel zoom's range (RangesUpdate, the refinement's trigger) only once the
+        # gesture has been still for lod_timeout: 500 ms by default, the whole latency budget twice
+        # over. 60 ms is past the ~16-40 ms between a wheel's ticks, so a scroll still asks once.
+        lod_timeout=60,
     )
     p.xaxis.formatter = CustomJSTickFormatter(code=_TICK_JS)
     _style_lanes(p, layout, fig_h, (x0 - 20 * pad, x1 + 20 * pad))
     mapper = LinearColorMapper(palette=PALETTE, low=-0.5, high=len(PALETTE) - 0.5)
     color = {"field": "c", "transform": mapper}
     line_mapper = LinearColorMapper(palette=LINE_PALETTE, low=-0.5, high=len(PALETTE) - 0.5)
+    fill_alpha = LinearInterpolator(x=[0.0, 1.0], y=list(BUSY_ALPHA))
     r = p.quad(
         left="left", right="right", top="top", bottom="bottom", source=source,
         fill_color=color, line_color={"field": "c", "transform": line_mapper}, line_alpha=0.9,
+        fill_alpha={"field": "busy_fraction", "transform": fill_alpha},
         selection_line_color="black", selection_line_width=1.5,
         nonselection_fill_alpha=0.25, nonselection_line_alpha=0.25,
     )  # fmt: skip
     hover.renderers = [r]
     tap_tool.renderers = [r]  # a tap selects spans, never the path's outlines
+    frame_px = _frame_estimate(layout, width, fig_h)
+    labels = _label_layer(
+        p, source, names, label_columns(data, lookup["name"], x0 - pad, x1 + pad, frame_px, layout.height + 0.6)
+    )
     p.segment(x0="x0", y0="y0", x1="x1", y1="y1", source=flows, line_color="black", line_width=1.5, line_dash="dashed")
     # Without engine edges the path is only the thread-order approximation (~1 s per million
     # spans): above APPROX_PATH_LIMIT spans it is left to the caller, and the note says so.
     skipped = critical_path is True and trace.n_spans > APPROX_PATH_LIMIT and not has_edges(trace.table, trace.ops)
-    path = None if skipped else trace.critical_path() if critical_path is True else (critical_path or None)
+    path: CriticalPath | None = critical_path if isinstance(critical_path, CriticalPath) else None
+    if critical_path is True and not skipped:
+        path = trace.critical_path()
     pi: _PathIndex | None = None
     path_source: ColumnDataSource | None = None
     path_edges: ColumnDataSource | None = None
     path_renderers: list[Any] = []
     toggle: Toggle | None = None
     path_bar: Div | None = None
-    if path is not None:
+    if path is not None or lazy:
+        approximate = lazy and not has_edges(trace.table, trace.ops)
         pi, path_source, path_edges, path_renderers, toggle, path_bar = _path_layer(
-            p, path, layout, x0 - pad, x1 + pad, len(layout) if full_detail else PATH_LIMIT
-        )
+            p, path, layout, x0 - pad, x1 + pad,
+            len(layout) if full_detail else PATH_LIMIT, approximate,
+        )  # fmt: skip
     _legend(p)
     # The overview shows the whole trace coarsely: the first view's blocks when it is merged
     # already (bounded by the pixels; one pass over 10M spans saved), else its own.
@@ -992,20 +1187,52 @@ def build_timeline(
     root = column(*top, p, overview, bars, table_title, table)
     return Timeline(
         trace=trace, layout=layout, root=root, figure=p, overview=overview, source=source, names=names,
-        flows=flows, flows_all=flows_all, table=table, table_source=table_source, bars=bars, note=note,
+        flows=flows, flows_all=flows_all, labels=labels, table=table, table_source=table_source, bars=bars, note=note,
         tap_callback=tap, pixels=px, full_detail=full_detail, merged=n_merged, window=(x0 - pad, x1 + pad),
-        analysis=analysis, path=path, path_source=path_source, path_edges=path_edges, path_toggle=toggle,
+        view=(x0 - pad, x1 + pad), frame_px=frame_px,
+        analysis=analysis, path=path, path_source=path_source,
+        path_edges=path_edges, path_toggle=toggle, path_summary=path_bar,
         path_renderers=path_renderers, path_drawn=path_drawn, path_total=path_total, _path_index=pi,
     )  # fmt: skip
+
+
+def _frame_estimate(layout: Layout, width: int, height: int) -> tuple[float, float]:
+    """The plot area's (width, height) in pixels, on the low side (see :data:`FRAME_LEGEND_PX`)."""
+    longest = max((len(ln.label) for ln in layout.lanes), default=0)
+    w = width - FRAME_LEGEND_PX - FRAME_AXIS_PX - LABEL_CHAR_PX * longest
+    return float(max(w, 100)), float(max(height - FRAME_TOP_BOTTOM_PX, 50))
+
+
+def _label_layer(p: Any, source: ColumnDataSource, names: ColumnDataSource, first: dict[str, Any]) -> ColumnDataSource:
+    """The names on the bars: a text glyph over the spans (never hovered nor tapped: those tools
+    name their renderers), laid out again in the browser as the view moves (``_LABELS_JS``)."""
+    labels = ColumnDataSource(first, name="span_labels")
+    text_mapper = LinearColorMapper(palette=TEXT_PALETTE, low=-0.5, high=len(TEXT_PALETTE) - 0.5)
+    p.text(
+        x="x", y="y", text="text", source=labels, name="span_labels_text", x_offset=LABEL_PAD_PX,
+        text_font_size=LABEL_FONT_SIZE, text_align="left", text_baseline="middle",
+        text_color={"field": "c", "transform": text_mapper},
+    )  # fmt: skip
+    args = {
+        "source": source, "lookup": names, "labels": labels, "fig": p, "pad": LABEL_PAD_PX, "char_px": LABEL_CHAR_PX,
+        "min_chars": LABEL_MIN_CHARS, "limit": LABEL_LIMIT, "min_row_px": LABEL_MIN_ROW_PX, "row_h": ROW_HEIGHT - 0.04,
+    }  # fmt: skip
+    relabel = CustomJS(args=args, code=_LABELS_JS)
+    for rng in (p.x_range, p.y_range):
+        rng.js_on_change("start", relabel)
+        rng.js_on_change("end", relabel)
+    labels.js_on_change("data", relabel)  # after a refinement, with the real frame size
+    return labels
 
 
 def _legend(p: Any) -> None:
     """Fixed legend entries: one off-data renderer per role (a NaN point draws nothing but its swatch)."""
     items = []
     nan = [float("nan")]
-    for role, fill in [*((r, ROLE_COLORS[r]) for r in ROLE_NAMES), ("merged", "#cccccc")]:
-        dummy = p.quad(left=nan, right=nan, top=nan, bottom=nan, fill_color=fill, line_color=fill)
-        items.append(LegendItem(label=ROLE_LABELS.get(role, "pale: merged spans"), renderers=[dummy]))
+    for role, fill in [*((r, ROLE_COLORS[r]) for r in ROLE_NAMES), ("merged", "#999999")]:
+        alpha = 1.0 if role in ROLE_COLORS else 0.4  # a merged block: paler the idler
+        dummy = p.quad(left=nan, right=nan, top=nan, bottom=nan, fill_color=fill, line_color=fill, fill_alpha=alpha)
+        items.append(LegendItem(label=ROLE_LABELS.get(role, "merged: pale = idle"), renderers=[dummy]))
     p.add_layout(Legend(items=items, click_policy="none", label_text_font_size="9pt"), "right")
 
 
@@ -1013,7 +1240,7 @@ def _overview(layout: Layout, x_range: Any, width: int, backend: str, pad: float
     """The whole trace, coarse and fixed, with a range tool driving the main figure's ``x_range``."""
     x0, x1 = layout.extent
     if ob is None:
-        ob = blocks(layout, x0 - pad, x1 + pad, width)
+        ob = _blocks(layout, x0 - pad, x1 + pad, width)
     overview = figure(
         width=width, height=90, x_range=Range1d(x0 - pad, x1 + pad), y_range=Range1d(layout.height + 0.3, -0.3),
         tools="", toolbar_location=None, output_backend=backend,
@@ -1021,6 +1248,7 @@ def _overview(layout: Layout, x_range: Any, width: int, backend: str, pad: float
     overview.quad(
         left=layout.left[ob.items], right=ob.right, top=layout.top[ob.items], bottom=layout.bottom[ob.items],
         fill_color=[PALETTE[c] for c in layout.role[ob.items].tolist()], line_color=None,
+        fill_alpha=busy_alpha(busy_fraction(layout, ob)),  # shaded by how busy, as in the main figure
     )  # fmt: skip
     overview.xaxis.formatter = CustomJSTickFormatter(code=_TICK_JS)
     overview.yaxis.visible = False
@@ -1030,6 +1258,12 @@ def _overview(layout: Layout, x_range: Any, width: int, backend: str, pad: float
     rt.overlay.fill_alpha = 0.15
     overview.add_tools(rt)
     return overview
+
+
+def _blocks(layout: Layout, x0: float, x1: float, pixels: int, mask: np.ndarray | None = None) -> Blocks:
+    """What to draw at ``pixels`` over ``[x0, x1]``: sub-pixel spans merged, and runs of alike
+    blocks drawn as one (see :func:`.layout.runs`)."""
+    return runs(layout, blocks(layout, x0, x1, pixels, mask), (x1 - x0) / max(1, pixels))
 
 
 def _every_span(layout: Layout, mask: np.ndarray | None = None) -> Blocks:
@@ -1069,8 +1303,8 @@ def _note_text(n_items: int, n_drawn: int, n_merged: int, collapsed: int = 0, ma
     if n_merged:
         parts.append(
             f"{n_merged:,} of {n_items:,} span rectangles are merged ({n_drawn:,} drawn; a custom-op child is drawn on "
-            f"its thread and in the band): spans narrower than a pixel are shown as pale counted blocks — zoom in "
-            f"the notebook widget (opprof.timeline) to see each span."
+            f"its thread and in the band): spans narrower than a pixel are shown as counted blocks, the paler the less "
+            f"of their pixels' time they fill — zoom in the notebook widget (opprof.timeline) to see each span."
         )
     return " ".join([*parts, base])
 

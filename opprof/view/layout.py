@@ -8,8 +8,9 @@ the saved HTML. Input is only a :class:`~opprof.trace.Trace`.
   and its children (python, sub-ops, waits, ``Dummy_Wait``) sit on the rows below it, inside the
   parent's time range. Invocations that overlap in time get separate bands (greedy packing).
 * Level of detail: :func:`blocks` merges spans narrower than a pixel, per row, into blocks that
-  say how many spans they hold, and drops what is off screen, so a million spans draw as a few
-  thousand rectangles and refine as the user zooms.
+  say how many spans they hold and how busy they are (:func:`busy_fraction`), and drops what is
+  off screen, so a million spans draw as a few thousand rectangles and refine as the user zooms;
+  :func:`runs` draws each stretch of touching blocks alike in busyness as one.
 
 x is microseconds since the trace's first event; y grows downward (row 0 at the top).
 """
@@ -26,7 +27,7 @@ import numpy as np
 from ..trace import Role, TraceData
 from ..trace.columns import OTHER_ROLE, ROLES
 
-__all__ = ["MAX_LANES", "ROLE_NAMES", "Blocks", "Lane", "LaneKind", "Layout", "blocks", "build_layout"]
+__all__ = ["MAX_LANES", "ROLE_NAMES", "Blocks", "Lane", "LaneKind", "Layout", "blocks", "build_layout", "busy_fraction", "runs"]
 
 #: Role codes in the ``role`` column: 0 ("op") is a span outside any custom op, then each Role.
 ROLE_NAMES: tuple[str, ...] = ("op", *(r.value for r in Role))
@@ -464,4 +465,63 @@ def blocks(layout: Layout, x0: float, x1: float, pixels: int = 1200, mask: np.nd
         np.concatenate([one, counts]),
         np.concatenate([layout.right[big], right]),
         np.concatenate([width[wide], busy]),
+    )
+
+
+def busy_fraction(layout: Layout, b: Blocks) -> np.ndarray:
+    """How busy each rectangle's pixels are: 1 for a span; for a merged block, its spans' total time
+    over its drawn width, clipped to [0, 1] (the collapsed lane overlays threads, whose spans can
+    overlap and add up past the width). A block is at least a pixel wide, so two 3 µs waits in a
+    pixel of 1 ms read 0.006, not a solid bar."""
+    f = np.ones(len(b), dtype=np.float32)
+    m = b.counts > 1
+    if m.any():
+        width = b.right[m] - layout.left[b.items[m]]
+        f[m] = np.clip(b.busy[m] / np.maximum(width, 1e-12), 0.0, 1.0)
+    return f
+
+
+#: Busy levels :func:`runs` tells apart (tenths: a run's shade is within 0.085 alpha of each of
+#: its blocks').
+RUN_LEVELS = 10
+
+
+def runs(layout: Layout, b: Blocks, px: float, levels: int = RUN_LEVELS) -> Blocks:
+    """``b`` with each run of merged blocks in a row that touch (gaps under ``px``, the pixel they
+    were merged at, and no span drawn as itself between), begin with spans of one role and are as
+    busy to a level (of ``levels``) drawn as one block, holding all their spans. Spans drawn as
+    themselves stay as they are.
+
+    Why: blocks are a third of a screen pixel wide (merged at twice the figure's width, for HiDPI),
+    and a browser antialiases each one's edges, so side by side they let the background through:
+    in Chromium a row merged into blocks busy 100 % drew at ~72 % of its colour, and seams made
+    evenly busy rows look uneven. One rectangle per run has no seams, and there are fewer to draw
+    (a row busy evenly from end to end is one).
+    """
+    if int(np.count_nonzero(b.counts > 1)) < 2:
+        return b
+    # Every rectangle by row, then time: one float key (row * width + left; its rounding, under 8 ns
+    # for an hour-long trace of 10,000 rows, only reorders spans starting that close) sorts 45,000
+    # rectangles in 0.3 ms, where the two-key lexsort took 2.1.
+    width = layout.extent[1] - layout.extent[0] + 1.0
+    order = np.argsort(layout.row[b.items] * width + (layout.left[b.items] - layout.extent[0]))
+    is_merged = b.counts[order] > 1
+    between = np.cumsum(~is_merged)[is_merged]  # spans drawn as themselves so far: a run never covers one
+    m = order[is_merged]
+    items = b.items[m]
+    left, right = layout.left[items], b.right[m]
+    f = np.clip(b.busy[m] / np.maximum(right - left, 1e-12), 0.0, 1.0)
+    level = np.minimum((f * levels).astype(np.int64), levels - 1)
+    row, role = layout.row[items], layout.role[items]
+    # A block's spans start in its pixel and are narrower than one, so the next block in its row
+    # reaches further right: the gap to the last block is the gap to its run.
+    joins = (row[1:] == row[:-1]) & (role[1:] == role[:-1]) & (level[1:] == level[:-1]) & (left[1:] - right[:-1] < px)
+    joins &= between[1:] == between[:-1]
+    starts = np.flatnonzero(np.concatenate(([True], ~joins)))
+    single = np.flatnonzero(b.counts <= 1)
+    return Blocks(
+        np.concatenate([b.items[single], items[starts]]),
+        np.concatenate([b.counts[single], np.add.reduceat(b.counts[m], starts)]),
+        np.concatenate([b.right[single], np.maximum.reduceat(right, starts)]),
+        np.concatenate([b.busy[single], np.add.reduceat(b.busy[m], starts)]),
     )

@@ -7,17 +7,21 @@ needs a kernel to be interactive because its callbacks are Python: level-of-deta
 when the x range changes, filters and table selection all rebuild the drawn columns from the
 :class:`~.layout.Layout` and let BokehModel send the change to the browser.
 
-Where widgets cannot render (nbconvert HTML, a terminal, GitHub) its mimebundle also carries a
-static HTML timeline and a short text summary.
+Where widgets cannot render (an untrusted or kernel-less notebook, nbconvert HTML, GitHub, a
+terminal) its mimebundle also carries a still PNG of the timeline (:mod:`.picture`, tens of KB)
+and a short text summary: not a second Bokeh document, which weighed 4-5 MB per output and needs
+the very scripts those places do not run.
 """
 
 from __future__ import annotations
 
+import base64
 import re
 from typing import Any
 
 import ipywidgets as W
 import numpy as np
+from bokeh.events import RangesUpdate
 
 from ..trace import Trace
 from ..trace.text import text_summary
@@ -26,20 +30,26 @@ from .layout import ROLE_NAMES
 
 __all__ = ["TimelineWidget"]
 
+#: Under the still picture: what it is, and how to get the real thing.
+_STILL_NOTE = "A still picture: run the notebook (trusted, with its kernel) for the interactive timeline."
+
 
 class TimelineWidget(W.VBox):
     """Controls above a Bokeh timeline (see the module docstring); ``.save(path)`` writes HTML."""
 
-    def __init__(self, trace: Trace, *, width: int = 1000, static_html: bool = True, **options: Any) -> None:
+    def __init__(self, trace: Trace, *, width: int = 1000, picture: bool = True, **options: Any) -> None:
         from jupyter_bokeh import BokehModel
 
         self.trace = trace
         self.options = {"width": width, **options}
-        self.with_static_html = static_html
-        self.timeline: Timeline = build_timeline(trace, width=width, **options)
+        self.with_picture = picture
+        # The critical path waits for its toggle (seconds at 1M spans, not before the first paint).
+        self.timeline: Timeline = build_timeline(trace, width=width, **{"critical_path": "lazy", **options})
         tl = self.timeline
+        if tl.path_toggle is not None and tl.path is None:
+            tl.path_toggle.on_change("active", self._on_path_toggle)
         self._names: tuple[np.ndarray, list[str]] | None = None
-        self._html: str | None = None
+        self._png: bytes | None = None
 
         self.name_filter = W.Text(placeholder="filter names (substring)", description="name", layout=W.Layout(width="260px"))
         self.regex = W.Checkbox(value=False, description="regex", indent=False, layout=W.Layout(width="70px"))
@@ -60,8 +70,11 @@ class TimelineWidget(W.VBox):
         for w in (self.name_filter, self.regex, self.lanes, *self.role_toggles.values()):
             w.observe(self._on_control, names="value")
 
-        tl.figure.x_range.on_change("start", self._on_range)
-        tl.figure.x_range.on_change("end", self._on_range)
+        # One RangesUpdate per zoom, pan or reset, with both ends: listening to start and end, BokehJS
+        # sent them as two messages, the second after the kernel went idle (two refinements, the
+        # first of a half-old range).
+        self.refinements = 0  # Timeline.refresh calls caused by range changes
+        tl.figure.on_event(RangesUpdate, self._on_range)
         tl.table_source.selected.on_change("indices", self._on_table)
         self.bokeh = BokehModel(tl.root, combine_events=True)
         controls = W.VBox(
@@ -106,28 +119,50 @@ class TimelineWidget(W.VBox):
         self.status.value = ""
         self.redraw(force=True)
 
-    def redraw(self, force: bool = False) -> None:
-        """Recompute the drawn rectangles for the current x range, filters and level of detail."""
+    def redraw(self, force: bool = False, view: tuple[float, float] | None = None) -> bool:
+        """Recompute the drawn rectangles for the x range ``view`` (default: the figure's), filters and
+        level of detail; unless ``force``, only when the view left the computed window. Returns
+        whether it did."""
         tl = self.timeline
-        xr = tl.figure.x_range
-        x0, x1 = float(xr.start), float(xr.end)
+        if view is None:
+            xr = tl.figure.x_range
+            view = float(xr.start), float(xr.end)
+        x0, x1 = view
         if not force and not self._needs_refine(x0, x1):
-            return
+            return False
         tl.refresh(x0, x1, self.mask())
         self._reapply_table_selection()
         self._update_status()
+        return True
 
     def _needs_refine(self, x0: float, x1: float) -> bool:
-        """Idempotent: BokehJS echoes the range on first render, and small pans stay in the window."""
+        """Idempotent: BokehJS reports the range on first render, and small pans stay in the window."""
         if self.timeline.full_detail or x1 <= x0:
             return False
         lo, hi = self.timeline.window
-        computed_w = (hi - lo) / 2  # the window is the view padded by half a view on each side
+        v0, v1 = self.timeline.view  # a refinement pads it by half a view each side; the first view is the window
+        computed_w = v1 - v0
         ratio = (x1 - x0) / computed_w if computed_w > 0 else 0.0
         return not (lo <= x0 and x1 <= hi and 0.6 <= ratio <= 1.6)
 
-    def _on_range(self, attr: str, old: Any, new: Any) -> None:
-        self.redraw()
+    def _on_range(self, event: RangesUpdate) -> None:
+        """A zoom, pan or reset ended: refine once, from the event's own (x0, x1), which BokehJS sends
+        together (the figure's x_range may still hold a half-updated pair)."""
+        if event.x0 is None or event.x1 is None:
+            return
+        if self.redraw(view=(float(event.x0), float(event.x1))):
+            self.refinements += 1
+
+    def _on_path_toggle(self, attr: str, old: Any, new: Any) -> None:
+        """The first time the path is shown: compute it and draw it (the browser shows the layer at once)."""
+        tl = self.timeline
+        if new and tl.path is None:
+            summary = tl.path_summary
+            if summary is not None:
+                summary.text = "computing the critical path..."
+            tl.set_path(self.trace.critical_path())
+            if self.mask() is not None:  # drawn for every span: redraw it under the filters
+                self.redraw(force=True)
 
     def _on_table(self, attr: str, old: Any, new: Any) -> None:
         self._reapply_table_selection()
@@ -159,23 +194,18 @@ class TimelineWidget(W.VBox):
         """Write the whole trace (not the filtered view) as standalone, offline HTML."""
         save_html(self.trace, path, **{**self.options, **options})
 
-    def static_html(self) -> str:
-        """The timeline as an HTML fragment with BokehJS inline, for front ends without widgets."""
-        if self._html is None:
-            from bokeh.embed import components
-            from bokeh.resources import INLINE
+    def picture(self) -> bytes:
+        """The timeline as a still PNG (tens of KB), for wherever the widget cannot run."""
+        if self._png is None:
+            from .picture import timeline_png
 
-            options = dict(self.options)
-            if self.timeline.path is not None:
-                options["critical_path"] = self.timeline.path  # computed once (seconds at 1M spans), not again
-            fresh = build_timeline(self.trace, **options)  # its own document, unshared with the widget
-            script, div = components(fresh.root)
-            self._html = INLINE.render() + script + div
-        return self._html
+            lines = text_summary(self.trace).splitlines()
+            self._png = timeline_png(self.timeline.layout, lines[0], width=int(self.options["width"]), note=_STILL_NOTE)
+        return self._png
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         bundle = super()._repr_mimebundle_(**kwargs) or {}
         bundle["text/plain"] = text_summary(self.trace)
-        if self.with_static_html:
-            bundle["text/html"] = self.static_html()
+        if self.with_picture:
+            bundle["image/png"] = base64.b64encode(self.picture()).decode("ascii")
         return bundle

@@ -1,0 +1,64 @@
+"""The Jupyter server extension: serves the installed Bokeh's own BokehJS files to the page.
+
+jupyter_bokeh's front end draws with ``window.Bokeh`` and brings none, so something must put
+BokehJS in the page. Inline, that is 2-4 MB of JavaScript saved in every notebook that shows a
+timeline; from the CDN, it fails offline. Served by the Jupyter server from the bokeh package
+installed beside it, the notebook keeps only a loader of about 2 KB (:mod:`.bokehjs`), and the
+files stay offline and exactly the version the package is.
+
+``pip install opprof`` enables it: the wheel puts ``etc/jupyter/jupyter_server_config.d/opprof.json``
+into the environment (``jupyter server extension list`` shows it). URLs carry the Bokeh version
+(``<base_url>opprof/bokehjs/<version>/js/bokeh.min.js``), so a kernel whose bokeh differs from
+the server's finds nothing there and falls back to inline BokehJS instead of loading a mismatch
+(the two halves of Bokeh must be the same release), and browsers may cache the files for good.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["BOKEHJS_FILES", "bokehjs_route"]
+
+#: What the timeline needs: BokehJS, its WebGL backend, widgets (the toggle) and tables (the stats
+#: table). Not bokeh-mathjax (1.8 MB, for LaTeX in labels, which the timeline never draws).
+BOKEHJS_FILES = ("bokeh.min.js", "bokeh-gl.min.js", "bokeh-widgets.min.js", "bokeh-tables.min.js")
+
+_YEAR_S = 365 * 24 * 3600
+
+
+def bokehjs_route(version: str) -> str:
+    """The path, under the server's base URL, of this Bokeh version's files (no leading slash)."""
+    return f"opprof/bokehjs/{version}/js/"
+
+
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    return [{"module": "opprof.jupyter.server"}]
+
+
+def _load_jupyter_server_extension(serverapp: Any) -> None:
+    import bokeh
+    from bokeh.util.paths import bokehjs_path
+    from jupyter_server.utils import url_path_join
+    from tornado.web import HTTPError, StaticFileHandler
+
+    class BokehJSFiles(StaticFileHandler):
+        """The four files above and nothing else from Bokeh's static dir; public library code, so
+        unauthenticated (a ``<script>`` or XHR from the page needs no token)."""
+
+        def validate_absolute_path(self, root: str, absolute_path: str) -> str | None:
+            if self.path_args and self.path_args[0] not in BOKEHJS_FILES:
+                raise HTTPError(404)
+            return super().validate_absolute_path(root, absolute_path)
+
+        def get_cache_time(self, path: str, modified: Any, mime_type: str) -> int:
+            return _YEAR_S  # the URL names the version: these bytes never change
+
+    web_app = serverapp.web_app
+    base = web_app.settings.get("base_url", "/")
+    pattern = url_path_join(base, bokehjs_route(bokeh.__version__), "(.*)")
+    web_app.add_handlers(".*$", [(pattern, BokehJSFiles, {"path": str(bokehjs_path() / "js")})])
+    serverapp.log.info("opprof: serving BokehJS %s at %s", bokeh.__version__, pattern[: -len("(.*)")])
+
+
+# The name jupyter_server looks for in older releases.
+load_jupyter_server_extension = _load_jupyter_server_extension
