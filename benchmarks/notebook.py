@@ -181,6 +181,8 @@ def _big(page: Any, server: Any, spans: int, repeats: int) -> dict[str, list[flo
                 page.mouse.down()
                 page.mouse.move(cx - box["w"] * 0.45, cy, steps=8)  # past the computed window: a refinement
                 page.mouse.up()
+                # Timed from the drag's end: each drag step repaints in the browser alone, before any refinement.
+                page.evaluate("() => { window.__t0 = performance.now(); }")
             ms = page.evaluate(_AWAIT_REFINED, 10_000)
             page.wait_for_function(js.KERNEL_IDLE, timeout=60_000, polling=50)
             page.wait_for_timeout(300)

@@ -1064,7 +1064,7 @@ def build_timeline(
     """The timeline of ``trace``: main figure, overview strip, stats table, split bars, note.
 
     Up to ``detail_limit`` rectangles, every span is drawn as itself; beyond, spans narrower than a
-    pixel (at ``pixels``, default twice ``width`` for HiDPI screens) are merged into counted blocks.
+    pixel (at ``pixels``, default ``width``) are merged into counted blocks.
     ``backend="webgl"`` draws with WebGL (faster pan on huge views in a real GPU browser; canvas
     is the default because software GL in headless browsers is slower and logs warnings).
     Past ``max_lanes`` threads, the busiest ``max_lanes - 1`` keep lanes and the rest share one
@@ -1085,7 +1085,10 @@ def build_timeline(
         raise ValueError(f"critical_path must be True, False, 'lazy' or a CriticalPath, got {critical_path!r}")
     layout = build_layout(trace, max_lanes)
     analysis = _Analysis.of(trace)
-    px = pixels or 2 * width
+    # One merged block per CSS pixel column (was two, for HiDPI screens): BokehJS paints ~5 us per
+    # rectangle in headless Chromium here, so halving them halves a refinement's paint (~150 ms
+    # for 25k) and its transfer; on a HiDPI screen a block is then two device pixels wide.
+    px = pixels or width
     x0, x1 = layout.extent
     pad = max((x1 - x0) * 0.01, 1e-3)
     full_detail = len(layout) <= detail_limit

@@ -2,7 +2,7 @@
 
 ``opprof.timeline(trace)`` (:func:`opprof.jupyter.timeline`, which first makes sure BokehJS is in
 the page) returns a :class:`TimelineWidget`: an ipywidgets ``VBox`` holding the
-figure (through ``jupyter_bokeh.BokehModel``, the standard bridge) under a row of controls. It
+figure (through ``jupyter_bokeh.BokehModel``, the standard bridge, batched: :mod:`.bridge`) under a row of controls. It
 needs a kernel to be interactive because its callbacks are Python: level-of-detail refinement
 when the x range changes, filters and table selection all rebuild the drawn columns from the
 :class:`~.layout.Layout` and let BokehModel send the change to the browser.
@@ -38,7 +38,7 @@ class TimelineWidget(W.VBox):
     """Controls above a Bokeh timeline (see the module docstring); ``.save(path)`` writes HTML."""
 
     def __init__(self, trace: Trace, *, width: int = 1000, picture: bool = True, **options: Any) -> None:
-        from jupyter_bokeh import BokehModel
+        from .bridge import BatchedBokehModel
 
         self.trace = trace
         self.options = {"width": width, **options}
@@ -76,7 +76,7 @@ class TimelineWidget(W.VBox):
         self.refinements = 0  # Timeline.refresh calls caused by range changes
         tl.figure.on_event(RangesUpdate, self._on_range)
         tl.table_source.selected.on_change("indices", self._on_table)
-        self.bokeh = BokehModel(tl.root, combine_events=True)
+        self.bokeh = BatchedBokehModel(tl.root, combine_events=True)
         controls = W.VBox(
             [W.HBox([self.name_filter, self.regex, self.lanes]), W.HBox(list(self.role_toggles.values())), self.status]
         )
@@ -130,8 +130,9 @@ class TimelineWidget(W.VBox):
         x0, x1 = view
         if not force and not self._needs_refine(x0, x1):
             return False
-        tl.refresh(x0, x1, self.mask())
-        self._reapply_table_selection()
+        with self.bokeh.batched():  # one message to the browser, not one per column (see .bridge)
+            tl.refresh(x0, x1, self.mask())
+            self._reapply_table_selection()
         self._update_status()
         return True
 
@@ -160,9 +161,10 @@ class TimelineWidget(W.VBox):
             summary = tl.path_summary
             if summary is not None:
                 summary.text = "computing the critical path..."
-            tl.set_path(self.trace.critical_path())
-            if self.mask() is not None:  # drawn for every span: redraw it under the filters
-                self.redraw(force=True)
+            with self.bokeh.batched():
+                tl.set_path(self.trace.critical_path())
+                if self.mask() is not None:  # drawn for every span: redraw it under the filters
+                    self.redraw(force=True)
 
     def _on_table(self, attr: str, old: Any, new: Any) -> None:
         self._reapply_table_selection()
