@@ -31,8 +31,10 @@ from opprof.engine.state import thread_state
 from opprof.profiler import Recorder
 
 try:
+    from benchmarks import live
     from benchmarks.common import Row, interleaved, print_rows, progress
 except ImportError:  # run as a script: python benchmarks/profiler.py
+    import live  # type: ignore[no-redef]
     from common import Row, interleaved, print_rows, progress  # type: ignore[no-redef]
 
 SECTION = "Profiler"
@@ -138,7 +140,7 @@ def custom_calls(calls: int, profiled: bool) -> tuple[float, float, int]:
 
 def rows(quick: bool = False, repeats: int | None = None, mxnet: dict[str, float] | None = None) -> list[Row]:
     n, ops, calls = (20_000, 2_000, 200) if quick else (200_000, 20_000, 2_000)
-    return measure(n, ops, calls, repeats or (1 if quick else 5), mxnet)
+    return measure(n, ops, calls, repeats or (1 if quick else 5), mxnet) + live.rows(quick, repeats)  # %%opprof's live view
 
 
 def measure(n: int, ops: int, calls: int, repeats: int, mxnet: dict[str, float] | None = None) -> list[Row]:

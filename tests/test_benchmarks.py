@@ -41,6 +41,7 @@ def test_quick_suite_prints_one_table_with_every_section() -> None:
         "naming on the hot path, sub-op",
         "recording one span",
         "profiler on/off",
+        "profiler on/off with the live view",
         "export",
         "load",
         "build and save HTML",
@@ -64,6 +65,7 @@ def test_quick_suite_prints_one_table_with_every_section() -> None:
     [
         ["benchmarks/engine.py", "--ops", "200", "--calls", "20", "--repeats", "1"],
         ["benchmarks/profiler.py", "--calls-naming", "2000", "--ops", "200", "--calls", "20", "--repeats", "1"],
+        ["benchmarks/live.py", "--ops", "2000", "--repeats", "1"],
         ["benchmarks/load.py", "--events", "2000", "--repeats", "1"],
         ["benchmarks/why.py", "--spans", "5000", "--repeats", "1"],
         ["benchmarks/timeline.py", "--sizes", "500", "--repeats", "1"],

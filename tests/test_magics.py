@@ -170,5 +170,5 @@ def test_the_timeline_widget_is_displayed(ip: Any, tmp_path: Path) -> None:
     assert result.error_in_exec is None
     bundles = [o.data for o in out.outputs]
     assert any("application/vnd.jupyter.widget-view+json" in b for b in bundles), [list(b) for b in bundles]
-    assert any("text/html" in b for b in bundles)  # static fallback where widgets cannot render
+    assert any("image/png" in b for b in bundles)  # the still picture, where widgets cannot render
     assert html.exists() and "MagicDouble" in html.read_text()

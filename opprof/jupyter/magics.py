@@ -4,11 +4,15 @@ The cell runs the way a plain cell does: in the user's namespace, with IPython's
 transforms, its last expression's value shown as ``Out[]``, and an error raised as the cell's
 error (after the partial timeline is shown), so nbclient and CI see it. The cell is compiled and
 run here rather than through a nested ``shell.run_cell``, which swallows the error.
+
+In a kernel the timeline also grows while the cell runs (``--live``: :mod:`.live`); the full
+timeline takes the live view's place when the cell ends, however it ends.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib
 import keyword
 import os
 import time
@@ -27,6 +31,7 @@ from ..trace.jsonio import output_path_problem
 from ..trace.stats import SORT_KEYS
 from ..trace.text import split_table, stats_table, summary_line, why_text
 from .bokehjs import load_bokehjs
+from .live import LiveView
 from .widgets import timeline
 
 __all__ = ["CellProfile", "OpprofMagics"]
@@ -80,6 +85,8 @@ class OpprofMagics(Magics):
     @argument("-o", "--output", default=None, metavar="PATH", help="save the trace (.opprof, .json or .json.gz)")
     @argument("--html", default=None, metavar="PATH", help="save the timeline as standalone HTML")
     @argument("--no-widget", action="store_true", help="do not show the timeline widget")
+    @argument("--live", action="store_true", help="show the timeline growing while the cell runs (default in a notebook)")
+    @argument("--no-live", action="store_true", help="no live view: the timeline shows when the cell ends")
     @argument("--stats", nargs="?", const=20, type=int, default=None, metavar="N", help="print the top-N aggregate table")
     @argument("--sort-by", choices=list(SORT_KEYS), default="total", help="order of the --stats table")
     @argument("--why", action="store_true", help="print why the custom ops wait and the critical path, in words")
@@ -101,28 +108,50 @@ class OpprofMagics(Magics):
             _engine.set_engine(kind, **spec)
         prev_spec = _engine_spec(previous)
 
+        live_wanted = self._live_wanted(args)
+        if live_wanted:
+            try:
+                # Bokeh's import (~0.6 s, once a kernel) here rather than in the thread's first
+                # poll, which would show the view that much later; the final timeline needs it anyway.
+                importlib.import_module("opprof.view.live")
+            except ImportError:  # bokeh/ipywidgets missing: no live view (the end says why)
+                live_wanted = False
+            else:
+                load_bokehjs(once=True)  # before any BokehModel shows (a no-op once %load_ext did it)
         prof = Profiler(args.max_events).start()
+        live: LiveView | None = None
         error: BaseException | None = None
         result = None
         t0 = time.perf_counter()
         try:
-            result = _run_code(shell, cell)
-        except BaseException as e:  # shown after the partial timeline, then re-raised
-            error = e
-        finally:
             try:
-                # After Ctrl-C, wait only briefly: the work still queued may be what hung.
-                prof.stop(wait=INTERRUPT_GRACE_S if isinstance(error, KeyboardInterrupt) else True)
-            except BaseException as e:
-                error = error or e
-            wall = time.perf_counter() - t0
-            if switched:
-                _engine.set_engine(prev_spec.pop("kind"), **prev_spec)
+                if live_wanted:
+                    live = LiveView(prof.live_feed()).start()
+                result = _run_code(shell, cell)
+            except BaseException as e:  # shown after the partial timeline, then re-raised
+                error = e
+            finally:
+                try:
+                    # After Ctrl-C, wait only briefly: the work still queued may be what hung.
+                    prof.stop(wait=INTERRUPT_GRACE_S if isinstance(error, KeyboardInterrupt) else True)
+                except BaseException as e:
+                    error = error or e
+                wall = time.perf_counter() - t0
+                if switched:
+                    _engine.set_engine(prev_spec.pop("kind"), **prev_spec)
+        finally:
+            # The live view polled through the final wait (the cell's queued work); no longer.
+            if live is not None:
+                live.stop()
         trace = prof.trace
         assert trace is not None
         profile = CellProfile(trace, error, wall)
         shell.user_ns[args.var] = profile
-        self._report(profile, args)
+        try:
+            self._report(profile, args, live)
+        finally:
+            if live is not None:
+                live.close()
         if error is not None:
             raise error
         return result
@@ -160,11 +189,20 @@ class OpprofMagics(Magics):
             problem = getattr(args, name) and output_path_problem(getattr(args, name))
             if problem:
                 raise UsageError(f"--{name}: {problem}\n{usage}")
+        if args.live and (args.no_live or args.no_widget):
+            other = "--no-live" if args.no_live else "--no-widget"
+            raise UsageError(f"--live shows a widget while the cell runs: it cannot go with {other}\n{usage}")
         if not args.var.isidentifier() or keyword.iskeyword(args.var):
             raise UsageError(f"--var must be a Python name, got {args.var!r}\n{usage}")
         return args
 
-    def _report(self, profile: CellProfile, args: Any) -> None:
+    def _live_wanted(self, args: Any) -> bool:
+        """``--live``; else by default in a kernel (a page to stream to), never in terminal IPython."""
+        if args.live:
+            return True
+        return not (args.no_live or args.no_widget) and getattr(self.shell, "kernel", None) is not None
+
+    def _report(self, profile: CellProfile, args: Any, live: LiveView | None = None) -> None:
         trace = profile.trace
         if args.output:
             trace.save(args.output)
@@ -173,7 +211,9 @@ class OpprofMagics(Magics):
 
             save_html(trace, args.html)
         if not args.no_widget:
-            self._show(trace)
+            self._show(trace, live)
+        if live is not None and live.error is not None:
+            print(f"(the live view stopped early: {type(live.error).__name__}: {live.error})")
         print(summary_line(trace, profile.wall_s))
         if trace.custom_ops():
             print(split_table(trace))
@@ -186,10 +226,12 @@ class OpprofMagics(Magics):
         if args.html:
             print(f"timeline saved to {args.html}")
 
-    def _show(self, trace: Trace) -> None:
+    def _show(self, trace: Trace, live: LiveView | None = None) -> None:
+        """The timeline widget, in the live view's place if one was shown (else below the cell's output)."""
         try:
             widget = timeline(trace)
         except ImportError as e:  # bokeh/ipywidgets missing: the text summary still shows
             print(f"(timeline unavailable: {e})")
             return
-        display(widget)
+        if live is None or not live.replace(widget):
+            display(widget)

@@ -251,6 +251,12 @@ class Recorder(EngineObserver):
             buf = self._buf()
             buf.append((COUNTER, ts, ts, name, value, None, None))
 
+    def thread_records(self) -> list[ThreadRecords]:
+        """Every recording thread's lists so far, in the order they first recorded (a live view reads
+        their tails: :class:`~.live.LiveFeed`)."""
+        with self._lock:
+            return list(self._buffers)
+
     @property
     def events(self) -> int:
         return sum(len(r) for r in self._buffers)

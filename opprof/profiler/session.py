@@ -14,6 +14,7 @@ from contextlib import contextmanager
 
 from ..engine import get_engine
 from ..trace import Trace
+from .live import POLL_CAP, LiveFeed
 from .recorder import ProfilerError, Recorder
 
 __all__ = ["INTERRUPT_GRACE_S", "Profiler", "profile"]
@@ -50,6 +51,12 @@ class Profiler:
         if self._recorder is None:
             raise ProfilerError("the profiler is not running")
         return self._recorder.build({"snapshot": True}, live=True)
+
+    def live_feed(self, cap: int = POLL_CAP) -> LiveFeed:
+        """A feed of the spans this running session finishes, poll by poll (:class:`~.live.LiveFeed`)."""
+        if self._recorder is None:
+            raise ProfilerError("the profiler is not running")
+        return LiveFeed(self._recorder, cap)
 
     def clock(self) -> int:
         """Now, on the clock the running recording uses."""
