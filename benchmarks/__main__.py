@@ -5,7 +5,8 @@ Progress goes to stderr, the table (Markdown) to stdout, then one line counting 
 missed. A missed goal is shown as missed. ``--quick`` uses small sizes (a smoke test: its figures
 are not the goals' and goals about 1M spans are not judged). ``--peers`` also measures MXNet 1.9.1
 in a venv of its own (made on first use, see ``benchmarks/peers.py``); Dask is measured whenever
-it is installed (the ``bench`` extra).
+it is installed (the ``bench`` extra). The notebook section drives a real JupyterLab in headless
+Chromium (``benchmarks/notebook.py``: about 3 minutes).
 """
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ from __future__ import annotations
 import argparse
 import os
 
-from . import engine, load, peers, profiler, timeline
+from . import engine, load, notebook, peers, profiler, timeline
 from . import why as why_section
 from .common import Row, format_table, machine, progress, summary
 
-SECTIONS = ("engine", "profiler", "why", "trace", "timeline", "peers")
+SECTIONS = ("engine", "profiler", "why", "trace", "timeline", "notebook", "peers")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -47,6 +48,8 @@ def main(argv: list[str] | None = None) -> None:
         rows += load.rows(quick, repeats)
     if "timeline" in args.only:
         rows += timeline.rows(quick, repeats)
+    if "notebook" in args.only:
+        rows += notebook.rows(quick, repeats)
     if "peers" in args.only:
         ours = {r.key: r.value for r in rows if r.key and r.value is not None}
         rows += peers.dask_rows(5_000 if quick else 100_000, repeats or (1 if quick else 3), ours)

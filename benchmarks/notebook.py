@@ -40,71 +40,6 @@ __all__ = ["measure", "rows"]
 SECTION = "Notebook"
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
-# -------------------------------------------------------------------- page-side helpers
-# Run code in the page's kernel; resolve to its printed text.
-_EXEC = """async (code) => {
-  const k = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
-  let out = "";
-  const f = k.requestExecute({code, store_history: false});
-  f.onIOPub = (m) => { if (m.header.msg_type === "stream") out += m.content.text;
-                       if (m.header.msg_type === "error") out += m.content.ename + ": " + m.content.evalue; };
-  await f.done;
-  return out;
-}"""
-# The view of the figure titled ``title`` (BokehJS views live in shadow roots: found from Bokeh.index).
-_FIND = """(title) => {
-  const stack = [...((window.Bokeh && Bokeh.index) || [])];
-  while (stack.length) {
-    const v = stack.pop();
-    if (v.model.type === "Figure" && v.model.title && String(v.model.title.text).startsWith(title) && v.canvas_view) return v;
-    stack.push(...(v.child_views ?? []));
-  }
-  return null;
-}"""
-_PAINTED = f"""(title) => {{
-  const v = ({_FIND})(title);
-  if (!v) return false;
-  const c = v.canvas_view.primary.canvas;
-  if (!c.width) return false;
-  const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
-  let n = 0;
-  for (let i = 0; i < d.length; i += 16) if (d[i + 3] > 0 && (d[i] < 235 || d[i + 1] < 235 || d[i + 2] < 235)) n++;
-  return n > 500;
-}}"""
-# Run cell ``k`` and resolve to ms from the command to the first painted timeline titled ``title``.
-_TIME_TO_PAINT = f"""async ([k, title]) => {{
-  const app = window.jupyterapp;
-  const nb = app.shell.currentWidget.content;
-  nb.activeCellIndex = k;
-  const t0 = performance.now();
-  app.commands.execute("notebook:run-cell");
-  while (!({_PAINTED})(title)) await new Promise((r) => setTimeout(r, 10));
-  return performance.now() - t0;
-}}"""
-# Arm: remember the spans source's data; then resolve to ms until it is replaced (the refinement
-# arrived) and two animation frames passed (painted), or -1 after ``limit`` ms.
-_ARM = f"""(title) => {{
-  const v = ({_FIND})(title);
-  window.__src = v.model.document.get_model_by_name("spans");
-  window.__data = window.__src.data;
-  window.__t0 = performance.now();
-}}"""
-_AWAIT_REFINED = """async (limit) => {
-  while (window.__src.data === window.__data) {
-    if (performance.now() - window.__t0 > limit) return -1;
-    await new Promise((r) => setTimeout(r, 5));
-  }
-  await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
-  return performance.now() - window.__t0;
-}"""
-_CANVAS_BOX = f"""(title) => {{
-  const c = ({_FIND})(title).canvas_view.primary.canvas;
-  c.scrollIntoView({{block: "center"}});
-  const r = c.getBoundingClientRect();
-  return {{x: r.x, y: r.y, w: r.width, h: r.height}};
-}}"""
-
-
 def _notebook(path: Path, cells: list[str]) -> None:
     import nbformat
     from nbformat.v4 import new_code_cell, new_notebook
@@ -163,15 +98,15 @@ def _big(page: Any, server: Any, spans: int, repeats: int) -> dict[str, list[flo
     out: dict[str, list[float]] = {k: [] for k in ("paint", "zoom_in", "pan", "zoom_out", "trips", "rss")}
     for r in range(repeats):
         title = f"opprof timeline {r}"
-        out["paint"].append(page.evaluate(_TIME_TO_PAINT, [2 + r, title]) / 1e3)
+        out["paint"].append(page.evaluate(js.TIME_TO_PAINT, [2 + r, title]) / 1e3)
         page.wait_for_function(js.KERNEL_IDLE, timeout=120_000, polling=100)
         page.wait_for_timeout(1000)  # BokehJS's first-render range echo and its (no-op) round trip
-        before = int(page.evaluate(_EXEC, f"print(w{r}.refinements)").strip() or 0)
-        box = page.evaluate(_CANVAS_BOX, title)
+        before = int(page.evaluate(js.EXEC, f"print(w{r}.refinements)").strip() or 0)
+        box = page.evaluate(js.CANVAS_BOX, title)
         cx, cy = box["x"] + box["w"] * 0.7, box["y"] + box["h"] * 0.4
         gestures = []
         for name in ("zoom_in", "pan", "zoom_out"):
-            page.evaluate(_ARM, title)
+            page.evaluate(js.ARM, title)
             page.mouse.move(cx, cy)
             if name == "zoom_in":
                 page.mouse.wheel(0, -1200)
@@ -183,14 +118,14 @@ def _big(page: Any, server: Any, spans: int, repeats: int) -> dict[str, list[flo
                 page.mouse.up()
                 # Timed from the drag's end: each drag step repaints in the browser alone, before any refinement.
                 page.evaluate("() => { window.__t0 = performance.now(); }")
-            ms = page.evaluate(_AWAIT_REFINED, 10_000)
+            ms = page.evaluate(js.AWAIT_REFINED, 10_000)
             page.wait_for_function(js.KERNEL_IDLE, timeout=60_000, polling=50)
             page.wait_for_timeout(300)
             out[name].append(ms / 1e3 if ms >= 0 else float("nan"))
             gestures.append(name)
-        after = int(page.evaluate(_EXEC, f"print(w{r}.refinements)").strip() or 0)
+        after = int(page.evaluate(js.EXEC, f"print(w{r}.refinements)").strip() or 0)
         out["trips"].append((after - before) / len(gestures))
-        status = page.evaluate(_EXEC, "print(open('/proc/self/status').read())")
+        status = page.evaluate(js.EXEC, "print(open('/proc/self/status').read())")
         rss = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
         out["rss"].append(rss / 1024)
         progress(

@@ -80,3 +80,68 @@ TIMELINE = """() => {
 def painted_timeline(min_pixels: int = 2000) -> str:
     """A predicate: the timeline is drawn in its cell with at least ``min_pixels`` painted."""
     return f"() => {{ ({DEFINE_FIND})(); const t = ({TIMELINE})(); return !!t && t.in_cell && t.painted > {min_pixels}; }}"
+
+
+# ---------------------------------------------------------------- timing and driving a figure
+# Run code in the page's kernel; resolve to its printed text.
+EXEC = """async (code) => {
+  const k = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
+  let out = "";
+  const f = k.requestExecute({code, store_history: false});
+  f.onIOPub = (m) => { if (m.header.msg_type === "stream") out += m.content.text;
+                       if (m.header.msg_type === "error") out += m.content.ename + ": " + m.content.evalue; };
+  await f.done;
+  return out;
+}"""
+# The view of the figure titled ``title`` (BokehJS views live in shadow roots: found from Bokeh.index).
+FIND = """(title) => {
+  const stack = [...((window.Bokeh && Bokeh.index) || [])];
+  while (stack.length) {
+    const v = stack.pop();
+    if (v.model.type === "Figure" && v.model.title && String(v.model.title.text).startsWith(title) && v.canvas_view) return v;
+    stack.push(...(v.child_views ?? []));
+  }
+  return null;
+}"""
+PAINTED = f"""(title) => {{
+  const v = ({FIND})(title);
+  if (!v) return false;
+  const c = v.canvas_view.primary.canvas;
+  if (!c.width) return false;
+  const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+  let n = 0;
+  for (let i = 0; i < d.length; i += 16) if (d[i + 3] > 0 && (d[i] < 235 || d[i + 1] < 235 || d[i + 2] < 235)) n++;
+  return n > 500;
+}}"""
+# Run cell ``k`` and resolve to ms from the command to the first painted timeline titled ``title``.
+TIME_TO_PAINT = f"""async ([k, title]) => {{
+  const app = window.jupyterapp;
+  const nb = app.shell.currentWidget.content;
+  nb.activeCellIndex = k;
+  const t0 = performance.now();
+  app.commands.execute("notebook:run-cell");
+  while (!({PAINTED})(title)) await new Promise((r) => setTimeout(r, 10));
+  return performance.now() - t0;
+}}"""
+# Arm: remember the spans source's data; then resolve to ms until it is replaced (the refinement
+# arrived) and two animation frames passed (painted), or -1 after ``limit`` ms.
+ARM = f"""(title) => {{
+  const v = ({FIND})(title);
+  window.__src = v.model.document.get_model_by_name("spans");
+  window.__data = window.__src.data;
+  window.__t0 = performance.now();
+}}"""
+AWAIT_REFINED = """async (limit) => {
+  while (window.__src.data === window.__data) {
+    if (performance.now() - window.__t0 > limit) return -1;
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
+  return performance.now() - window.__t0;
+}"""
+CANVAS_BOX = f"""(title) => {{
+  const c = ({FIND})(title).canvas_view.primary.canvas;
+  c.scrollIntoView({{block: "center"}});
+  const r = c.getBoundingClientRect();
+  return {{x: r.x, y: r.y, w: r.width, h: r.height}};
+}}"""

@@ -1,5 +1,6 @@
-"""The notebook experience in a real browser: light notebooks, a reload that redraws, the still
-picture where the widget cannot run, Notebook 7 as well as JupyterLab 4.
+"""The notebook experience in a real browser: the quickstart's timeline, light notebooks, a reload
+that redraws, the still picture where the widget cannot run, one refinement per zoom (Notebook 7:
+tests/test_live_browser.py runs its live view and full timeline there too).
 
 One JupyterLab server for the session (``lab_server`` in conftest: it also serves Notebook 7's
 ``/notebooks/`` pages); headless Debian Chromium. Each test asserts a behaviour, never a time.
@@ -71,12 +72,34 @@ def _loader_modes(nb: dict[str, Any]) -> list[str]:
     ]
 
 
-def test_executed_quickstart_is_light_and_its_timeline_comes_back_after_a_reload(lab_server: Any, chromium_page: Any) -> None:
+def test_the_quickstart_draws_its_timeline_stays_light_and_comes_back_after_a_reload(
+    lab_server: Any, chromium_page: Any, tmp_path: Path
+) -> None:
     page, console, page_errors = chromium_page
     page.set_viewport_size({"width": 1600, "height": 1000})
     shutil.copy(NOTEBOOKS / "01-quickstart.ipynb", lab_server.root / "light.ipynb")
     _run_all(page, f"{lab_server.url}/lab/tree/light.ipynb?reset")
     page.wait_for_function(js.painted_timeline(), timeout=30_000)
+    text = "".join(o.get("text", "") for o in page.evaluate(js.OUTPUTS))
+    assert "opprof:" in text and "custom-op calls" in text  # the magic's summary line printed
+    tl = page.evaluate(js.TIMELINE)
+    assert tl["widget"] and tl["in_cell"] and tl["colors"] > 3, f"the timeline looks wrong: {tl}"
+
+    # The critical-path toggle: the outline shows at once (in the browser); the path itself is
+    # computed by the kernel on that first click and arrives as data.
+    outline = """() => { const m = Bokeh.documents.map((d) => d.get_model_by_name("critical_path_outline")).find(Boolean);
+                         return m ? m.visible : null; }"""
+    path_rows = """() => { const m = Bokeh.documents.map((d) => d.get_model_by_name("critical_path")).find(Boolean);
+                           return m ? m.data.span.length : -1; }"""
+    assert page.evaluate(outline) is False and page.evaluate(path_rows) == 0
+    page.evaluate("() => window.__opprof_tl().canvas_view.primary.canvas.scrollIntoView({block: 'center'})")
+    page.get_by_role("button", name="critical path").first.click()
+    page.wait_for_function(f"() => ({outline})() === true", timeout=10_000)
+    page.wait_for_function(f"() => ({path_rows})() > 0", timeout=30_000)
+    page.evaluate("() => window.__opprof_tl().canvas_view.primary.canvas.scrollIntoView({block: 'start'})")
+    page.wait_for_timeout(300)
+    page.screenshot(path=str(tmp_path / "jupyterlab-timeline.png"))
+
     page.evaluate(js.SAVE)
     page.wait_for_timeout(500)
     saved = json.loads((lab_server.root / "light.ipynb").read_text())
@@ -139,17 +162,30 @@ def test_a_notebook_executed_elsewhere_shows_the_picture_and_summary_untrusted(
     assert page.evaluate("() => !window.Bokeh"), "an untrusted notebook ran BokehJS"
 
 
-def test_notebook_7_draws_the_timeline_and_five_profiled_cells_stay_light(lab_server: Any, chromium_page: Any) -> None:
+def test_a_zoom_costs_one_refinement_sent_as_one_patch(lab_server: Any, chromium_page: Any) -> None:
+    """A wheel zoom in the real widget: the kernel refines once, from one RangesUpdate, and sends
+    the redraw as one PATCH-DOC; the refined rectangles arrive in the page."""
     page, _console, page_errors = chromium_page
     page.set_viewport_size({"width": 1600, "height": 1000})
-    _small_notebook(lab_server.root / "five.ipynb", cells=5)
-    _run_all(page, f"{lab_server.url}/notebooks/five.ipynb")
-    page.wait_for_function(js.painted_timeline(500), timeout=30_000)
-    page.evaluate(js.SAVE)
+    setup = "import opprof\nfrom opprof.trace.synthetic import synthetic_trace\ntr = synthetic_trace(150_000)"
+    show = "w = opprof.timeline(tr, title='opprof timeline zoom')\nw"
+    nb = new_notebook(cells=[new_code_cell("%load_ext opprof"), new_code_cell(setup), new_code_cell(show)])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, lab_server.root / "zoom.ipynb")
+    _run_all(page, f"{lab_server.url}/lab/tree/zoom.ipynb?reset")
+    title = "opprof timeline zoom"
+    page.wait_for_function(f"(t) => ({js.PAINTED})(t)", arg=title, timeout=60_000)
+    page.wait_for_timeout(1000)  # BokehJS's first-render range report (no refinement: tested in Python)
+    counts = "print(w.refinements, w.bokeh.patches_sent)"
+    before = [int(x) for x in page.evaluate(js.EXEC, counts).split()]
+    box = page.evaluate(js.CANVAS_BOX, title)
+    page.evaluate(js.ARM, title)
+    page.mouse.move(box["x"] + box["w"] * 0.6, box["y"] + box["h"] * 0.4)
+    page.mouse.wheel(0, -1200)
+    assert page.evaluate(js.AWAIT_REFINED, 30_000) > 0, "the refined spans never reached the page"
+    page.wait_for_function(js.KERNEL_IDLE, timeout=30_000)
     page.wait_for_timeout(500)
-    size = (lab_server.root / "five.ipynb").stat().st_size
-    assert size < 1_000_000, f"five %%opprof cells saved as {size:,} bytes"
-    print(f"\nfive %%opprof cells saved from Notebook 7: {size:,} bytes")
-    # Notebook 7's own two page errors at load, with or without opprof; anything else fails.
-    nb7_own = ("reading 'schema'", "'filebrowser:open-path' not registered")
-    assert [e for e in page_errors if not any(k in e for k in nb7_own)] == [], page_errors
+    after = [int(x) for x in page.evaluate(js.EXEC, counts).split()]
+    assert after[0] - before[0] == 1, (before, after)  # one refinement
+    assert after[1] - before[1] == 1, (before, after)  # sent as one PATCH-DOC (three comm messages)
+    assert page_errors == [], page_errors

@@ -170,7 +170,9 @@ class OpprofMagics(Magics):
 
     @line_magic
     def opprof_init(self, line: str = "") -> None:
-        """Load BokehJS into this page again (after a browser reload, `%load_ext` does nothing)."""
+        """Emit the BokehJS loader again: for a page that never ran it (a notebook first opened
+        untrusted); `%load_ext` a second time does nothing. A reload needs nothing: the loader's
+        saved output runs again."""
         load_bokehjs()
 
     # ------------------------------------------------------------------ helpers

@@ -14,9 +14,10 @@ def timeline(trace: Trace, *, load_js: bool = True, **options: Any) -> Any:
     """The interactive timeline of ``trace`` (an :class:`opprof.view.TimelineWidget`).
 
     Options: ``width`` (px), ``height``, ``detail_limit`` (draw every span up to this many
-    rectangles), ``backend`` ("canvas" or "webgl"), ``title``, ``static_html`` (add an offline
-    HTML copy to the output for viewers without widgets; default True). In a kernel, BokehJS is
-    loaded inline first (once per kernel; see :func:`~.bokehjs.load_bokehjs`) unless ``load_js=False``.
+    rectangles), ``backend`` ("canvas" or "webgl"), ``title``, ``picture`` (add a still PNG to the
+    output for viewers without widgets; default True), ``critical_path`` (default "lazy": computed
+    on the toggle's first use). In a kernel, BokehJS is loaded first (served by the Jupyter server,
+    else inline, once per kernel; see :func:`~.bokehjs.load_bokehjs`) unless ``load_js=False``.
     """
     from ..view import TimelineWidget  # Bokeh and ipywidgets: imported when a timeline is asked for
 
