@@ -88,7 +88,12 @@ def _sizes(page: Any, server: Any, repeats: int) -> tuple[list[float], list[floa
 def _big(page: Any, server: Any, spans: int, repeats: int) -> dict[str, list[float]]:
     """First paint, zoom in / pan / zoom out and refinements, RSS: one 1M-span trace, ``repeats`` widgets."""
     setup = f"import opprof\nfrom opprof.trace.synthetic import synthetic_trace\ntr = synthetic_trace({spans})"
-    show = [f"w{r} = opprof.timeline(tr, title='opprof timeline {r}')\nw{r}" for r in range(repeats)]
+    # Each round closes the previous widget first: the RSS row is the kernel holding one.
+    show = [
+        (f"w{r - 1}.close(); del w{r - 1}; import gc; gc.collect()\n" if r else "")
+        + f"w{r} = opprof.timeline(tr, title='opprof timeline {r}')\nw{r}"
+        for r in range(repeats)
+    ]
     _notebook(server.root / "big.ipynb", ["%load_ext opprof", setup, *show])
     _open(page, f"{server.url}/lab/tree/big.ipynb?reset")
     for k in (0, 1):

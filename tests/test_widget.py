@@ -285,3 +285,29 @@ def test_the_kernels_server_is_found_and_asked_before_a_light_loader_is_emitted(
         assert loader.bokehjs_source().mode == "inline"
     finally:
         httpd.shutdown()
+
+
+def test_a_redraw_goes_to_the_browser_as_one_patch_whose_columns_decode_back(big: Trace) -> None:
+    """BatchedBokehModel: one PATCH-DOC (three comm messages, columns inline) per refinement, and
+    applying it to a copy of the document gives the widget's own columns."""
+    import json
+
+    from bokeh.document import Document
+
+    w = TimelineWidget(big)
+    sent: list[Any] = []
+    w.bokeh.send = lambda msg, buffers=None: sent.append((msg, buffers))
+    copy = Document.from_json(w.timeline.figure.document.to_json())
+    lo, hi = w.timeline.layout.extent
+    assert w.redraw(force=True, view=(lo + (hi - lo) * 0.3, lo + (hi - lo) * 0.4))
+    assert [m["msg"] for m, _ in sent] == ["patch"] * 3 and all(b is None for _, b in sent)
+    header, _, content = (json.loads(m["payload"]) for m, _ in sent)
+    assert header["msgtype"] == "PATCH-DOC" and "num_buffers" not in header
+    assert len(content["events"]) >= 3  # spans, names, labels... in one message
+    copy.apply_json_patch(content)
+    theirs = copy.get_model_by_name("spans").data
+    ours = w.timeline.source.data
+    assert set(theirs) == set(ours)
+    for key in ("left", "right", "c", "busy_fraction"):
+        assert np.array_equal(np.asarray(theirs[key]), np.asarray(ours[key])), key
+    assert w.bokeh.patches_sent == 1

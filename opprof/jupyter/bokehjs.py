@@ -82,6 +82,33 @@ def bokehjs_source() -> BokehJSSource:
     return BokehJSSource("inline", reason=reason)
 
 
+#: Run after BokehJS loads. jupyter_bokeh's front end sends the kernel every change of its
+#: document, also those it has just applied from the kernel (BokehJS marks them ``sync=false``;
+#: Bokeh's own server client skips them, jupyter_bokeh does not): each refinement at 1M spans
+#: came back as ~300 KB of its own columns, serialised on the page's main thread before the
+#: repaint. Here document listeners get only synced events, as Bokeh's server client does itself.
+_SYNC_ONLY_JS = """
+(function () {
+  var D = window.Bokeh && window.Bokeh.require && window.Bokeh.require("document").Document;
+  if (!D || D.prototype.__opprof_sync_only) return;
+  var on_change = D.prototype.on_change, remove = D.prototype.remove_on_change, wrapped = new WeakMap();
+  D.prototype.on_change = function (callback, allow_batches) {
+    if (!wrapped.has(callback)) {
+      wrapped.set(callback, function (event) {
+        if (event.sync === false) return;  // applied from the kernel: not news to it
+        return callback(event);
+      });
+    }
+    return on_change.call(this, wrapped.get(callback), allow_batches);
+  };
+  D.prototype.remove_on_change = function (callback) {
+    return remove.call(this, wrapped.get(callback) || callback);
+  };
+  D.prototype.__opprof_sync_only = true;
+})();
+"""
+
+
 def _served_loader(version: str, base_url: str) -> str:
     """The page-side loader: the server's base URL from the page itself (the notebook may be
     opened from another server later), then each file fetched and run in order, synchronously."""
@@ -106,7 +133,7 @@ def _served_loader(version: str, base_url: str) -> str:
     s.text = xhr.responseText;
     document.head.appendChild(s);
   }}
-}})();"""
+}})();""" + _SYNC_ONLY_JS
 
 
 def _inline_loader() -> str:
@@ -114,7 +141,7 @@ def _inline_loader() -> str:
     from bokeh.util.paths import bokehjs_path
 
     js = bokehjs_path() / "js"
-    return "\n;\n".join((js / f).read_text(encoding="utf-8") for f in BOKEHJS_FILES)
+    return "\n;\n".join((js / f).read_text(encoding="utf-8") for f in BOKEHJS_FILES) + "\n;\n" + _SYNC_ONLY_JS
 
 
 def load_bokehjs(once: bool = False) -> bool:

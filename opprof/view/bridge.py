@@ -14,15 +14,29 @@ of any number of events.
 
 from __future__ import annotations
 
+import base64
+import gzip
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from bokeh.core.serialization import Serializer
+from bokeh.core.serialization import BytesRep, Serializer
 from bokeh.protocol.messages.patch_doc import PatchJson, patch_doc
 from jupyter_bokeh import BokehModel
 
 __all__ = ["BatchedBokehModel"]
+
+
+class _InlineColumns(Serializer):
+    """Columns as gzip+base64 in the JSON (BokehJS gunzips any inline bytes), at gzip level 1:
+    Bokeh's default level 9 took 73 of a 146 ms refinement at 1M spans, for 8 % less data."""
+
+    def __init__(self, references: Any) -> None:
+        super().__init__(references=references, deferred=False)
+
+    def _encode_bytes(self, obj: bytes | memoryview) -> BytesRep:
+        data = obj.tobytes() if isinstance(obj, memoryview) else obj
+        return BytesRep(type="bytes", data=base64.b64encode(gzip.compress(data, compresslevel=1, mtime=1)).decode("ascii"))
 
 
 class BatchedBokehModel(BokehModel):
@@ -57,7 +71,7 @@ class BatchedBokehModel(BokehModel):
 
     def _send_patch(self, events: list[Any]) -> None:
         doc = events[0].document
-        serializer = Serializer(references=doc.models.synced_references, deferred=False)  # columns inline
+        serializer = _InlineColumns(doc.models.synced_references)
         content = PatchJson(events=serializer.encode(events))
         doc.models.flush_synced(lambda model: not serializer.has_ref(model))
         msg = patch_doc(patch_doc.create_header(), {}, content)
