@@ -34,6 +34,26 @@ __all__ = ["TimelineWidget"]
 _STILL_NOTE = "A still picture: run the notebook (trusted, with its kernel) for the interactive timeline."
 
 
+def _return_freed_memory() -> None:
+    """Hand the heap's free pages back to the OS (glibc only; a no-op elsewhere).
+
+    Building a timeline of 1M spans frees ~100 MB of temporaries that glibc keeps in its heap,
+    so a kernel showing one weighed ~440 MB where ~340 MB were live; ``malloc_trim`` returns them
+    in ~5 ms. The notebook's kernel lives for hours: the memory is better given back.
+    """
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+        trim = getattr(libc, "malloc_trim", None)
+    except OSError:
+        return
+    if trim is not None:
+        trim(0)
+
+
 class TimelineWidget(W.VBox):
     """Controls above a Bokeh timeline (see the module docstring); ``.save(path)`` writes HTML."""
 
@@ -85,6 +105,7 @@ class TimelineWidget(W.VBox):
         )
         super().__init__([controls, self.bokeh])
         self._update_status()
+        _return_freed_memory()
 
     # ------------------------------------------------------------------ controls
     def mask(self) -> np.ndarray | None:
