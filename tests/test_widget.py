@@ -311,3 +311,24 @@ def test_a_redraw_goes_to_the_browser_as_one_patch_whose_columns_decode_back(big
     for key in ("left", "right", "c", "busy_fraction"):
         assert np.array_equal(np.asarray(theirs[key]), np.asarray(ours[key])), key
     assert w.bokeh.patches_sent == 1
+
+
+def test_close_closes_every_widget_inside_so_the_timeline_can_be_freed(small: Trace) -> None:
+    import gc
+    import weakref
+
+    from ipywidgets.widgets.widget import _instances
+
+    before = set(_instances)
+    w = TimelineWidget(small)
+    figure = weakref.ref(w.timeline.figure)
+    inside = set(_instances) - before
+    bokeh_id = w.bokeh.model_id
+    assert bokeh_id in inside and len(inside) > 10
+    w.close()
+    w.close()  # twice is fine (jupyter_bokeh's own close fails the second time)
+    assert bokeh_id not in _instances
+    assert len(inside & set(_instances)) <= len(inside) // 4  # only trait-less style models may stay
+    del w
+    gc.collect()
+    assert figure() is None, "the figure (and its layout) is still referenced after close()"

@@ -44,8 +44,16 @@ class BatchedBokehModel(BokehModel):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._held: list[Any] | None = None
+        self._closed = False
         self.patches_sent = 0  # PATCH-DOC messages (tests count the round trips by them)
         super().__init__(*args, **kwargs)
+
+    def close(self) -> None:
+        """Idempotent: jupyter_bokeh's close, run again by ``__del__`` after an explicit close, fails
+        (it unregisters its document listener a second time)."""
+        if not self._closed:
+            self._closed = True
+            super().close()
 
     @contextmanager
     def batched(self) -> Iterator[None]:

@@ -216,6 +216,19 @@ class TimelineWidget(W.VBox):
             self.status.value = msg
 
     # ------------------------------------------------------------------ output
+    def close(self) -> None:
+        """Close this widget and every widget inside it, so the kernel can free the timeline.
+
+        ipywidgets' own ``close()`` closes only the box: the BokehModel inside stayed registered,
+        holding the figure's document and with it the layout (~100 MB at 1M spans)."""
+        stack: list[Any] = [*self.children, self.layout]
+        while stack:
+            child = stack.pop()
+            stack.extend(getattr(child, "children", ()))
+            stack.extend(w for w in (getattr(child, "layout", None), getattr(child, "style", None)) if isinstance(w, W.Widget))
+            child.close()
+        super().close()
+
     def save(self, path: str, **options: Any) -> None:
         """Write the whole trace (not the filtered view) as standalone, offline HTML."""
         save_html(self.trace, path, **{**self.options, **options})
