@@ -10,7 +10,7 @@ The view appears only once the cell has run one period (a quick cell never flash
 displayed from the thread: a thread without a parent message of its own sends its output under
 the kernel's current one, the running cell's. When the cell ends, :meth:`LiveView.stop` joins
 the thread and :meth:`LiveView.replace` puts the full timeline in the live view's place
-(``update_display_data``), so the saved notebook holds the full widget with its static HTML, as
+(``update_display_data``), so the saved notebook holds the full widget with its still picture, as
 without the live view.
 
 Its cost to the cell is the thread's GIL time: a poll (at most 2,000 spans) and its stream take

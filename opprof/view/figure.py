@@ -893,6 +893,7 @@ def _split_bars(trace: Trace, width: int, analysis: _Analysis | None = None, lim
             [c for c, _, _ in shown], y="op", height=0.7, color=[c for _, _, c in shown], source=src, line_color=None
         )
         for r, (col, label, _) in zip(rs, shown, strict=True):
+            r.nonselection_glyph = r.muted_glyph = None  # nothing selects or mutes a bar: two models fewer each
             p.add_tools(
                 HoverTool(
                     renderers=[r],
@@ -1231,10 +1232,18 @@ def _label_layer(p: Any, source: ColumnDataSource, names: ColumnDataSource, firs
 def _legend(p: Any) -> None:
     """Fixed legend entries: one off-data renderer per role (a NaN point draws nothing but its swatch)."""
     items = []
+    # One shared source and no selection/muted glyphs: each swatch was 9 Bokeh models, and every
+    # model costs ~1 ms to build and serialise (the 1M-span widget's first paint counts them).
     nan = [float("nan")]
+    shared = ColumnDataSource({"left": nan, "right": nan, "top": nan, "bottom": nan})
     for role, fill in [*((r, ROLE_COLORS[r]) for r in ROLE_NAMES), ("merged", "#999999")]:
         alpha = 1.0 if role in ROLE_COLORS else 0.4  # a merged block: paler the idler
-        dummy = p.quad(left=nan, right=nan, top=nan, bottom=nan, fill_color=fill, line_color=fill, fill_alpha=alpha)
+        dummy = p.quad(
+            left="left", right="right", top="top", bottom="bottom", source=shared,
+            fill_color=fill, line_color=fill, fill_alpha=alpha,
+        )  # fmt: skip
+        dummy.nonselection_glyph = None
+        dummy.muted_glyph = None
         items.append(LegendItem(label=ROLE_LABELS.get(role, "merged: pale = idle"), renderers=[dummy]))
     p.add_layout(Legend(items=items, click_policy="none", label_text_font_size="9pt"), "right")
 
