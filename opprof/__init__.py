@@ -24,6 +24,7 @@ from .nd import NDArray, autograd, base, context, operator, random, runtime, tes
 from .nd.context import Context, cpu, current_context, gpu
 from .nd.util import use_np_shape
 from .profiler import Profiler, profile
+from .trace.compare import compare
 
 ndarray = nd
 
@@ -68,6 +69,7 @@ __all__ = [
     "Profiler",
     "__version__",
     "autograd",
+    "compare",
     "base",
     "context",
     "cpu",

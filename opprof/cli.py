@@ -7,6 +7,7 @@ never a traceback, except for the user's own script under ``run``, whose traceba
 from __future__ import annotations
 
 import argparse
+import glob
 import os
 import runpy
 import sys
@@ -16,9 +17,10 @@ from pathlib import Path
 
 from . import __version__
 from .trace import Trace, TraceFormatError, load
+from .trace.compare import compare
 from .trace.jsonio import output_path_problem
 from .trace.stats import SORT_KEYS
-from .trace.text import split_table, stats_json, stats_table, summary_line, why_text
+from .trace.text import compare_table, split_table, stats_json, stats_table, summary_line, why_text
 
 __all__ = ["main"]
 
@@ -178,6 +180,48 @@ def cmd_why(args: argparse.Namespace) -> int:
     return 0
 
 
+_TRACE_SUFFIXES = (".opprof", ".json", ".json.gz")
+
+
+def _runs(spec: str) -> list[Trace]:
+    """One side of ``opprof diff``: a trace file, a directory of them, or a glob (quoted), one run each."""
+    if os.path.isdir(spec):
+        paths = sorted(str(p) for p in Path(spec).iterdir() if p.name.endswith(_TRACE_SUFFIXES))
+    elif any(ch in spec for ch in "*?["):
+        paths = sorted(glob.glob(spec))
+    else:
+        paths = [spec]
+    if not paths:
+        raise CommandError(f"no trace files in {spec} (looked for {', '.join(_TRACE_SUFFIXES)})")
+    return [_load(p) for p in paths]
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    """Compare runs A with runs B; with ``--fail-if-slower PCT``, exit 2 when B is clearly slower by more."""
+    result = compare(_runs(args.a), _runs(args.b), label_a="A", label_b="B")
+    print(compare_table(result, top=args.top))
+    if args.fail_if_slower is not None and result.slower_than(args.fail_if_slower):
+        e = result.end_to_end
+        assert e is not None  # slower_than is False without one
+        print(
+            f"opprof diff: B is slower end to end ({e.ratio:.3f}x, 95 % interval {e.low:.3f}-{e.high:.3f}), "
+            f"more than the {args.fail_if_slower:g} % allowed",
+            file=sys.stderr,
+        )
+        return 2
+    return 0
+
+
+def _percent(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = float("nan")
+    if not v >= 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a percentage of 0 or more, got {text!r}")
+    return v
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="opprof", description="See where the time goes inside custom operators.")
     p.add_argument("--version", action="version", version=f"opprof {__version__}")
@@ -222,6 +266,16 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--custom-threads", type=_positive, default=None, help="predict with this many custom-op threads")
     w.add_argument("--top", type=_positive, default=5, help="how many op types and path entries to name (default 5)")
     w.set_defaults(func=cmd_why)
+
+    f = sub.add_parser("diff", help="compare runs A with runs B: medians, B/A with a 95 % interval, verdicts")
+    f.add_argument("a", metavar="A", help="runs before: a trace file, a directory of trace files, or a quoted glob")
+    f.add_argument("b", metavar="B", help="runs after, the same way")
+    f.add_argument(
+        "--fail-if-slower", type=_percent, default=None, metavar="PCT",
+        help="exit with status 2 when B is slower end to end (its interval above 1) by more than PCT %% (a CI gate)",
+    )  # fmt: skip
+    f.add_argument("--top", type=_positive, default=25, help="rows to show (default 25)")
+    f.set_defaults(func=cmd_diff)
 
     r = sub.add_parser("run", help="profile a Python script that uses opprof")
     r.add_argument("-o", "--output", help="save the trace here (.opprof, .json or .json.gz)")

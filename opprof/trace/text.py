@@ -18,6 +18,7 @@ import numpy as np
 
 from .causes import pool_busy_with
 from .columns import ROLE_CODE, SpanTable
+from .compare import CONFIDENCE, Comparison, RowKind, Verdict
 from .model import Trace
 from .records import CUSTOM_OP, Role
 from .stats import StatRow, custom_op_summary, sort_rows, span_stats
@@ -314,3 +315,45 @@ def text_summary(trace: Trace) -> str:
         f"{n_inv:,} custom-op invocations.\n"
         "Display it in JupyterLab or Notebook 7 for the interactive widget, or .save('timeline.html')."
     )
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Columns padded to their widest cell: the first left-aligned, the others right-aligned."""
+    cells = [list(headers), *[list(r) for r in rows]]
+    widths = [max(len(row[k]) for row in cells) for k in range(len(headers))]
+    lines = []
+    for n, row in enumerate(cells):
+        padded = (c.ljust(w) if k == 0 else c.rjust(w) for k, (c, w) in enumerate(zip(row, widths, strict=True)))
+        lines.append("  ".join(padded).rstrip())
+        if n == 0:
+            lines.append("-" * len(lines[0]))
+    return "\n".join(lines)
+
+
+def compare_table(comparison: Comparison, top: int = 25) -> str:
+    """A comparison (:func:`~opprof.trace.compare.compare`) as a table: end to end first, then the
+    rows that explain the most of its change; added/removed rows and the notes below."""
+    c = comparison
+    head = (
+        f"{c.label_a}: {c.runs_a} run{'s' if c.runs_a != 1 else ''}, {c.label_b}: {c.runs_b} run{'s' if c.runs_b != 1 else ''}; "
+        f"medians; B/A of the geometric means with its {round(100 * CONFIDENCE)} % interval (Welch, log times)"
+    )
+    changed = [r for r in c.rows if r.verdict not in (Verdict.ADDED, Verdict.REMOVED)]
+    moved = [r for r in c.rows if r.verdict in (Verdict.ADDED, Verdict.REMOVED)]
+    body = []
+    for r in changed[:top]:
+        interval = "" if math.isnan(r.low) else f"[{r.low:.3f}, {r.high:.3f}]"
+        ratio = "" if math.isnan(r.ratio) else f"{r.ratio:.3f}"
+        share = "" if r.key.kind is RowKind.END_TO_END or not r.share else f"{100 * r.share:+.0f} %"
+        body.append(
+            [r.key.label(), fmt_us(r.median_a / 1e3), fmt_us(r.median_b / 1e3), ratio, interval, r.verdict.value, share]
+        )
+    out = [head, _table(["row", c.label_a, c.label_b, "B/A", "95 % interval", "verdict", "of the change"], body)]
+    if len(changed) > top:
+        out.append(f"... {len(changed) - top} more rows")
+    for r in moved:
+        side = c.label_b if r.verdict is Verdict.ADDED else c.label_a
+        value = r.median_b if r.verdict is Verdict.ADDED else r.median_a
+        out.append(f"{r.verdict.value}: {r.key.label()} ({fmt_us(value / 1e3)} in {side} only)")
+    out.extend(f"note: {n}" for n in c.notes)
+    return "\n".join(out)

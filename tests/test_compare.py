@@ -1,0 +1,176 @@
+"""Comparing runs: the statistics on numbers with known answers (fixed seeds, no timing), rows
+matched by structure on traces made to order, a real profile whose custom op sleeps longer, and
+``opprof diff`` with its CI gate."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import opprof as mx
+from opprof.cli import main as cli
+from opprof.trace import Span, ThreadInfo, Trace
+from opprof.trace.compare import RowKey, RowKind, Verdict, compare, ratio_interval, run_rows, verdict_of
+from opprof.trace.text import compare_table
+
+
+# ---------------------------------------------------------------------------- the statistics
+def test_the_interval_holds_the_true_ratio_and_excludes_one_for_a_clear_change() -> None:
+    rng = np.random.default_rng(1)
+    a = 100 * (1 + 0.1 * rng.standard_normal(5))  # 10 % noise, like a shared machine on a quiet day
+    ratio, lo, hi = ratio_interval(a, 1.3 * a * (1 + 0.02 * rng.standard_normal(5)))
+    assert lo < 1.3 < hi and lo > 1 and abs(ratio - 1.3) < 0.05, (ratio, lo, hi)
+    assert verdict_of(lo, hi) is Verdict.SLOWER
+    ratio, lo, hi = ratio_interval(a, a / 1.3)
+    assert hi < 1 and abs(ratio - 1 / 1.3) < 1e-9 and verdict_of(lo, hi) is Verdict.FASTER
+    ratio, lo, hi = ratio_interval(a, a)  # the same times on both sides: ratio 1, their noise its width
+    assert ratio == pytest.approx(1.0) and lo < 1 < hi and verdict_of(lo, hi) is Verdict.NO_CLEAR_CHANGE
+
+
+def test_the_t_quantile_matches_the_tables() -> None:
+    from opprof.trace.compare import _t_quantile
+
+    for df, table in ((1, 12.706), (4, 2.776), (8, 2.306), (30, 2.042), (1e6, 1.960)):
+        assert abs(_t_quantile(0.975, df) - table) < 2e-3, df
+
+
+def test_zeros_in_some_runs_still_give_an_interval() -> None:
+    ratio, lo, hi = ratio_interval(np.array([0.0, 10, 20, 10]), np.array([30.0, 40, 30, 40]))
+    assert ratio == pytest.approx(35 / 10) and lo > 1 and hi > lo
+    assert np.isnan(ratio_interval(np.zeros(3), np.ones(3))[0])
+    assert np.isnan(ratio_interval(np.ones(1), np.ones(3))[0])  # one run: no interval
+
+
+def test_same_distribution_is_no_clear_change_at_least_nineteen_times_in_twenty() -> None:
+    """The false-verdict rate of the method itself, on draws with no change (30 % noise, N = 5)."""
+    rng = np.random.default_rng(7)
+    calls = 0
+    for _ in range(400):
+        a = 100 * np.exp(0.3 * rng.standard_normal(5))
+        b = 100 * np.exp(0.3 * rng.standard_normal(5))
+        calls += verdict_of(*ratio_interval(a, b)[1:]) is not Verdict.NO_CLEAR_CHANGE
+    assert calls / 400 <= 0.05, f"{calls} of 400 no-change pairs were given a verdict"
+
+
+def test_a_thirty_percent_change_under_ten_percent_noise_is_found_nine_times_in_ten() -> None:
+    """The method's power at N = 5: Welch's t on log times finds +30 % under 10 % noise with
+    probability ~0.93 (185 of these 200 seeded draws); the issue's rates on the real machine are a
+    benchmark's to measure, not a timed test's."""
+    rng = np.random.default_rng(11)
+    found = 0
+    for _ in range(200):
+        a = 100 * np.exp(0.1 * rng.standard_normal(5))
+        b = 130 * np.exp(0.1 * rng.standard_normal(5))
+        found += verdict_of(*ratio_interval(a, b)[1:]) is Verdict.SLOWER
+    assert found / 200 >= 0.9, f"found in {found} of 200"
+
+
+# ---------------------------------------------------------------------------- rows by structure
+def _run(op_ns: int, wait_ns: int = 500, extra: str | None = None) -> Trace:
+    """A made-to-order run: two ops on a worker, a wait on the main thread (known durations)."""
+    spans = [
+        Span("_plus_scalar", "operator", 2, 0, op_ns),
+        Span("_mul_scalar", "operator", 2, op_ns, 2 * op_ns),
+        Span("WaitForVar", "wait", 1, 0, wait_ns),
+    ]
+    if extra:
+        spans.append(Span(extra, "operator", 2, 2 * op_ns, 3 * op_ns))
+    return Trace(threads=[ThreadInfo(1, "MainThread"), ThreadInfo(2, "opprof-engine-0")], spans=spans)
+
+
+def test_rows_are_end_to_end_and_each_span_name_in_its_category() -> None:
+    rows = run_rows(_run(1_000))
+    assert rows[RowKey(RowKind.END_TO_END)] == 2_000
+    assert rows[RowKey(RowKind.SPAN, "_plus_scalar", "operator")] == 1_000
+    assert rows[RowKey(RowKind.SPAN, "WaitForVar", "wait")] == 500
+
+
+def test_a_slower_op_is_slower_the_unchanged_wait_is_not_and_the_change_is_explained() -> None:
+    noise = [1.0, 1.04, 0.97, 1.02, 0.99]
+    a = [_run(int(1_000 * f), int(500 * f)) for f in noise]
+    b = [_run(int(1_300 * f), int(500 * g)) for f, g in zip(noise, noise[::-1], strict=True)]  # the wait: same draws
+    c = compare(a, b)
+    e2e = c.end_to_end
+    assert e2e is not None and e2e.verdict is Verdict.SLOWER and abs(e2e.ratio - 1.3) < 0.05
+    assert c.row(RowKey(RowKind.SPAN, "_plus_scalar", "operator")).verdict is Verdict.SLOWER
+    assert c.row(RowKey(RowKind.SPAN, "WaitForVar", "wait")).verdict is Verdict.NO_CLEAR_CHANGE
+    assert c.rows[0] is e2e  # end to end first, then by how much of its change a row explains
+    top = c.rows[1]
+    assert top.key.kind is RowKind.SPAN and 0.4 < top.share < 0.6  # each op: half of the 600 ns
+    text = compare_table(c)
+    assert "end to end" in text and "slower" in text and "95 %" in text
+
+
+def test_different_programs_say_what_differs_and_compare_the_rest() -> None:
+    a = [_run(1_000) for _ in range(3)]
+    b = [_run(1_000, extra="_copyto") for _ in range(3)]
+    c = compare(a, b)
+    added = c.row(RowKey(RowKind.SPAN, "_copyto", "operator"))
+    assert added.verdict is Verdict.ADDED and added.median_b == 1_000
+    assert any("only in B: _copyto" in n for n in c.notes)
+    assert c.row(RowKey(RowKind.SPAN, "_plus_scalar", "operator")).verdict is Verdict.NO_CLEAR_CHANGE
+    assert "added: _copyto" in compare_table(c)
+
+
+def test_one_run_a_side_gives_ratios_without_intervals_and_says_why() -> None:
+    c = compare([_run(1_000)], [_run(2_000)])
+    e2e = c.end_to_end
+    assert e2e is not None and e2e.ratio == 2.0 and np.isnan(e2e.low) and e2e.verdict is Verdict.NO_CLEAR_CHANGE
+    assert any("without intervals" in n for n in c.notes)
+    with pytest.raises(ValueError, match="at least one run"):
+        compare([], [_run(1)])
+
+
+# ---------------------------------------------------------------------------- a real profile
+class _Nap(mx.operator.CustomOp):
+    seconds = 0.01
+
+    def forward(self, is_train, req, in_data, out_data, aux):  # type: ignore[no-untyped-def]
+        time.sleep(type(self).seconds)
+        self.assign(out_data[0], req[0], in_data[0] + 1)
+
+
+@mx.operator.register("CompareNap")
+class _NapProp(mx.operator.CustomOpProp):
+    def create_operator(self, ctx, shapes, dtypes):  # type: ignore[no-untyped-def]
+        return _Nap()
+
+
+def _profile(seconds: float, calls: int = 3) -> Trace:
+    _Nap.seconds = seconds
+    with mx.profile() as prof:
+        x = mx.nd.ones((4, 4))
+        for _ in range(calls):
+            x = mx.nd.Custom(x, op_type="CompareNap")
+        x.wait_to_read()
+    assert prof.trace is not None
+    return prof.trace
+
+
+def test_a_custom_op_that_sleeps_longer_is_slower_in_its_python_off_cpu() -> None:
+    a = [_profile(0.010) for _ in range(4)]
+    b = [_profile(0.016) for _ in range(4)]
+    c = compare(a, b, label_a="10 ms", label_b="16 ms")
+    off = c.row(RowKey(RowKind.CUSTOM_OP, "CompareNap", "python off CPU"))
+    assert off.verdict is Verdict.SLOWER and 1.3 < off.ratio < 1.9, off
+    assert c.end_to_end is not None and c.end_to_end.verdict is Verdict.SLOWER
+    assert c.row(RowKey(RowKind.CUSTOM_OP, "CompareNap", "wall")).verdict is Verdict.SLOWER
+
+
+def test_opprof_diff_prints_the_table_and_gates_a_slower_b(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for side, ns in (("a", 1_000), ("b", 1_500)):
+        (tmp_path / side).mkdir()
+        for k, f in enumerate([1.0, 1.03, 0.98, 1.01, 0.99]):
+            _run(int(ns * f)).save(str(tmp_path / side / f"run{k}.opprof"))
+    assert cli(["diff", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    out = capsys.readouterr().out
+    assert "end to end" in out and "slower" in out
+    assert cli(["diff", str(tmp_path / "a"), str(tmp_path / "b"), "--fail-if-slower", "10"]) == 2
+    assert "slower end to end" in capsys.readouterr().err
+    assert cli(["diff", str(tmp_path / "a"), str(tmp_path / "b"), "--fail-if-slower", "80"]) == 0  # 1.5x < 1.8x
+    assert cli(["diff", str(tmp_path / "b"), str(tmp_path / "a"), "--fail-if-slower", "10"]) == 0  # faster: passes
+    assert cli(["diff", str(tmp_path / "a" / "run*.opprof"), str(tmp_path / "nothing")]) == 1
+    assert "no such file" in capsys.readouterr().err
