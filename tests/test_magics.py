@@ -172,3 +172,60 @@ def test_the_timeline_widget_is_displayed(ip: Any, tmp_path: Path) -> None:
     assert any("application/vnd.jupyter.widget-view+json" in b for b in bundles), [list(b) for b in bundles]
     assert any("image/png" in b for b in bundles)  # the still picture, where widgets cannot render
     assert html.exists() and "MagicDouble" in html.read_text()
+
+
+NAP = """
+import time
+import opprof as mx
+class MagicNap(mx.operator.CustomOp):
+    seconds = 0.01
+    def forward(self, is_train, req, in_data, out_data, aux):
+        time.sleep(type(self).seconds)
+        self.assign(out_data[0], req[0], in_data[0] + 1)
+@mx.operator.register("MagicNap")
+class MagicNapProp(mx.operator.CustomOpProp):
+    def create_operator(self, ctx, shapes, dtypes):
+        return MagicNap()
+"""
+NAP_CELL = "x = mx.nd.ones((2, 2))\nfor _ in range(2):\n    x = mx.nd.Custom(x, op_type='MagicNap')\nx.wait_to_read()"
+
+
+def test_repeat_keeps_every_run_apart_from_the_warm_up_and_compare_finds_the_slower_one(ip: Any) -> None:
+    ip.run_cell(NAP)
+    ip.run_cell("MagicNap.seconds = 0.01")
+    result, out = run(ip, "--repeat 4 --label fast --no-widget", NAP_CELL)
+    assert result.error_in_exec is None, out
+    fast = ip.user_ns["_opprof"]
+    assert len(fast.runs) == 4 and fast.warmup is not None and fast.warmup not in fast.runs
+    assert fast.trace is fast.runs[-1] and ip.user_ns["_opprof_history"]["fast"] is fast
+    assert "4 runs after a warm-up" in out
+    ip.run_cell("MagicNap.seconds = 0.016")
+    result, out = run(ip, "--repeat 4 --label slow --compare fast --no-widget", NAP_CELL)
+    assert result.error_in_exec is None, out
+    assert "end to end" in out and "slower" in out and "MagicNap · python off CPU" in out
+    slow = ip.user_ns["_opprof"]
+    comparison = fast.compare(slow)
+    assert comparison.end_to_end is not None and comparison.end_to_end.verdict.value == "slower"
+
+
+def test_compare_with_an_unknown_label_runs_nothing_and_lists_the_labels(ip: Any) -> None:
+    ip.user_ns["ran"] = 0
+    with pytest.raises(UsageError, match="no result has that label"):
+        ip.run_cell_magic("opprof", "--compare nosuch --no-widget", "ran = 1")
+    assert ip.user_ns["ran"] == 0
+    with pytest.raises(UsageError, match="--live cannot go with --repeat"):
+        ip.run_cell_magic("opprof", "--repeat 2 --live", "ran = 1")
+    with pytest.raises(UsageError, match="--repeat must be at least 1"):
+        ip.run_cell_magic("opprof", "--repeat 0", "ran = 1")
+    assert ip.user_ns["ran"] == 0
+
+
+def test_an_error_during_the_repeats_keeps_the_runs_so_far_and_raises(ip: Any) -> None:
+    ip.user_ns["calls"] = 0
+    cell = "calls += 1\ny = mx.nd.ones((2, 2)) + 1\ny.wait_to_read()\nif calls == 3:\n    raise ValueError('third run')"
+    result, _ = run(ip, "--repeat 5 --no-widget", cell)
+    assert isinstance(result.error_in_exec, ValueError)
+    prof = ip.user_ns["_opprof"]
+    assert ip.user_ns["calls"] == 3 and prof.warmup is not None and len(prof.runs) == 2  # a full run and the failed one
+    assert prof.trace is prof.runs[-1]  # the partial run is the one shown
+    assert isinstance(prof.error, ValueError)

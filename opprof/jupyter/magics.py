@@ -16,7 +16,7 @@ import importlib
 import keyword
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -27,9 +27,10 @@ from IPython.display import display
 from .. import engine as _engine
 from ..profiler import INTERRUPT_GRACE_S, Profiler
 from ..trace import Trace, load
+from ..trace.compare import Comparison, compare
 from ..trace.jsonio import output_path_problem
 from ..trace.stats import SORT_KEYS
-from ..trace.text import split_table, stats_table, summary_line, why_text
+from ..trace.text import compare_table, fmt_us, split_table, stats_table, summary_line, why_text
 from .bokehjs import load_bokehjs
 from .live import LiveView
 from .widgets import timeline
@@ -39,20 +40,39 @@ __all__ = ["CellProfile", "OpprofMagics"]
 
 @dataclass
 class CellProfile:
-    """What ``%%opprof`` leaves in the user namespace (``--var``, default ``_opprof``)."""
+    """What ``%%opprof`` leaves in the user namespace (``--var``, default ``_opprof``).
+
+    ``trace`` is the (last) measured run; with ``--repeat N``, ``runs`` holds all N of them and
+    ``warmup`` the run before them, kept apart (first runs pay for imports and caches)."""
 
     trace: Trace
     error: BaseException | None
     wall_s: float
+    runs: list[Trace] = field(default_factory=list)
+    warmup: Trace | None = None
+    label: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.runs:
+            self.runs = [self.trace]
 
     def timeline(self, **options: Any) -> Any:
         return timeline(self.trace, **options)
 
     def stats(self, sort_by: str = "total") -> str:
-        return stats_table([self.trace], sort_by=sort_by)
+        return stats_table(self.runs, sort_by=sort_by)
+
+    def compare(self, other: CellProfile) -> Comparison:
+        """This result's runs (A) against ``other``'s (B)."""
+        return compare(self.runs, other.runs, label_a=self.label or "A", label_b=other.label or "B")
 
     def __repr__(self) -> str:
-        return f"<CellProfile: {summary_line(self.trace, self.wall_s)}>"
+        runs = f"{len(self.runs)} runs, last: " if len(self.runs) > 1 else ""
+        return f"<CellProfile{' ' + repr(self.label) if self.label else ''}: {runs}{summary_line(self.trace, self.wall_s)}>"
+
+
+#: Where ``--label`` keeps results in the user namespace, for ``--compare`` (a dict: label -> CellProfile).
+HISTORY_VAR = "_opprof_history"
 
 
 def _run_code(shell: Any, cell: str) -> Any:
@@ -91,6 +111,9 @@ class OpprofMagics(Magics):
     @argument("--sort-by", choices=list(SORT_KEYS), default="total", help="order of the --stats table")
     @argument("--why", action="store_true", help="print why the custom ops wait and the critical path, in words")
     @argument("--var", default="_opprof", metavar="NAME", help="user variable for the result (default _opprof)")
+    @argument("--repeat", type=int, default=None, metavar="N", help="run the cell N times after one warm-up run (kept apart)")
+    @argument("--label", default=None, metavar="NAME", help="keep the result under NAME in _opprof_history, for --compare")
+    @argument("--compare", default=None, metavar="NAME", help="compare this cell's runs with those labelled NAME")
     @argument("--max-events", type=int, default=5_000_000, metavar="N", help="event cap (memory bound)")
     @cell_magic
     def opprof(self, line: str, cell: str) -> Any:
@@ -108,7 +131,12 @@ class OpprofMagics(Magics):
             _engine.set_engine(kind, **spec)
         prev_spec = _engine_spec(previous)
 
-        live_wanted = self._live_wanted(args)
+        history = shell.user_ns.setdefault(HISTORY_VAR, {})
+        if args.compare is not None and args.compare not in history:
+            known = ", ".join(sorted(history)) or "none yet: run a cell with --label NAME first"
+            raise UsageError(f"--compare {args.compare}: no result has that label (labels: {known})")
+        # With --repeat, no live view: each run has a profiler of its own.
+        live_wanted = self._live_wanted(args) and args.repeat is None
         if live_wanted:
             try:
                 # Bokeh's import (~0.6 s, once a kernel) here rather than in the thread's first
@@ -118,6 +146,46 @@ class OpprofMagics(Magics):
                 live_wanted = False
             else:
                 load_bokehjs(once=True)  # before any BokehModel shows (a no-op once %load_ext did it)
+        runs: list[Trace] = []
+        warmup: Trace | None = None
+        live: LiveView | None = None
+        error: BaseException | None = None
+        result = None
+        wall = 0.0
+        try:
+            for k in range(1 + (args.repeat or 0) if args.repeat else 1):
+                trace, error, wall, result, live = self._profile_once(shell, cell, args, live_wanted)
+                if args.repeat and k == 0 and error is None:
+                    warmup = trace
+                else:
+                    runs.append(trace)
+                if error is not None:  # an error or Ctrl-C ends the repeats: what ran is kept
+                    break
+        finally:
+            if switched:
+                _engine.set_engine(prev_spec.pop("kind"), **prev_spec)
+        if not runs:  # the warm-up itself failed
+            runs = [trace]
+        profile = CellProfile(runs[-1], error, wall, runs=runs, warmup=warmup, label=args.label)
+        shell.user_ns[args.var] = profile
+        if args.label:
+            history[args.label] = profile
+        try:
+            self._report(profile, args, live)
+            if args.compare is not None and error is None:
+                base = history[args.compare]
+                print(compare_table(compare(base.runs, profile.runs, label_a=args.compare, label_b=args.label or "this cell")))
+        finally:
+            if live is not None:
+                live.close()
+        if error is not None:
+            raise error
+        return result
+
+    def _profile_once(
+        self, shell: Any, cell: str, args: Any, live_wanted: bool
+    ) -> tuple[Trace, BaseException | None, float, Any, LiveView | None]:
+        """One run of the cell under a profiler of its own: (trace, error, wall s, value, live view)."""
         prof = Profiler(args.max_events).start()
         live: LiveView | None = None
         error: BaseException | None = None
@@ -136,25 +204,13 @@ class OpprofMagics(Magics):
                     prof.stop(wait=INTERRUPT_GRACE_S if isinstance(error, KeyboardInterrupt) else True)
                 except BaseException as e:
                     error = error or e
-                wall = time.perf_counter() - t0
-                if switched:
-                    _engine.set_engine(prev_spec.pop("kind"), **prev_spec)
         finally:
             # The live view polled through the final wait (the cell's queued work); no longer.
             if live is not None:
                 live.stop()
         trace = prof.trace
         assert trace is not None
-        profile = CellProfile(trace, error, wall)
-        shell.user_ns[args.var] = profile
-        try:
-            self._report(profile, args, live)
-        finally:
-            if live is not None:
-                live.close()
-        if error is not None:
-            raise error
-        return result
+        return trace, error, time.perf_counter() - t0, result, live
 
     @line_magic
     def opprof_view(self, line: str) -> None:
@@ -182,7 +238,7 @@ class OpprofMagics(Magics):
         except UsageError as e:
             raise UsageError(f"{e}\n{self.opprof.parser.format_usage()}") from None
         usage = self.opprof.parser.format_usage()
-        for name in ("threads", "custom_threads", "max_events", "stats"):
+        for name in ("threads", "custom_threads", "max_events", "stats", "repeat"):
             value = getattr(args, name)
             if value is not None and value < 1:
                 raise UsageError(f"--{name.replace('_', '-')} must be at least 1\n{usage}")
@@ -191,6 +247,12 @@ class OpprofMagics(Magics):
             problem = getattr(args, name) and output_path_problem(getattr(args, name))
             if problem:
                 raise UsageError(f"--{name}: {problem}\n{usage}")
+        if args.live and args.repeat is not None:
+            raise UsageError(f"--live cannot go with --repeat (each run has a profiler of its own)\n{usage}")
+        for name in ("label", "compare"):
+            value = getattr(args, name)
+            if value is not None and not value.strip():
+                raise UsageError(f"--{name} needs a name\n{usage}")
         if args.live and (args.no_live or args.no_widget):
             other = "--no-live" if args.no_live else "--no-widget"
             raise UsageError(f"--live shows a widget while the cell runs: it cannot go with {other}\n{usage}")
@@ -217,6 +279,13 @@ class OpprofMagics(Magics):
         if live is not None and live.error is not None:
             print(f"(the live view stopped early: {type(live.error).__name__}: {live.error})")
         print(summary_line(trace, profile.wall_s))
+        if len(profile.runs) > 1:
+            ends = sorted(float(int(t.table.end.max()) - int(t.table.start.min())) / 1e3 for t in profile.runs if len(t.table))
+            if ends:
+                print(
+                    f"{len(profile.runs)} runs after a warm-up: end to end median {fmt_us(ends[len(ends) // 2])} "
+                    f"(min {fmt_us(ends[0])}, max {fmt_us(ends[-1])}); the timeline and tables show the last run"
+                )
         if trace.custom_ops():
             print(split_table(trace))
         if args.why:
