@@ -14,11 +14,11 @@ from __future__ import annotations
 import argparse
 import os
 
-from . import engine, load, notebook, peers, profiler, timeline
+from . import compare, engine, load, notebook, peers, profiler, timeline
 from . import why as why_section
 from .common import Row, format_table, machine, progress, summary
 
-SECTIONS = ("engine", "profiler", "why", "trace", "timeline", "notebook", "peers")
+SECTIONS = ("engine", "profiler", "why", "compare", "trace", "timeline", "notebook", "peers")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -44,6 +44,8 @@ def main(argv: list[str] | None = None) -> None:
         rows += profiler.rows(quick, repeats, mxnet)
     if "why" in args.only:
         rows += why_section.rows(quick, repeats)
+    if "compare" in args.only:
+        rows += compare.rows(quick, repeats)
     if "trace" in args.only:
         rows += load.rows(quick, repeats)
     if "timeline" in args.only:

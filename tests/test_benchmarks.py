@@ -27,13 +27,14 @@ def _table(stdout: str) -> list[list[str]]:
 def test_quick_suite_prints_one_table_with_every_section() -> None:
     # Every section but the notebook's, which starts its own JupyterLab and Chromium (~40 s even
     # quick): its page code is what the browser tests drive (benchmarks/page_js.py), on their server.
-    out = _run("-m", "benchmarks", "--quick", "--only", "engine", "profiler", "why", "trace", "timeline", "peers")
+    out = _run("-m", "benchmarks", "--quick", "--only", "engine", "profiler", "why", "compare", "trace", "timeline", "peers")
     assert out.returncode == 0, out.stderr
     table = _table(out.stdout)
     assert table[0] == ["section", "case", "median", "unit", "ratio / detail", "goal", "met"]
     body = table[2:]
     assert all(len(row) == 7 for row in body), body
-    assert [row[0] for row in body if row[0]] == ["Engine", "Profiler", "Why it waits", "Trace", "Timeline", "Peers"]
+    sections = ["Engine", "Profiler", "Why it waits", "Compare runs", "Trace", "Timeline", "Peers"]
+    assert [row[0] for row in body if row[0]] == sections
     cases = "\n".join(row[1] for row in body)
     for needle in (
         "threaded engine `a = a + 1`, 10x10",
@@ -50,6 +51,7 @@ def test_quick_suite_prints_one_table_with_every_section() -> None:
         "HTML size",
         "causes + critical path",
         "what-if error: custom pool 1 -> 2",
+        "found (op wall time)",
         "recording the pushing line",
         "MXNet 1.9.1: skipped",  # only with --peers
     ):
@@ -70,6 +72,7 @@ def test_quick_suite_prints_one_table_with_every_section() -> None:
         ["benchmarks/live.py", "--ops", "2000", "--repeats", "1"],
         ["benchmarks/load.py", "--events", "2000", "--repeats", "1"],
         ["benchmarks/why.py", "--spans", "5000", "--repeats", "1"],
+        ["benchmarks/compare.py", "--trials", "1", "--runs", "2"],
         ["benchmarks/timeline.py", "--sizes", "500", "--repeats", "1"],
         ["benchmarks/peers.py", "--tasks", "200", "--repeats", "1"],
     ],
