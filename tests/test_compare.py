@@ -174,3 +174,13 @@ def test_opprof_diff_prints_the_table_and_gates_a_slower_b(tmp_path: Path, capsy
     assert cli(["diff", str(tmp_path / "b"), str(tmp_path / "a"), "--fail-if-slower", "10"]) == 0  # faster: passes
     assert cli(["diff", str(tmp_path / "a" / "run*.opprof"), str(tmp_path / "nothing")]) == 1
     assert "no such file" in capsys.readouterr().err
+
+
+def test_either_side_may_be_one_trace_a_list_or_a_result_with_runs() -> None:
+    class Result:  # what %%opprof --repeat leaves: its runs
+        runs = [_run(1_000), _run(1_010)]
+
+    c = compare(_run(1_000), Result())
+    assert (c.runs_a, c.runs_b) == (1, 2)
+    with pytest.raises(TypeError, match="takes traces"):
+        compare([1, 2], [_run(1)])

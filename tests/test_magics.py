@@ -229,3 +229,22 @@ def test_an_error_during_the_repeats_keeps_the_runs_so_far_and_raises(ip: Any) -
     assert ip.user_ns["calls"] == 3 and prof.warmup is not None and len(prof.runs) == 2  # a full run and the failed one
     assert prof.trace is prof.runs[-1]  # the partial run is the one shown
     assert isinstance(prof.error, ValueError)
+
+
+def test_repeated_runs_saved_to_a_directory_compare_another_day_with_opprof_diff(
+    ip: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from opprof.cli import main as cli
+
+    cell = "y = mx.nd.ones((8, 8))\nfor _ in range(20):\n    y = y + 1\ny.wait_to_read()"
+    for name in ("before", "after"):
+        result, out = run(ip, f"--repeat 3 --no-widget -o {tmp_path / name}", cell)
+        assert result.error_in_exec is None, out
+        assert f"3 runs saved as .opprof files in {tmp_path / name}" in out
+    assert sorted(p.name for p in (tmp_path / "before").iterdir()) == ["run0.opprof", "run1.opprof", "run2.opprof"]
+    capsys.readouterr()
+    assert cli(["diff", str(tmp_path / "before"), str(tmp_path / "after")]) == 0
+    assert "end to end" in capsys.readouterr().out
+    (tmp_path / "afile").write_text("x")
+    result, out = run(ip, f"--repeat 2 -o {tmp_path / 'afile'}", cell)
+    assert isinstance(result.error_in_exec, UsageError) and "is a file" in out

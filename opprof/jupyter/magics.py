@@ -62,6 +62,15 @@ class CellProfile:
     def stats(self, sort_by: str = "total") -> str:
         return stats_table(self.runs, sort_by=sort_by)
 
+    def save(self, directory: str) -> list[str]:
+        """Every measured run as ``run<k>.opprof`` in ``directory`` (made if need be; the warm-up is
+        left out), for ``opprof diff`` or :func:`opprof.compare` another day. Returns the paths."""
+        os.makedirs(directory, exist_ok=True)
+        paths = [os.path.join(directory, f"run{k}.opprof") for k in range(len(self.runs))]
+        for trace, path in zip(self.runs, paths, strict=True):
+            trace.save(path)
+        return paths
+
     def compare(self, other: CellProfile) -> Comparison:
         """This result's runs (A) against ``other``'s (B)."""
         return compare(self.runs, other.runs, label_a=self.label or "A", label_b=other.label or "B")
@@ -102,7 +111,7 @@ class OpprofMagics(Magics):
     @argument("--engine", choices=["threaded", "naive"], default=None, help="engine for this cell (default: the current one)")
     @argument("--threads", type=int, default=None, metavar="N", help="engine worker threads")
     @argument("--custom-threads", type=int, default=None, metavar="N", help="custom-op worker threads")
-    @argument("-o", "--output", default=None, metavar="PATH", help="save the trace (.opprof, .json or .json.gz)")
+    @argument("-o", "--output", default=None, metavar="PATH", help="save the trace (.opprof, .json, .json.gz); --repeat: a dir")
     @argument("--html", default=None, metavar="PATH", help="save the timeline as standalone HTML")
     @argument("--no-widget", action="store_true", help="do not show the timeline widget")
     @argument("--live", action="store_true", help="show the timeline growing while the cell runs (default in a notebook)")
@@ -244,6 +253,14 @@ class OpprofMagics(Magics):
                 raise UsageError(f"--{name.replace('_', '-')} must be at least 1\n{usage}")
         # Checked before the cell runs: a cell must not run only for its trace to have nowhere to go.
         for name in ("output", "html"):
+            if name == "output" and args.repeat is not None and args.output:
+                parent = os.path.dirname(os.path.abspath(args.output))
+                problem = None if os.path.isdir(args.output) or os.path.isdir(parent) else f"no such directory: {parent}"
+                if os.path.exists(args.output) and not os.path.isdir(args.output):
+                    problem = f"with --repeat, -o names a directory for the runs; {args.output} is a file"
+                if problem:
+                    raise UsageError(f"--output: {problem}\n{usage}")
+                continue
             problem = getattr(args, name) and output_path_problem(getattr(args, name))
             if problem:
                 raise UsageError(f"--{name}: {problem}\n{usage}")
@@ -268,8 +285,12 @@ class OpprofMagics(Magics):
 
     def _report(self, profile: CellProfile, args: Any, live: LiveView | None = None) -> None:
         trace = profile.trace
-        if args.output:
+        saved = ""
+        if args.output and args.repeat is not None:
+            saved = f"{len(profile.save(args.output))} runs saved as .opprof files in {args.output}"
+        elif args.output:
             trace.save(args.output)
+            saved = f"trace saved to {args.output}"
         if args.html:
             from ..view import save_html
 
@@ -292,8 +313,8 @@ class OpprofMagics(Magics):
             print(why_text(trace))
         if args.stats is not None:
             print(stats_table([trace], sort_by=args.sort_by, top=args.stats))
-        if args.output:
-            print(f"trace saved to {args.output}")
+        if saved:
+            print(saved)
         if args.html:
             print(f"timeline saved to {args.html}")
 

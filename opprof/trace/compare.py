@@ -28,6 +28,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
+from typing import Any
 
 import numpy as np
 
@@ -207,14 +208,28 @@ def verdict_of(low: float, high: float) -> Verdict:
     return Verdict.NO_CLEAR_CHANGE
 
 
+def _runs(side: Any) -> list[Trace]:
+    """A side of a comparison: a trace, a sequence of traces, or a result holding ``runs`` (``%%opprof``'s)."""
+    if isinstance(side, Trace):
+        return [side]
+    runs = getattr(side, "runs", side)
+    out = list(runs)
+    bad = [type(r).__name__ for r in out if not isinstance(r, Trace)]
+    if bad:
+        raise TypeError(f"compare() takes traces, sequences of them or %%opprof results; got {', '.join(sorted(set(bad)))}")
+    return out
+
+
 def compare(
-    a: Sequence[Trace],
-    b: Sequence[Trace],
+    a: Trace | Sequence[Trace] | Any,
+    b: Trace | Sequence[Trace] | Any,
     *,
     label_a: str = "A",
     label_b: str = "B",
 ) -> Comparison:
-    """Compare runs ``a`` with runs ``b`` (each a sequence of traces of the same program)."""
+    """Compare runs ``a`` with runs ``b``: each a trace, a sequence of traces of the same program,
+    or a ``%%opprof --repeat`` result (its ``runs``)."""
+    a, b = _runs(a), _runs(b)
     if not len(a) or not len(b):
         raise ValueError(f"compare() needs at least one run per side, got {len(a)} and {len(b)}")
     rows_a = [run_rows(t) for t in a]
