@@ -177,10 +177,10 @@ def test_opprof_diff_prints_the_table_and_gates_a_slower_b(tmp_path: Path, capsy
 
 
 def test_either_side_may_be_one_trace_a_list_or_a_result_with_runs() -> None:
-    class Result:  # what %%opprof --repeat leaves: its runs
-        runs = [_run(1_000), _run(1_010)]
+    from types import SimpleNamespace
 
-    c = compare(_run(1_000), Result())
+    result = SimpleNamespace(runs=[_run(1_000), _run(1_010)])  # what %%opprof --repeat leaves: its runs
+    c = compare(_run(1_000), result)
     assert (c.runs_a, c.runs_b) == (1, 2)
     with pytest.raises(TypeError, match="takes traces"):
         compare([1, 2], [_run(1)])
