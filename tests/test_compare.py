@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -184,3 +185,52 @@ def test_either_side_may_be_one_trace_a_list_or_a_result_with_runs() -> None:
     assert (c.runs_a, c.runs_b) == (1, 2)
     with pytest.raises(TypeError, match="takes traces"):
         compare([1, 2], [_run(1)])
+
+
+def test_the_diff_chart_draws_each_row_coloured_by_its_verdict_with_its_interval() -> None:
+    from opprof.view import diff_figure
+    from opprof.view.diff import VERDICT_COLORS
+
+    noise = [1.0, 1.04, 0.97, 1.02, 0.99]
+    c = compare([_run(int(1_000 * f)) for f in noise], [_run(int(1_300 * f), extra="_copyto") for f in noise[::-1]])
+    p = diff_figure(c)
+    data = p.select_one({"name": "diff_rows"}).data
+    shown = [r for r in c.rows if r.verdict in VERDICT_COLORS]  # added/removed rows have no ratio to draw
+    assert data["row"] == [r.key.label() for r in shown] and data["row"][0] == "end to end"
+    assert data["color"] == [VERDICT_COLORS[r.verdict] for r in shown]
+    for k, r in enumerate(shown):
+        assert data["pct"][k] == pytest.approx(100 * (r.ratio - 1))
+        assert data["low"][k] <= data["pct"][k] <= data["high"][k]
+        # The colour never claims more than the interval: grey exactly where the whisker crosses 0.
+        assert (data["color"][k] == VERDICT_COLORS[Verdict.NO_CLEAR_CHANGE]) == (data["low"][k] <= 0 <= data["high"][k])
+
+
+@pytest.mark.browser
+def test_the_diff_chart_paints_red_for_slower_rows_in_a_real_browser(chromium_page: Any, tmp_path: Path) -> None:
+    from bokeh.embed import file_html
+    from bokeh.resources import INLINE
+
+    from opprof.view import diff_figure
+
+    page, _console, page_errors = chromium_page
+    noise = [1.0, 1.04, 0.97, 1.02, 0.99]
+    c = compare([_run(int(1_000 * f)) for f in noise], [_run(int(1_300 * f)) for f in noise[::-1]])
+    path = tmp_path / "diff.html"
+    path.write_text(file_html(diff_figure(c, title="opprof diff"), INLINE, "opprof diff"))
+    page.goto(path.as_uri())
+    red = """() => {
+      const stack = [...((window.Bokeh && Bokeh.index) || [])];
+      while (stack.length) {
+        const v = stack.pop();
+        if (v.model.type === "Figure" && v.canvas_view) {
+          const cv = v.canvas_view.primary.canvas, d = cv.getContext("2d").getImageData(0, 0, cv.width, cv.height).data;
+          let n = 0;
+          for (let i = 0; i < d.length; i += 4) if (d[i] > 180 && d[i + 1] < 80 && d[i + 2] < 80) n++;
+          return n;
+        }
+        stack.push(...(v.child_views ?? []));
+      }
+      return 0;
+    }"""
+    page.wait_for_function(f"() => ({red})() > 200", timeout=30_000)
+    assert page_errors == []

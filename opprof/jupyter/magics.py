@@ -182,14 +182,30 @@ class OpprofMagics(Magics):
         try:
             self._report(profile, args, live)
             if args.compare is not None and error is None:
-                base = history[args.compare]
-                print(compare_table(compare(base.runs, profile.runs, label_a=args.compare, label_b=args.label or "this cell")))
+                label_b = args.label or "this cell"
+                comparison = compare(history[args.compare].runs, profile.runs, label_a=args.compare, label_b=label_b)
+                self._show_diff(comparison, args)
+                print(compare_table(comparison))
         finally:
             if live is not None:
                 live.close()
         if error is not None:
             raise error
         return result
+
+    def _show_diff(self, comparison: Comparison, args: Any) -> None:
+        """The comparison's bar chart above its table (the table alone with --no-widget)."""
+        if args.no_widget:
+            return
+        try:
+            from jupyter_bokeh import BokehModel
+
+            from ..view import diff_figure
+        except ImportError as e:
+            print(f"(diff chart unavailable: {e})")
+            return
+        load_bokehjs(once=True)
+        display(BokehModel(diff_figure(comparison)))
 
     def _profile_once(
         self, shell: Any, cell: str, args: Any, live_wanted: bool
