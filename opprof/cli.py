@@ -196,9 +196,17 @@ def _runs(spec: str) -> list[Trace]:
     return [_load(p) for p in paths]
 
 
+def _label(runs: list[Trace], default: str) -> str:
+    """The side's name: the ``%%opprof --label`` its runs were saved with, when they all agree."""
+    labels = {t.metadata.get("label") for t in runs}
+    (label,) = labels if len(labels) == 1 else (None,)
+    return str(label) if label else default
+
+
 def cmd_diff(args: argparse.Namespace) -> int:
     """Compare runs A with runs B; with ``--fail-if-slower PCT``, exit 2 when B is clearly slower by more."""
-    result = compare(_runs(args.a), _runs(args.b), label_a="A", label_b="B")
+    a, b = _runs(args.a), _runs(args.b)
+    result = compare(a, b, label_a=_label(a, "A"), label_b=_label(b, "B"))
     print(compare_table(result, top=args.top))
     if args.fail_if_slower is not None and result.slower_than(args.fail_if_slower):
         e = result.end_to_end

@@ -238,13 +238,14 @@ def test_repeated_runs_saved_to_a_directory_compare_another_day_with_opprof_diff
 
     cell = "y = mx.nd.ones((8, 8))\nfor _ in range(20):\n    y = y + 1\ny.wait_to_read()"
     for name in ("before", "after"):
-        result, out = run(ip, f"--repeat 3 --no-widget -o {tmp_path / name}", cell)
+        result, out = run(ip, f"--repeat 3 --no-widget --label {name} -o {tmp_path / name}", cell)
         assert result.error_in_exec is None, out
         assert f"3 runs saved as .opprof files in {tmp_path / name}" in out
     assert sorted(p.name for p in (tmp_path / "before").iterdir()) == ["run0.opprof", "run1.opprof", "run2.opprof"]
     capsys.readouterr()
     assert cli(["diff", str(tmp_path / "before"), str(tmp_path / "after")]) == 0
-    assert "end to end" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "end to end" in out and out.startswith("before: 3 runs, after: 3 runs")  # the labels came with the files
     (tmp_path / "afile").write_text("x")
     result, out = run(ip, f"--repeat 2 -o {tmp_path / 'afile'}", cell)
     assert isinstance(result.error_in_exec, UsageError) and "is a file" in out

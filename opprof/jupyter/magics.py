@@ -67,7 +67,9 @@ class CellProfile:
         left out), for ``opprof diff`` or :func:`opprof.compare` another day. Returns the paths."""
         os.makedirs(directory, exist_ok=True)
         paths = [os.path.join(directory, f"run{k}.opprof") for k in range(len(self.runs))]
-        for trace, path in zip(self.runs, paths, strict=True):
+        for k, (trace, path) in enumerate(zip(self.runs, paths, strict=True)):
+            # The label and the run's place travel in the file: `opprof diff` names the sides by them.
+            trace.metadata.update({"label": self.label, "run": k, "runs": len(self.runs)} if self.label else {"run": k})
             trace.save(path)
         return paths
 
