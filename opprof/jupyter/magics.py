@@ -319,7 +319,7 @@ class OpprofMagics(Magics):
             print(f"(the live view stopped early: {type(live.error).__name__}: {live.error})")
         print(summary_line(trace, profile.wall_s))
         if len(profile.runs) > 1:
-            ends = sorted(float(int(t.table.end.max()) - int(t.table.start.min())) / 1e3 for t in profile.runs if len(t.table))
+            ends = sorted(t.table.length_ns / 1e3 for t in profile.runs if len(t.table))
             if ends:
                 print(
                     f"{len(profile.runs)} runs after a warm-up: end to end median {fmt_us(ends[len(ends) // 2])} "

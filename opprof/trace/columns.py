@@ -441,6 +441,11 @@ class SpanTable:
     def role_is(self, role: Role) -> np.ndarray:
         return self.role == ROLE_CODE[role]
 
+    @property
+    def length_ns(self) -> int:
+        """From the first span's start to the last one's end (0 for no spans): the run's end-to-end time."""
+        return int(self.end.max()) - int(self.start.min()) if len(self) else 0
+
     def error_of(self, i: int) -> Any:
         """The ``error`` arg of span ``i`` (None when it has none)."""
         return (self.extra(i) or {}).get("error")

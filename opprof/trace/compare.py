@@ -79,7 +79,7 @@ def run_rows(trace: Trace) -> dict[RowKey, float]:
     rows: dict[RowKey, float] = {}
     if not len(t):
         return rows
-    rows[RowKey(RowKind.END_TO_END)] = float(int(t.end.max()) - int(t.start.min()))
+    rows[RowKey(RowKind.END_TO_END)] = float(t.length_ns)
     sums: dict[RowKey, float] = defaultdict(float)
     for row in trace.custom_ops():
         name = row.name

@@ -306,10 +306,7 @@ def text_summary(trace: Trace) -> str:
     """A few lines about ``trace`` for front ends that show only text (where no widget renders)."""
     t = trace.table
     n_inv = int(np.count_nonzero(t.role_is(Role.PARENT)))
-    if len(t):
-        length = fmt_us((int(t.end.max()) - int(t.start.min())) / 1e3)
-    else:
-        length = "0 s"
+    length = fmt_us(t.length_ns / 1e3) if len(t) else "0 s"
     return (
         f"opprof timeline: {len(t):,} spans on {len(trace.threads)} threads over {length}, "
         f"{n_inv:,} custom-op invocations.\n"
