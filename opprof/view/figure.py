@@ -261,6 +261,8 @@ class Timeline:
             self.path_summary.text = _path_summary(path, pi)
         if self.path_toggle is not None:
             self.path_toggle.label = _path_label(path.approximate)
+            if not self.path_toggle.active:  # drawn with the figure: nothing to show, nothing to press
+                self.path_toggle.disabled = not len(pi.items)
         self.note.text = f"{self.note.text} {_path_note(path, self.path_drawn, self.path_total)}"
 
     def refresh(self, x0: float, x1: float, mask: np.ndarray | None = None) -> None:
@@ -1022,12 +1024,12 @@ def _path_label(approximate: bool) -> str:
 
 
 def _path_layer(
-    p: Any, path: CriticalPath | None, layout: Layout, lo: float, hi: float, limit: int, approximate: bool = False
-) -> tuple[_PathIndex | None, ColumnDataSource, ColumnDataSource, list[Any], Toggle, Div]:
-    """The path's outlines and hops on ``p`` (hidden), the toggle showing them, and its summary;
-    for ``path=None`` the same, empty, for :meth:`Timeline.set_path` to fill."""
-    pi = _path_index(path, layout) if path is not None else None
-    rects, edges = _path_columns(pi, layout, lo, hi, None, limit) if pi is not None else _empty_path()
+    p: Any, approximate: bool = False
+) -> tuple[ColumnDataSource, ColumnDataSource, list[Any], Toggle, Div]:
+    """The path's layer on ``p``, empty and hidden: outlines, hops between lanes, the toggle that
+    shows them and its summary, for :meth:`Timeline.set_path` to fill (at once, or on the toggle's
+    first use)."""
+    rects, edges = _empty_path()
     path_source = ColumnDataSource(rects, name="critical_path")
     path_edges = ColumnDataSource(edges, name="critical_path_edges")
     outline = p.quad(
@@ -1041,13 +1043,10 @@ def _path_layer(
     )  # fmt: skip
     p.add_layout(hops)
     renderers = [outline, hops]
-    label = _path_label(path.approximate if path is not None else approximate)
-    disabled = pi is not None and not len(pi.items)
-    toggle = Toggle(label=label, active=False, disabled=disabled, width=230, name="critical_path_toggle")
+    toggle = Toggle(label=_path_label(approximate), active=False, width=230, name="critical_path_toggle")
     toggle.js_on_change("active", CustomJS(args={"renderers": renderers}, code=_PATH_TOGGLE_JS))
-    text = _path_summary(path, pi) if path is not None and pi is not None else _LAZY_PATH_TEXT
-    summary = Div(text=text, render_as_text=True, name="critical_path_summary")
-    return pi, path_source, path_edges, renderers, toggle, summary
+    summary = Div(text=_LAZY_PATH_TEXT, render_as_text=True, name="critical_path_summary")
+    return path_source, path_edges, renderers, toggle, summary
 
 
 def build_timeline(
@@ -1152,18 +1151,14 @@ def build_timeline(
     path: CriticalPath | None = critical_path if isinstance(critical_path, CriticalPath) else None
     if critical_path is True and not skipped:
         path = trace.critical_path()
-    pi: _PathIndex | None = None
     path_source: ColumnDataSource | None = None
     path_edges: ColumnDataSource | None = None
     path_renderers: list[Any] = []
     toggle: Toggle | None = None
     path_bar: Div | None = None
     if path is not None or lazy:
-        approximate = lazy and not has_edges(trace.table, trace.ops)
-        pi, path_source, path_edges, path_renderers, toggle, path_bar = _path_layer(
-            p, path, layout, x0 - pad, x1 + pad,
-            len(layout) if full_detail else PATH_LIMIT, approximate,
-        )  # fmt: skip
+        approximate = path.approximate if path is not None else not has_edges(trace.table, trace.ops)
+        path_source, path_edges, path_renderers, toggle, path_bar = _path_layer(p, approximate)
     _legend(p)
     # The overview shows the whole trace coarsely: the first view's blocks when it is merged
     # already (bounded by the pixels; one pass over 10M spans saved), else its own.
@@ -1175,11 +1170,7 @@ def build_timeline(
     )
     bars = _split_bars(trace, width, analysis)
     n_merged = int(b.counts[b.counts > 1].sum())
-    path_drawn = len(path_source.data["span"]) if path_source is not None else 0
-    path_total = len(pi.items) if pi is not None else 0
     note_text = _note_text(len(layout), len(b), n_merged, layout.collapsed_threads, max_lanes)
-    if path is not None:
-        note_text += " " + _path_note(path, path_drawn, path_total)
     if skipped:
         note_text += (
             f" No critical path: this trace has no engine edges and {trace.n_spans:,} spans, where its approximation "
@@ -1189,15 +1180,16 @@ def build_timeline(
     table_title = Div(text=table.name, render_as_text=True)
     top = [note, row(toggle, path_bar)] if toggle is not None and path_bar is not None else [note]
     root = column(*top, p, overview, bars, table_title, table)
-    return Timeline(
+    tl = Timeline(
         trace=trace, layout=layout, root=root, figure=p, overview=overview, source=source, names=names,
         flows=flows, flows_all=flows_all, labels=labels, table=table, table_source=table_source, bars=bars, note=note,
         tap_callback=tap, pixels=px, full_detail=full_detail, merged=n_merged, window=(x0 - pad, x1 + pad),
-        view=(x0 - pad, x1 + pad), frame_px=frame_px,
-        analysis=analysis, path=path, path_source=path_source,
-        path_edges=path_edges, path_toggle=toggle, path_summary=path_bar,
-        path_renderers=path_renderers, path_drawn=path_drawn, path_total=path_total, _path_index=pi,
+        view=(x0 - pad, x1 + pad), frame_px=frame_px, analysis=analysis, path_source=path_source,
+        path_edges=path_edges, path_toggle=toggle, path_summary=path_bar, path_renderers=path_renderers,
     )  # fmt: skip
+    if path is not None:
+        tl.set_path(path)
+    return tl
 
 
 def _frame_estimate(layout: Layout, width: int, height: int) -> tuple[float, float]:
