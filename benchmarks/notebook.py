@@ -37,7 +37,7 @@ except ImportError:  # run as a script: python benchmarks/notebook.py
     from benchmarks.common import Row, print_rows, progress
     from benchmarks.jupyter import chromium, start_server
 
-__all__ = ["measure", "rows"]
+__all__ = ["live_run", "measure", "rows", "write_notebook"]
 
 SECTION = "Notebook"
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
@@ -108,7 +108,7 @@ LIVE_SAMPLER = """() => {
 
 
 def _live_notebook(path: Path) -> None:
-    _notebook(path, [LIVE_SETUP, LIVE_CELL, LIVE_CLOCK])
+    write_notebook(path, [LIVE_SETUP, LIVE_CELL, LIVE_CLOCK])
 
 
 @dataclass
@@ -164,7 +164,8 @@ def live_run(page: Any, server: Any, front: str = "notebooks", name: str = "live
     return LiveRun(samples, during, lags, first, text, errors)
 
 
-def _notebook(path: Path, cells: list[str]) -> None:
+def write_notebook(path: Path, cells: list[str]) -> None:
+    """A notebook of code ``cells`` for the python3 kernel (the browser tests write theirs with it too)."""
     import nbformat
     from nbformat.v4 import new_code_cell, new_notebook
 
@@ -203,7 +204,7 @@ def _sizes(page: Any, server: Any, repeats: int) -> tuple[list[float], list[floa
     for r in range(repeats):
         shutil.copy(NOTEBOOKS / "01-quickstart.ipynb", server.root / f"quick{r}.ipynb")
         quick.append(_run_all_and_save(page, server, f"quick{r}.ipynb") / 1e3)
-        _notebook(server.root / f"five{r}.ipynb", ["%load_ext opprof", *[_SMALL_CELL] * 5])
+        write_notebook(server.root / f"five{r}.ipynb", ["%load_ext opprof", *[_SMALL_CELL] * 5])
         five.append(_run_all_and_save(page, server, f"five{r}.ipynb") / 1e3)
         progress(f"notebook sizes, round {r + 1}: quickstart {quick[-1]:.0f} KB, five cells {five[-1]:.0f} KB")
     return quick, five
@@ -218,7 +219,7 @@ def _big(page: Any, server: Any, spans: int, repeats: int) -> dict[str, list[flo
         + f"w{r} = opprof.timeline(tr, title='opprof timeline {r}')\ndisplay(w{r})  # no Out[] entry, which IPython keeps"
         for r in range(repeats)
     ]
-    _notebook(server.root / "big.ipynb", ["%load_ext opprof", setup, *show])
+    write_notebook(server.root / "big.ipynb", ["%load_ext opprof", setup, *show])
     _open(page, f"{server.url}/lab/tree/big.ipynb?reset")
     for k in (0, 1):
         page.evaluate(f"() => {{ const nb = window.jupyterapp.shell.currentWidget.content; nb.activeCellIndex = {k}; }}")

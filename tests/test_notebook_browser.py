@@ -16,9 +16,9 @@ from typing import Any
 
 import nbformat
 import pytest
-from nbformat.v4 import new_code_cell, new_notebook
 
 import benchmarks.page_js as js
+from benchmarks.notebook import write_notebook
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(240)]
 
@@ -47,10 +47,8 @@ for _ in range(20):
 x.wait_to_read()"""
 
 
-def _small_notebook(path: Path, cells: int = 1) -> Path:
-    nb = new_notebook(cells=[new_code_cell("%load_ext opprof"), *(new_code_cell(SMALL_CELL) for _ in range(cells))])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(nb, path)
+def _small_notebook(path: Path) -> Path:
+    write_notebook(path, ["%load_ext opprof", SMALL_CELL])
     return path
 
 
@@ -169,9 +167,7 @@ def test_a_zoom_costs_one_refinement_sent_as_one_patch(lab_server: Any, chromium
     page.set_viewport_size({"width": 1600, "height": 1000})
     setup = "import opprof\nfrom opprof.trace.synthetic import synthetic_trace\ntr = synthetic_trace(150_000)"
     show = "w = opprof.timeline(tr, title='opprof timeline zoom')\nw"
-    nb = new_notebook(cells=[new_code_cell("%load_ext opprof"), new_code_cell(setup), new_code_cell(show)])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(nb, lab_server.root / "zoom.ipynb")
+    write_notebook(lab_server.root / "zoom.ipynb", ["%load_ext opprof", setup, show])
     _run_all(page, f"{lab_server.url}/lab/tree/zoom.ipynb?reset")
     title = "opprof timeline zoom"
     page.wait_for_function(f"(t) => ({js.PAINTED})(t)", arg=title, timeout=60_000)
