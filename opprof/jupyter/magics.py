@@ -271,15 +271,8 @@ class OpprofMagics(Magics):
                 raise UsageError(f"--{name.replace('_', '-')} must be at least 1\n{usage}")
         # Checked before the cell runs: a cell must not run only for its trace to have nowhere to go.
         for name in ("output", "html"):
-            if name == "output" and args.repeat is not None and args.output:
-                parent = os.path.dirname(os.path.abspath(args.output))
-                problem = None if os.path.isdir(args.output) or os.path.isdir(parent) else f"no such directory: {parent}"
-                if os.path.exists(args.output) and not os.path.isdir(args.output):
-                    problem = f"with --repeat, -o names a directory for the runs; {args.output} is a file"
-                if problem:
-                    raise UsageError(f"--output: {problem}\n{usage}")
-                continue
-            problem = getattr(args, name) and output_path_problem(getattr(args, name))
+            into_dir = name == "output" and args.repeat is not None  # with --repeat, -o names a directory for the runs
+            problem = getattr(args, name) and output_path_problem(getattr(args, name), directory=into_dir)
             if problem:
                 raise UsageError(f"--{name}: {problem}\n{usage}")
         if args.live and args.repeat is not None:

@@ -129,10 +129,17 @@ def open_maybe_gzip(path: str | os.PathLike[str], mode: str) -> IO[Any]:
     return cast(IO[Any], gzip.open(path, mode)) if str(path).endswith(".gz") else open(path, mode)
 
 
-def output_path_problem(path: str) -> str | None:
-    """Why ``path`` cannot be written (checked before any work runs, so none is lost), or ``None``."""
+def output_path_problem(path: str, directory: bool = False) -> str | None:
+    """Why ``path`` cannot be written (checked before any work runs, so none is lost), or ``None``.
+
+    ``directory``: ``path`` is a directory to write files into (it may exist already, as one)."""
     parent = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
+    if directory:
+        if os.path.isdir(path):
+            return None if os.access(path, os.W_OK) else f"cannot write in {path}"
+        if os.path.exists(path):
+            return f"{path} is a file, not a directory"
+    elif os.path.isdir(path):
         return f"{path} is a directory"
     if not os.path.isdir(parent):
         return f"no such directory: {parent}"
