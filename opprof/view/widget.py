@@ -16,7 +16,9 @@ the very scripts those places do not run.
 from __future__ import annotations
 
 import base64
+import functools
 import re
+from collections.abc import Callable
 from typing import Any
 
 import ipywidgets as W
@@ -34,6 +36,19 @@ __all__ = ["TimelineWidget"]
 _STILL_NOTE = "A still picture: run the notebook (trusted, with its kernel) for the interactive timeline."
 
 
+@functools.cache
+def _malloc_trim() -> Callable[[int], Any] | None:
+    """glibc's ``malloc_trim``, looked up once (``find_library`` runs ``ldconfig``: ~2 ms a call); None elsewhere."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        return getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+    except OSError:
+        return None
+
+
 def _return_freed_memory() -> None:
     """Hand the heap's free pages back to the OS (glibc only; a no-op elsewhere).
 
@@ -41,15 +56,7 @@ def _return_freed_memory() -> None:
     so a kernel showing one weighed ~440 MB where ~340 MB were live; ``malloc_trim`` returns them
     in ~5 ms. The notebook's kernel lives for hours: the memory is better given back.
     """
-    import ctypes
-    import ctypes.util
-
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name) if name else None
-        trim = getattr(libc, "malloc_trim", None)
-    except OSError:
-        return
+    trim = _malloc_trim()
     if trim is not None:
         trim(0)
 
