@@ -34,6 +34,7 @@ import numpy as np
 
 from .columns import NO_ROLE
 from .model import Trace
+from .stats import custom_op_summary
 
 __all__ = [
     "CONFIDENCE", "Comparison", "RowKey", "RowKind", "RowResult", "Verdict",
@@ -81,18 +82,17 @@ def run_rows(trace: Trace) -> dict[RowKey, float]:
         return rows
     rows[RowKey(RowKind.END_TO_END)] = float(t.length_ns)
     sums: dict[RowKey, float] = defaultdict(float)
-    for row in trace.custom_ops():
-        name = row.name
-        parts = {"wall": row.wall_ns, "sub-ops": row.subops_ns, "waiting": row.waiting_ns}
-        if row.python_cpu_ns is not None:
-            parts["python on CPU"] = min(row.python_cpu_ns, row.python_ns)
-            parts["python off CPU"] = row.python_ns - parts["python on CPU"]
+    for op in custom_op_summary(trace.custom_ops()):  # the split table's sums, so both read alike
+        parts = {"wall": op.wall_ns, "sub-ops": op.subops_ns, "waiting": op.waiting_ns}
+        if op.python_cpu_ns is not None:
+            parts["python on CPU"] = min(op.python_cpu_ns, op.python_ns)
+            parts["python off CPU"] = op.python_ns - parts["python on CPU"]
         else:  # another tool's trace: no thread CPU time
-            parts["python (CPU not measured)"] = row.python_ns
-        for cause, ns in row.waiting_by_cause.items():
+            parts["python (CPU not measured)"] = op.python_ns
+        for cause, ns in op.waiting_by_cause.items():
             parts[f"waiting: {cause}"] = ns
         for part, ns in parts.items():
-            sums[RowKey(RowKind.CUSTOM_OP, name, part)] += ns
+            sums[RowKey(RowKind.CUSTOM_OP, op.name, part)] = ns
     plain = np.flatnonzero(t.role == NO_ROLE)
     if len(plain):
         key = t.cat[plain].astype(np.int64) * (len(t.strings) + 1) + t.name[plain]
