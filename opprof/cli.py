@@ -199,7 +199,7 @@ def _runs(spec: str) -> list[Trace]:
 def _label(runs: list[Trace], default: str) -> str:
     """The side's name: the ``%%opprof --label`` its runs were saved with, when they all agree."""
     labels = {t.metadata.get("label") for t in runs}
-    (label,) = labels if len(labels) == 1 else (None,)
+    label = labels.pop() if len(labels) == 1 else None
     return str(label) if label else default
 
 
