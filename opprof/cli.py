@@ -20,7 +20,7 @@ from .trace import Trace, TraceFormatError, load
 from .trace.compare import compare
 from .trace.jsonio import output_path_problem
 from .trace.stats import SORT_KEYS
-from .trace.text import compare_table, split_table, stats_json, stats_table, summary_line, why_text
+from .trace.text import calls_table, compare_table, split_table, stats_json, stats_table, summary_line, why_text
 
 __all__ = ["main"]
 
@@ -208,6 +208,11 @@ def cmd_diff(args: argparse.Namespace) -> int:
     a, b = _runs(args.a), _runs(args.b)
     result = compare(a, b, label_a=_label(a, "A"), label_b=_label(b, "B"))
     print(compare_table(result, top=args.top))
+    for name in args.calls:
+        try:
+            print(calls_table(result, name))
+        except KeyError as why:
+            raise CommandError(str(why.args[0])) from None
     if args.fail_if_slower is not None and result.slower_than(args.fail_if_slower):
         e = result.end_to_end
         assert e is not None  # slower_than is False without one
@@ -283,6 +288,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit with status 2 when B is slower end to end (its interval above 1) by more than PCT %% (a CI gate)",
     )  # fmt: skip
     f.add_argument("--top", type=_positive, default=25, help="rows to show (default 25)")
+    f.add_argument(
+        "--calls", action="append", default=[], metavar="OP",
+        help="also show every call of custom op OP (_backward_OP for its backward), paired by order; repeatable",
+    )  # fmt: skip
     f.set_defaults(func=cmd_diff)
 
     r = sub.add_parser("run", help="profile a Python script that uses opprof")

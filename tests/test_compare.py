@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -161,6 +161,63 @@ def test_a_custom_op_that_sleeps_longer_is_slower_in_its_python_off_cpu() -> Non
     assert c.row(RowKey(RowKind.CUSTOM_OP, "CompareNap", "wall")).verdict is Verdict.SLOWER
 
 
+class _Steps(mx.operator.CustomOp):
+    """Sleeps ``schedule[k]`` seconds in its k-th call of a run."""
+
+    schedule: ClassVar[list[float]] = []
+    calls: ClassVar[int] = 0
+
+    def forward(self, is_train, req, in_data, out_data, aux):  # type: ignore[no-untyped-def]
+        time.sleep(_Steps.schedule[_Steps.calls % len(_Steps.schedule)])
+        _Steps.calls += 1
+        self.assign(out_data[0], req[0], in_data[0] + 1)
+
+
+@mx.operator.register("CompareSteps")
+class _StepsProp(mx.operator.CustomOpProp):
+    def create_operator(self, ctx, shapes, dtypes):  # type: ignore[no-untyped-def]
+        return _Steps()
+
+
+def _steps(schedule: list[float]) -> Trace:
+    _Steps.schedule, _Steps.calls = schedule, 0
+    with mx.profile() as prof:
+        x = mx.nd.ones((4, 4))
+        for _ in schedule:
+            x = mx.nd.Custom(x, op_type="CompareSteps")
+        x.wait_to_read()
+    assert prof.trace is not None
+    return prof.trace
+
+
+def test_calls_are_paired_by_order_so_one_slower_call_is_named() -> None:
+    """Only the second of four calls sleeps longer in B (4 -> 10 ms): the pairing names that call
+    and calls the other three unchanged, and the table lists it among the calls that changed."""
+    a = [_steps([0.004, 0.004, 0.004, 0.004]) for _ in range(4)]
+    b = [_steps([0.004, 0.010, 0.004, 0.004]) for _ in range(4)]
+    c = compare(a, b)
+    calls = c.calls("CompareSteps")
+    same = Verdict.NO_CLEAR_CHANGE
+    assert [k.verdict for k in calls] == [same, Verdict.SLOWER, same, same]
+    assert 2.0 < calls[1].ratio < 3.0 and calls[1].median_b > 9.5e6, calls[1]
+    assert [k.verdict for k in c.calls("CompareSteps", "sub-ops")][1] is Verdict.NO_CLEAR_CHANGE  # the sleep is Python
+    assert c.most_changed_calls()[0].index == 1
+    table = compare_table(c)
+    assert "CompareSteps call 2" in table and "changed most" in table
+    with pytest.raises(ValueError, match="part must be"):
+        c.calls("CompareSteps", "python on CPU")
+
+
+def test_runs_with_different_call_counts_are_not_paired_and_say_why() -> None:
+    c = compare([_steps([0.003] * 3) for _ in range(3)], [_steps([0.003] * 4) for _ in range(3)])
+    assert "CompareSteps" not in c.paired
+    with pytest.raises(KeyError, match=r"different numbers of calls \(A: 3; B: 4\)"):
+        c.calls("CompareSteps")
+    assert any("not paired" in n for n in c.notes)
+    wall = c.row(RowKey(RowKind.CUSTOM_OP, "CompareSteps", "wall"))  # the type's row still compares: 4 calls for 3
+    assert 1.15 < wall.ratio < 1.6 and not np.isnan(wall.low), wall
+
+
 def test_opprof_diff_prints_the_table_and_gates_a_slower_b(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     for side, ns in (("a", 1_000), ("b", 1_500)):
         (tmp_path / side).mkdir()
@@ -175,6 +232,19 @@ def test_opprof_diff_prints_the_table_and_gates_a_slower_b(tmp_path: Path, capsy
     assert cli(["diff", str(tmp_path / "b"), str(tmp_path / "a"), "--fail-if-slower", "10"]) == 0  # faster: passes
     assert cli(["diff", str(tmp_path / "a" / "run*.opprof"), str(tmp_path / "nothing")]) == 1
     assert "no such file" in capsys.readouterr().err
+    assert cli(["diff", str(tmp_path / "a"), str(tmp_path / "b"), "--calls", "NoSuchOp"]) == 1
+    assert "NoSuchOp: calls not paired" in capsys.readouterr().err
+
+
+def test_opprof_diff_calls_prints_each_call(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for side, schedule in (("a", [0.002, 0.002]), ("b", [0.002, 0.006])):
+        (tmp_path / side).mkdir()
+        for k in range(3):
+            _steps(schedule).save(str(tmp_path / side / f"run{k}.opprof"))
+    assert cli(["diff", str(tmp_path / "a"), str(tmp_path / "b"), "--calls", "CompareSteps"]) == 0
+    out = capsys.readouterr().out
+    lines = [ln for ln in out.splitlines() if ln.lstrip().startswith("CompareSteps call")]
+    assert len(lines) >= 3 and "slower" in lines[-1] and "no clear change" in lines[-2], out
 
 
 def test_either_side_may_be_one_trace_a_list_or_a_result_with_runs() -> None:

@@ -11,6 +11,11 @@ time, a custom op type's part (forward and backward apart; wall, Python on and o
 waiting and each waiting cause) or the total time of a regular span name in its category. A row
 present on one side only is *added* or *removed*.
 
+Invocations are paired by their order within their op type: where every run on both sides made
+the same number of calls of a type (the same program), :meth:`Comparison.calls` compares the k-th
+call of A's runs with the k-th call of B's, so a change confined to one call (the first, which
+warms a cache; the last, which copies out) is seen where the type's sum dilutes it.
+
 The interval: Welch's t interval on the logarithms of the run times, so the ratio is that of the
 geometric means and the noise may be multiplicative and differ between the sides. Tried first, a
 percentile bootstrap of the ratio of medians (a median of 5 runs wastes most of them) found a
@@ -34,12 +39,16 @@ import numpy as np
 
 from .columns import NO_ROLE
 from .model import Trace
+from .records import CustomOpRow
 from .stats import custom_op_summary
 
 __all__ = [
     "CONFIDENCE", "Comparison", "RowKey", "RowKind", "RowResult", "Verdict",
-    "compare", "ratio_interval", "run_rows", "verdict_of",
+    "CallResult", "compare", "ratio_interval", "run_rows", "verdict_of",
 ]
+
+#: The parts of one call that :meth:`Comparison.calls` pairs (ns, from :class:`CustomOpRow`).
+CALL_PARTS = ("wall", "python", "sub-ops", "waiting")
 
 CONFIDENCE = 0.95
 
@@ -73,16 +82,17 @@ class RowKey:
         return f"{self.name} · {self.part}" if self.part else self.name
 
 
-def run_rows(trace: Trace) -> dict[RowKey, float]:
+def run_rows(trace: Trace, ops: list[CustomOpRow] | None = None) -> dict[RowKey, float]:
     """One run's rows, in ns: end to end, every custom op type's parts summed over its calls, and
-    every regular span name's total (spans outside custom ops, by category and name)."""
+    every regular span name's total (spans outside custom ops, by category and name). ``ops``:
+    the trace's :meth:`~Trace.custom_ops`, when the caller has them already."""
     t = trace.table
     rows: dict[RowKey, float] = {}
     if not len(t):
         return rows
     rows[RowKey(RowKind.END_TO_END)] = float(t.length_ns)
     sums: dict[RowKey, float] = defaultdict(float)
-    for op in custom_op_summary(trace.custom_ops()):  # the split table's sums, so both read alike
+    for op in custom_op_summary(trace.custom_ops() if ops is None else ops):  # the split table's sums, so both read alike
         parts = {"wall": op.wall_ns, "sub-ops": op.subops_ns, "waiting": op.waiting_ns}
         if op.python_cpu_ns is not None:
             parts["python on CPU"] = min(op.python_cpu_ns, op.python_ns)
@@ -125,6 +135,68 @@ class RowResult:
         return self.median_b - self.median_a
 
 
+@dataclass(frozen=True)
+class CallResult:
+    """The ``index``-th call (from 0) of custom op ``name`` paired across runs (times in ns)."""
+
+    name: str
+    index: int
+    part: str
+    a: np.ndarray  # per run
+    b: np.ndarray
+    median_a: float
+    median_b: float
+    ratio: float
+    low: float
+    high: float
+    verdict: Verdict
+
+    def label(self) -> str:
+        return f"{self.name} call {self.index + 1}" + ("" if self.part == "wall" else f" · {self.part}")
+
+
+def _call_parts(rows: list[CustomOpRow]) -> dict[str, np.ndarray]:
+    """One run's calls per custom-op name in invocation order, as ``(calls, len(CALL_PARTS))``."""
+    by_name: dict[str, list[CustomOpRow]] = defaultdict(list)
+    for r in rows:
+        by_name[r.name].append(r)
+    return {
+        name: np.array(
+            [
+                [r.wall_ns, r.python_ns, r.subops_ns, r.waiting_ns]
+                for r in sorted(calls, key=lambda r: (r.invocation, r.start_ns))
+            ],
+            dtype=np.float64,
+        ).reshape(len(calls), len(CALL_PARTS))
+        for name, calls in by_name.items()
+    }
+
+
+def _pair_calls(
+    ops_a: list[list[CustomOpRow]], ops_b: list[list[CustomOpRow]]
+) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], dict[str, str]]:
+    """Pair calls by their order within each op type where every run made as many of them."""
+    runs_a = [_call_parts(ops) for ops in ops_a]
+    runs_b = [_call_parts(ops) for ops in ops_b]
+    names = set().union(*runs_a, *runs_b)
+    paired: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    unpaired: dict[str, str] = {}
+    for name in sorted(names):
+        counts_a = [len(r.get(name, ())) for r in runs_a]
+        counts_b = [len(r.get(name, ())) for r in runs_b]
+        if 0 in counts_a or 0 in counts_b:
+            unpaired[name] = "not called in every run"
+        elif len(set(counts_a + counts_b)) > 1:
+            unpaired[name] = f"the runs made different numbers of calls (A: {_counts(counts_a)}; B: {_counts(counts_b)})"
+        else:
+            paired[name] = (np.stack([r[name] for r in runs_a]), np.stack([r[name] for r in runs_b]))
+    return paired, unpaired
+
+
+def _counts(counts: list[int]) -> str:
+    return ", ".join(str(n) for n in sorted(set(counts)))
+
+
 @dataclass
 class Comparison:
     """Rows sorted by how much of the end-to-end change they explain (end to end first)."""
@@ -135,6 +207,40 @@ class Comparison:
     label_a: str = "A"
     label_b: str = "B"
     notes: list[str] = field(default_factory=list)
+    #: Per custom-op name (``MyOp``, ``_backward_MyOp``), the calls of each run in order, as
+    #: ``(runs, calls, len(CALL_PARTS))`` arrays for A and B; only names paired (see :meth:`calls`).
+    paired: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    #: Names that could not be paired, with why (counts differ between runs).
+    unpaired: dict[str, str] = field(default_factory=dict)
+
+    def calls(self, name: str, part: str = "wall") -> list[CallResult]:
+        """The k-th call of custom op ``name`` (``_backward_MyOp`` for its backward) in A's runs
+        against the k-th in B's, for each k: medians over runs, ratio, interval and verdict of
+        ``part`` (one of :data:`CALL_PARTS`). Raises ``KeyError`` saying why when it is not paired."""
+        if part not in CALL_PARTS:
+            raise ValueError(f"part must be one of {', '.join(CALL_PARTS)}, got {part!r}")
+        if name not in self.paired:
+            why = self.unpaired.get(name, f"no custom op named {name!r} in both sides")
+            raise KeyError(f"{name}: calls not paired: {why}")
+        a, b = self.paired[name]
+        j = CALL_PARTS.index(part)
+        out = []
+        for k in range(a.shape[1]):
+            va, vb = a[:, k, j], b[:, k, j]
+            ma, mb = float(np.median(va)), float(np.median(vb))
+            ratio, lo, hi = ratio_interval(va, vb)
+            if math.isnan(ratio):
+                ratio, verdict = (mb / ma if ma > 0 else float("nan")), Verdict.NO_CLEAR_CHANGE
+            else:
+                verdict = verdict_of(lo, hi)
+            out.append(CallResult(name, k, part, va, vb, ma, mb, ratio, lo, hi, verdict))
+        return out
+
+    def most_changed_calls(self, top: int = 5) -> list[CallResult]:
+        """Across every paired op, the calls with a verdict, largest change of median wall time first."""
+        found = [c for name in self.paired for c in self.calls(name) if c.verdict in (Verdict.FASTER, Verdict.SLOWER)]
+        found.sort(key=lambda c: -abs(c.median_b - c.median_a))
+        return found[:top]
 
     def row(self, key: RowKey) -> RowResult:
         for r in self.rows:
@@ -232,8 +338,10 @@ def compare(
     a, b = _runs(a), _runs(b)
     if not len(a) or not len(b):
         raise ValueError(f"compare() needs at least one run per side, got {len(a)} and {len(b)}")
-    rows_a = [run_rows(t) for t in a]
-    rows_b = [run_rows(t) for t in b]
+    ops_a = [t.custom_ops() for t in a]
+    ops_b = [t.custom_ops() for t in b]
+    rows_a = [run_rows(t, ops) for t, ops in zip(a, ops_a, strict=True)]
+    rows_b = [run_rows(t, ops) for t, ops in zip(b, ops_b, strict=True)]
     keys_a = set().union(*rows_a)
     keys_b = set().union(*rows_b)
     notes: list[str] = []
@@ -277,4 +385,11 @@ def compare(
     total = e2e.delta if e2e is not None else 0.0
     shares = [replace(r, share=(r.delta / total) if total else 0.0) if r is not e2e else r for r in results]
     shares.sort(key=lambda r: (r.key.kind is not RowKind.END_TO_END, -abs(r.delta), r.key))
-    return Comparison(shares, len(a), len(b), label_a, label_b, notes)
+    paired, unpaired = _pair_calls(ops_a, ops_b)
+    if unpaired:
+        notes.append(
+            "calls not paired by order for "
+            + "; ".join(f"{name}: {why}" for name, why in unpaired.items())
+            + " (their per-type rows above still compare)"
+        )
+    return Comparison(shares, len(a), len(b), label_a, label_b, notes, paired, unpaired)

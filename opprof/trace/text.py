@@ -18,7 +18,7 @@ import numpy as np
 
 from .causes import pool_busy_with
 from .columns import ROLE_CODE, SpanTable
-from .compare import CONFIDENCE, Comparison, RowKind, Verdict
+from .compare import CONFIDENCE, CallResult, Comparison, RowKind, Verdict
 from .model import Trace
 from .records import CUSTOM_OP, Role
 from .stats import StatRow, custom_op_summary, sort_rows, span_stats
@@ -327,6 +327,30 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
+def _call_table(calls: list[CallResult]) -> str:
+    return _table(
+        ["call", "A", "B", "B/A", "95 % interval", "verdict"],
+        [
+            [
+                c.label(),
+                fmt_us(c.median_a / 1e3),
+                fmt_us(c.median_b / 1e3),
+                "" if math.isnan(c.ratio) else f"{c.ratio:.3f}",
+                "" if math.isnan(c.low) else f"[{c.low:.3f}, {c.high:.3f}]",
+                c.verdict.value,
+            ]
+            for c in calls
+        ],
+    )
+
+
+def calls_table(comparison: Comparison, name: str, part: str = "wall") -> str:
+    """Every call of custom op ``name``, the k-th of A's runs beside the k-th of B's."""
+    c = comparison
+    head = f"{name}: each call, {c.label_a} ({c.runs_a} runs) against {c.label_b} ({c.runs_b} runs), {part}; medians over runs"
+    return "\n".join([head, _call_table(c.calls(name, part))])
+
+
 def compare_table(comparison: Comparison, top: int = 25) -> str:
     """A comparison (:func:`~opprof.trace.compare.compare`) as a table: end to end first, then the
     rows that explain the most of its change; added/removed rows and the notes below."""
@@ -348,6 +372,10 @@ def compare_table(comparison: Comparison, top: int = 25) -> str:
     out = [head, _table(["row", c.label_a, c.label_b, "B/A", "95 % interval", "verdict", "of the change"], body)]
     if len(changed) > top:
         out.append(f"... {len(changed) - top} more rows")
+    calls = c.most_changed_calls(top=5)
+    if calls:
+        out.append("calls that changed most (paired by their order within the op type):")
+        out.append(_call_table(calls))
     for r in moved:
         side = c.label_b if r.verdict is Verdict.ADDED else c.label_a
         value = r.median_b if r.verdict is Verdict.ADDED else r.median_a
