@@ -11,7 +11,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[test,e2e]'
+	$(BIN)/python -m pip install --quiet -e '.[test,e2e,dask]'
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -47,6 +47,8 @@ moved.install()
 #: Public names whose modules import Bokeh/ipywidgets: loaded on first use, so `import opprof`
 #: stays light (and works without a display stack) for code that only profiles.
 _LAZY = {"timeline": ("opprof.jupyter", "timeline"), "save_html": ("opprof.view", "save_html")}
+#: Subpackages loaded on first use: ``opprof.dask`` needs the optional ``distributed``.
+_LAZY_MODULES = {"dask": "opprof.dask"}
 
 
 def __getattr__(name: str) -> object:
@@ -57,6 +59,15 @@ def __getattr__(name: str) -> object:
         value = getattr(importlib.import_module(module), attr)
         globals()[name] = value
         return value
+    if name in _LAZY_MODULES:
+        import importlib
+
+        try:
+            return importlib.import_module(_LAZY_MODULES[name])
+        except ModuleNotFoundError as e:
+            if e.name not in ("distributed", "dask"):
+                raise
+            raise AttributeError(f"opprof.{name} needs Dask's distributed: pip install 'opprof[dask]' ({e})") from None
     raise AttributeError(f"module 'opprof' has no attribute {name!r}")
 
 

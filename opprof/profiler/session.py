@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from ..engine import get_engine
@@ -27,8 +27,10 @@ INTERRUPT_GRACE_S = 1.0
 class Profiler:
     """One profiling session: ``start()``, ``stop()``, then ``trace``."""
 
-    def __init__(self, max_events: int = 5_000_000) -> None:
+    def __init__(self, max_events: int = 5_000_000, clock: Callable[[], int] = time.perf_counter_ns) -> None:
         self.max_events = max_events
+        #: ns; a Dask worker's may carry an offset injected on purpose (its clock-alignment tests).
+        self.clock_fn = clock
         self._recorder: Recorder | None = None
         self._unbuilt: Recorder | None = None  # stopped, but the build was interrupted
         self.trace: Trace | None = None
@@ -41,10 +43,16 @@ class Profiler:
     def start(self) -> Profiler:
         if self._recorder is not None:
             raise ProfilerError("this profiler is already running")
-        self._recorder = Recorder(self.max_events).attach(get_engine())
+        self._recorder = Recorder(self.max_events, self.clock_fn).attach(get_engine())
         self.trace = None
         self._unbuilt = None
         return self
+
+    @property
+    def recorded_any(self) -> bool:
+        """Whether the running recording holds any record yet (a Dask worker sends none otherwise)."""
+        rec = self._recorder
+        return rec is not None and any(r.plain or r.sub or r.fam or r.buf for r in rec.thread_records())
 
     def snapshot(self) -> Trace:
         """The trace recorded so far, while recording goes on (unfinished custom-op calls left out)."""

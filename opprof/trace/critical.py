@@ -228,6 +228,9 @@ def critical_path(trace: TraceData) -> CriticalPath:
     return _walk(trace, t, ops)
 
 
+#: Metadata key: why a trace has no engine edges, for the approximate path's note.
+EDGES_MISSING = "edges_missing"
+
 _INF = np.int64(2**62)
 _RUN, _PY, _QUEUE, _POOL, _HAND, _WAIT, _PROG = (
     _CODE[k]
@@ -582,8 +585,13 @@ def _by_thread(trace: TraceData) -> CriticalPath:
     if cur > start:
         segs.append((start, cur, SegmentKind.PROGRAM, 0, "before the first span on the path", -1))
     rows = [(a, b, _CODE[k], tid_, sp, sp) for a, b, k, tid_, _name, sp in reversed(segs)]
+    # A trace that knows why it has no edges says so (a merged Dask trace: see opprof.dask.merge).
+    why = trace.metadata.get(EDGES_MISSING) if trace is not None else None
     note = (
-        "approximate: this trace has no recorded engine edges (another tool's, or Chrome JSON, which keeps "
+        f"approximate: {why}, so each span is taken to depend on the one before it on its thread and on "
+        "the source of a flow arrow arriving at its start"
+        if isinstance(why, str)
+        else "approximate: this trace has no recorded engine edges (another tool's, or Chrome JSON, which keeps "
         "none), so each span is taken to depend on the one before it on its thread and on the source of a "
         "flow arrow arriving at its start, as Holistic Trace Analysis assumes; record with opprof and save "
         ".opprof for the exact path"

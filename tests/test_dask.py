@@ -1,0 +1,258 @@
+"""opprof on a real Dask cluster: ``distributed.LocalCluster(processes=True, n_workers=2,
+threads_per_worker=1)``, one per module (~1 s to start), and its own for the faults.
+
+Known answers: the tasks Dask's own task stream saw, the task graph's edges, custom-op calls of
+a known count inside tasks, clock offsets injected on purpose, a worker killed at a known point.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+distributed = pytest.importorskip("distributed")
+
+import opprof  # noqa: E402
+import opprof.dask  # noqa: E402
+from opprof.dask import DASK_CATEGORY, DaskProfileError  # noqa: E402
+from opprof.trace import Trace  # noqa: E402
+from opprof.trace.validate import validate  # noqa: E402
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[Any]:
+    cluster = distributed.LocalCluster(
+        processes=True, n_workers=2, threads_per_worker=1, dashboard_address=None, silence_logs=50
+    )
+    c = distributed.Client(cluster)
+    try:
+        yield c
+    finally:
+        c.close()
+        cluster.close()
+
+
+# ---------------------------------------------------------------------------- workloads (importable by workers)
+def inc(x: int) -> int:
+    return x + 1
+
+
+def add(x: int, y: int) -> int:
+    return x + y
+
+
+def fails(x: int) -> int:
+    raise ValueError(f"shard {x} is bad")
+
+
+def train_shard(seed: int) -> float:
+    """Two steps of the built-in model: 4 custom-op calls a step (2 ops, forward and backward)."""
+    import opprof as mx
+    from opprof.demo import train
+
+    loss = train(steps=2, seed=seed)[-1]
+    mx.nd.waitall()  # the last step's update is still running: a task's work should end with it
+    return loss
+
+
+def _tasks(trace: Trace) -> list[dict[str, Any]]:
+    t = trace.table
+    cat = t.strings.index(DASK_CATEGORY)
+    out = []
+    names = trace.thread_names()
+    pid_of = {th.tid: th.pid for th in trace.threads}
+    for i in np.flatnonzero(t.cat == cat).tolist():
+        args = t.args_of(i) or {}
+        out.append(
+            {
+                "name": t.strings[t.name[i]],
+                "key": args.get("key"),
+                "error": args.get("error"),
+                "tid": int(t.tid[i]),
+                "thread": names[int(t.tid[i])],
+                "pid": pid_of[int(t.tid[i])],
+                "start": int(t.start[i]),
+                "end": int(t.end[i]),
+            }
+        )
+    return out
+
+
+def _plugins_gone(client: Any) -> bool:
+    on_workers = client.run(lambda dask_worker: "opprof" in dask_worker.plugins)
+    on_scheduler = client.run_on_scheduler(lambda dask_scheduler: "opprof-task-counter" in dask_scheduler.plugins)
+    return not any(on_workers.values()) and not on_scheduler
+
+
+# ---------------------------------------------------------------------------- tasks, lanes, processes
+def test_every_task_dask_reports_is_a_span_on_the_thread_and_worker_that_ran_it(client: Any) -> None:
+    with distributed.get_task_stream(client) as stream, opprof.dask.profile(client) as prof:
+        xs = client.map(inc, range(40))
+        assert sum(client.gather(client.map(add, xs[:-1], xs[1:]))) == sum(2 * i + 3 for i in range(39))
+    trace = prof.trace
+    assert trace is not None
+    ours = [t for t in _tasks(trace) if t["name"] in ("inc", "add")]
+    theirs = [d for d in stream.data if d["key"].split("-")[0] in ("inc", "add")]
+    assert len(ours) == len(theirs) == 79
+    assert Counter(t["key"] for t in ours) == Counter(d["key"] for d in theirs)
+    # Each on its worker's process and a Dask worker thread; workers are processes 1 and 2.
+    info = {w["address"]: w for w in trace.metadata["dask"]["workers"]}
+    by_key = {d["key"]: info[d["worker"]]["pid"] for d in theirs}
+    assert all(t["pid"] == by_key[t["key"]] for t in ours)
+    assert all("Dask" in t["thread"] for t in ours), {t["thread"] for t in ours}
+    assert sorted(trace.processes) == [0, 1, 2] and trace.processes[0] == "client"
+    assert {len({t["tid"] for t in ours if t["pid"] == p}) for p in (1, 2)} == {1}  # one thread a worker
+    # Dask's own durations agree with ours to a µs (the same stamps, mapped onto our clock).
+    dur = {d["key"]: sum(s["stop"] - s["start"] for s in d["startstops"] if s["action"] == "compute") for d in theirs}
+    assert max(abs((t["end"] - t["start"]) / 1e9 - dur[t["key"]]) for t in ours) < 2e-6
+    assert validate(trace) == []
+    assert _plugins_gone(client)
+
+
+def test_custom_ops_inside_tasks_are_recorded_by_each_worker_and_validate(client: Any) -> None:
+    with opprof.dask.profile(client) as prof:
+        losses = client.gather(client.map(train_shard, range(4)))
+    assert len(losses) == 4
+    trace = prof.trace
+    assert trace is not None and validate(trace) == []
+    calls = trace.custom_ops()
+    assert len(calls) == 4 * 2 * 4, len(calls)  # 4 shards x 2 steps x (2 ops, forward and backward)
+    pid_of = {th.tid: th.pid for th in trace.threads}
+    t = trace.table
+    parents = np.flatnonzero(t.role == 1 + list(opprof.trace.Role).index(opprof.trace.Role.PARENT))
+    assert {pid_of[int(x)] for x in t.tid[parents].tolist()} <= {1, 2}
+    assert all(c.wall_ns >= c.python_ns for c in calls)
+    # Every worker's engine spans fall inside the task that pushed them (clock mapping is consistent).
+    tasks = _tasks(trace)
+    for c in calls:
+        assert any(task["start"] <= c.start_ns <= task["end"] for task in tasks), c
+
+
+def test_flows_are_the_task_graphs_edges_across_workers(client: Any) -> None:
+    leaves = client.map(inc, range(16), pure=False)
+    with opprof.dask.profile(client) as prof:
+        level = client.map(inc, range(16))
+        edges = 0
+        while len(level) > 1:
+            level = [client.submit(add, level[i], level[i + 1]) for i in range(0, len(level), 2)]
+            edges += 2 * len(level)
+        assert level[0].result() == sum(range(1, 17))
+    del leaves
+    trace = prof.trace
+    assert trace is not None
+    f = trace.flow_table
+    dep = [i for i in range(len(f)) if f.strings[f.name[i]] == "dask dependency"]
+    assert len(dep) == edges == 30
+    tasks = {(t["tid"], t["start"]): t for t in _tasks(trace)}
+    ends = {(t["tid"], t["end"]): t for t in _tasks(trace)}
+    for i in dep:  # from the end of the input's task to the start of the task that used it
+        src, dst = ends[int(f.src_tid[i]), int(f.src_ts[i])], tasks[int(f.dst_tid[i]), int(f.dst_ts[i])]
+        assert dst["name"] == "add" and src["end"] <= dst["start"] + 200_000, (src, dst)  # 0.2 ms: clock skew
+    pid_of = {th.tid: th.pid for th in trace.threads}
+    assert any(pid_of[int(f.src_tid[i])] != pid_of[int(f.dst_tid[i])] for i in dep), "no edge crossed workers"
+    assert len(trace.critical_path().seg_start) > 0
+
+
+def test_an_injected_clock_offset_is_recovered_within_100_us(client: Any) -> None:
+    offsets = {"0": 5_000_000, "1": -3_000_000}  # worker names: LocalCluster names them 0 and 1
+    t0 = time.perf_counter_ns()
+    with opprof.dask.profile(client, _clock_offsets_ns=offsets) as prof:
+        client.gather(client.map(inc, range(20)))
+    t1 = time.perf_counter_ns()
+    trace = prof.trace
+    assert trace is not None
+    for w in trace.metadata["dask"]["workers"]:
+        error = w["clock_offset_ns"] - offsets[w["name"]]
+        assert abs(error) < 100_000, (w["name"], error)
+        assert 0 < w["clock_skew_bound_ns"] < 5_000_000
+    # Mapped back, every task lies inside the client's own window.
+    assert all(t0 <= t["start"] <= t["end"] <= t1 for t in _tasks(trace))
+
+
+def test_a_task_that_raises_shows_its_error_in_its_span(client: Any) -> None:
+    with opprof.dask.profile(client) as prof:
+        fut = client.submit(fails, 7)
+        with pytest.raises(ValueError, match="shard 7"):
+            fut.result()
+    assert prof.trace is not None
+    (task,) = [t for t in _tasks(prof.trace) if t["name"] == "fails"]
+    assert "shard 7 is bad" in task["error"]
+
+
+def test_records_travel_in_chunks_and_none_are_lost(client: Any) -> None:
+    with opprof.dask.profile(client, chunk=7, interval=0.05) as prof:
+        for _ in range(3):
+            client.gather(client.map(inc, range(50), pure=False))
+            time.sleep(0.1)
+    assert prof.trace is not None
+    assert sum(t["name"] == "inc" for t in _tasks(prof.trace)) == 150
+    assert prof.trace.metadata["dask"]["lost"] == []
+    assert sum(len(w.chunks) for w in prof.workers.values()) >= 150 // 7
+
+
+def test_leaving_the_block_removes_the_plugins_also_after_an_error(client: Any) -> None:
+    with pytest.raises(KeyError), opprof.dask.profile(client) as prof:
+        client.gather(client.map(inc, range(5)))
+        raise KeyError("the user's own error")
+    assert prof.trace is not None and sum(t["name"] == "inc" for t in _tasks(prof.trace)) == 5
+    assert _plugins_gone(client)
+
+
+def test_bad_arguments_say_what_is_wrong(client: Any) -> None:
+    with pytest.raises(DaskProfileError, match=r"takes a distributed\.Client"):
+        opprof.dask.profile("tcp://nowhere:1").__enter__()
+    with pytest.raises(ValueError, match="interval"):
+        opprof.dask.DaskProfile(client, interval=0)
+
+
+# ---------------------------------------------------------------------------- faults
+def test_a_worker_killed_mid_run_leaves_a_valid_trace_that_says_what_is_missing() -> None:
+    cluster = distributed.LocalCluster(
+        processes=True, n_workers=2, threads_per_worker=1, dashboard_address=None, silence_logs=50
+    )
+    client = distributed.Client(cluster)
+    try:
+        with distributed.get_task_stream(client) as stream, pytest.warns(RuntimeWarning, match="records missing"):
+            with opprof.dask.profile(client, interval=3600) as prof:  # no pull before the end
+                client.gather(client.map(inc, range(20)))
+                victim = sorted(client.scheduler_info()["workers"])[0]
+                pid = client.run(os.getpid, workers=[victim])[victim]
+                os.kill(pid, signal.SIGKILL)
+                deadline = time.monotonic() + 30
+                while victim in client.scheduler_info()["workers"] and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                client.gather(client.map(inc, range(100, 110)))
+        trace = prof.trace
+        assert trace is not None and validate(trace) == []
+        (lost,) = [x for x in trace.metadata["dask"]["lost"] if x["worker"] == victim]
+        died_with = sum(1 for d in stream.data if d["worker"] == victim and d["key"].startswith("inc"))
+        assert died_with > 0 and lost["tasks_missing"] == died_with, (lost, died_with)
+        kept = {t["key"] for t in _tasks(trace)}
+        survivors = {d["key"] for d in stream.data if d["worker"] != victim}
+        assert survivors <= kept and not kept & {d["key"] for d in stream.data if d["worker"] == victim}
+        assert _plugins_gone(client)
+    finally:
+        client.close()
+        cluster.close()
+
+
+def test_an_in_process_cluster_records_the_shared_engine_once() -> None:
+    cluster = distributed.LocalCluster(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None)
+    client = distributed.Client(cluster)
+    try:
+        with opprof.dask.profile(client) as prof:
+            client.gather(client.map(train_shard, range(2)))
+        assert prof.trace is not None and validate(prof.trace) == []
+        assert len(prof.trace.custom_ops()) == 2 * 2 * 4  # not twice that: the client records its engine
+    finally:
+        client.close()
+        cluster.close()
