@@ -8,6 +8,7 @@ a known count inside tasks, clock offsets injected on purpose, a worker killed a
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from collections import Counter
@@ -37,6 +38,11 @@ def client() -> Iterator[Any]:
     try:
         yield c
     finally:
+        from opprof.dask.session import _CLIENTS
+
+        for made in _CLIENTS.values():  # the magic's, for --dask ADDRESS
+            made.close()
+        _CLIENTS.clear()
         c.close()
         cluster.close()
 
@@ -236,9 +242,11 @@ def test_a_worker_killed_mid_run_leaves_a_valid_trace_that_says_what_is_missing(
         (lost,) = [x for x in trace.metadata["dask"]["lost"] if x["worker"] == victim]
         died_with = sum(1 for d in stream.data if d["worker"] == victim and d["key"].startswith("inc"))
         assert died_with > 0 and lost["tasks_missing"] == died_with, (lost, died_with)
-        kept = {t["key"] for t in _tasks(trace)}
-        survivors = {d["key"] for d in stream.data if d["worker"] != victim}
-        assert survivors <= kept and not kept & {d["key"] for d in stream.data if d["worker"] == victim}
+        # By (key, worker): the victim's lost results are computed again on the survivor.
+        address = {w["pid"]: w["address"] for w in trace.metadata["dask"]["workers"]}
+        kept = {(t["key"], address[t["pid"]]) for t in _tasks(trace)}
+        ran = {(d["key"], d["worker"]) for d in stream.data}
+        assert {r for r in ran if r[1] != victim} <= kept and not any(k[1] == victim for k in kept)
         assert _plugins_gone(client)
     finally:
         client.close()
@@ -256,3 +264,56 @@ def test_an_in_process_cluster_records_the_shared_engine_once() -> None:
     finally:
         client.close()
         cluster.close()
+
+
+# ---------------------------------------------------------------------------- %%opprof --dask
+@pytest.fixture(scope="module")
+def ip() -> Any:
+    from IPython.testing import globalipapp
+
+    globalipapp.start_ipython()  # once per process (another module may have started it)
+    shell = globalipapp.get_ipython()
+    shell.run_line_magic("load_ext", "opprof")
+    return shell
+
+
+def _cell(ip: Any, line: str, cell: str) -> tuple[Any, str]:
+    from IPython.utils.capture import capture_output
+
+    with capture_output() as out:
+        result = ip.run_cell(f"%%opprof {line}\n{cell}")
+    return result, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("how", ["variable", "address"])
+def test_the_magic_profiles_a_cell_on_the_cluster(ip: Any, client: Any, how: str) -> None:
+    ip.user_ns["dask_client"] = client
+    ip.user_ns["train_shard"] = train_shard
+    target = "dask_client" if how == "variable" else client.scheduler.address
+    cell = "from distributed import get_client\nget_client().gather(get_client().map(train_shard, range(2)))"
+    result, out = _cell(ip, f"--dask {target} --no-widget", cell)
+    assert result.error_in_exec is None, out
+    trace = ip.user_ns["_opprof"].trace
+    assert sorted(trace.processes) == [0, 1, 2] and validate(trace) == []
+    assert len(trace.custom_ops()) == 2 * 2 * 4
+    assert sum(t["name"] == "train_shard" for t in _tasks(trace)) == 2
+    assert "ScaledTanh" in out  # the split table, as for a local cell
+    assert _plugins_gone(client)
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("nothing_here", "no such variable"),
+        ("not_a_client", "expected a distributed.Client"),
+        ("tcp://127.0.0.1:1", "cannot reach"),
+    ],
+)
+def test_the_magic_says_what_is_wrong_with_dask(ip: Any, target: str, message: str) -> None:
+    ip.user_ns["not_a_client"] = 42
+    ran = []
+    ip.user_ns["ran"] = ran
+    result, out = _cell(ip, f"--dask {target} --no-widget", "ran.append(1)")
+    assert result.error_in_exec is not None or result.error_before_exec is not None
+    assert re.search(message, out + str(result.error_in_exec)), out
+    assert ran == []  # the cell did not run

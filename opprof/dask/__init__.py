@@ -5,7 +5,10 @@ Needs ``distributed`` (``pip install opprof[dask]``); importing ``opprof`` alone
 """
 
 from .merge import DASK_CATEGORY, WorkerRecords, merge
-from .session import DaskProfile, DaskProfileError, profile
+from .session import DaskProfile, DaskProfileError, client_for, profile
 from .worker import OpprofWorkerPlugin
 
-__all__ = ["DASK_CATEGORY", "DaskProfile", "DaskProfileError", "OpprofWorkerPlugin", "WorkerRecords", "merge", "profile"]
+__all__ = [
+    "DASK_CATEGORY", "DaskProfile", "DaskProfileError", "OpprofWorkerPlugin", "WorkerRecords",
+    "client_for", "merge", "profile",
+]  # fmt: skip

@@ -15,6 +15,7 @@ removes both plugins (always, also after an error or Ctrl-C) and merges everythi
 from __future__ import annotations
 
 import os
+import socket
 import threading
 import time
 import warnings
@@ -30,7 +31,7 @@ from .clock import Exchange, estimate
 from .merge import WorkerRecords, merge
 from .worker import CLOCK_HANDLER, PLUGIN_NAME, OpprofWorkerPlugin, Reply, drain
 
-__all__ = ["COUNTER_NAME", "DaskProfile", "DaskProfileError", "profile"]
+__all__ = ["COUNTER_NAME", "DaskProfile", "DaskProfileError", "client_for", "profile"]
 
 COUNTER_NAME = "opprof-task-counter"
 
@@ -104,13 +105,15 @@ class DaskProfile:
         self.trace: Trace | None = None
         self.workers: dict[str, WorkerRecords] = {}
         self.problems: list[str] = []
-        self._local = Profiler(max_events)
+        #: The client process's own recording (process 0); a caller may poll it (``%%opprof``'s live view).
+        self.local = Profiler(max_events)
         self._lock = threading.Lock()  # one pull at a time: the puller's and stop()'s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._clock_start: dict[str, list[Exchange]] = {}
         self._clock_end: dict[str, list[Exchange]] = {}
         self._running = False
+        self.local_error: BaseException | None = None
 
     # ------------------------------------------------------------------ start / stop
     def start(self) -> DaskProfile:
@@ -134,7 +137,7 @@ class DaskProfile:
             for address, w in sorted(info.items(), key=lambda kv: str(kv[1].get("name", kv[0]))):
                 self.workers[address] = WorkerRecords(address, name=str(w.get("name", address)), pid=int(w.get("pid") or 0))
             self._clock_start = self._sync()
-            self._local.start()
+            self.local.start()
         except BaseException:
             self._remove_plugins()
             self._running = False
@@ -145,8 +148,9 @@ class DaskProfile:
         self._thread.start()
         return self
 
-    def stop(self) -> Trace:
-        """Pull what is left, remove the plugins, merge: ``self.trace``."""
+    def stop(self, wait: bool | float = True) -> Trace:
+        """Pull what is left, remove the plugins, merge: ``self.trace``. ``wait``: for the client's
+        own engine, as :meth:`opprof.Profiler.stop` (the workers' engines are waited for at most 5 s)."""
         if not self._running:
             if self.trace is None:
                 raise DaskProfileError("this Dask profile was never started")
@@ -165,9 +169,19 @@ class DaskProfile:
         finally:
             self._remove_plugins()
             self._running = False
-            local = self._local.stop(wait=5.0) if self._local.running else self._local.trace
+            local = self._stop_local(wait)
         self.trace = self._merge(local, counts)
         return self.trace
+
+    def _stop_local(self, wait: bool | float) -> Trace | None:
+        """The client's own trace; an error its final wait raised is kept in ``local_error``."""
+        if not self.local.running:
+            return self.local.trace
+        try:
+            return self.local.stop(wait=wait)
+        except BaseException as e:  # the trace is built before the error is raised
+            self.local_error = e
+            return self.local.trace
 
     def _remove_plugins(self) -> None:
         for remove, name in (
@@ -279,6 +293,39 @@ class DaskProfile:
                 stacklevel=3,
             )
         return merge(local, list(self.workers.values()), {"dask": info})
+
+
+def _probe(address: str) -> None:
+    """Fail fast on a TCP address nothing listens at: Dask's Client retries until its timeout (10 s)."""
+    host_port = address.split("://", 1)[-1]
+    if address.startswith(("tcp://", "tls://")) or "://" not in address:
+        host, _, port = host_port.rpartition(":")
+        if port.isdigit():
+            try:
+                socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=5).close()
+            except OSError as e:
+                raise DaskProfileError(f"cannot reach a Dask scheduler at {address} ({e})") from None
+
+
+#: Clients :func:`client_for` made, by scheduler address: one each for the process's life.
+_CLIENTS: dict[str, Client] = {}
+
+
+def client_for(target: Any) -> Client:
+    """``target`` if it is a Client; for a scheduler address, a Client connected there (made once,
+    then reused: it is also the default client the user's own Dask calls pick up)."""
+    if isinstance(target, Client):
+        return target
+    if not isinstance(target, str):
+        raise DaskProfileError(f"expected a distributed.Client or a scheduler address, got a {type(target).__name__}")
+    client = _CLIENTS.get(target)
+    if client is None or client.status != "running":
+        _probe(target)
+        try:
+            client = _CLIENTS[target] = Client(target, timeout=10)
+        except (OSError, TimeoutError, ValueError) as e:
+            raise DaskProfileError(f"cannot reach a Dask scheduler at {target} ({e})") from None
+    return client
 
 
 @contextmanager

@@ -123,6 +123,7 @@ class OpprofWorkerPlugin(WorkerPlugin):
         self.offset_ns = offset
         self.clock = (lambda: time.perf_counter_ns() + offset) if offset else time.perf_counter_ns
         self.tasks: list[tuple[Any, ...]] = []
+        self.delays: dict[Any, float] = {}  # executing task -> the scheduler delay it started with
         self.recorded = 0
         self.sent = 0
         self.overflow = 0
@@ -154,7 +155,15 @@ class OpprofWorkerPlugin(WorkerPlugin):
 
     def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
         # Called for every transition of every task: return as early as possible.
-        if start != "executing" or (finish != "memory" and finish != "error"):
+        if finish == "executing":
+            # Dask adds its current estimate of the scheduler's clock offset to the compute stamps;
+            # the estimate moves by milliseconds at each heartbeat, so keep the one the task ran with.
+            self.delays[key] = self.worker.scheduler_delay
+            return
+        if start != "executing":
+            return
+        delay = self.delays.pop(key, self.worker.scheduler_delay)
+        if finish != "memory" and finish != "error":  # cancelled, or handed back: no compute to show
             return
         ts = self.worker.state.tasks.get(key)
         if ts is None:
@@ -163,7 +172,6 @@ class OpprofWorkerPlugin(WorkerPlugin):
             self.overflow += 1
             return
         self.recorded += 1
-        delay = self.worker.scheduler_delay
         compute = None
         phases = []
         for ss in ts.startstops:
@@ -178,8 +186,11 @@ class OpprofWorkerPlugin(WorkerPlugin):
             return
         error = (ts.exception_text or "error") if finish == "error" else None
         deps = [d.key for d in ts.dependencies] if ts.dependencies else ()
+        # Wall-clock seconds onto this worker's opprof clock, read together now: wall time is slewed
+        # by NTP (up to 0.5 ms a second), so a pair read at the next drain could be that far off.
+        shift = self.clock() - time.time_ns()
         self.tasks.append(
-            (key, compute["start"] - delay, compute["stop"] - delay, self.worker.threads.get(key), deps, error, phases)
+            (key, compute["start"] - delay, compute["stop"] - delay, self.worker.threads.get(key), deps, error, phases, shift)
         )
 
     def drain(self, max_tasks: int, final: bool) -> Reply:
@@ -219,16 +230,14 @@ class OpprofWorkerPlugin(WorkerPlugin):
         )
 
     def _columns(self, batch: list[tuple[Any, ...]]) -> TaskChunk:
-        # Dask's stamps are time() seconds: map them onto this worker's opprof clock, read together.
-        wall, now = time.time_ns(), self.clock()
-        shift = now - wall
         names = {t.ident: t.name for t in threading.enumerate()}
         c = TaskChunk()
         if not batch:
             return c
-        starts, stops, dep_at = [], [], [0]
-        p_task, p_start, p_stop = [], [], []
-        for i, (key, t0, t1, ident, deps, error, phases) in enumerate(batch):
+        starts, stops, shifts, dep_at = [], [], [], [0]
+        p_task, p_start, p_stop, p_shift = [], [], [], []
+        for i, (key, t0, t1, ident, deps, error, phases, shift) in enumerate(batch):
+            shifts.append(shift)
             c.keys.append(_key_text(key))
             c.prefixes.append(key_split(key))
             c.threads.append(names.get(ident, f"thread {ident}") if ident is not None else "unknown thread")
@@ -243,14 +252,20 @@ class OpprofWorkerPlugin(WorkerPlugin):
                 c.phase_action.append(action)
                 p_start.append(a)
                 p_stop.append(b)
+                p_shift.append(shift)
                 c.phase_source.append(str(source))
-        c.start = np.round(np.array(starts) * 1e9).astype(np.int64) + shift
-        c.stop = np.round(np.array(stops) * 1e9).astype(np.int64) + shift
+        c.start = _ns(starts, shifts)
+        c.stop = _ns(stops, shifts)
         c.dep_at = np.array(dep_at, dtype=np.int64)
         c.phase_task = np.array(p_task, dtype=np.int64)
-        c.phase_start = np.round(np.array(p_start, dtype=np.float64) * 1e9).astype(np.int64) + shift
-        c.phase_stop = np.round(np.array(p_stop, dtype=np.float64) * 1e9).astype(np.int64) + shift
+        c.phase_start = _ns(p_start, p_shift)
+        c.phase_stop = _ns(p_stop, p_shift)
         return c
+
+
+def _ns(seconds: list[float], shifts: list[int]) -> np.ndarray:
+    """Wall-clock seconds as ns on the worker's opprof clock (``shifts``: clock minus wall, ns)."""
+    return np.round(np.array(seconds, dtype=np.float64) * 1e9).astype(np.int64) + np.array(shifts, dtype=np.int64)
 
 
 # ---------------------------------------------------------------------- called through Client.run

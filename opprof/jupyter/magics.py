@@ -126,6 +126,7 @@ class OpprofMagics(Magics):
     @argument("--label", default=None, metavar="NAME", help="keep the result under NAME in _opprof_history, for --compare")
     @argument("--compare", default=None, metavar="NAME", help="compare this cell's runs with those labelled NAME")
     @argument("--max-events", type=int, default=5_000_000, metavar="N", help="event cap (memory bound)")
+    @argument("--dask", default=None, metavar="CLIENT", help="also profile a Dask cluster (Client variable or address)")
     @cell_magic
     def opprof(self, line: str, cell: str) -> Any:
         """Run the cell under the opprof engine and profiler, then show its timeline."""
@@ -213,7 +214,8 @@ class OpprofMagics(Magics):
         self, shell: Any, cell: str, args: Any, live_wanted: bool
     ) -> tuple[Trace, BaseException | None, float, Any, LiveView | None]:
         """One run of the cell under a profiler of its own: (trace, error, wall s, value, live view)."""
-        prof = Profiler(args.max_events).start()
+        cluster = self._dask_profile(args) if args.dask else None
+        prof = cluster.local if cluster is not None else Profiler(args.max_events).start()
         live: LiveView | None = None
         error: BaseException | None = None
         result = None
@@ -226,18 +228,42 @@ class OpprofMagics(Magics):
             except BaseException as e:  # shown after the partial timeline, then re-raised
                 error = e
             finally:
+                # After Ctrl-C, wait only briefly: the work still queued may be what hung.
+                wait = INTERRUPT_GRACE_S if isinstance(error, KeyboardInterrupt) else True
                 try:
-                    # After Ctrl-C, wait only briefly: the work still queued may be what hung.
-                    prof.stop(wait=INTERRUPT_GRACE_S if isinstance(error, KeyboardInterrupt) else True)
+                    if cluster is not None:
+                        cluster.stop(wait=wait)  # also removes the plugins from the workers
+                        error = error or cluster.local_error
+                    else:
+                        prof.stop(wait=wait)
                 except BaseException as e:
                     error = error or e
         finally:
             # The live view polled through the final wait (the cell's queued work); no longer.
             if live is not None:
                 live.stop()
-        trace = prof.trace
+        trace = cluster.trace if cluster is not None else prof.trace
         assert trace is not None
         return trace, error, time.perf_counter() - t0, result, live
+
+    def _dask_profile(self, args: Any) -> Any:
+        """``--dask``: a started :class:`opprof.dask.DaskProfile` on the Client the option names (a
+        variable of the user's), or on the scheduler at that address (the Client is made once and
+        kept: it is the default client the cell's own Dask calls use)."""
+        usage = self.opprof.parser.format_usage()
+        try:
+            from ..dask import DaskProfile, DaskProfileError, client_for
+        except ImportError as e:
+            raise UsageError(f"--dask needs Dask's distributed: pip install 'opprof[dask]' ({e})\n{usage}") from None
+        shell = self.shell
+        assert shell is not None
+        if args.dask.isidentifier() and args.dask not in shell.user_ns:
+            raise UsageError(f"--dask {args.dask}: no such variable (give a Client variable or a scheduler address)\n{usage}")
+        try:
+            client = client_for(shell.user_ns[args.dask] if args.dask.isidentifier() else args.dask)
+        except DaskProfileError as e:
+            raise UsageError(f"--dask {args.dask}: {e}\n{usage}") from None
+        return DaskProfile(client, max_events=args.max_events).start()
 
     @line_magic
     def opprof_view(self, line: str) -> None:
