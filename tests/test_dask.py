@@ -56,6 +56,11 @@ def add(x: int, y: int) -> int:
     return x + y
 
 
+def nap(seconds: float, *inputs: Any) -> float:
+    time.sleep(seconds)
+    return seconds
+
+
 def fails(x: int) -> int:
     raise ValueError(f"shard {x} is bad")
 
@@ -165,7 +170,30 @@ def test_flows_are_the_task_graphs_edges_across_workers(client: Any) -> None:
         assert dst["name"] == "add" and src["end"] <= dst["start"] + 200_000, (src, dst)  # 0.2 ms: clock skew
     pid_of = {th.tid: th.pid for th in trace.threads}
     assert any(pid_of[int(f.src_tid[i])] != pid_of[int(f.dst_tid[i])] for i in dep), "no edge crossed workers"
-    assert len(trace.critical_path().seg_start) > 0
+
+
+def test_the_critical_path_crosses_workers_along_the_task_graph(client: Any) -> None:
+    """A 60 ms nap on one worker, then a 60 ms nap on the other that needs its result, and a 20 ms
+    one beside them: the path is the two chained naps, on both workers, about 120 ms."""
+    a, b = sorted(client.scheduler_info()["workers"])
+    with opprof.dask.profile(client) as prof:
+        first = client.submit(nap, 0.06, workers=[a], pure=False)
+        second = client.submit(nap, 0.06, first, workers=[b], pure=False)
+        beside = client.submit(nap, 0.02, workers=[a], pure=False)
+        client.gather([second, beside])
+    trace = prof.trace
+    assert trace is not None
+    path = trace.critical_path()
+    assert path.approximate and "task graph" in path.note
+    t = trace.table
+    on_path = [int(s) for s in path.seg_span.tolist() if s >= 0]
+    naps = {int(s) for s in on_path if t.strings[t.name[s]] == "nap" and t.end[s] - t.start[s] > 50_000_000}
+    pid_of = {th.tid: th.pid for th in trace.threads}
+    assert len(naps) == 2 and len({pid_of[int(t.tid[s])] for s in naps}) == 2, [t.strings[t.name[s]] for s in on_path]
+    # From the first nap's start to the second's end: Dask's hand-over between them is on the path too.
+    first_s, second_s = sorted(naps, key=lambda s: int(t.start[s]))
+    assert abs(path.start - int(t.start[first_s])) < 1_000_000 and abs(path.end - int(t.end[second_s])) < 1_000_000
+    assert (path.end - path.start) / 1e9 > 0.118
 
 
 def test_an_injected_clock_offset_is_recovered_within_100_us(client: Any) -> None:

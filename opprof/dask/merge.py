@@ -9,9 +9,10 @@ Tasks become spans named by their key's prefix (category ``dask``, the full key 
 error's text too); Dask's other phases (``transfer``, ``disk-read``) go on a lane of their own per
 worker, as they run on its event loop, not on a task thread. Each task's inputs become **flows**
 from the task that made them (wherever it ran) to the task's start: the edges the critical path
-and the widget follow across the cluster. The engine's records inside tasks keep everything but
-the engine's op table, whose op ids are per process; the analyses that need it fall back to the
-spans and flows (the critical path says it is then approximate).
+and the widget follow across the cluster. The engine's records inside tasks keep the engine's op
+table too, its ids made unique in the merged trace (op ids, var ids and wait ids are per process),
+so the waiting causes of each worker's custom ops are told apart as in a local profile; the
+critical path follows threads and the task graph (an engine's walk cannot cross a task), and says so.
 
 Built from columns, with one Python loop over the tasks only where a dict is needed (their args,
 and keys that are some task's input): 1,000,000 tasks merge in about a second (see the Dask rows
@@ -27,7 +28,8 @@ import numpy as np
 
 from ..trace import ThreadInfo, Trace
 from ..trace.columns import FlowTable, SpanTable, StringTable
-from ..trace.critical import EDGES_MISSING
+from ..trace.critical import APPROXIMATE_PATH
+from ..trace.ops import WAIT_ID_BASE, OpTable
 from ..trace.records import CounterSample, Instant
 from .clock import ClockEstimate
 from .worker import Reply, TaskChunk
@@ -91,6 +93,57 @@ class _Lanes:
         return codes[inverse.ravel()]
 
 
+class _Ids:
+    """Engine ids made unique in the merged trace. Op ids (the engine's push count) and var ids are
+    per process: each worker's get a base of their own, kept across its segments (a var lives on in
+    its process); wait ids count from :data:`WAIT_ID_BASE` in each recording, so each segment's get one."""
+
+    def __init__(self, client_ops: OpTable | None) -> None:
+        self.strings = StringTable(client_ops.strings if client_ops is not None else ())
+        self.op_next, self.wait_next, self.var_next = 0, 0, 1
+        if client_ops is not None and len(client_ops):
+            self._grow(client_ops.op, np.concatenate([client_ops.var, client_ops.acc_var]))
+        self.op_base, self.wait_base = self.op_next, self.wait_next
+        self.vars: dict[int, int] = {}
+
+    def _grow(self, ops: np.ndarray, var: np.ndarray) -> None:
+        plain, waits = ops[(ops >= 0) & (ops < WAIT_ID_BASE)], ops[ops >= WAIT_ID_BASE]
+        self.op_next = max(self.op_next, int(plain.max()) + 1 if len(plain) else 0)
+        self.wait_next = max(self.wait_next, int(waits.max()) - WAIT_ID_BASE + 1 if len(waits) else 0)
+        self.var_next = max(self.var_next, int(var.max()) + 1 if len(var) else 1)
+
+    def next_worker(self) -> None:
+        self.op_base, self.vars = self.op_next, {}
+
+    def next_segment(self) -> None:
+        self.wait_base = self.wait_next
+
+    def op_ids(self, col: np.ndarray) -> np.ndarray:
+        out = np.where(col >= WAIT_ID_BASE, col + self.wait_base, np.where(col >= 0, col + self.op_base, -1)).astype(_I64)
+        self._grow(out, np.zeros(0, _I64))
+        return out
+
+    def var_ids(self, col: np.ndarray) -> np.ndarray:
+        if not len(col):
+            return col.astype(_I64)
+        uniq, inverse = np.unique(col, return_inverse=True)
+        new = []
+        for v in uniq.tolist():
+            if v < 0:
+                new.append(v)
+                continue
+            code = self.vars.get(v)
+            if code is None:
+                code = self.vars[v] = self.var_next
+                self.var_next += 1
+            new.append(code)
+        return np.array(new, dtype=_I64)[inverse.ravel()]
+
+    def sites(self, col: np.ndarray, strings: list[str]) -> np.ndarray:
+        remap = np.array([self.strings.code(x) for x in strings] + [-1], dtype=np.int32)
+        return remap[col]
+
+
 def _task_table(pid: int, chunks: list[TaskChunk], shift: int, lanes: _Lanes) -> tuple[SpanTable, list[str], np.ndarray]:
     """The tasks' spans (and, for the flows, their keys and each one's deps offsets)."""
     keys = [k for c in chunks for k in c.keys]
@@ -148,8 +201,8 @@ def _dask_spans(start: np.ndarray, end: np.ndarray, tid: np.ndarray, names: list
 
 
 def _segment(
-    pid: int, seg: Trace, shift: int, inv_base: int, lanes: _Lanes
-) -> tuple[SpanTable, FlowTable, list[Instant], int]:
+    pid: int, seg: Trace, shift: int, inv_base: int, lanes: _Lanes, ids: _Ids
+) -> tuple[SpanTable, FlowTable, list[Instant], int, OpTable | None]:
     """One engine segment of a worker, on the merged lanes and clock (its invocations renumbered
     from ``inv_base``: ids are per process, and a trace's must be unique)."""
     t = seg.table
@@ -164,11 +217,28 @@ def _segment(
 
     inv = np.where(t.inv >= 0, t.inv + inv_base, -1)
     next_base = int(inv.max()) + 1 if len(inv) and bool(np.any(t.inv >= 0)) else inv_base
-    table = replace(t, start=t.start - shift, end=t.end - shift, tid=remap(t.tid), inv=inv, op=_no_ops(t))
+    table = replace(t, start=t.start - shift, end=t.end - shift, tid=remap(t.tid), inv=inv, op=ids.op_ids(t.op))
     f = seg.flow_table
     flows = replace(f, src_tid=remap(f.src_tid), src_ts=f.src_ts - shift, dst_tid=remap(f.dst_tid), dst_ts=f.dst_ts - shift)
     instants = [replace(i, tid=lut.get(i.tid, lanes.tid(pid, f"thread {i.tid}")), ts=i.ts - shift) for i in seg.instants]
-    return table, flows, instants, max(next_base, inv_base)
+    ops = None
+    if seg.ops is not None and len(seg.ops):
+        o = seg.ops
+        pusher = np.where(o.pusher > 0, remap(np.where(o.pusher > 0, o.pusher, keys[0] if len(keys) else 0)), 0)
+        ops = replace(
+            o,
+            op=ids.op_ids(o.op),
+            push=np.where(o.push >= 0, o.push - shift, -1),
+            pusher=pusher,
+            ready=np.where(o.ready >= 0, o.ready - shift, -1),
+            by=ids.op_ids(o.by),
+            var=ids.var_ids(o.var),
+            site=ids.sites(o.site, o.strings),
+            acc_var=ids.var_ids(o.acc_var),
+            strings=ids.strings.strings,
+        )
+    ids.next_segment()
+    return table, flows, instants, max(next_base, inv_base), ops
 
 
 def _flows(
@@ -231,13 +301,15 @@ def merge(client: Trace | None, workers: list[WorkerRecords], metadata: dict[str
     processes: dict[int, str] = {}
     if client is not None:
         if client.n_spans:
-            tables.append(replace(client.table, op=_no_ops(client.table)))  # op ids: see the module docstring
+            tables.append(client.table)
         flows.append(client.flow_table)
         instants.extend(client.instants)
         counters.extend(client.counters)
         threads = [ThreadInfo(th.tid, th.name, 0) for th in client.threads]
         processes[0] = "client"
     lanes = _Lanes(max((th.tid for th in threads), default=0) + 1)
+    ids = _Ids(client.ops if client is not None else None)
+    op_tables: list[OpTable] = [client.ops] if client is not None and client.ops is not None and len(client.ops) else []
     inv_base = int(client.table.inv.max()) + 1 if client is not None and client.n_spans else 0
     task_parts: list[tuple[list[str], np.ndarray, np.ndarray, np.ndarray, list[str], np.ndarray]] = []
     for k, w in enumerate(workers):
@@ -255,8 +327,11 @@ def merge(client: Trace | None, workers: list[WorkerRecords], metadata: dict[str
             phases = _phase_table(pid, w.chunks, keys, shift, lanes)
             if len(phases):
                 tables.append(phases)
+        ids.next_worker()
         for seg in w.segments:
-            table, f, inst, inv_base = _segment(pid, seg, shift, inv_base, lanes)
+            table, f, inst, inv_base, ops = _segment(pid, seg, shift, inv_base, lanes, ids)
+            if ops is not None:
+                op_tables.append(ops)
             tables.append(table)
             flows.append(f)
             instants.extend(inst)
@@ -273,18 +348,17 @@ def merge(client: Trace | None, workers: list[WorkerRecords], metadata: dict[str
     spans = SpanTable.concat(tables).sorted_by_start() if tables else SpanTable.empty()
     meta = dict(client.metadata) if client is not None else {}
     meta.update(metadata or {})
-    meta[EDGES_MISSING] = (
-        "a trace merged from a Dask cluster keeps no engine op table (op ids are per worker process); "
-        "its flows are the task graph's dependencies"
+    meta[APPROXIMATE_PATH] = (
+        "a Dask cluster's trace: its tasks are no engine ops, so the path follows each thread and the task "
+        "graph's dependency arrows (the engine's edges inside each worker still explain its custom ops' waiting)"
     )
-    trace = Trace(threads + lanes.threads, spans, sorted(instants, key=lambda i: i.ts), counters, _concat_flows(flows), meta)
+    # One string table for the sites: the client's, grown as the workers' were added.
+    merged_ops = OpTable.concat([replace(o, strings=ids.strings.strings) for o in op_tables]) if op_tables else None
+    trace = Trace(
+        threads + lanes.threads, spans, sorted(instants, key=lambda i: i.ts), counters, _concat_flows(flows), meta, merged_ops
+    )
     trace.processes = processes
     return trace
-
-
-def _no_ops(t: SpanTable) -> np.ndarray:
-    """The ``op`` column of a span table without the engine's op table (see the module docstring)."""
-    return np.broadcast_to(_I64(-1), (len(t),))
 
 
 def _dep_offsets(chunks: list[TaskChunk]) -> list[int]:

@@ -177,6 +177,10 @@ class DaskProfile:
         """The client's own trace; an error its final wait raised is kept in ``local_error``."""
         if not self.local.running:
             return self.local.trace
+        if not self.local.recorded_any:
+            # Nothing ran on the client's engine: no final wait either, whose span would end after
+            # every worker's work and so start the critical path from the client doing nothing.
+            wait = False
         try:
             return self.local.stop(wait=wait)
         except BaseException as e:  # the trace is built before the error is raised

@@ -223,13 +223,14 @@ def critical_path(trace: TraceData) -> CriticalPath:
     t, ops = trace.table, trace.ops
     if not len(t):
         return _path(trace, 0, 0, [], True, "an empty trace has no critical path")
-    if ops is None or not len(ops) or not bool(np.any(t.op >= 0)):
+    if ops is None or not len(ops) or not bool(np.any(t.op >= 0)) or isinstance(trace.metadata.get(APPROXIMATE_PATH), str):
         return _by_thread(trace)
     return _walk(trace, t, ops)
 
 
-#: Metadata key: why a trace has no engine edges, for the approximate path's note.
-EDGES_MISSING = "edges_missing"
+#: Metadata key: why the path must be the approximate one although the trace has engine edges (a
+#: merged Dask trace: its tasks are no engine ops, and only the approximation crosses them), as the note says.
+APPROXIMATE_PATH = "critical_path_approximate"
 
 _INF = np.int64(2**62)
 _RUN, _PY, _QUEUE, _POOL, _HAND, _WAIT, _PROG = (
@@ -585,8 +586,8 @@ def _by_thread(trace: TraceData) -> CriticalPath:
     if cur > start:
         segs.append((start, cur, SegmentKind.PROGRAM, 0, "before the first span on the path", -1))
     rows = [(a, b, _CODE[k], tid_, sp, sp) for a, b, k, tid_, _name, sp in reversed(segs)]
-    # A trace that knows why it has no edges says so (a merged Dask trace: see opprof.dask.merge).
-    why = trace.metadata.get(EDGES_MISSING) if trace is not None else None
+    # A trace that knows why the engine's edges cannot give its path says so (see APPROXIMATE_PATH).
+    why = trace.metadata.get(APPROXIMATE_PATH)
     note = (
         f"approximate: {why}, so each span is taken to depend on the one before it on its thread and on "
         "the source of a flow arrow arriving at its start"
