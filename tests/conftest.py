@@ -37,7 +37,9 @@ def chrome_problems(obj: dict[str, Any]) -> list[str]:
     * async ``b``/``e`` per id, read in time order: every ``e`` closes the most recent open ``b`` of
       the same name (as Perfetto matches them; ends at one timestamp may come in any order), every
       ``b`` is closed, and the resulting intervals nest;
-    * every flow ``s`` has exactly one ``f`` with its id, not earlier in time.
+    * every flow ``s`` has exactly one ``f`` with its id, not earlier in time;
+    * every event on a thread carries the pid its ``thread_name`` gives that thread (a tid is in one
+      process), and every pid used has a ``process_name``.
     """
     problems: list[str] = []
     events = obj["traceEvents"]
@@ -47,7 +49,15 @@ def chrome_problems(obj: dict[str, Any]) -> list[str]:
     starts: dict[Any, list[dict[str, Any]]] = defaultdict(list)
     finishes: dict[Any, list[dict[str, Any]]] = defaultdict(list)
     used_tids: set[int] = set()
+    thread_pid = {ev.get("tid"): ev.get("pid") for ev in events if ev.get("ph") == "M" and ev.get("name") == "thread_name"}
+    process_named = {ev.get("pid") for ev in events if ev.get("ph") == "M" and ev.get("name") == "process_name"}
     for i, ev in enumerate(events):
+        if ev.get("pid") not in process_named:
+            problems.append(f"event {i} ({ev.get('ph')} {ev.get('name')!r}): pid {ev.get('pid')!r} has no process_name")
+        own = thread_pid.get(ev.get("tid"), ev.get("pid"))
+        if ev.get("ph") in ("X", "b", "e", "s", "f", "i") and ev.get("pid") != own:
+            problems.append(f"event {i} ({ev['ph']} {ev.get('name')!r}): pid {ev.get('pid')!r}, its thread's is {own!r}")
+
         ph = ev.get("ph")
         tid = ev.get("tid")
         if isinstance(tid, bool) or not isinstance(tid, int) or not 0 <= tid < 1_000_000:

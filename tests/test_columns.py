@@ -107,6 +107,19 @@ def traces(draw: st.DrawFn, max_spans: int = 30) -> Trace:
     )
 
 
+@st.composite
+def multi_process_traces(draw: st.DrawFn) -> Trace:
+    """A trace of :func:`traces` with its threads in several processes (pids 0-5, each thread in
+    one), some of them named, as a trace merged from Dask workers is."""
+    t = draw(traces())
+    pids = draw(st.lists(st.integers(0, 5), min_size=len(THREADS), max_size=len(THREADS)))
+    t.threads = [ThreadInfo(th.tid, th.name, pid) for th, pid in zip(t.threads, pids, strict=True)]
+    named = draw(st.lists(st.integers(0, 6), unique=True, max_size=4))  # pid 6: a process without threads
+    names = st.sampled_from(["client", "worker tcp://127.0.0.1:4567", "é ☃", "", "opprof", "process 1"])
+    t.processes = {pid: draw(names) for pid in named}
+    return t
+
+
 def _key(s: Span) -> tuple[Any, ...]:
     return (s.start, -s.end, s.name, s.cat, s.tid, repr(sorted((k, str(v)) for k, v in (s.args or {}).items())))
 
@@ -147,6 +160,7 @@ def _same(a: Trace, b: Trace, *, ordered: bool = True) -> None:
     assert b.flows == a.flows
     assert b.instants == a.instants and b.counters == a.counters
     assert b.metadata == a.metadata
+    assert b.processes == a.processes
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -156,6 +170,17 @@ def test_native_files_round_trip_exactly(tmp_path: Path, t: Trace, compress: boo
     t.save(path, compress=compress)
     assert zipfile.is_zipfile(path)
     _same(t, load(path))
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(t=multi_process_traces())
+def test_native_files_keep_every_threads_process_and_the_processes_names(tmp_path: Path, t: Trace) -> None:
+    path = tmp_path / "t.opprof"
+    t.save(path)
+    back = load(path)
+    assert [th.pid for th in back.threads] == [th.pid for th in t.threads]
+    assert back.processes == t.processes and list(back.processes) == sorted(t.processes)
+    assert back == t
 
 
 def _chrome_safe(t: Trace) -> Trace:
@@ -172,9 +197,25 @@ def _chrome_safe(t: Trace) -> Trace:
             seen.add(inv)
             s = Span(s.name, CUSTOM_OP, s.tid, s.start, s.end, s.args)  # its track's category
         spans.append(s)
-    # Chrome export names threads, not their processes (an imported trace keeps those in metadata).
-    threads = [ThreadInfo(th.tid, th.name) for th in t.threads]
-    return Trace(threads, spans, t.instants, t.counters, t.flows, t.metadata)
+    # A process's name that only says what it is called without one is not read back.
+    unnamed = Trace(metadata=t.metadata)
+    processes = {p: n for p, n in t.processes.items() if n != unnamed.process_name(p)}
+    return Trace(t.threads, spans, t.instants, t.counters, t.flows, t.metadata, processes=processes)
+
+
+def _both_readers(tmp_path: Path, t: Trace, monkeypatch: pytest.MonkeyPatch) -> tuple[Trace, Trace]:
+    """``t`` saved as Chrome JSON and read back by the fast reader, then by the careful one."""
+    path = tmp_path / "t.json"
+    t.save(path)
+    fast = load(path)
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise chrome_fast.NotFast
+
+    with monkeypatch.context() as m:
+        m.setattr(chrome_fast, "read_lines", refuse)
+        careful = load(path)
+    return fast, careful
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -183,19 +224,22 @@ def test_chrome_files_round_trip_through_the_fast_and_the_careful_reader(
     tmp_path: Path, t: Trace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     t = _chrome_safe(t)
-    path = tmp_path / "t.json"
-    t.save(path)
-    fast = load(path)
+    fast, careful = _both_readers(tmp_path, t, monkeypatch)
     _same(t, fast, ordered=False)
-
-    def refuse(*args: Any, **kwargs: Any) -> Any:
-        raise chrome_fast.NotFast
-
-    with monkeypatch.context() as m:
-        m.setattr(chrome_fast, "read_lines", refuse)
-        careful = load(path)
     assert careful.spans == fast.spans  # the same trace, in the same order
     assert careful.flows == fast.flows and careful.threads == fast.threads
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(t=multi_process_traces())
+def test_chrome_files_keep_every_threads_process_through_both_readers(
+    tmp_path: Path, t: Trace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = _chrome_safe(t)
+    fast, careful = _both_readers(tmp_path, t, monkeypatch)
+    _same(t, fast, ordered=False)
+    assert all(fast.process_name(p) == t.process_name(p) for p in t.process_ids())
+    assert careful.threads == fast.threads and careful.processes == fast.processes
 
 
 def test_native_and_chrome_files_are_told_apart_by_content(tmp_path: Path) -> None:
@@ -223,6 +267,11 @@ def _rewrite(path: Path, edit: Any) -> None:
             z.writestr(n, data)
 
 
+def _header(members: dict[str, bytes], old: bytes, new: bytes) -> None:
+    assert old in members["opprof.json"]
+    members["opprof.json"] = members["opprof.json"].replace(old, new)
+
+
 def _npy(a: np.ndarray) -> bytes:
     import io
 
@@ -242,6 +291,10 @@ def _npy(a: np.ndarray) -> bytes:
         (lambda m: m.__setitem__("opprof.json", m["opprof.json"].replace(b'"version":2', b'"version":99')), "newer than"),
         (lambda m: m.__setitem__("opprof.json", m["opprof.json"].replace(b'"format":"opprof"', b'"format":"x"')), "format"),
         (lambda m: m.__setitem__("spans.args_at.npy", _npy(np.array([0, 0], dtype=np.int64))), "span_args holds 1 entries for 2"),
+        (lambda m: _header(m, b'"processes":[]', b'"processes":{"0":"client"}'), "processes is not a list of .pid, name. pairs"),
+        (lambda m: _header(m, b'"processes":[]', b'"processes":[[0,"client"],["1","worker"]]'), "processes entry 1 is not"),
+        (lambda m: _header(m, b'"processes":[]', b'"processes":[[0,"client"],[0,"again"]]'), "processes entry 1 is not"),
+        (lambda m: _header(m, b'"processes":[]', b'"processes":[[0]]'), r"processes entry 0 is not a \[pid, name\] pair"),
     ],
 )
 def test_a_malformed_native_file_says_what_is_wrong(tmp_path: Path, edit: Any, message: str) -> None:
@@ -250,6 +303,13 @@ def test_a_malformed_native_file_says_what_is_wrong(tmp_path: Path, edit: Any, m
     with pytest.raises(TraceFormatError, match=message) as err:
         load(path)
     assert str(path) in str(err.value)
+
+
+def test_a_native_file_from_before_processes_reads_as_one_unnamed_process(tmp_path: Path) -> None:
+    path = _native(tmp_path)
+    _rewrite(path, lambda m: _header(m, b'"processes":[],', b""))
+    back = load(path)
+    assert back.processes == {} and back.threads == THREADS
 
 
 def test_opening_a_native_file_never_unpickles(tmp_path: Path) -> None:

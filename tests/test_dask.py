@@ -196,6 +196,33 @@ def test_the_critical_path_crosses_workers_along_the_task_graph(client: Any) -> 
     assert (path.end - path.start) / 1e9 > 0.118
 
 
+def test_the_merged_trace_saves_opens_and_exports_one_pid_per_worker(
+    client: Any, tmp_path: Any, check_chrome: Any
+) -> None:
+    import json
+
+    from opprof.cli import main as cli
+    from opprof.trace import load
+
+    with opprof.dask.profile(client) as prof:
+        client.gather(client.map(train_shard, range(2)))
+    trace = prof.trace
+    assert trace is not None
+    trace.save(str(tmp_path / "cluster.opprof"))
+    again = load(str(tmp_path / "cluster.opprof"))
+    assert again.processes == trace.processes and again.n_spans == trace.n_spans
+    assert len(again.custom_ops()) == len(trace.custom_ops()) and again.ops is not None
+    trace.save(str(tmp_path / "cluster.json"))
+    events = json.loads((tmp_path / "cluster.json").read_text())
+    assert check_chrome(events) == []
+    named = {e["pid"]: e["args"]["name"] for e in events["traceEvents"] if e.get("ph") == "M" and e["name"] == "process_name"}
+    assert named == trace.processes
+    pid_of = {th.tid: th.pid for th in trace.threads}
+    assert all(e["pid"] == pid_of[e["tid"]] for e in events["traceEvents"] if e.get("ph") == "X")
+    assert cli(["view", str(tmp_path / "cluster.opprof"), "-o", str(tmp_path / "cluster.html")]) == 0
+    assert "worker 0" in (tmp_path / "cluster.html").read_text()
+
+
 def test_an_injected_clock_offset_is_recovered_within_100_us(client: Any) -> None:
     offsets = {"0": 5_000_000, "1": -3_000_000}  # worker names: LocalCluster names them 0 and 1
     t0 = time.perf_counter_ns()

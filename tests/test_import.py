@@ -276,6 +276,29 @@ def test_every_phase() -> None:
     assert t.validate() == []
 
 
+def test_processes_become_small_pids_named_by_their_process_name_events() -> None:
+    ev = [
+        {"ph": "M", "name": "process_name", "pid": 4242, "args": {"name": "trainer"}},
+        {"ph": "X", "name": "a", "pid": 4242, "tid": 1, "ts": 0, "dur": 1},
+        {"ph": "X", "name": "b", "pid": 4242, "tid": 2, "ts": 0, "dur": 1},
+        {"ph": "X", "name": "c", "pid": 77, "tid": 1, "ts": 0, "dur": 1},  # the same tid in another process
+    ]
+    t, _ = imported(ev)
+    assert [(th.name, th.pid) for th in t.threads] == [("trainer / tid 1", 0), ("trainer / tid 2", 0), ("pid 77 / tid 1", 1)]
+    assert t.processes == {0: "trainer", 1: "pid 77"}  # one the file leaves unnamed is named as its threads are
+    back = from_chrome(to_chrome(t))
+    assert back.threads == t.threads and back.processes == t.processes
+    # A file of one process without a name has no process names, as a trace of one process has.
+    alone, _ = imported(ev[1:3])
+    assert alone.processes == {} and {th.pid for th in alone.threads} == {0}
+
+
+def test_mxnet_is_one_process_whatever_its_category_pids() -> None:
+    t = quiet_load(MXNET)
+    assert {th.pid for th in t.threads} == {0} and t.processes == {}
+    assert len({row[2] for row in t.metadata["source_threads"]}) > 1  # MXNet's own pids are still there
+
+
 def test_async_track_with_the_thread_id_is_drawn_on_the_thread() -> None:
     ev = [
         {"ph": "X", "name": "work", "pid": 1, "tid": 5, "ts": 0, "dur": 10},

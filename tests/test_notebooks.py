@@ -14,7 +14,9 @@ NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
 
 def test_there_are_notebooks() -> None:
     names = [p.name for p in NOTEBOOKS]
-    assert names == ["01-quickstart.ipynb", "02-anatomy-of-a-custom-op.ipynb", "03-traces-from-other-tools.ipynb", "04-dask-cluster.ipynb"]
+    assert names == [
+        "01-quickstart.ipynb", "02-anatomy-of-a-custom-op.ipynb", "03-traces-from-other-tools.ipynb", "04-dask-cluster.ipynb",
+    ]  # fmt: skip
 
 
 @pytest.mark.timeout(240)

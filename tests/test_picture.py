@@ -54,6 +54,17 @@ def test_the_picture_is_a_small_png_whose_quiet_lane_is_pale() -> None:
     assert per_line.max() > 4 * per_line[per_line > 0].min()
 
 
+def test_a_faint_line_parts_the_lanes_of_each_process() -> None:
+    """Rows of the separator's grey across the whole picture: one per process after the first."""
+
+    def lines(trace: Trace) -> int:
+        img = np.asarray(Image.open(io.BytesIO(timeline_png(build_layout(trace), "t", width=WIDTH + 150))).convert("RGB"))
+        return int(np.all(img == (200, 200, 200), axis=(1, 2)).sum())
+
+    assert lines(synthetic_trace(2_000, processes=3)) == 2
+    assert lines(synthetic_trace(2_000)) == 0
+
+
 @settings(max_examples=25, deadline=None)
 @given(
     st.lists(st.tuples(st.integers(1, 3), st.integers(0, 10_000), st.integers(0, 3_000)), min_size=1, max_size=60),

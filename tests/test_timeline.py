@@ -55,7 +55,19 @@ from opprof.view.figure import (
     op_type_splits,
     save_html,
 )
-from opprof.view.layout import MAX_LANES, ROLE_NAMES, Blocks, LaneKind, blocks, build_layout, busy_fraction, runs
+from opprof.view.layout import (
+    LANE_GAP,
+    MAX_LANES,
+    ROLE_NAMES,
+    Blocks,
+    LaneKind,
+    blocks,
+    build_layout,
+    busy_fraction,
+    process_starts,
+    runs,
+    thread_labels,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -442,6 +454,64 @@ def test_import_opprof_does_not_import_bokeh() -> None:
     code = "import opprof.view, opprof, opprof.trace as t; print(type(opprof.timeline(t.Trace(), load_js=False)).__name__)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "TimelineWidget"
+
+
+# ---------------------------------------------------------------------------- several processes
+@pytest.fixture(scope="module")
+def three_processes() -> Trace:
+    """Three processes of four threads each (main, two engine threads, one custom-op thread), listed
+    in the reverse of pid order: the lanes must still go by pid."""
+    trace = synthetic_trace(3_000, processes=3, engine_threads=2, custom_threads=1)
+    trace.threads = trace.threads[::-1]
+    return trace
+
+
+def test_lanes_of_each_process_lie_together_in_pid_order_each_labelled_with_its_process(three_processes: Trace) -> None:
+    trace = three_processes
+    lay = build_layout(trace)
+    lanes = [ln for ln in lay.lanes if ln.kind == LaneKind.THREAD]
+    assert len(lanes) == len(trace.threads) and lay.lanes[-1].kind == LaneKind.CUSTOM
+    assert [ln.pid for ln in lanes] == [0] * 4 + [1] * 4 + [2] * 4
+    names = {th.tid: th.name for th in trace.threads}
+    assert [ln.label for ln in lanes] == [f"{trace.processes[ln.pid]} · {names[ln.tid]}" for ln in lanes]
+    assert lanes[0].label == "client · opprof-custom-0" and lanes[4].label == "worker-1 · opprof-custom-0"
+    position = [th.tid for th in trace.threads]
+    for pid in range(3):  # inside a process, the trace's own thread order
+        tids = [ln.tid for ln in lanes if ln.pid == pid]
+        assert tids == sorted(tids, key=position.index)
+    assert process_starts(lay) == [4, 8]
+    assert lay.thread_labels == {ln.tid: ln.label for ln in lanes}
+
+
+def test_a_trace_of_one_process_keeps_its_lane_labels_whatever_its_pid() -> None:
+    trace = synthetic_trace(2_000)
+    plain = [ln.label for ln in build_layout(trace).lanes]
+    assert plain == [th.name for th in trace.threads] + ["custom ops"]
+    trace.threads = [ThreadInfo(th.tid, th.name, 7) for th in trace.threads]
+    trace.processes = {7: "worker-7"}
+    lay = build_layout(trace)
+    assert [ln.label for ln in lay.lanes] == plain and process_starts(lay) == []
+
+
+def test_a_thread_named_after_its_process_already_is_not_named_twice() -> None:
+    trace = Trace(
+        threads=[ThreadInfo(0, "pid 3 / tid 1", 0), ThreadInfo(1, "MainThread", 1), ThreadInfo(2, "MainThread", 2)],
+        processes={0: "pid 3", 1: "trainer"},
+    )
+    assert thread_labels(trace) == {0: "pid 3 / tid 1", 1: "trainer · MainThread", 2: "process 2 · MainThread"}
+
+
+def test_the_timeline_of_several_processes_draws_a_line_between_them_and_hover_names_the_process(
+    three_processes: Trace,
+) -> None:
+    tl = build_timeline(three_processes)
+    lanes = tl.layout.lanes
+    assert sorted(tl.figure.yaxis.major_label_overrides.values()) == sorted(ln.label for ln in lanes)
+    (line,) = tl.figure.select(name="process_separators")
+    assert list(line.data_source.data["y0"]) == [lanes[k].top - LANE_GAP / 2 for k in (4, 8)]
+    threads = {tl.names.data["thread"][c] for c in tl.source.data["thread"]}
+    assert threads and all(" · " in name for name in threads)
+    assert not build_timeline(synthetic_trace(2_000)).figure.select(name="process_separators")
 
 
 # ---------------------------------------------------------------------------- many threads

@@ -81,6 +81,16 @@ def _center(page: Any, index: int) -> tuple[float, float]:
     )
 
 
+
+def _open_painted(page: Any, path: Path) -> None:
+    """Open a saved timeline and wait until its main canvas is painted."""
+    page.goto(path.as_uri())
+    page.wait_for_function(_READY_JS)
+    page.evaluate(_FIND_JS)
+    page.wait_for_function("() => window.__tl() && window.__tl().canvas_view")
+    page.wait_for_timeout(300)
+    assert page.evaluate(_PIXELS_JS) > 2000, "the main canvas looks blank"
+
 def test_saved_timeline_draws_hovers_and_runs_no_injected_code(chromium_page, tmp_path: Path) -> None:
     page, console, page_errors = chromium_page
     trace = _malicious_trace()
@@ -143,12 +153,7 @@ def test_a_thousand_threads_draw_collapsed_with_the_note_and_hover_names_each_th
     path = tmp_path / "threads.html"
     tl = save_html(trace, str(path), max_lanes=40)
     assert tl.layout.collapsed_threads == 961
-    page.goto(path.as_uri())
-    page.wait_for_function(_READY_JS)
-    page.evaluate(_FIND_JS)
-    page.wait_for_function("() => window.__tl() && window.__tl().canvas_view")
-    page.wait_for_timeout(300)
-    assert page.evaluate(_PIXELS_JS) > 2000, "the main canvas looks blank"
+    _open_painted(page, path)
     assert page.get_by_text("961 threads share the lane", exact=False).first.is_visible()
     # A span drawn in the collapsed lane, hovered: the tooltip names its own worker thread.
     collapsed_top = tl.layout.lanes[-1].top
@@ -165,6 +170,35 @@ def test_a_thousand_threads_draw_collapsed_with_the_note_and_hover_names_each_th
     page.screenshot(path=str(tmp_path / "threads.png"))
     errors = [text for kind, text in console if kind == "error"]
     assert errors == [] and page_errors == [], (errors, page_errors)
+
+
+def test_a_trace_of_several_processes_draws_its_lanes_by_process_and_hover_names_the_process(
+    chromium_page, tmp_path: Path
+) -> None:
+    """A trace merged from three processes: lanes grouped by process with a line between them, and
+    hovering a span names its thread with its process first."""
+    from opprof.trace.synthetic import synthetic_trace
+
+    page, console, page_errors = chromium_page
+    trace = synthetic_trace(600, processes=3, engine_threads=2, custom_threads=1)
+    path = tmp_path / "processes.html"
+    tl = save_html(trace, str(path))
+    _open_painted(page, path)
+    assert page.evaluate("""() => window.__tl().model.renderers.some((r) => r.name === "process_separators")""")
+    # The widest span of worker-2's main thread, hovered: the tooltip says its process and thread.
+    label = "worker-2 · MainThread"
+    lane = next(k for k, ln in enumerate(tl.layout.lanes) if ln.label == label)
+    data = tl.source.data
+    on_lane = [i for i, top in enumerate(data["top"]) if tl.layout.lanes[lane].top <= top < tl.layout.lanes[lane].top + 1]
+    i = max(on_lane, key=lambda i: data["right"][i] - data["left"][i])
+    assert tl.names.data["thread"][data["thread"][i]] == label
+    x, y = _center(page, i)
+    page.mouse.move(x, y)
+    page.get_by_text(label, exact=True).first.wait_for(state="visible", timeout=10_000)
+    page.screenshot(path=str(tmp_path / "processes.png"))
+    errors = [text for kind, text in console if kind == "error"]
+    assert errors == [] and page_errors == [], (errors, page_errors)
+    print(f"\nscreenshot: {tmp_path / 'processes.png'}")
 
 
 # ---------------------------------------------------------------------------- why ops wait, critical path

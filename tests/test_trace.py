@@ -679,6 +679,112 @@ def test_chrome_export_of_an_empty_trace() -> None:
     assert (back.spans, back.flows, back.threads) == ([], [], [])
 
 
+# ---------------------------------------------------------------------------- several processes
+PROCESSES = {0: "client", 1: "worker tcp://127.0.0.1:4567", 2: "worker tcp://127.0.0.1:4568"}
+
+
+def multi_process_trace() -> Trace:
+    """:func:`rich_trace` with its threads in three processes: the engine thread in one, the
+    custom-op thread (and the user thread) in another, so flows, a family's async track and the
+    instants each cross or sit in a process other than 0, as in a trace merged from Dask workers."""
+    t = rich_trace()
+    pid = {MAIN: 0, ENGINE: 1, CUSTOM: 2, 4: 2}
+    t.threads = [ThreadInfo(th.tid, th.name, pid[th.tid]) for th in t.threads]
+    t.processes = dict(PROCESSES)
+    return t
+
+
+def test_a_trace_of_one_process_has_no_process_names() -> None:
+    t = rich_trace()
+    assert t.processes == {} and {th.pid for th in t.threads} == {0}
+    assert (t.process_name(0), t.process_name(3), t.process_ids()) == ("opprof", "process 3", [0])
+    t.metadata["process_name"] = "trainer"
+    assert t.process_name(0) == "trainer"
+    t.processes = {0: "client"}
+    assert t.process_name(0) == "client" and t != rich_trace()  # processes are part of the trace
+
+
+def test_chrome_export_of_one_process_is_as_it_was() -> None:
+    events = to_chrome(rich_trace())["traceEvents"]
+    assert {e["pid"] for e in events} == {0}
+    meta = [e for e in events if e["ph"] == "M" and e["name"].startswith("process_")]
+    assert meta == [{"ph": "M", "name": "process_name", "pid": 0, "tid": 0, "args": {"name": "opprof"}}]
+    assert from_chrome(to_chrome(rich_trace())).processes == {}
+
+
+def test_chrome_export_puts_every_event_in_its_threads_process(check_chrome: Callable[..., list[str]]) -> None:
+    t = multi_process_trace()
+    obj = to_chrome(t)
+    assert check_chrome(obj) == []
+    events = obj["traceEvents"]
+    assert {"X", "b", "e", "s", "f", "i", "C"} <= {e["ph"] for e in events}
+    pid_of = {th.tid: th.pid for th in t.threads}
+    on_threads = [e for e in events if e["ph"] in ("X", "b", "e", "s", "f", "i") or e.get("name", "").startswith("thread_")]
+    assert [e["pid"] for e in on_threads] == [pid_of[e["tid"]] for e in on_threads]
+    assert {e["pid"] for e in events if e["ph"] == "s"} == {2} and {e["pid"] for e in events if e["ph"] == "f"} == {1}
+    assert {e["pid"] for e in events if e["ph"] in ("b", "e")} == {1}  # the parents' thread: the engine's
+    assert {e["pid"] for e in events if e["ph"] == "C"} == {0}
+    names = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    order = {e["pid"]: e["args"]["sort_index"] for e in events if e["ph"] == "M" and e["name"] == "process_sort_index"}
+    assert names == PROCESSES and order == {0: 0, 1: 1, 2: 2}
+    # The checker sees an event put in another process than its thread's.
+    first_x = next(e for e in events if e["ph"] == "X")
+    assert check_chrome({**obj, "traceEvents": [{**first_x, "pid": 2 - pid_of[first_x["tid"]]}, *events]})
+
+
+def test_chrome_export_names_a_process_without_a_name_and_puts_counters_in_process_0() -> None:
+    t = multi_process_trace()
+    t.threads = [ThreadInfo(th.tid, th.name, th.pid + 1) for th in t.threads]  # pids 1, 2, 3; counters stay on 0
+    t.processes = {1: "client"}
+    obj = to_chrome(t)
+    names = {e["pid"]: e["args"]["name"] for e in obj["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"}
+    assert names == {0: "opprof", 1: "client", 2: "process 2", 3: "process 3"}
+    back = from_chrome(obj)
+    assert back.processes == {1: "client"}  # the names given for want of one are not kept
+    assert back.threads == t.threads
+
+
+@pytest.mark.parametrize("suffix", [".json", ".json.gz", ".opprof"])
+def test_a_trace_of_several_processes_round_trips(tmp_path: Path, suffix: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    t = multi_process_trace()
+    path = tmp_path / f"trace{suffix}"
+    t.save(path)
+    back = load(path)
+    assert_same_trace(t, back)
+    assert back.processes == PROCESSES
+    if suffix == ".opprof":
+        assert back == t  # lossless, spans in their order too
+    else:  # the careful reader too, as a file the fast one would not take
+
+        def refuse(*args: Any) -> Any:
+            raise chrome.chrome_fast.NotFast
+
+        monkeypatch.setattr(chrome.chrome_fast, "read_lines", refuse)
+        careful = load(path)
+        assert careful.threads == t.threads and careful.processes == PROCESSES
+
+
+def test_a_pid_that_is_not_an_integer_is_named_as_the_event_it_is_in() -> None:
+    obj = to_chrome(multi_process_trace())
+    k, ev = next((k, e) for k, e in enumerate(obj["traceEvents"]) if e["ph"] == "M" and e["name"] == "thread_name")
+    ev["pid"] = "one"
+    with pytest.raises(TraceFormatError, match=rf"event {k}: .*pid 'one' is not an integer"):
+        from_chrome(obj)
+
+
+def test_a_file_from_before_pids_gives_an_imported_traces_processes_back() -> None:
+    """Before 2026-12, every event had pid 0 and an imported trace kept its threads' processes in
+    ``metadata["source_threads"]`` only: those files still read with each thread in its process."""
+    t = multi_process_trace()
+    t.processes = {}
+    t.metadata["source_threads"] = [[th.tid, th.pid, 1000 + th.pid, th.tid] for th in t.threads]
+    obj = to_chrome(t)
+    for e in obj["traceEvents"]:
+        e["pid"] = 0
+    obj["traceEvents"] = [e for e in obj["traceEvents"] if e.get("name") != "process_sort_index"]
+    assert from_chrome(obj).threads == t.threads
+
+
 @given(
     st.lists(
         st.tuples(

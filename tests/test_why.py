@@ -249,6 +249,24 @@ def test_edges_survive_the_native_format_and_chrome_keeps_the_causes(tmp_path: A
     assert cp.approximate and "approximate" in cp.note and cp.check() == []
 
 
+def test_the_critical_paths_arrows_are_in_their_threads_processes(threaded: Any, check_chrome: Any) -> None:
+    """In a trace of several processes each arrow's ends carry their threads' pids, as every event does."""
+    from opprof.trace import ThreadInfo
+
+    with opprof.profile() as prof:
+        y = nd.Custom(nd.ones((4, 4)), op_type="WhySleep10")
+        (y + 1).wait_to_read()
+    trace = prof.trace
+    trace.threads = [ThreadInfo(th.tid, th.name, k) for k, th in enumerate(trace.threads)]  # a process each
+    trace.processes = {k: f"worker-{k}" for k in range(len(trace.threads))}
+    obj = trace.to_chrome()
+    assert check_chrome(obj) == []
+    pid_of = {th.tid: th.pid for th in trace.threads}
+    arrows = [ev for ev in obj["traceEvents"] if ev.get("cat") == "critical_path"]
+    assert arrows and all(ev["pid"] == pid_of[ev["tid"]] for ev in arrows)
+    assert all(s["pid"] != f["pid"] for s, f in zip(arrows[::2], arrows[1::2], strict=True))  # each hop: to another thread
+
+
 def test_a_trace_without_edges_says_its_path_is_approximate() -> None:
     from opprof.trace.synthetic import synthetic_trace
 

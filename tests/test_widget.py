@@ -79,6 +79,15 @@ def test_role_toggles_and_lane_picker(widget: TimelineWidget) -> None:
     assert all(n.startswith("step ") for n in _names(widget))
 
 
+def test_the_lane_picker_names_each_lanes_process() -> None:
+    w = opprof.timeline(synthetic_trace(2_000, seed=2, processes=2), width=800)
+    tl = w.timeline
+    labels = [label for label, _ in w.lanes.options]
+    assert labels[:1] == ["client · MainThread"] and "worker-1 · MainThread" in labels
+    w.lanes.value = (labels.index("worker-1 · MainThread"),)
+    assert {tl.names.data["thread"][t] for t in tl.source.data["thread"]} == {"worker-1 · MainThread"}
+
+
 def test_table_selection_highlights_those_spans(widget: TimelineWidget) -> None:
     tl = widget.timeline
     names = list(tl.table_source.data["name"])

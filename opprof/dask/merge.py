@@ -355,9 +355,15 @@ def merge(client: Trace | None, workers: list[WorkerRecords], metadata: dict[str
     # One string table for the sites: the client's, grown as the workers' were added.
     merged_ops = OpTable.concat([replace(o, strings=ids.strings.strings) for o in op_tables]) if op_tables else None
     trace = Trace(
-        threads + lanes.threads, spans, sorted(instants, key=lambda i: i.ts), counters, _concat_flows(flows), meta, merged_ops
+        threads + lanes.threads,
+        spans,
+        sorted(instants, key=lambda i: i.ts),
+        counters,
+        _concat_flows(flows),
+        meta,
+        merged_ops,
+        processes,
     )
-    trace.processes = processes
     return trace
 
 

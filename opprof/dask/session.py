@@ -129,8 +129,10 @@ class DaskProfile:
         )
         self._running = True
         try:
-            c.register_plugin(TaskCounter(), name=COUNTER_NAME)
+            # The workers' first: a task that ends between the two is then recorded and not
+            # counted (so never called missing), rather than counted and not recorded.
             c.register_plugin(plugin, name=PLUGIN_NAME)
+            c.register_plugin(TaskCounter(), name=COUNTER_NAME)
             # Every worker there now is known from the start, so one that dies before its first
             # pull is still named in the trace (workers that join later are known by their replies).
             info = self.client.scheduler_info(n_workers=-1).get("workers", {})

@@ -27,6 +27,7 @@ its own (:mod:`.clock`).
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -230,7 +231,7 @@ class OpprofWorkerPlugin(WorkerPlugin):
         )
 
     def _columns(self, batch: list[tuple[Any, ...]]) -> TaskChunk:
-        names = {t.ident: t.name for t in threading.enumerate()}
+        names = {t.ident: _lane_name(t.name) for t in threading.enumerate()}
         c = TaskChunk()
         if not batch:
             return c
@@ -261,6 +262,16 @@ class OpprofWorkerPlugin(WorkerPlugin):
         c.phase_start = _ns(p_start, p_shift)
         c.phase_stop = _ns(p_stop, p_shift)
         return c
+
+
+_DASK_THREAD = re.compile(r"^(?:.*-)?Dask-(?P<executor>[A-Za-z]+)-Threads-\d+-(?P<n>\d+)$")
+
+
+def _lane_name(name: str) -> str:
+    """A Dask executor thread's name without the worker's name and pid it repeats
+    (``0-Dask-Default-Threads-24611-0`` -> ``Dask-Default-0``): the lane already says its worker."""
+    m = _DASK_THREAD.match(name)
+    return f"Dask-{m['executor']}-{m['n']}" if m else name
 
 
 def _ns(seconds: list[float], shifts: list[int]) -> np.ndarray:

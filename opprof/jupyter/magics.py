@@ -243,7 +243,16 @@ class OpprofMagics(Magics):
             if live is not None:
                 live.stop()
         trace = cluster.trace if cluster is not None else prof.trace
-        assert trace is not None
+        if trace is None and cluster is None:
+            # A second Ctrl-C cut the build short; its records are kept, and building again
+            # leaves the partial trace viewable, as for any cell that raised.
+            try:
+                trace = prof.stop()
+            except BaseException as e:
+                error = error or e
+                trace = prof.trace
+        if trace is None:  # interrupted again, or a cluster's merge cut short: nothing to show
+            trace = Trace(metadata={"interrupted": "the trace was not built: Ctrl-C while building it"})
         return trace, error, time.perf_counter() - t0, result, live
 
     def _dask_profile(self, args: Any) -> Any:

@@ -158,7 +158,9 @@ def _since(trace: Trace, t_ns: int | None) -> Trace:
         return trace
     t = trace.table
     spans = t.take(np.flatnonzero(t.start >= t_ns))
-    return Trace(trace.threads, spans, trace.instants, trace.counters, trace.flow_table, trace.metadata)
+    return Trace(
+        trace.threads, spans, trace.instants, trace.counters, trace.flow_table, trace.metadata, processes=trace.processes
+    )
 
 
 def _recorder() -> Recorder | None:

@@ -3,7 +3,8 @@
 Export writes, with timestamps in microseconds relative to the trace start (fractional, so
 nanoseconds survive):
 
-* ``M`` metadata: the process name and every thread's real name and sort order (small int tids);
+* ``M`` metadata: each process's name (and, for several, their order: by pid) and every thread's
+  real name and sort order (small int tids, unique across processes);
 * one ``X`` slice per span on its thread (a custom-op ``parent`` crosses threads, so it has none);
 * per custom-op invocation, a nestable async track (``b``/``e`` sharing the invocation id) holding
   the parent and, properly nested inside it, its python span, waits, ``Dummy_Wait`` and every
@@ -12,6 +13,10 @@ nanoseconds survive):
 * for a profile with engine edges, what they tell a reader in Perfetto: each parent's waiting by
   cause in the ``args`` of its closing ``e`` event (Perfetto shows them on the slice), and the
   critical path as flow arrows of category ``critical_path`` where it moves between threads.
+
+Every event carries the pid of its thread's process (:attr:`~.records.ThreadInfo.pid`; counters,
+which have no thread, pid 0), so Perfetto groups a trace of several processes by process. A trace
+of one process writes pid 0 throughout, as files always had.
 
 ``load`` reads such a file back losslessly but for the engine's edges (:mod:`.ops`), which Chrome
 JSON has no place for, and what is derived from them (the causes, the path's arrows: dropped, made
@@ -38,6 +43,7 @@ from .records import CUSTOM_OP, CounterSample, Instant, Role, ThreadInfo
 
 __all__ = ["from_chrome", "load", "save", "to_chrome"]
 
+#: The pid of a trace of one process, and of counters (which belong to no thread).
 PID = 0
 
 
@@ -88,10 +94,11 @@ def _other_data(trace: TraceData, t0: int) -> dict[str, Any]:
 class _Columns:
     """The span columns export reads, as Python lists (one ``tolist`` each beats indexing arrays)."""
 
-    def __init__(self, t: SpanTable, t0: int) -> None:
+    def __init__(self, t: SpanTable, t0: int, pids: np.ndarray) -> None:
         self.names = t.str_list(t.name)
         self.cats = t.str_list(t.cat)
         self.tids = t.tid.tolist()
+        self.pids = pids.tolist()  # each span's thread's process
         self.starts = t.start.tolist()
         self.ends = t.end.tolist()
         # Times in µs from the origin, computed in NumPy: the same IEEE operations as
@@ -110,7 +117,8 @@ def _event_chunks(trace: TraceData, t0: int) -> Iterator[list[dict[str, Any]]]:
     Each part is one loop that reads fields directly (no properties, no helper call per event):
     a profile of 1M spans is about 2.5M events.
     """
-    c = _Columns(trace.table, t0)
+    t = trace.table
+    c = _Columns(t, t0, trace.pids_of(t.tid))
     yield from _slice_chunks(trace, c, t0)
     yield from _track_chunks(c, t0, _why_args(trace))
     yield from _flow_chunks(trace, t0)
@@ -156,12 +164,11 @@ def _path_flows(trace: TraceData, t0: int) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
     mids = ((p.seg_start[src] + p.seg_end[src]) // 2 - t0) / 1e3
     starts = (p.seg_start[dst] - t0) / 1e3
-    for k, (ts_s, ts_f, a, b) in enumerate(
-        zip(mids.tolist(), starts.tolist(), tid[hop].tolist(), tid[hop + 1].tolist(), strict=True)
-    ):
-        arrow = {"name": "critical path", "cat": CRITICAL_PATH, "id": fid + k, "pid": PID}
-        events.append({**arrow, "ph": "s", "tid": a, "ts": ts_s})
-        events.append({**arrow, "ph": "f", "bp": "e", "tid": b, "ts": ts_f})
+    ends = (tid[hop].tolist(), trace.pids_of(tid[hop]).tolist(), tid[hop + 1].tolist(), trace.pids_of(tid[hop + 1]).tolist())
+    for k, (ts_s, ts_f, a, pa, b, pb) in enumerate(zip(mids.tolist(), starts.tolist(), *ends, strict=True)):
+        arrow = {"name": "critical path", "cat": CRITICAL_PATH, "id": fid + k}
+        events.append({**arrow, "ph": "s", "pid": pa, "tid": a, "ts": ts_s})
+        events.append({**arrow, "ph": "f", "bp": "e", "pid": pb, "tid": b, "ts": ts_f})
     return events
 
 
@@ -178,17 +185,16 @@ def _without_path_flows(trace: TraceData) -> TraceData:
 
 def _slice_chunks(trace: TraceData, c: _Columns, t0: int) -> Iterator[list[dict[str, Any]]]:
     """Metadata, then one ``X`` slice per span on its thread (a custom-op parent has its own track)."""
-    events: list[dict[str, Any]] = [
-        {"ph": "M", "name": "process_name", "pid": PID, "tid": 0, "args": {"name": trace.metadata.get("process_name", "opprof")}}
-    ]
+    events = _process_events(trace)
     for i, th in enumerate(trace.threads):
-        events.append({"ph": "M", "name": "thread_name", "pid": PID, "tid": th.tid, "args": {"name": th.name}})
-        events.append({"ph": "M", "name": "thread_sort_index", "pid": PID, "tid": th.tid, "args": {"sort_index": i}})
+        events.append({"ph": "M", "name": "thread_name", "pid": th.pid, "tid": th.tid, "args": {"name": th.name}})
+        events.append({"ph": "M", "name": "thread_sort_index", "pid": th.pid, "tid": th.tid, "args": {"sort_index": i}})
     append = events.append
-    for name, cat, tid, ts, dur, args, parent in zip(c.names, c.cats, c.tids, c.ts, c.dur, c.args, c.is_parent, strict=True):
+    cols = (c.names, c.cats, c.pids, c.tids, c.ts, c.dur, c.args, c.is_parent)
+    for name, cat, pid, tid, ts, dur, args, parent in zip(*cols, strict=True):
         if parent:
             continue
-        ev = {"ph": "X", "name": name, "cat": cat, "pid": PID, "tid": tid, "ts": ts, "dur": dur}
+        ev = {"ph": "X", "name": name, "cat": cat, "pid": pid, "tid": tid, "ts": ts, "dur": dur}
         if args:
             ev["args"] = args
         append(ev)
@@ -197,6 +203,21 @@ def _slice_chunks(trace: TraceData, c: _Columns, t0: int) -> Iterator[list[dict[
             events = []
             append = events.append
     yield events
+
+
+def _process_events(trace: TraceData) -> list[dict[str, Any]]:
+    """A ``process_name`` per process the events use (pid 0 too when counters sit there), and for
+    several a ``process_sort_index`` putting them in pid order; a trace of one process gets the one
+    ``process_name`` it always had."""
+    pids = trace.process_ids()
+    if trace.counters and PID not in pids:
+        pids = [PID, *pids]
+    events = [{"ph": "M", "name": "process_name", "pid": p, "tid": 0, "args": {"name": trace.process_name(p)}} for p in pids]
+    if len(pids) > 1:
+        events += [
+            {"ph": "M", "name": "process_sort_index", "pid": p, "tid": 0, "args": {"sort_index": k}} for k, p in enumerate(pids)
+        ]
+    return events
 
 
 def _families(t: SpanTable) -> list[tuple[int, list[int]]]:
@@ -229,11 +250,12 @@ def _track_chunks(c: _Columns, t0: int, why: dict[int, dict[str, Any]]) -> Itera
     """One nestable async track per invocation: its parent, and the children that nest inside it."""
     events: list[dict[str, Any]] = []
     append = events.append
-    names, starts, ends, tids, all_args, ts, te = c.names, c.starts, c.ends, c.tids, c.args, c.ts, c.te
+    names, starts, ends, tids, pids, all_args, ts, te = c.names, c.starts, c.ends, c.tids, c.pids, c.args, c.ts, c.te
     invs = c.t.inv.tolist()
     for p, family in _families(c.t):
         inv = invs[p]
         tid = tids[p]
+        pid = pids[p]
         name = names[p]
         ps, pe = starts[p], ends[p]
         append(
@@ -241,14 +263,14 @@ def _track_chunks(c: _Columns, t0: int, why: dict[int, dict[str, Any]]) -> Itera
                 "name": name,
                 "cat": CUSTOM_OP,
                 "id": inv,
-                "pid": PID,
+                "pid": pid,
                 "tid": tid,
                 "ph": "b",
                 "ts": ts[p],
                 "args": all_args[p],
             }
         )
-        end = {"name": name, "cat": CUSTOM_OP, "id": inv, "pid": PID, "tid": tid, "ph": "e", "ts": te[p]}
+        end = {"name": name, "cat": CUSTOM_OP, "id": inv, "pid": pid, "tid": tid, "ph": "e", "ts": te[p]}
         if p in why:  # on the closing event: Perfetto shows it with the slice; opprof's readers skip it
             end["args"] = {"why": why[p]}
         append(end)
@@ -256,8 +278,8 @@ def _track_chunks(c: _Columns, t0: int, why: dict[int, dict[str, Any]]) -> Itera
         # a profile's file was these copies).
         for i in _async_children(family, starts, ends, ps, pe):
             name = names[i]
-            append({"name": name, "cat": CUSTOM_OP, "id": inv, "pid": PID, "tid": tid, "ph": "b", "ts": ts[i]})
-            append({"name": name, "cat": CUSTOM_OP, "id": inv, "pid": PID, "tid": tid, "ph": "e", "ts": te[i]})
+            append({"name": name, "cat": CUSTOM_OP, "id": inv, "pid": pid, "tid": tid, "ph": "b", "ts": ts[i]})
+            append({"name": name, "cat": CUSTOM_OP, "id": inv, "pid": pid, "tid": tid, "ph": "e", "ts": te[i]})
         if len(events) >= CHUNK:
             yield events
             events = []
@@ -273,10 +295,11 @@ def _flow_chunks(trace: TraceData, t0: int) -> Iterator[list[dict[str, Any]]]:
     names = [f.strings[k] for k in f.name.tolist()]
     cats = [f.strings[k] for k in f.cat.tolist()]
     src_us, dst_us = ((f.src_ts - t0) / 1e3).tolist(), ((f.dst_ts - t0) / 1e3).tolist()
-    cols = (f.id.tolist(), names, cats, f.src_tid.tolist(), src_us, f.dst_tid.tolist(), dst_us)
-    for fid, name, cat, src_tid, src_ts, dst_tid, dst_ts in zip(*cols, strict=True):
-        append({"name": name, "cat": cat, "id": fid, "pid": PID, "ph": "s", "tid": src_tid, "ts": src_ts})
-        append({"name": name, "cat": cat, "id": fid, "pid": PID, "ph": "f", "bp": "e", "tid": dst_tid, "ts": dst_ts})
+    src_pid, dst_pid = trace.pids_of(f.src_tid).tolist(), trace.pids_of(f.dst_tid).tolist()
+    cols = (f.id.tolist(), names, cats, src_pid, f.src_tid.tolist(), src_us, dst_pid, f.dst_tid.tolist(), dst_us)
+    for fid, name, cat, s_pid, src_tid, src_ts, d_pid, dst_tid, dst_ts in zip(*cols, strict=True):
+        append({"name": name, "cat": cat, "id": fid, "pid": s_pid, "ph": "s", "tid": src_tid, "ts": src_ts})
+        append({"name": name, "cat": cat, "id": fid, "pid": d_pid, "ph": "f", "bp": "e", "tid": dst_tid, "ts": dst_ts})
         if len(events) >= CHUNK:
             yield events
             events = []
@@ -287,8 +310,9 @@ def _flow_chunks(trace: TraceData, t0: int) -> Iterator[list[dict[str, Any]]]:
 def _point_events(trace: TraceData, t0: int) -> list[dict[str, Any]]:
     """Instants and counter samples."""
     events: list[dict[str, Any]] = []
-    for inst in trace.instants:
-        ev = {"ph": "i", "s": "t", "name": inst.name, "cat": inst.cat, "pid": PID, "tid": inst.tid, "ts": _us(inst.ts, t0)}
+    pids = trace.pids_of(np.array([inst.tid for inst in trace.instants], dtype=np.int64)).tolist()
+    for inst, pid in zip(trace.instants, pids, strict=True):
+        ev = {"ph": "i", "s": "t", "name": inst.name, "cat": inst.cat, "pid": pid, "tid": inst.tid, "ts": _us(inst.ts, t0)}
         if inst.args:
             ev["args"] = inst.args
         events.append(ev)
@@ -380,7 +404,7 @@ def _load_chunked(raw: bytes, path: str) -> TraceData | None:
                     raise chrome_fast.NotFast from None  # the careful reader names the event
 
             spans, flows = chrome_fast.read_lines((line for _, line in lines()), reader.t0, point)
-            return _assemble(spans, flows, reader.thread_names, reader.order, reader.instants, reader.counters, ours)
+            return reader.assemble(spans, flows, ours)
         except chrome_fast.NotFast:
             pass  # the careful reader below reads it, and names what is wrong if anything is
         except (KeyError, TypeError, ValueError, OverflowError):
@@ -495,6 +519,8 @@ class _OwnEventReader:
         self.t0 = t0
         self.thread_names: dict[int, str] = {}
         self.order: dict[int, int] = {}
+        self.thread_pids: dict[int, int] = {}  # tid -> pid, from its thread_name event
+        self.process_names: dict[int, str] = {}
         self.names: list[str] = []
         self.cats: list[str] = []
         self.tids: list[int] = []
@@ -527,6 +553,9 @@ class _OwnEventReader:
         if ph == "M":
             if ev.get("name") == "thread_name":
                 self.thread_names[tid] = str((ev.get("args") or {}).get("name", ""))
+                self.thread_pids[tid] = _pid(ev.get("pid", 0))
+            elif ev.get("name") == "process_name":
+                self.process_names[_pid(ev.get("pid", 0))] = str((ev.get("args") or {}).get("name", ""))
             elif ev.get("name") == "thread_sort_index":
                 self.order[tid] = int((ev.get("args") or {}).get("sort_index", 0))
         elif ph == "X":
@@ -569,22 +598,32 @@ class _OwnEventReader:
         table = SpanTable.from_rows(self.names, self.cats, self.tids, self.starts, self.ends, self.args).sorted_by_start()
         rows = [tuple(f) for f in ours["flows"]] if ours and "flows" in ours else self.flows
         flows = FlowTable.from_rows(*(list(col) for col in zip(*rows, strict=True))) if rows else FlowTable.empty()
-        return _assemble(table, flows, self.thread_names, self.order, self.instants, self.counters, ours)
+        return self.assemble(table, flows, ours)
+
+    def assemble(self, table: SpanTable, flows: FlowTable, ours: Any) -> TraceData:
+        """The trace of what was read: threads in the file's sort order, each in its process, and the
+        processes' names and the metadata given back."""
+        names, order = self.thread_names, self.order
+        tids = sorted({*names, *np.unique(table.tid).tolist()}, key=lambda t: (order.get(t, 1 << 30), t))
+        meta = dict(ours.get("metadata", {})) if ours else {"producer": "chrome-json"}
+        pids = self.thread_pids
+        if not any(pids.values()) and not any(self.process_names.keys() - {PID}):
+            # One process in the events: a file from before they carried pids, whose imported trace
+            # kept each thread's process (small int) in its metadata only. Give it back.
+            rows = meta.get("source_threads", ())
+            pids = {row[0]: row[1] for row in rows if isinstance(row, list) and len(row) == 4}
+        threads = [ThreadInfo(t, names.get(t) or f"thread {t}", pids.get(t, 0)) for t in tids]
+        trace = TraceData(
+            threads=threads, spans=table, instants=self.instants, counters=self.counters, flows=flows, metadata=meta
+        )
+        # A name the writer gave a process only for want of one (pid 0's "opprof", "process 3") is
+        # not kept: a trace of one process reads back with no process names, as it was written.
+        trace.processes = {p: n for p, n in sorted(self.process_names.items()) if n != trace.process_name(p)}
+        return trace
 
 
-def _assemble(
-    table: SpanTable,
-    flows: FlowTable,
-    names: dict[Any, str],
-    order: dict[Any, int],
-    instants: list[Instant],
-    counters: list[CounterSample],
-    ours: Any,
-) -> TraceData:
-    """The trace of what a reader gathered: threads in the file's sort order, metadata given back."""
-    tids = sorted({*names, *np.unique(table.tid).tolist()}, key=lambda t: (order.get(t, 1 << 30), t))
-    meta = dict(ours.get("metadata", {})) if ours else {"producer": "chrome-json"}
-    # An imported trace keeps each thread's process (small int) in its metadata: give it back.
-    pids = {row[0]: row[1] for row in meta.get("source_threads", ()) if isinstance(row, list) and len(row) == 4}
-    threads = [ThreadInfo(t, names.get(t) or f"thread {t}", pids.get(t, 0)) for t in tids]
-    return TraceData(threads=threads, spans=table, instants=instants, counters=counters, flows=flows, metadata=meta)
+def _pid(value: Any) -> int:
+    """A process id of opprof's own file: a small int (a file that holds anything else is not ours)."""
+    if type(value) is not int:
+        raise ValueError(f"pid {value!r} is not an integer")
+    return value

@@ -37,6 +37,7 @@ class _Ev(msgspec.Struct, gc=False):
     ph: Any = None
     name: Any = ""
     cat: Any = ""
+    pid: Any = 0  # read only from metadata events (tids are unique across a trace's processes)
     tid: Any = 0
     ts: Any = None
     dur: Any = 0
@@ -158,7 +159,7 @@ def _line(g: _Gathered, evs: list[_Ev], t0: int, point: Callable[[dict[str, Any]
         g.flow_tid.extend(map(attrgetter("tid"), evs_sf))
         g.flow_ts.append(_numbers(list(map(attrgetter("ts"), evs_sf))))
     for ev in compress(evs, (ph == _OTHER_PH).tolist()):
-        point({"ph": ev.ph, "name": ev.name, "cat": ev.cat, "tid": ev.tid, "ts": ev.ts, "args": ev.args})
+        point({"ph": ev.ph, "name": ev.name, "cat": ev.cat, "pid": ev.pid, "tid": ev.tid, "ts": ev.ts, "args": ev.args})
 
 
 def _keys(values: list[Any]) -> np.ndarray:

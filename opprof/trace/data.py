@@ -7,6 +7,12 @@ first access builds the list (about 1 µs and 400 bytes per span) and from then 
 trace (edits to it, or to its spans, are what every analysis sees; the columns are rebuilt from it
 at each analysis). A trace that is never asked for its list never builds one: the profiler, the
 file readers and the timeline do not.
+
+A trace may span several processes (one per Dask worker, merged on the client): each thread's
+:attr:`~.records.ThreadInfo.pid` says which, and :attr:`TraceData.processes` names them. Thread ids
+stay unique across the whole trace, so every analysis keys threads by tid alone and only the
+formats and the timeline look at pids. A trace of one process has pid 0 on every thread and an
+empty :attr:`~TraceData.processes`, as every trace had before.
 """
 
 from __future__ import annotations
@@ -77,6 +83,7 @@ class TraceData:
         flows: Sequence[Flow] | FlowTable | None = None,
         metadata: dict[str, Any] | None = None,
         ops: OpTable | None = None,
+        processes: dict[int, str] | None = None,
     ) -> None:
         self.threads: list[ThreadInfo] = threads if threads is not None else []
         #: The engine's side: pushes, ready times, enabling edges, vars (None for other tools' traces).
@@ -84,6 +91,9 @@ class TraceData:
         self.instants: list[Instant] = instants if instants is not None else []
         self.counters: list[CounterSample] = counters if counters is not None else []
         self.metadata: dict[str, Any] = metadata if metadata is not None else {}
+        #: pid -> the process's display name (``{0: "client", 1: "worker tcp://…"}``); empty for a
+        #: trace of one process. A pid without an entry is named by :meth:`process_name`.
+        self.processes: dict[int, str] = processes if processes is not None else {}
         self._span_store: _Held[SpanTable, Span] = _Held(SpanTable, SpanTable.from_spans, SpanTable.to_spans)
         self._flow_store: _Held[FlowTable, Flow] = _Held(FlowTable, FlowTable.from_flows, FlowTable.to_flows)
         self._names: tuple[int, int, dict[int, str]] | None = None
@@ -150,6 +160,34 @@ class TraceData:
     def thread_name(self, tid: int) -> str:
         return self.thread_names().get(tid, f"thread {tid}")
 
+    # ------------------------------------------------------------------ processes
+    def process_name(self, pid: int) -> str:
+        """The display name of process ``pid``: its :attr:`processes` entry, else what Chrome export
+        has always called the one process of a trace (``metadata["process_name"]``, "opprof") for
+        pid 0, and ``"process N"`` for another."""
+        name = self.processes.get(pid)
+        if name is not None:
+            return name
+        return str(self.metadata.get("process_name", "opprof")) if pid == 0 else f"process {pid}"
+
+    def process_ids(self) -> list[int]:
+        """The pids of the trace's threads and of its named processes, ascending ([0] when it has
+        neither: a trace of no threads is still one process)."""
+        return sorted({t.pid for t in self.threads} | set(self.processes)) or [0]
+
+    def pids_of(self, tids: np.ndarray) -> np.ndarray:
+        """The pid of each thread id in ``tids`` (int64; 0 for a tid the trace does not list):
+        for writers that put a pid on each of a million events."""
+        tids = np.asarray(tids, dtype=np.int64)
+        known = np.array([t.tid for t in self.threads], dtype=np.int64)
+        pids = np.array([t.pid for t in self.threads], dtype=np.int64)
+        if not len(known) or not pids.any():
+            return np.zeros(len(tids), dtype=np.int64)
+        order = np.argsort(known, kind="stable")
+        known, pids = known[order], pids[order]
+        at = np.minimum(np.searchsorted(known, tids), len(known) - 1)
+        return np.where(known[at] == tids, pids[at], 0)
+
     def families(self) -> dict[int, list[Span]]:
         """Spans of each custom-op invocation, keyed by invocation id (parent included).
 
@@ -180,6 +218,7 @@ class TraceData:
             and self.counters == other.counters
             and self.flows_equal(other)
             and self.metadata == other.metadata
+            and self.processes == other.processes
         )
 
     __hash__ = None  # type: ignore[assignment]

@@ -16,7 +16,9 @@ opprof's own to :func:`import_chrome`. What it understands, by phase (``ph``):
 
 Thread identities ``(pid, tid)`` -- any JSON value, 64-bit hashes included -- become small ints;
 threads without a ``thread_name`` get a readable one (``"cpu/0 / tid 1628…242"``) and the original
-ids are kept in ``metadata["source_threads"]``.
+ids are kept in ``metadata["source_threads"]``. Processes become small pids in file order
+(:attr:`~opprof.trace.ThreadInfo.pid`), named in :attr:`~opprof.trace.TraceData.processes` by their
+``process_name`` (``"pid 3"`` without one); MXNet's pids are categories, so its trace is one process.
 
 Bad events never stop a load: an event with a non-numeric timestamp or duration, a negative
 duration, an ``E`` (or async ``e``, flow ``f``) with nothing to close, a ``B`` never closed, or an
@@ -569,6 +571,9 @@ class _Importer:
         for pid, _ in self.tid_key:
             pid_small.setdefault(pid, len(pid_small))
         big = 1 << 62
+        # Each thread's process, as a small int. MXNet's pids are categories, not processes (its
+        # threads show up under several): its trace is one process, as it was recorded.
+        pid_of = (lambda pid: 0) if self.by_tid_only else pid_small.__getitem__
 
         def order(tid: int) -> tuple[int, int, int, int, int]:
             pid, t = self.tid_key[tid]
@@ -577,14 +582,14 @@ class _Importer:
             return (self.proc_sort.get(pid, big), pid_small[pid], int(lane), sort_t, tid)
 
         threads = [
-            ThreadInfo(tid, self._thread_name(self.tid_key[tid]), pid_small[self.tid_key[tid][0]])
+            ThreadInfo(tid, self._thread_name(self.tid_key[tid]), pid_of(self.tid_key[tid][0]))
             for tid in sorted(range(len(self.tid_key)), key=order)
         ]
         spans.sort(key=_start)
         instants.sort(key=_ts)
         counters.sort(key=_ts)
         meta["source_threads"] = [
-            [tid, pid_small[pid], pid, t if not isinstance(t, tuple) else f"async {t[2]} {t[3] + 1}"]
+            [tid, pid_of(pid), pid, t if not isinstance(t, tuple) else f"async {t[2]} {t[3] + 1}"]
             for tid, (pid, t) in enumerate(self.tid_key)
         ]
         meta["processes"] = [[small, pid, self.proc_names.get(pid, "")] for pid, small in pid_small.items()]
@@ -592,7 +597,16 @@ class _Importer:
             meta["skipped_phases"] = dict(self.skipped)
         if self.truncated:
             meta["truncated"] = True
-        trace = TraceData(threads=threads, spans=spans, instants=instants, counters=counters, flows=flows, metadata=meta)
+        # The processes' names as the file gives them; among several, one it leaves unnamed is
+        # called what its threads' names call it ("pid 3"), to be told apart.
+        processes: dict[int, str] = {}
+        for p, small in pid_small.items():
+            name = self.proc_names.get(p) or (f"pid {_abbrev(p)}" if len(pid_small) > 1 else "")
+            if name and not self.by_tid_only:
+                processes[small] = name
+        trace = TraceData(
+            threads=threads, spans=spans, instants=instants, counters=counters, flows=flows, metadata=meta, processes=processes
+        )
         if self.producer == "mxnet":
             recover_mxnet(trace)  # edits the span list, so it runs before the columns are made
         trace.set_table(SpanTable.from_spans(trace.spans))

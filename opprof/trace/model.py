@@ -34,7 +34,7 @@ class Trace(TraceData):
         """``data`` as a :class:`Trace` holding the same records (not copies)."""
         if isinstance(data, Trace):
             return data
-        t = cls(data.threads, None, data.instants, data.counters, None, data.metadata, data.ops)
+        t = cls(data.threads, None, data.instants, data.counters, None, data.metadata, data.ops, data.processes)
         t._span_store, t._flow_store = data._span_store, data._flow_store
         return t
 

@@ -8,8 +8,10 @@ arrays, so nothing in a file is ever executed. Arrow IPC would do as well, at th
 
 Layout of the ZIP:
 
-* ``opprof.json``: ``{"format": "opprof", "version": 1, ...}``, then the threads, instants,
-  counters, metadata, both string tables and the sparse span args (JSON, through orjson);
+* ``opprof.json``: ``{"format": "opprof", "version": 2, ...}``, then the threads (``[tid, name,
+  pid]``), the processes' names (``[pid, name]`` pairs, so pids stay ints; a file without them
+  reads as a trace of one unnamed process), instants, counters, metadata, both string tables and
+  the sparse span args (JSON, through orjson);
 * ``spans.<column>.npy``, ``flows.<column>.npy`` and (a profile's) ``ops.<column>.npy``: one array
   per column, with the dtype of :class:`~.columns.SpanTable` / :class:`~.columns.FlowTable` /
   :class:`~.ops.OpTable` (the engine's edges, which Chrome JSON has no place for).
@@ -108,6 +110,9 @@ def save(trace: TraceData, path: str | os.PathLike[str], *, compress: bool = Fal
         "flow_strings": f.strings,
         "span_args": t.args,
         "threads": [[th.tid, th.name, th.pid] for th in trace.threads],
+        # An extra key today's readers skip, so the version stays: a file of several processes
+        # opens in an older opprof as a trace whose processes have no names.
+        "processes": [[pid, name] for pid, name in sorted(trace.processes.items())],
         "instants": [[i.name, i.cat, i.tid, i.ts, i.args] for i in trace.instants],
         "counters": [[c.name, c.ts, c.values] for c in trace.counters],
         "metadata": trace.metadata,
@@ -242,7 +247,22 @@ def _trace(header: dict[str, Any], c: dict[str, np.ndarray], fc: dict[str, np.nd
     meta = header.get("metadata") or {}
     if not isinstance(meta, dict):
         raise TraceFormatError("metadata is not an object")
-    return TraceData(threads=threads, spans=table, instants=instants, counters=counters, flows=flows, metadata=meta)
+    processes = _processes(header.get("processes", []))
+    return TraceData(
+        threads=threads, spans=table, instants=instants, counters=counters, flows=flows, metadata=meta, processes=processes
+    )
+
+
+def _processes(rows: Any) -> dict[int, str]:
+    """The header's ``processes``: ``[pid, name]`` pairs (absent before multi-process traces: none)."""
+    if not isinstance(rows, list):
+        raise TraceFormatError(f"processes is not a list of [pid, name] pairs (got {type(rows).__name__})")
+    out: dict[int, str] = {}
+    for k, row in enumerate(rows):
+        if not (isinstance(row, list) and len(row) == 2 and type(row[0]) is int and type(row[1]) is str and row[0] not in out):
+            raise TraceFormatError(f"processes entry {k} is not a [pid, name] pair of a new int pid and a string: {row!r}")
+        out[row[0]] = row[1]
+    return out
 
 
 def _ops(header: dict[str, Any], c: dict[str, np.ndarray]) -> OpTable:

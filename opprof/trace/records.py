@@ -120,6 +120,9 @@ class Span:
 
 @dataclass(frozen=True, slots=True)
 class ThreadInfo:
+    """A thread: its id (unique across the whole trace, whichever process it is in), its name, and
+    its process (pid 0 in a trace of one; :attr:`~.data.TraceData.processes` names them)."""
+
     tid: int
     name: str
     pid: int = 0

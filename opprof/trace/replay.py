@@ -67,6 +67,7 @@ from operator import itemgetter
 import numpy as np
 
 from .columns import ROLE_CODE, FlowTable, SpanTable
+from .critical import APPROXIMATE_PATH
 from .data import TraceData
 from .ops import OpKind, OpTable
 from .records import WAIT as WAIT_CATEGORY
@@ -1013,10 +1014,22 @@ def _predicted_trace(trace: TraceData, rec: _Recording, sim: _Replay, engine_thr
     with_spans = set(tid)
     pool = (_ENGINE_PREFIX, _CUSTOM_PREFIX)
     tids = sorted({p.tid for p in rec.programs if p.tid in with_spans or not trace.thread_name(p.tid).startswith(pool)})
-    threads = [ThreadInfo(p, trace.thread_name(p)) for p in tids]
-    threads += [ThreadInfo(base + w, f"{_ENGINE_PREFIX}{w}") for w in range(engine_threads)]
-    threads += [ThreadInfo(c_base + th, f"{_CUSTOM_PREFIX}{th}") for th in range(sim.threads)]
-    out = TraceData(threads=threads, spans=spans.sorted_by_start(), flows=flows, metadata=dict(trace.metadata), ops=table)
+    # Each program thread stays in its process; the model's pools join the recorded threads' one
+    # process (pid 0 when they came from several: the model replays one engine).
+    pid_of = {th.tid: th.pid for th in trace.threads}
+    home = {pid_of.get(p, 0) for p in tids}
+    pool_pid = home.pop() if len(home) == 1 else 0
+    threads = [ThreadInfo(p, trace.thread_name(p), pid_of.get(p, 0)) for p in tids]
+    threads += [ThreadInfo(base + w, f"{_ENGINE_PREFIX}{w}", pool_pid) for w in range(engine_threads)]
+    threads += [ThreadInfo(c_base + th, f"{_CUSTOM_PREFIX}{th}", pool_pid) for th in range(sim.threads)]
+    out = TraceData(
+        threads=threads,
+        spans=spans.sorted_by_start(),
+        flows=flows,
+        metadata=dict(trace.metadata),
+        ops=table,
+        processes=dict(trace.processes),
+    )
     return out, len(t) - len(idx)
 
 
@@ -1109,6 +1122,7 @@ def _naive(trace: TraceData, factor: np.ndarray) -> tuple[TraceData, int, int]:
         counters=list(trace.counters),
         metadata=dict(trace.metadata),
         ops=ops,
+        processes=dict(trace.processes),
     )
     return out, recorded, _extent(out)[1]
 
@@ -1239,6 +1253,9 @@ def what_if(
     c_threads = _check_pool("custom_threads", custom_threads)
     ops = trace.ops
     t = trace.table
+    approximate = trace.metadata.get(APPROXIMATE_PATH)
+    if isinstance(approximate, str):
+        raise ValueError(f"what_if replays one engine's edges, and this trace cannot be replayed as one: {approximate}")
     if ops is None or not len(ops) or not bool(np.any(t.op >= 0)):
         raise ValueError(
             "what_if needs the engine's edges (every push, wait and var access) that opprof's profiler records; "

@@ -8,6 +8,9 @@ span (sometimes with a wait inside) on a custom-op thread, sub-ops on an engine 
 ``Dummy_Wait`` ending with the parent, linked by flows from the push to each sub-op. Every trace
 passes :func:`opprof.trace.validate`.
 
+With ``processes=N`` it is the trace of N processes merged into one (a Dask client and its
+workers): each a trace of this shape on threads of its own, tids unique across the whole.
+
 Built as columns (no :class:`~.records.Span` objects): 10M spans take a few seconds and ~500 MB.
 Each iteration has a window of its own, so every time is a sum of the draws before it.
 """
@@ -33,8 +36,17 @@ _SUBOPS = ("_mul_scalar", "_plus_scalar", "elemwise_mul", "_copyto")
 _I = np.int64
 
 
-def synthetic_trace(n_spans: int, *, engine_threads: int = 4, custom_threads: int = 2, seed: int = 0) -> Trace:
-    """A valid trace with about ``n_spans`` spans (11.3 per iteration: 1 step, 4 ops, 6.3 custom-op spans)."""
+def synthetic_trace(
+    n_spans: int, *, engine_threads: int = 4, custom_threads: int = 2, seed: int = 0, processes: int = 1
+) -> Trace:
+    """A valid trace with about ``n_spans`` spans (11.3 per iteration: 1 step, 4 ops, 6.3 custom-op spans).
+
+    ``processes`` > 1 splits them among that many processes (pid 0 "client", then "worker-1", ...),
+    each with threads of its own: the merged trace of several processes, for tests of the formats
+    and the timeline that need one.
+    """
+    if processes > 1:
+        return _several_processes(n_spans, engine_threads, custom_threads, seed, processes)
     rng = np.random.default_rng(seed)
     iters = max(1, round(n_spans / 11.3))
     E, C = engine_threads, custom_threads
@@ -160,6 +172,39 @@ def synthetic_trace(n_spans: int, *, engine_threads: int = 4, custom_threads: in
     return Trace(threads=threads, spans=table.sorted_by_start(), flows=flows, metadata={"producer": "opprof.synthetic"})
 
 
+def _several_processes(n_spans: int, engine_threads: int, custom_threads: int, seed: int, processes: int) -> Trace:
+    """:func:`synthetic_trace` of each process (seeds ``seed``, ``seed + 1``...), merged: tids,
+    invocations and flow ids shifted past the previous process's, each thread given its pid."""
+    per = max(1, n_spans // processes)
+    parts = [
+        synthetic_trace(per, engine_threads=engine_threads, custom_threads=custom_threads, seed=seed + p)
+        for p in range(processes)
+    ]
+    tid_step = 1 + engine_threads + custom_threads  # a part's tids run 1 .. 1 + E + C
+    inv_step = int(parts[0].table.inv.max()) + 1
+    tables, flows, threads = [], [], []
+    for p, part in enumerate(parts):
+        t, f = part.table, part.flow_table
+        c = t.take(np.arange(len(t)))
+        c.tid = t.tid + p * tid_step
+        c.inv = np.where(t.inv >= 0, t.inv + p * inv_step, -1)
+        tables.append(c)
+        g = f.take(np.arange(len(f)))
+        g.src_tid, g.dst_tid, g.id = f.src_tid + p * tid_step, f.dst_tid + p * tid_step, f.id + p * len(f)
+        flows.append(g)
+        threads += [ThreadInfo(th.tid + p * tid_step, th.name, p) for th in part.threads]
+    # Every part has the same iterations, so the same string table: the flows' codes agree.
+    assert all(part.flow_table.strings == parts[0].flow_table.strings for part in parts)
+    names = {p: "client" if p == 0 else f"worker-{p}" for p in range(processes)}
+    return Trace(
+        threads=threads,
+        spans=SpanTable.concat(tables).sorted_by_start(),
+        flows=_concat_flows(flows),
+        metadata={"producer": "opprof.synthetic"},
+        processes=names,
+    )
+
+
 def many_threads_trace(n_threads: int, spans_per_thread: int = 4, *, seed: int = 0) -> Trace:
     """A valid trace of ``n_threads`` threads (a thread pool server's shape), each with a request
     span holding ``spans_per_thread - 1`` calls one after another: for the lanes' scaling goals."""
@@ -242,7 +287,13 @@ def repeated_trace(trace: TraceData, times: int) -> Trace:
                 )
             )
     out = Trace(
-        trace.threads, SpanTable.concat(tables), trace.instants, trace.counters, _concat_flows(flows), dict(trace.metadata)
+        trace.threads,
+        SpanTable.concat(tables),
+        trace.instants,
+        trace.counters,
+        _concat_flows(flows),
+        dict(trace.metadata),
+        processes=dict(trace.processes),
     )
     if op_tables:
         out.ops = OpTable.concat(op_tables)

@@ -72,7 +72,20 @@ from ..trace.records import FAMILY_ARGS
 from ..trace.split import family_splits
 from ..trace.stats import stat_columns
 from ..trace.text import fmt_us
-from .layout import MAX_LANES, ROLE_NAMES, ROW_HEIGHT, Blocks, LaneKind, Layout, blocks, build_layout, busy_fraction, runs
+from .layout import (
+    LANE_GAP,
+    MAX_LANES,
+    ROLE_NAMES,
+    ROW_HEIGHT,
+    Blocks,
+    LaneKind,
+    Layout,
+    blocks,
+    build_layout,
+    busy_fraction,
+    process_starts,
+    runs,
+)
 
 __all__ = [
     "CAUSE_COLORS",
@@ -524,7 +537,7 @@ def span_columns(
         detail_codes[c][single] = single_codes[c]
     # Thread names of the drawn rectangles only (a lookup as long as the screen, not the trace).
     drawn_tids, thread_code = np.unique(layout.tid[items], return_inverse=True)
-    names_of = trace.thread_names()
+    names_of = layout.thread_labels or trace.thread_names()  # with its process, in a trace of several
     thread_labels = [names_of.get(x, f"thread {x}") for x in drawn_tids.tolist()]
     # int32: past 32,767 lanes an int16 overflowed (thread-pool servers have that many threads).
     thread_code = thread_code.ravel().astype(np.int32)
@@ -720,7 +733,8 @@ LABEL_SPACING_PX = 14
 
 
 def _style_lanes(p: Any, layout: Layout, height_px: int, x_bounds: tuple[float, float]) -> None:
-    """Lane labels on the y axis (drawn as canvas text) and alternate lane shading.
+    """Lane labels on the y axis (drawn as canvas text), alternate lane shading, and in a trace of
+    several processes a faint line between one process's lanes and the next's.
 
     The shading is one glyph for all lanes (a BoxAnnotation each was quadratic: 23 s at 8,000
     lanes), and labels are thinned to what the figure's height can show.
@@ -742,6 +756,13 @@ def _style_lanes(p: Any, layout: Layout, height_px: int, x_bounds: tuple[float, 
         fill_color=["#fff4d6" if c else "#000000" for c in custom], fill_alpha=[0.5 if c else 0.035 for c in custom],
         line_alpha=0, level="underlay",
     )  # fmt: skip
+    starts = process_starts(layout)
+    if starts:
+        ys = [lanes[k].top - LANE_GAP / 2 for k in starts]
+        p.segment(
+            x0=x_bounds[0], x1=x_bounds[1], y0=ys, y1=ys, line_color="#888888", line_alpha=0.5, line_width=1,
+            level="underlay", name="process_separators",
+        )  # fmt: skip
 
 
 def _stats_table(trace: Trace, limit: int = 500) -> tuple[ColumnDataSource, DataTable]:

@@ -3,7 +3,9 @@
 This is the drawing-free half of the timeline, so it is fast to test and shared by the widget and
 the saved HTML. Input is only a :class:`~opprof.trace.Trace`.
 
-* One lane per thread; a span's row is its nesting depth on that thread.
+* One lane per thread; a span's row is its nesting depth on that thread. In a trace of several
+  processes the lanes of each process lie together, processes in pid order, and each lane's label
+  starts with its process's name (:func:`thread_labels`).
 * A lane group **custom ops**: each invocation gets a band of rows; its ``parent`` fills the band
   and its children (python, sub-ops, waits, ``Dummy_Wait``) sit on the rows below it, inside the
   parent's time range. Invocations that overlap in time get separate bands (greedy packing).
@@ -27,7 +29,20 @@ import numpy as np
 from ..trace import Role, TraceData
 from ..trace.columns import OTHER_ROLE, ROLES
 
-__all__ = ["MAX_LANES", "ROLE_NAMES", "Blocks", "Lane", "LaneKind", "Layout", "blocks", "build_layout", "busy_fraction", "runs"]
+__all__ = [
+    "MAX_LANES",
+    "ROLE_NAMES",
+    "Blocks",
+    "Lane",
+    "LaneKind",
+    "Layout",
+    "blocks",
+    "build_layout",
+    "busy_fraction",
+    "process_starts",
+    "runs",
+    "thread_labels",
+]
 
 #: Role codes in the ``role`` column: 0 ("op") is a span outside any custom op, then each Role.
 ROLE_NAMES: tuple[str, ...] = ("op", *(r.value for r in Role))
@@ -59,6 +74,7 @@ class Lane:
     tid: int | None
     top: float  # y of its first row
     rows: int
+    pid: int | None = None  # a thread lane's process (None: the collapsed lane, the custom-op group)
 
 
 @dataclass
@@ -80,9 +96,41 @@ class Layout:
     extent: tuple[float, float] = (0.0, 1.0)
     height: float = 1.0
     collapsed_threads: int = 0  # threads drawn in the collapsed lane (0: every thread has its own)
+    #: tid -> what the timeline calls the thread (:func:`thread_labels`): lanes and hover alike.
+    thread_labels: dict[int, str] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.left)
+
+
+#: Between a lane's process name and its thread name: short, and unlike anything in a thread name.
+PROCESS_SEP = " · "
+
+
+def thread_labels(trace: TraceData) -> dict[int, str]:
+    """Each thread's lane label: its name, and in a trace of several processes its process's name
+    first (``"worker-1 · Dask-Default-Threads-0"``), so lanes of same-named threads in different
+    processes read apart. A name that starts with its process's already (an imported thread named
+    ``"pid 3 / tid 7"``) is kept as it is; a trace of one process keeps its names unchanged."""
+    names = trace.thread_names()
+    if len({t.pid for t in trace.threads}) < 2:
+        return names
+    out: dict[int, str] = {}
+    for t in trace.threads:
+        proc, name = trace.process_name(t.pid), names.get(t.tid, t.name)
+        out.setdefault(t.tid, name if name.startswith(proc) else f"{proc}{PROCESS_SEP}{name}")
+    return out
+
+
+def process_starts(layout: Layout) -> list[int]:
+    """Indices of the lanes that begin another process's lanes (none for a trace of one process):
+    where the timeline draws a line between processes."""
+    lanes = layout.lanes
+    return [
+        k
+        for k in range(1, len(lanes))
+        if lanes[k].kind == LaneKind.THREAD and lanes[k - 1].kind == LaneKind.THREAD and lanes[k].pid != lanes[k - 1].pid
+    ]
 
 
 def _first_fit(starts: list[int], ends: list[int]) -> list[int]:
@@ -228,7 +276,8 @@ def build_layout(trace: TraceData, max_lanes: int = MAX_LANES) -> Layout:
     n = len(c.starts)
     t0 = int(c.starts.min()) if n else 0
     p = _Placement.empty(n)
-    collapsed = _place_threads(trace, c, p, max(1, max_lanes))
+    labels = thread_labels(trace)
+    collapsed = _place_threads(trace, labels, c, p, max(1, max_lanes))
     copies = _place_custom_band(c, p)
     keep = np.nonzero(p.lane >= 0)[0]
     span_index = _narrow(np.concatenate([keep, copies.items]))
@@ -250,6 +299,7 @@ def build_layout(trace: TraceData, max_lanes: int = MAX_LANES) -> Layout:
         extent=(0.0, float((c.ends.max() - t0) / 1e3) if n else 1.0),
         height=max(p.y - LANE_GAP, ROW_HEIGHT),
         collapsed_threads=collapsed,
+        thread_labels=labels,
     )
 
 
@@ -310,7 +360,7 @@ def _group_depths(group: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np
     return np.maximum(np.arange(n) - g_first - ended, 0)
 
 
-def _place_threads(trace: TraceData, c: _Columns, p: _Placement, max_lanes: int) -> int:
+def _place_threads(trace: TraceData, names: dict[int, str], c: _Columns, p: _Placement, max_lanes: int) -> int:
     """A lane per thread, in the trace's thread order, rows by nesting depth; no span, no lane.
 
     Past ``max_lanes`` threads the busiest ``max_lanes - 1`` (by time in their outermost spans)
@@ -325,12 +375,19 @@ def _place_threads(trace: TraceData, c: _Columns, p: _Placement, max_lanes: int)
     group = group.ravel()
     depth = _group_depths(group, c.starts[on_thread], c.ends[on_thread])
     n_threads = len(utids)
-    # Lane order: the trace's thread order, then threads it does not name, by tid.
-    names = trace.thread_names()
-    position = {t.tid: i for i, t in enumerate(trace.threads)}
+    # Lane order: by process (pid), then the trace's thread order, then threads it does not name, by tid.
+    position: dict[int, int] = {}
+    pid_of: dict[int, int] = {}
+    for i, th in enumerate(trace.threads):
+        position.setdefault(th.tid, i)
+        pid_of.setdefault(th.tid, th.pid)
     big = len(position)
-    order_key = np.array([position.get(t, big) for t in utids.tolist()], dtype=np.int64)
-    lane_order = np.lexsort((utids, order_key))
+    u_list = utids.tolist()
+    order_key = np.array([position.get(t, big) for t in u_list], dtype=np.int64)
+    u_pid = [pid_of.get(t) for t in u_list]
+    after = max(pid_of.values(), default=0) + 1  # threads the trace does not list come last
+    pid_key = np.array([after if p is None else p for p in u_pid], dtype=np.int64)
+    lane_order = np.lexsort((utids, order_key, pid_key))
     keep = np.ones(n_threads, dtype=bool)
     collapsed = 0
     if n_threads > max_lanes:
@@ -343,7 +400,7 @@ def _place_threads(trace: TraceData, c: _Columns, p: _Placement, max_lanes: int)
     lane_of = np.full(n_threads, -1, dtype=np.int64)
     for g in lane_order[keep[lane_order]].tolist():
         t = int(utids[g])
-        lane_of[g] = p.add_lane(Lane(names.get(t, f"thread {t}"), LaneKind.THREAD, t, p.y, int(rows[g])))
+        lane_of[g] = p.add_lane(Lane(names.get(t, f"thread {t}"), LaneKind.THREAD, t, p.y, int(rows[g]), u_pid[g]))
     if collapsed:
         rest = ~keep
         label = f"{collapsed:,} more threads (collapsed)"

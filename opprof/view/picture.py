@@ -20,7 +20,7 @@ import numpy as np
 
 from ..trace.text import fmt_us
 from .figure import ROLE_COLORS
-from .layout import ROLE_NAMES, Layout
+from .layout import LANE_GAP, ROLE_NAMES, Layout, process_starts
 
 __all__ = ["LEVELS", "busy_raster", "timeline_png"]
 
@@ -108,6 +108,8 @@ def timeline_png(layout: Layout, header: str, width: int = 1000, note: str = "")
             a = _MIN_ALPHA + (1 - _MIN_ALPHA) * (k - 1) / (LEVELS - 1)  # the faintest level: the floor
             r, g, b = (round(255 * (1 - a) + c * a) for c in rgb)
             palette.append((r, g, b))
+    separator = len(palette)  # between one process's lanes and the next's
+    palette.append((200, 200, 200))
     level = np.where(busy > 0, np.clip(np.ceil(busy * LEVELS), 1, LEVELS), 0).astype(np.int64)
     index = np.where(level > 0, 3 + role.astype(np.int64) * LEVELS + level - 1, 0).astype(np.uint8)
 
@@ -117,6 +119,9 @@ def timeline_png(layout: Layout, header: str, width: int = 1000, note: str = "")
             a = _HEADER + int(np.floor(lane.top * scale))
             b = _HEADER + int(np.floor((lane.top + lane.rows) * scale))
             img[a:b, _MARGIN:] = 2
+    for k in process_starts(layout):  # a faint line across the gap above each process's first lane
+        y = _HEADER + int(np.floor((layout.lanes[k].top - LANE_GAP / 2) * scale))
+        img[y, :] = separator
     for r in range(rows):  # a few hundred rows at most: a row of pixels at a time
         a, b = _HEADER + int(y0[r]), _HEADER + int(y1[r])
         line = index[r]
