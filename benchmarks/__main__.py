@@ -14,11 +14,11 @@ from __future__ import annotations
 import argparse
 import os
 
-from . import compare, engine, load, notebook, peers, profiler, timeline
+from . import cluster, compare, engine, load, notebook, peers, profiler, timeline
 from . import why as why_section
 from .common import Row, format_table, machine, progress, summary
 
-SECTIONS = ("engine", "profiler", "why", "compare", "trace", "timeline", "notebook", "peers")
+SECTIONS = ("engine", "profiler", "why", "compare", "trace", "timeline", "notebook", "dask", "peers")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -52,6 +52,8 @@ def main(argv: list[str] | None = None) -> None:
         rows += timeline.rows(quick, repeats)
     if "notebook" in args.only:
         rows += notebook.rows(quick, repeats)
+    if "dask" in args.only:
+        rows += cluster.rows(quick, repeats)
     if "peers" in args.only:
         ours = {r.key: r.value for r in rows if r.key and r.value is not None}
         rows += peers.dask_rows(5_000 if quick else 100_000, repeats or (1 if quick else 3), ours)

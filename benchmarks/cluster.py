@@ -217,8 +217,8 @@ def _million(tasks: int, repeats: int) -> list[Row]:
             med["merge_s"],
             "s",
             f"reading the chunks {med['read_s']:.2f} s beside; {med['spans']:,} task spans",
-            "≤ 3 s",
-            med["merge_s"] <= 3 and med["spans"] == tasks,
+            "≤ 3 s at 1,000,000",
+            (med["merge_s"] <= 3 and med["spans"] == tasks) if tasks >= 1_000_000 else None,
         ),
         Row(
             SECTION,
@@ -226,8 +226,8 @@ def _million(tasks: int, repeats: int) -> list[Row]:
             med["peak_mb"],
             "MB",
             "VmHWM",
-            "≤ 1,024 MB",
-            med["peak_mb"] <= 1024,
+            "≤ 1,024 MB at 1,000,000",
+            med["peak_mb"] <= 1024 if tasks >= 1_000_000 else None,
         ),
     ]
 

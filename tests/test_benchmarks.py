@@ -27,13 +27,15 @@ def _table(stdout: str) -> list[list[str]]:
 def test_quick_suite_prints_one_table_with_every_section() -> None:
     # Every section but the notebook's, which starts its own JupyterLab and Chromium (~40 s even
     # quick): its page code is what the browser tests drive (benchmarks/page_js.py), on their server.
-    out = _run("-m", "benchmarks", "--quick", "--only", "engine", "profiler", "why", "compare", "trace", "timeline", "peers")
+    out = _run(
+        "-m", "benchmarks", "--quick", "--only", "engine", "profiler", "why", "compare", "trace", "timeline", "dask", "peers"
+    )  # fmt: skip
     assert out.returncode == 0, out.stderr
     table = _table(out.stdout)
     assert table[0] == ["section", "case", "median", "unit", "ratio / detail", "goal", "met"]
     body = table[2:]
     assert all(len(row) == 7 for row in body), body
-    sections = ["Engine", "Profiler", "Why it waits", "Compare runs", "Trace", "Timeline", "Peers"]
+    sections = ["Engine", "Profiler", "Why it waits", "Compare runs", "Trace", "Timeline", "Dask", "Peers"]
     assert [row[0] for row in body if row[0]] == sections
     cases = "\n".join(row[1] for row in body)
     for needle in (
@@ -53,6 +55,8 @@ def test_quick_suite_prints_one_table_with_every_section() -> None:
         "what-if error: custom pool 1 -> 2",
         "found (op wall time)",
         "recording the pushing line",
+        "inside opprof.dask.profile",
+        "the client: merge into one trace",
         "MXNet 1.9.1: skipped",  # only with --peers
     ):
         assert needle in cases, needle
