@@ -372,3 +372,17 @@ def test_the_magic_says_what_is_wrong_with_dask(ip: Any, target: str, message: s
     assert result.error_in_exec is not None or result.error_before_exec is not None
     assert re.search(message, out + str(result.error_in_exec)), out
     assert ran == []  # the cell did not run
+
+
+def test_a_worker_of_another_opprof_release_is_said_not_refused() -> None:
+    from types import SimpleNamespace
+
+    from opprof.dask.worker import VERSION, OpprofWorkerPlugin
+
+    worker = SimpleNamespace(name="w", address="tcp://w:1", handlers={}, state=SimpleNamespace(tasks={}, executing=()))
+    plugin = OpprofWorkerPlugin(engine=False, client_version=VERSION + ".other")
+    plugin.setup(worker)
+    reply = plugin.drain(10, final=True)
+    assert reply.problems == [f"worker w runs opprof {VERSION}, the client {VERSION}.other"]
+    plugin.teardown(worker)
+    assert worker.handlers == {}  # the clock handler goes with the plugin

@@ -29,7 +29,7 @@ from ..profiler import Profiler
 from ..trace import Trace
 from .clock import Exchange, estimate
 from .merge import WorkerRecords, merge
-from .worker import CLOCK_HANDLER, PLUGIN_NAME, OpprofWorkerPlugin, Reply, drain
+from .worker import CLOCK_HANDLER, PLUGIN_NAME, VERSION, OpprofWorkerPlugin, Reply, drain
 
 __all__ = ["COUNTER_NAME", "DaskProfile", "DaskProfileError", "client_for", "profile"]
 
@@ -126,13 +126,20 @@ class DaskProfile:
             client_host=os.uname().nodename,
             clock_offsets_ns=self._offsets,
             engine=self.engine,
+            client_version=VERSION,
         )
         self._running = True
         try:
             # The workers' first: a task that ends between the two is then recorded and not
             # counted (so never called missing), rather than counted and not recorded.
-            c.register_plugin(plugin, name=PLUGIN_NAME)
-            c.register_plugin(TaskCounter(), name=COUNTER_NAME)
+            try:
+                c.register_plugin(plugin, name=PLUGIN_NAME)
+                c.register_plugin(TaskCounter(), name=COUNTER_NAME)
+            except Exception as e:  # most often: the workers or the scheduler cannot import opprof
+                raise DaskProfileError(
+                    f"installing opprof's plugins on the cluster failed ({type(e).__name__}: {e}); "
+                    "opprof must be installed where the scheduler and the workers run, at the client's version"
+                ) from e
             # Every worker there now is known from the start, so one that dies before its first
             # pull is still named in the trace (workers that join later are known by their replies).
             info = self.client.scheduler_info(n_workers=-1).get("workers", {})

@@ -26,6 +26,7 @@ its own (:mod:`.clock`).
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import re
 import threading
@@ -43,6 +44,18 @@ from ..trace import Trace
 __all__ = ["CLOCK_HANDLER", "PLUGIN_NAME", "OpprofWorkerPlugin", "TaskChunk", "drain"]
 
 PLUGIN_NAME = "opprof"
+
+
+def _installed_version() -> str:
+    """opprof's version as installed (read from its metadata: the package's own ``__version__``
+    lives in the top package, above this layer)."""
+    try:
+        return importlib.metadata.version("opprof")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+VERSION = _installed_version()
 #: The worker's comm handler the client's clock exchanges call (see :meth:`OpprofWorkerPlugin.setup`).
 CLOCK_HANDLER = "opprof_clock"
 
@@ -110,8 +123,10 @@ class OpprofWorkerPlugin(WorkerPlugin):
         client_host: str | None = None,
         clock_offsets_ns: dict[str, int] | None = None,
         engine: bool = True,
+        client_version: str | None = None,
     ) -> None:
         self.max_events = max_events
+        self.client_version = client_version
         self.client_pid = client_pid
         self.client_host = client_host
         self.clock_offsets_ns = dict(clock_offsets_ns or {})
@@ -130,6 +145,9 @@ class OpprofWorkerPlugin(WorkerPlugin):
         self.overflow = 0
         self.seq = 0
         self.problems: list[str] = []
+        if self.client_version is not None and self.client_version != VERSION:
+            # Records of another release may not merge as this one's client expects: said, not refused.
+            self.problems.append(f"worker {worker.name} runs opprof {VERSION}, the client {self.client_version}")
         self.profiler: Profiler | None = None
         # A worker in the client's own process (``processes=False``) shares the client's engine,
         # which the client records itself: recording it here too would draw every op twice.
