@@ -17,7 +17,7 @@ from pathlib import Path
 
 from . import __version__
 from .trace import Trace, TraceFormatError, load
-from .trace.compare import compare
+from .trace.compare import compare, side_by_side
 from .trace.jsonio import output_path_problem
 from .trace.stats import SORT_KEYS
 from .trace.text import calls_table, compare_table, split_table, stats_json, stats_table, summary_line, why_text
@@ -205,9 +205,12 @@ def _label(runs: list[Trace], default: str) -> str:
 
 def cmd_diff(args: argparse.Namespace) -> int:
     """Compare runs A with runs B; with ``--fail-if-slower PCT``, exit 2 when B is clearly slower by more."""
+    _check_outputs(html=args.html)
     a, b = _runs(args.a), _runs(args.b)
     result = compare(a, b, label_a=_label(a, "A"), label_b=_label(b, "B"))
     print(compare_table(result, top=args.top))
+    if args.html and _save_html(side_by_side(a, b, label_a=result.label_a, label_b=result.label_b), args.html):
+        print(f"{result.label_a}'s and {result.label_b}'s typical runs on one time axis: {args.html}")
     for name in args.calls:
         try:
             print(calls_table(result, name))
@@ -288,6 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit with status 2 when B is slower end to end (its interval above 1) by more than PCT %% (a CI gate)",
     )  # fmt: skip
     f.add_argument("--top", type=_positive, default=25, help="rows to show (default 25)")
+    f.add_argument("--html", default=None, metavar="HTML", help="write both sides' typical runs on one time axis here")
     f.add_argument(
         "--calls", action="append", default=[], metavar="OP",
         help="also show every call of custom op OP (_backward_OP for its backward), paired by order; repeatable",

@@ -6,6 +6,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 from IPython.core.error import UsageError
@@ -206,6 +207,22 @@ def test_repeat_keeps_every_run_apart_from_the_warm_up_and_compare_finds_the_slo
     slow = ip.user_ns["_opprof"]
     comparison = fast.compare(slow)
     assert comparison.end_to_end is not None and comparison.end_to_end.verdict.value == "slower"
+
+
+def test_compare_with_widgets_shows_the_chart_and_both_runs_on_one_axis(ip: Any) -> None:
+    from opprof.view.widget import TimelineWidget
+
+    ip.run_cell(NAP)
+    ip.run_cell("MagicNap.seconds = 0.002")
+    run(ip, "--repeat 2 --label quick --no-widget", NAP_CELL)
+    shown: list[Any] = []
+    ip.user_ns["_shown"] = shown
+    with mock.patch("opprof.jupyter.magics.display", side_effect=shown.append):
+        result, out = run(ip, "--repeat 2 --label again --compare quick --no-live", NAP_CELL)
+    assert result.error_in_exec is None, out
+    both = [w for w in shown if isinstance(w, TimelineWidget) and w.trace.processes == {1: "quick", 2: "again"}]
+    assert len(both) == 1 and both[0].trace.validate() == []
+    assert any(type(w).__name__ == "BokehModel" for w in shown)  # the bar chart
 
 
 def test_compare_with_an_unknown_label_runs_nothing_and_lists_the_labels(ip: Any) -> None:

@@ -27,7 +27,7 @@ from IPython.display import display
 from .. import engine as _engine
 from ..profiler import INTERRUPT_GRACE_S, Profiler
 from ..trace import Trace, load
-from ..trace.compare import Comparison, compare
+from ..trace.compare import Comparison, compare, side_by_side
 from ..trace.jsonio import output_path_problem
 from ..trace.stats import SORT_KEYS
 from ..trace.text import compare_table, fmt_us, split_table, stats_table, summary_line, why_text
@@ -186,8 +186,9 @@ class OpprofMagics(Magics):
             self._report(profile, args, live)
             if args.compare is not None and error is None:
                 label_b = args.label or "this cell"
-                comparison = compare(history[args.compare].runs, profile.runs, label_a=args.compare, label_b=label_b)
-                self._show_diff(comparison, args)
+                before = history[args.compare].runs
+                comparison = compare(before, profile.runs, label_a=args.compare, label_b=label_b)
+                self._show_diff(comparison, before, profile.runs, args)
                 print(compare_table(comparison))
         finally:
             if live is not None:
@@ -196,8 +197,9 @@ class OpprofMagics(Magics):
             raise error
         return result
 
-    def _show_diff(self, comparison: Comparison, args: Any) -> None:
-        """The comparison's bar chart above its table (the table alone with --no-widget)."""
+    def _show_diff(self, comparison: Comparison, a: list[Trace], b: list[Trace], args: Any) -> None:
+        """The comparison's bar chart, then both sides' typical runs on one time axis, above its
+        table (the table alone with --no-widget)."""
         if args.no_widget:
             return
         try:
@@ -209,6 +211,7 @@ class OpprofMagics(Magics):
             return
         load_bokehjs(once=True)
         display(BokehModel(diff_figure(comparison)))
+        display(timeline(side_by_side(a, b, label_a=comparison.label_a, label_b=comparison.label_b)))
 
     def _profile_once(
         self, shell: Any, cell: str, args: Any, live_wanted: bool

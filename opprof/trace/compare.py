@@ -38,13 +38,15 @@ from typing import Any
 import numpy as np
 
 from .columns import NO_ROLE
+from .combine import Combiner
+from .critical import APPROXIMATE_PATH
 from .model import Trace
 from .records import CustomOpRow
 from .stats import custom_op_summary
 
 __all__ = [
     "CONFIDENCE", "Comparison", "RowKey", "RowKind", "RowResult", "Verdict",
-    "CallResult", "compare", "ratio_interval", "run_rows", "verdict_of",
+    "CallResult", "compare", "ratio_interval", "run_rows", "side_by_side", "typical_run", "verdict_of",
 ]
 
 #: The parts of one call that :meth:`Comparison.calls` pairs (ns, from :class:`CustomOpRow`).
@@ -393,3 +395,32 @@ def compare(
             + " (their per-type rows above still compare)"
         )
     return Comparison(shares, len(a), len(b), label_a, label_b, notes, paired, unpaired)
+
+
+def typical_run(runs: Trace | Sequence[Trace] | Any) -> Trace:
+    """Of a side's runs, the one whose end-to-end time is the median (the lower of the middle two
+    for an even count): the run a side-by-side view shows, neither its luckiest nor its unluckiest."""
+    out = [t for t in _runs(runs) if len(t.table)]
+    if not out:
+        raise ValueError("no run with any span to show")
+    order = sorted(range(len(out)), key=lambda k: out[k].table.length_ns)
+    return out[order[(len(order) - 1) // 2]]
+
+
+def side_by_side(
+    a: Trace | Sequence[Trace] | Any, b: Trace | Sequence[Trace] | Any, *, label_a: str = "A", label_b: str = "B"
+) -> Trace:
+    """A's typical run above B's (:func:`typical_run`) on one time axis, both starting at 0: one
+    trace in which each run is a process named by its label, so the timeline draws them as two lane
+    groups and a zoom moves both. Each keeps everything it recorded, the engine's edges included
+    (its split and waiting causes read as in the run itself); the critical path through both would
+    mean nothing, so it is the approximation, and its note says why."""
+    ra, rb = typical_run(a), typical_run(b)
+    c = Combiner()
+    for pid, run, group in ((1, ra, "A"), (2, rb, "B")):
+        c.add(run, pid, shift_ns=int(run.table.start.min()), group=group)
+    meta: dict[str, Any] = {
+        "side_by_side": {label_a: ra.metadata.get("run"), label_b: rb.metadata.get("run")},
+        APPROXIMATE_PATH: f"two runs side by side ({label_a} above {label_b}): the path runs through the one that ends last",
+    }
+    return c.build({1: label_a, 2: label_b}, meta)
