@@ -1,0 +1,83 @@
+"""The client's merge of workers' records, on records made to order (no cluster): a hypothesis
+property over random workers, tasks, dependencies and clock offsets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+pytest.importorskip("distributed")
+
+from opprof.dask.clock import ClockEstimate
+from opprof.dask.merge import DASK_CATEGORY, WorkerRecords, merge
+from opprof.dask.worker import TaskChunk
+
+
+@st.composite
+def clusters(draw: st.DrawFn) -> tuple[list[WorkerRecords], int]:
+    n_workers = draw(st.integers(1, 3))
+    workers = []
+    k = 0
+    cursor = 0  # client time: tasks one after another, so none overlaps and inputs end first
+    all_keys: list[str] = []
+    for w in range(n_workers):
+        rec = WorkerRecords(f"tcp://w{w}:1", name=str(w), pid=100 + w)
+        offset = draw(st.integers(-10**7, 10**7))
+        rec.clock = ClockEstimate(offset, 300_000, 0, 30)
+        for _ in range(draw(st.integers(0, 3))):  # chunks
+            c = TaskChunk()
+            n = draw(st.integers(0, 6))
+            starts, stops, dep_at = [], [], [0]
+            for i in range(n):
+                key = f"t-{k}"
+                k += 1
+                c.keys.append(key)
+                c.prefixes.append("t")
+                c.threads.append(draw(st.sampled_from(["Dask-Default-0", "Dask-Default-1"])))
+                t0 = cursor + draw(st.integers(0, 10**6))
+                cursor = t0 + draw(st.integers(0, 10**6))
+                starts.append(t0 + offset)  # on the worker's clock
+                stops.append(cursor + offset)
+                c.deps.extend(draw(st.lists(st.sampled_from(all_keys), max_size=2, unique=True)) if all_keys else [])
+                dep_at.append(len(c.deps))
+                all_keys.append(key)
+                if draw(st.booleans()) and i == 0:
+                    c.errors[i] = "ValueError('x')"
+            c.start, c.stop = np.array(starts, dtype=np.int64), np.array(stops, dtype=np.int64)
+            c.dep_at = np.array(dep_at, dtype=np.int64)
+            if n:
+                rec.chunks.append(c)
+        workers.append(rec)
+    return workers, k
+
+
+@settings(max_examples=60, deadline=None)
+@given(c=clusters())
+def test_every_task_arrives_on_its_worker_and_the_clients_clock_with_its_edges(c: tuple[list[WorkerRecords], int]) -> None:
+    workers, n_tasks = c
+    trace = merge(None, workers, {})
+    t = trace.table
+    tasks = np.flatnonzero(t.cat == t.strings.index(DASK_CATEGORY)) if DASK_CATEGORY in t.strings else np.zeros(0, int)
+    assert len(tasks) == n_tasks
+    assert trace.processes == {k + 1: f"worker {w.name}" for k, w in enumerate(workers)}
+    lanes = [(th.pid, th.name) for th in trace.threads]
+    assert len(lanes) == len(set(lanes)) and len({th.tid for th in trace.threads}) == len(trace.threads)
+    pid_of = {th.tid: th.pid for th in trace.threads}
+    made = {}
+    for k, w in enumerate(workers):
+        assert w.clock is not None
+        for ch in w.chunks:
+            for i, key in enumerate(ch.keys):
+                made[key] = (k + 1, int(ch.start[i]) - w.clock.offset_ns, int(ch.stop[i]) - w.clock.offset_ns, ch.errors.get(i))
+    got = {}
+    for i in tasks.tolist():
+        args = t.args_of(i) or {}
+        got[args["key"]] = (pid_of[int(t.tid[i])], int(t.start[i]), int(t.end[i]), args.get("error"))
+    assert got == made
+    edges = sum(len(ch.deps) for w in workers for ch in w.chunks)
+    assert trace.n_flows == edges
+    f = trace.flow_table
+    assert bool(np.all(f.src_ts <= f.dst_ts))  # from an input's end to its consumer's start, on one clock
+    assert trace.validate() == []
