@@ -239,6 +239,24 @@ def test_an_injected_clock_offset_is_recovered_within_100_us(client: Any) -> Non
     assert all(t0 <= t["start"] <= t["end"] <= t1 for t in _tasks(trace))
 
 
+def test_the_live_feed_streams_the_workers_tasks_as_the_pulls_bring_them(client: Any) -> None:
+    with opprof.dask.profile(client, interval=0.1) as prof:
+        feed = prof.live_feed()
+        client.gather(client.map(nap, [0.01] * 6, pure=False))
+        deadline = time.monotonic() + 10
+        got: list[Any] = []
+        while sum(len(p) for p in got) < 6 and time.monotonic() < deadline:
+            time.sleep(0.15)
+            got.append(feed.poll())
+    last = got[-1]
+    names = [n for p in got for n in p.name]
+    assert names.count("nap") == 6
+    lanes = {last.threads[i] for p in got for i, n in zip(p.thread.tolist(), p.name, strict=True) if n == "nap"}
+    assert lanes <= {"worker 0 · Dask-Default-0", "worker 1 · Dask-Default-0"} and lanes, lanes
+    spans = [(a, b) for p in got for a, b, n in zip(p.start.tolist(), p.end.tolist(), p.name, strict=True) if n == "nap"]
+    assert all(9_000 < b - a < 60_000 and 0 <= a <= last.now_us for a, b in spans), spans  # µs on the client's clock
+
+
 def test_a_task_that_raises_shows_its_error_in_its_span(client: Any) -> None:
     with opprof.dask.profile(client) as prof:
         fut = client.submit(fails, 7)
@@ -354,6 +372,35 @@ def test_the_magic_profiles_a_cell_on_the_cluster(ip: Any, client: Any, how: str
     assert sum(t["name"] == "train_shard" for t in _tasks(trace)) == 2
     assert "ScaledTanh" in out  # the split table, as for a local cell
     assert _plugins_gone(client)
+
+
+def test_the_magics_live_view_shows_the_workers_tasks_then_the_full_timeline(ip: Any, client: Any) -> None:
+    from unittest import mock
+
+    from opprof.view.widget import TimelineWidget
+
+    ip.user_ns["dask_client"] = client
+    ip.user_ns["nap"] = nap
+    shown: list[Any] = []
+    views: list[Any] = []
+
+    class Handle:
+        def update(self, widget: Any) -> None:
+            shown.append(widget)
+
+    def show(widget: Any, display_id: bool = False) -> Handle:
+        views.append(widget)
+        return Handle()
+
+    cell = "from distributed import get_client\nget_client().gather(get_client().map(nap, [0.4] * 4, pure=False))"
+    with (
+        mock.patch("opprof.jupyter.live.display", side_effect=show),
+        mock.patch("opprof.jupyter.magics.display", side_effect=shown.append),
+    ):
+        result, out = _cell(ip, "--dask dask_client --live", cell)
+    assert result.error_in_exec is None, out
+    assert views and any("worker" in lane for lane in views[0].lanes), views  # the live view had worker lanes
+    assert any(isinstance(w, TimelineWidget) and sorted(w.trace.processes) == [0, 1, 2] for w in shown)
 
 
 @pytest.mark.parametrize(

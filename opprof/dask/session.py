@@ -27,7 +27,8 @@ from distributed import Client, SchedulerPlugin
 
 from ..profiler import Profiler
 from ..trace import Trace
-from .clock import Exchange, estimate
+from .clock import ClockEstimate, Exchange, estimate
+from .live import DaskLiveFeed
 from .merge import WorkerRecords, merge
 from .worker import CLOCK_HANDLER, PLUGIN_NAME, VERSION, OpprofWorkerPlugin, Reply, drain
 
@@ -206,6 +207,17 @@ class DaskProfile:
             except Exception as e:  # not registered (start failed half-way), or the cluster is gone
                 if self._running and "not" not in str(e).lower():
                     self.problems.append(f"removing the {name} plugin failed: {type(e).__name__}: {e}")
+
+    def live_feed(self) -> DaskLiveFeed:
+        """A feed of what this running profile has recorded since the last poll: the client's
+        spans and the workers' tasks as the pulls bring them (:mod:`.live`)."""
+        if not self._running:
+            raise DaskProfileError("this Dask profile is not running")
+        return DaskLiveFeed(self, self.local.live_feed())
+
+    def start_clock(self, address: str) -> ClockEstimate | None:
+        """Worker ``address``'s clock against the client's, from the exchanges at the start (None: none)."""
+        return estimate(self._clock_start.get(address, ()))
 
     # ------------------------------------------------------------------ pulling
     def _poll(self) -> None:

@@ -32,6 +32,7 @@ from ..trace.jsonio import output_path_problem
 from ..trace.stats import SORT_KEYS
 from ..trace.text import compare_table, fmt_us, split_table, stats_table, summary_line, why_text
 from .bokehjs import load_bokehjs
+from .live import PERIOD_S as LIVE_PERIOD_S
 from .live import LiveView
 from .widgets import timeline
 
@@ -217,7 +218,7 @@ class OpprofMagics(Magics):
         self, shell: Any, cell: str, args: Any, live_wanted: bool
     ) -> tuple[Trace, BaseException | None, float, Any, LiveView | None]:
         """One run of the cell under a profiler of its own: (trace, error, wall s, value, live view)."""
-        cluster = self._dask_profile(args) if args.dask else None
+        cluster = self._dask_profile(args, live_wanted) if args.dask else None
         prof = cluster.local if cluster is not None else Profiler(args.max_events).start()
         live: LiveView | None = None
         error: BaseException | None = None
@@ -226,7 +227,7 @@ class OpprofMagics(Magics):
         try:
             try:
                 if live_wanted:
-                    live = LiveView(prof.live_feed()).start()
+                    live = LiveView(cluster.live_feed() if cluster is not None else prof.live_feed()).start()
                 result = _run_code(shell, cell)
             except BaseException as e:  # shown after the partial timeline, then re-raised
                 error = e
@@ -258,7 +259,7 @@ class OpprofMagics(Magics):
             trace = Trace(metadata={"interrupted": "the trace was not built: Ctrl-C while building it"})
         return trace, error, time.perf_counter() - t0, result, live
 
-    def _dask_profile(self, args: Any) -> Any:
+    def _dask_profile(self, args: Any, live: bool) -> Any:
         """``--dask``: a started :class:`opprof.dask.DaskProfile` on the Client the option names (a
         variable of the user's), or on the scheduler at that address (the Client is made once and
         kept: it is the default client the cell's own Dask calls use)."""
@@ -275,7 +276,9 @@ class OpprofMagics(Magics):
             client = client_for(shell.user_ns[args.dask] if args.dask.isidentifier() else args.dask)
         except DaskProfileError as e:
             raise UsageError(f"--dask {args.dask}: {e}\n{usage}") from None
-        return DaskProfile(client, max_events=args.max_events).start()
+        # With the live view, pull as often as it polls (a pull costs ~2 ms here): else the workers'
+        # tasks would reach it a second late, and a short cell's not at all.
+        return DaskProfile(client, max_events=args.max_events, interval=LIVE_PERIOD_S if live else 1.0).start()
 
     @line_magic
     def opprof_view(self, line: str) -> None:
