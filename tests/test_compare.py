@@ -222,13 +222,17 @@ def test_calls_are_paired_by_order_so_one_slower_call_is_named() -> None:
 
 
 def test_runs_with_different_call_counts_are_not_paired_and_say_why() -> None:
-    c = compare([_steps([0.003] * 3) for _ in range(3)], [_steps([0.003] * 4) for _ in range(3)])
+    a, b = [], []
+    for _ in range(3):  # interleaved, as above
+        a.append(_steps([0.005] * 3))
+        b.append(_steps([0.005] * 4))
+    c = compare(a, b)
     assert "CompareSteps" not in c.paired
     with pytest.raises(KeyError, match=r"different numbers of calls \(A: 3; B: 4\)"):
         c.calls("CompareSteps")
     assert any("not paired" in n for n in c.notes)
     wall = c.row(RowKey(RowKind.CUSTOM_OP, "CompareSteps", "wall"))  # the type's row still compares: 4 calls for 3
-    assert 1.15 < wall.ratio < 1.6 and not np.isnan(wall.low), wall
+    assert 1.1 < wall.ratio < 1.7 and not np.isnan(wall.low), wall  # 4/3, give or take a loaded machine
 
 
 def test_opprof_diff_prints_the_table_and_gates_a_slower_b(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -250,14 +254,16 @@ def test_opprof_diff_prints_the_table_and_gates_a_slower_b(tmp_path: Path, capsy
 
 
 def test_opprof_diff_calls_prints_each_call(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    for side, schedule in (("a", [0.002, 0.002]), ("b", [0.002, 0.006])):
+    for side in ("a", "b"):
         (tmp_path / side).mkdir()
-        for k in range(3):
-            _steps(schedule).save(str(tmp_path / side / f"run{k}.opprof"))
+    for k in range(4):  # interleaved: a loaded machine's stalls fall on both sides alike
+        _steps([0.002, 0.002]).save(str(tmp_path / "a" / f"run{k}.opprof"))
+        _steps([0.002, 0.010]).save(str(tmp_path / "b" / f"run{k}.opprof"))
     assert cli(["diff", str(tmp_path / "a"), str(tmp_path / "b"), "--calls", "CompareSteps"]) == 0
     out = capsys.readouterr().out
-    lines = [ln for ln in out.splitlines() if ln.lstrip().startswith("CompareSteps call")]
-    assert len(lines) >= 3 and "slower" in lines[-1] and "no clear change" in lines[-2], out
+    table = out[out.index("CompareSteps: each call") :].splitlines()
+    rows = {ln.split()[2]: ln for ln in table if ln.startswith("CompareSteps call")}
+    assert set(rows) == {"1", "2"} and "slower" in rows["2"] and "faster" not in rows["1"], out
 
 
 def test_either_side_may_be_one_trace_a_list_or_a_result_with_runs() -> None:
