@@ -162,6 +162,15 @@ class Engine:
         when ``on_complete()`` (or ``on_complete(error)``) is called, from any thread."""
         self._submit(Opr(fn, *self._check(reads, writes), name, True, no_skip, info))
 
+    def push_op(self, fn: Callable[[], Any], reads: tuple[Var, ...], writes: tuple[Var, ...], name: str) -> None:
+        """The NDArray front end's push: like :meth:`push`, for a caller that guarantees ``reads``
+        and ``writes`` are tuples of distinct vars with none in both.
+
+        Engines override it with a path that skips what the caller guarantees (checking and
+        normalising the vars); whatever the fast path cannot take goes through :meth:`push`'s.
+        """
+        self._submit(Opr(fn, *self._check(reads, writes), name, False, False, None))
+
     def _submit(self, opr: Opr) -> None:
         """Push ``opr``; then deliver a Ctrl-C that the bookkeeping held back (see opprof.interrupts)."""
         try:
@@ -355,12 +364,10 @@ class Engine:
         ``Dummy_Wait``, deletes) are bookkeeping themselves: an interrupt must not stop them.
         """
         error: BaseException | None = None
-        if not opr.no_skip:
-            seq = opr.seq
-            for v in itertools.chain(opr.reads, opr.writes):
-                if v.exception is not None and (v._cleared_at is None or seq < v._cleared_at):
-                    error = v.exception
-                    break
+        if self._failed_vars and not opr.no_skip:
+            # Only a var in _failed_vars holds an error (set and cleared under the lock, and the
+            # op was released under it after the failure): most ops skip the scan.
+            error = self._inherited_error(opr)
         if error is None:
             obs = self.observer
             try:
@@ -387,6 +394,15 @@ class Engine:
                         self._record_error(opr.writes, e)
                     return []
         return self._complete(opr, error)
+
+    @staticmethod
+    def _inherited_error(opr: Opr) -> BaseException | None:
+        """The error a var ``opr`` touches holds for it (ops pushed after it was raised don't see it)."""
+        seq = opr.seq
+        for v in itertools.chain(opr.reads, opr.writes):
+            if v.exception is not None and (v._cleared_at is None or seq < v._cleared_at):
+                return v.exception
+        return None
 
     @shielded
     def _finish(self, opr: Opr, error: BaseException | None, from_worker: bool) -> None:
@@ -422,7 +438,8 @@ class Engine:
                     v.exception = None
                     v._cleared_at = None
                     self._failed_vars.discard(v)
-                self._release(v, ready)
+                if v._queue:
+                    self._release(v, ready)
             self._pending -= 1
             if self._idle_gates and self._pending == 0:
                 self._last_done = opr.seq

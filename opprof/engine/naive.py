@@ -6,12 +6,14 @@ the engine to debug with (a traceback points at the push that failed).
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from . import interrupts as _guard
-from .core import Engine, closed_gate
-from .interrupts import shielded
+from .core import Engine, closed_gate, open_gates
+from .interrupts import call_user, shielded
 from .opr import Opr, Var
 from .state import thread_state
 
@@ -44,6 +46,80 @@ class NaiveEngine(Engine):
             finally:
                 thread_state.engine_worker = prev
                 thread_state.async_body = prev_async
+
+    @shielded
+    def push_op(self, fn: Callable[[], Any], reads: tuple[Var, ...], writes: tuple[Var, ...], name: str) -> None:
+        """Run a front-end op at once when nothing stands in its way; else as :meth:`push` does.
+
+        The common case (every var idle and without an error, the Ctrl-C shield in place, so
+        nothing can interrupt this frame) registers, runs and completes the op here: the general
+        path's ten frames (push, _check, _submit, _push, _dispatch, _execute, _complete...) cost
+        4.3 µs a push on the project's machine, 5.6 times NumPy's ``x + 1`` there; this one 1.6 µs
+        (2026-12-01, issue 19). An observer hears it through ``run_pushed`` (by default its ``on_push``
+        and ``run``, as on the general path).
+        """
+        taken = False
+        if not self._closed and _guard.getsignal(_guard.SIGINT) is _guard.on_sigint:
+            with self._lock:
+                taken = True
+                for v in reads:
+                    if v._writing or v._queue or v.exception is not None or v.deleted:
+                        taken = False
+                        break
+                if taken:
+                    for v in writes:
+                        if v._writing or v._running_reads or v._queue or v.exception is not None or v.deleted:
+                            taken = False
+                            break
+                if taken:
+                    self._pending += 1
+                    self._seq += 1
+                    seq = self._seq
+                    for v in reads:
+                        v._running_reads += 1
+                    for v in writes:
+                        v._writing = True
+        if not taken:
+            self._submit(Opr(fn, *self._check(reads, writes), name, False, False, None))
+            return
+        obs = self.observer
+        state = thread_state
+        prev = state.engine_worker
+        state.engine_worker = self  # a wait inside the op is refused, as on a worker
+        error: BaseException | None = None
+        try:
+            if obs is None:
+                call_user(fn)
+            else:
+                obs.run_pushed(name, seq, reads, writes, call_user, fn)
+        except BaseException as e:
+            error = e
+        state.engine_worker = prev
+        ready: list[Opr] = []
+        with self._lock:
+            if error is not None:
+                self._record_error(writes, error)
+            for v in reads:
+                v._running_reads -= 1
+                if v._running_reads == 0 and v._queue:
+                    self._release(v, ready)
+            for v in writes:
+                v._writing = False
+                if v._queue:  # another thread pushed behind this op meanwhile
+                    self._release(v, ready)
+            self._pending -= 1
+            if self._idle_gates and self._pending == 0:
+                self._last_done = seq
+                open_gates(self._idle_gates)
+            if ready and obs is not None:  # the enabling edge, as _complete notes it
+                now = obs.clock()
+                for r in ready:
+                    r.ready_ns = now
+                    r.by = seq
+        for nxt in ready:
+            self._dispatch(nxt)
+        if _guard.deferred is not None:  # a Ctrl-C the op failed with (see _record_error)
+            _guard.raise_deferred(sys._getframe(1))
 
     @shielded
     def _push(self, opr: Opr) -> None:

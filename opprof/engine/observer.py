@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .opr import Opr
+from .opr import Opr, Var
 from .state import Invocation
 
 __all__ = ["EngineObserver", "Observers"]
@@ -32,6 +32,18 @@ class EngineObserver:
     def run(self, opr: Opr, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``opr`` by calling ``fn(*args)`` on the executing thread (time it, if you like)."""
         fn(*args)
+
+    def run_pushed(
+        self, name: str, seq: int, reads: tuple[Var, ...], writes: tuple[Var, ...], fn: Callable[..., Any], *args: Any
+    ) -> None:
+        """An op pushed and run at once, on this thread (the naive engine's fast path, which makes
+        no ``Opr`` of its own): :meth:`on_push` then :meth:`run` here; an observer may do both at
+        once, with one clock read and no ``Opr``."""
+        opr = Opr(fn, reads, writes, name, False, False, None)
+        opr.seq = seq
+        opr.dispatched = True
+        self.on_push(opr)
+        self.run(opr, fn, *args)
 
     def on_wait(self, name: str, t0: int, t1: int, by: int = 0, var: int = 0) -> None:
         """The calling thread was blocked in a wait (``WaitForVar``, ``WaitForAll``) from ``t0`` to

@@ -36,14 +36,26 @@ class OpDef:
     forward: Forward
     backward: Backward | None
     infer: Infer
+    #: A scalar op's ufunc, and whether the scalar is its first operand: the front end calls it
+    #: straight from the engine (``partial(ufunc, x, s, out=..., casting="unsafe")``, no Python
+    #: frame between the engine and NumPy), which is what ``forward`` does with one frame more.
+    scalar_ufunc: Callable[..., Any] | None = None
+    scalar_first: bool = False
 
 
 OPS: dict[str, OpDef] = {}
 
 
-def register(name: str, forward: Forward, backward: Backward | None, infer: Infer) -> OpDef:
+def register(
+    name: str,
+    forward: Forward,
+    backward: Backward | None,
+    infer: Infer,
+    scalar_ufunc: Callable[..., Any] | None = None,
+    scalar_first: bool = False,
+) -> OpDef:
     """Add an operator to the registry (replacing one of the same name)."""
-    op = OpDef(name, forward, backward, infer)
+    op = OpDef(name, forward, backward, infer, scalar_ufunc, scalar_first)
     OPS[name] = op
     return op
 
@@ -99,7 +111,7 @@ def _scalar(
     def backward(ins: Sequence[np.ndarray], out: np.ndarray, g: np.ndarray, a: Attrs) -> list[np.ndarray | None]:
         return [grad(ins[0], out, g, a["scalar"])]
 
-    register(name, forward, backward, same_shape)
+    register(name, forward, backward, same_shape, scalar_ufunc=fn, scalar_first=reverse)
 
 
 _scalar("_plus_scalar", np.add, lambda x, y, g, s: g)

@@ -1,0 +1,115 @@
+"""The engines' fast paths for front-end pushes (issue 19) do what the general path does.
+
+``Engine.push_op`` registers (and, on the naive engine, runs and completes) an op in one frame when
+nothing special applies; everything else goes the general way. These tests pin the cases where the
+two could differ: a busy var, a failed var, an observer, and the custom-op pool's shutdown.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+from helpers import both_engines, record_pushes  # noqa: F401  (a fixture: every test on both engines)
+
+import opprof as mx
+from opprof.engine import EngineError, get_engine
+from opprof.engine.threaded import CustomPool
+
+
+def test_push_op_orders_after_a_busy_var() -> None:
+    eng = get_engine()
+    v, w = eng.new_var(), eng.new_var()
+    order: list[str] = []
+    gate = threading.Event()
+
+    def slow(done: Any) -> None:  # an async op holds ``v`` until another thread completes it
+        threading.Thread(target=lambda: (gate.wait(5), order.append("write v"), done()), daemon=True).start()
+
+    if eng.kind == "naive":
+        gate.set()  # the naive engine's push_async returns only once the op is complete
+    eng.push_async(slow, (), (v,), "slow")
+    eng.push_op(lambda: order.append("read v"), (v,), (w,), "reader")
+    gate.set()
+    eng.wait_for_all()
+    assert order == ["write v", "read v"]
+
+
+def test_push_op_skips_an_op_whose_input_failed() -> None:
+    y = mx.nd.ones((2, 2)) / 1
+    eng = get_engine()
+
+    def fail() -> None:
+        raise ValueError("boom")
+
+    eng.push(fail, (), (y.var,), "fail")
+    ran: list[bool] = []
+    z = mx.nd.zeros((2, 2))
+    eng.push_op(lambda: ran.append(True), (y.var,), (z.var,), "reader")  # must be skipped, not run
+    with pytest.raises(ValueError, match="boom"):
+        z.wait_to_read()
+    assert ran == []
+    w = mx.nd.ones((2, 2)) + 1  # the engine goes on working
+    np.testing.assert_array_equal(w.asnumpy(), np.full((2, 2), 2.0))
+
+
+def test_push_op_refuses_a_deleted_var() -> None:
+    eng = get_engine()
+    v, w = eng.new_var(), eng.new_var()
+    eng.delete_var(v)
+    eng.wait_for_all()
+    with pytest.raises(EngineError, match="deleted"):
+        eng.push_op(lambda: None, (v,), (w,), "late")
+
+
+def test_an_observer_hears_fast_path_ops_as_the_general_path_reports_them() -> None:
+    a = mx.nd.ones((3, 3))
+    with record_pushes() as seen:
+        b = a + 1
+        c = b * 2
+        d = c - a
+    assert d.asnumpy()[0, 0] == 3.0
+    assert seen.names == ["_plus_scalar", "_mul_scalar", "elemwise_sub"]
+    seqs = [o.seq for o in seen.oprs]
+    assert seqs == sorted(seqs) and len(set(seqs)) == 3
+    assert seen.oprs[2].reads == (c.var, a.var) and seen.oprs[2].writes == (d.var,)
+
+
+def test_profiled_fast_path_ops_become_spans() -> None:
+    a = mx.nd.ones((3, 3))
+    with mx.profile() as prof:
+        for _ in range(5):
+            a = a + 1
+    assert a.asnumpy()[0, 0] == 6.0
+    trace = prof.trace
+    assert trace.validate() == []
+    names = [s.name for s in trace.spans if s.name == "_plus_scalar"]
+    assert len(names) == 5
+
+
+def test_custom_pool_close_does_not_hang_when_a_task_finishes_during_it() -> None:
+    # close() queues one stop token per thread; a worker finishing its task meanwhile used to count
+    # the tokens as work and start a thread that took one, leaving another worker waiting forever.
+    pool = CustomPool(2, "test-pool-")
+    started = [threading.Event(), threading.Event()]
+    release = [threading.Event(), threading.Event()]
+
+    def task(i: int) -> None:
+        started[i].set()
+        release[i].wait(5)
+
+    pool.submit(lambda: task(0))
+    assert started[0].wait(5)  # taken (a thread just started counts as idle until it takes a task)
+    pool.submit(lambda: task(1))
+    assert started[1].wait(5)  # both workers busy
+    closer = threading.Thread(target=pool.close, daemon=True)
+    closer.start()
+    time.sleep(0.05)  # both tokens queued while the tasks still run
+    release[0].set()  # the first worker finishes: it must not start a third thread
+    time.sleep(0.05)
+    release[1].set()
+    closer.join(10)
+    assert not closer.is_alive(), "CustomPool.close() hung"
