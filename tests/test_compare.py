@@ -210,9 +210,9 @@ def test_calls_are_paired_by_order_so_one_slower_call_is_named() -> None:
     c = compare(a, b)
     calls = c.calls("CompareSteps")
     assert calls[1].verdict is Verdict.SLOWER and 2.0 < calls[1].ratio < 3.0 and calls[1].median_b > 9.5e6, calls[1]
-    # The unchanged calls: no verdict of "faster", and ratios near 1 (a loaded machine may still
-    # stretch one 4 ms sleep enough for a 5 % false "slower", so the ratio is what is held here).
-    assert all(k.verdict is not Verdict.FASTER and 0.8 < k.ratio < 1.3 for k in (calls[0], calls[2], calls[3])), calls
+    # The unchanged calls: ratios near 1. Not their verdicts: each has the method's 5 % chance of a
+    # false one, and three of them on a loaded machine make that ~15 % a run (seen: 0.967x, "faster").
+    assert all(0.8 < k.ratio < 1.25 for k in (calls[0], calls[2], calls[3])), calls
     assert [k.verdict for k in c.calls("CompareSteps", "sub-ops")][1] is Verdict.NO_CLEAR_CHANGE  # the sleep is Python
     assert c.most_changed_calls()[0].index == 1
     table = compare_table(c)
@@ -263,7 +263,7 @@ def test_opprof_diff_calls_prints_each_call(tmp_path: Path, capsys: pytest.Captu
     out = capsys.readouterr().out
     table = out[out.index("CompareSteps: each call") :].splitlines()
     rows = {ln.split()[2]: ln for ln in table if ln.startswith("CompareSteps call")}
-    assert set(rows) == {"1", "2"} and "slower" in rows["2"] and "faster" not in rows["1"], out
+    assert set(rows) == {"1", "2"} and "slower" in rows["2"], out  # call 1's verdict: see the test above
 
 
 def test_either_side_may_be_one_trace_a_list_or_a_result_with_runs() -> None:
