@@ -259,7 +259,7 @@ def rows(quick: bool = False, repeats: int | None = None) -> list[Row]:
     except ImportError:
         return [Row(SECTION, "skipped: distributed is not installed (pip install 'opprof[dask]')", None)]
     if quick:
-        return measure(tasks=200, repeats=1, maps=2, per_map=500, million=20_000)
+        return measure(tasks=100, repeats=1, maps=2, per_map=100, million=20_000)
     return measure(repeats=repeats or 5)
 
 
