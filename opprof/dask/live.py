@@ -10,14 +10,13 @@ they travel as segments built when a worker is idle (see :mod:`.worker`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
 from ..profiler.live import POLL_CAP, LiveFeed, LiveSpans
-
-if TYPE_CHECKING:
-    from .session import DaskProfile
+from .clock import ClockEstimate
+from .merge import WorkerRecords
 
 __all__ = ["DaskLiveFeed"]
 
@@ -25,8 +24,17 @@ __all__ = ["DaskLiveFeed"]
 class DaskLiveFeed:
     """``poll()`` as :class:`~opprof.profiler.live.LiveFeed`'s, with the workers' new tasks added."""
 
-    def __init__(self, profile: DaskProfile, client: LiveFeed, cap: int = POLL_CAP) -> None:
-        self.profile = profile
+    def __init__(
+        self,
+        workers: Mapping[str, WorkerRecords],
+        start_clock: Callable[[str], ClockEstimate | None],
+        client: LiveFeed,
+        cap: int = POLL_CAP,
+    ) -> None:
+        """``workers``: the profile's records by address, which its puller grows; ``start_clock``:
+        a worker's clock estimate from the start of the profile."""
+        self.workers = workers
+        self.start_clock = start_clock
         self.client = client
         self.cap = cap
         self._seen: dict[str, int] = {}  # worker address -> chunks read
@@ -37,7 +45,7 @@ class DaskLiveFeed:
     def _offset(self, address: str) -> int:
         got = self._offsets.get(address)
         if got is None:
-            est = self.profile.start_clock(address)
+            est = self.start_clock(address)
             got = self._offsets[address] = est.offset_ns if est is not None else 0
         return got
 
@@ -48,13 +56,12 @@ class DaskLiveFeed:
         starts: list[np.ndarray] = []
         ends: list[np.ndarray] = []
         names: list[str] = []
-        for address, w in list(self.profile.workers.items()):
+        for address, w in list(self.workers.items()):
             chunks = w.chunks[self._seen.get(address, 0) :]  # the puller only appends
             self._seen[address] = self._seen.get(address, 0) + len(chunks)
             shift = self._offset(address)
-            label = f"worker {w.name}" if w.name and w.name != w.address else f"worker {w.address}"
             for c in chunks:
-                lanes = [self._lanes.setdefault(f"{label} · {t}", len(self._lanes)) for t in c.threads]
+                lanes = [self._lanes.setdefault(f"{w.label} · {t}", len(self._lanes)) for t in c.threads]
                 threads.extend(lanes)
                 starts.append((c.start - shift - base.t_start_ns) / 1e3)
                 ends.append((c.stop - shift - base.t_start_ns) / 1e3)

@@ -71,22 +71,25 @@ class WorkerRecords:
     def received(self) -> int:
         return sum(len(c) for c in self.chunks)
 
+    @property
+    def label(self) -> str:
+        """What the timeline calls the worker's process: ``worker <name>`` (its address when unnamed)."""
+        return f"worker {self.name}" if self.name and self.name != self.address else f"worker {self.address}"
 
-def _task_table(pid: int, chunks: list[TaskChunk], shift: int, lanes: Lanes) -> tuple[SpanTable, list[str], np.ndarray]:
-    """The tasks' spans (and, for the flows, their keys and each one's deps offsets)."""
+
+def _task_table(pid: int, chunks: list[TaskChunk], shift: int, lanes: Lanes) -> tuple[SpanTable, list[str]]:
+    """The spans of a worker's tasks (``chunks``: at least one, none empty), and their keys."""
     keys = [k for c in chunks for k in c.keys]
-    n = len(keys)
-    tid = lanes.tids_of(pid, [t for c in chunks for t in c.threads]) if n else np.zeros(0, _I64)
-    start = np.concatenate([c.start for c in chunks]) - shift if n else np.zeros(0, _I64)
-    end = np.concatenate([c.stop for c in chunks]) - shift if n else np.zeros(0, _I64)
+    tid = lanes.tids_of(pid, [t for c in chunks for t in c.threads])
+    start = np.concatenate([c.start for c in chunks]) - shift
+    end = np.concatenate([c.stop for c in chunks]) - shift
     args: list[dict[str, Any]] = [{"key": k} for k in keys]
     base = 0
     for c in chunks:
         for i, text in c.errors.items():
             args[base + i]["error"] = text
         base += len(c)
-    table = _dask_spans(start, end, tid, [p for c in chunks for p in c.prefixes], args)
-    return table, keys, tid
+    return _dask_spans(start, end, tid, [p for c in chunks for p in c.prefixes], args), keys
 
 
 def _phase_table(pid: int, chunks: list[TaskChunk], keys: list[str], shift: int, lanes: Lanes) -> SpanTable:
@@ -128,17 +131,24 @@ def _dask_spans(start: np.ndarray, end: np.ndarray, tid: np.ndarray, names: list
     )
 
 
-def _flows(
-    keys: list[str], tid: np.ndarray, start: np.ndarray, end: np.ndarray, deps: list[str], dep_at: np.ndarray
-) -> FlowTable:
-    """A flow from each task's input's task (its end) to the task (its start), where both were recorded."""
+def _owners(chunks: list[TaskChunk], first: int) -> np.ndarray:
+    """For each entry of the chunks' ``deps`` in turn, the index of the task that used it (the
+    chunks' tasks numbered from ``first``)."""
+    out, base = [], first
+    for c in chunks:
+        out.append(np.repeat(np.arange(base, base + len(c), dtype=_I64), np.diff(c.dep_at)))
+        base += len(c)
+    return np.concatenate(out)
+
+
+def _flows(keys: list[str], tid: np.ndarray, start: np.ndarray, end: np.ndarray, deps: list[str], owner: np.ndarray) -> FlowTable:
+    """A flow from each task's input's task (its end) to the task (its start), where both were
+    recorded: ``deps[j]`` is an input of task ``owner[j]``."""
     if not deps:
         return FlowTable.empty()
     wanted = set(deps)
     index = {k: i for i, k in enumerate(keys) if k in wanted}
     src, dst = [], []
-    counts = np.diff(dep_at)
-    owner = np.repeat(np.arange(len(counts)), counts)
     for dep, used_by in zip(deps, owner.tolist(), strict=True):
         made_by = index.get(dep)
         if made_by is not None:
@@ -168,31 +178,30 @@ def merge(client: Trace | None, workers: list[WorkerRecords], metadata: dict[str
     if client is not None:
         c.add(client, 0)
         processes[0] = "client"
-    task_parts: list[tuple[list[str], np.ndarray, np.ndarray, np.ndarray, list[str], np.ndarray]] = []
+    # Every worker's tasks in one numbering: an input may come from another worker.
+    keys: list[str] = []
+    tasks: list[SpanTable] = []
+    deps: list[str] = []
+    owners: list[np.ndarray] = []
     for k, w in enumerate(workers):
         pid = k + 1
-        processes[pid] = f"worker {w.name}" if w.name and w.name != w.address else f"worker {w.address}"
+        processes[pid] = w.label
         shift = w.clock.offset_ns if w.clock is not None else 0
         if not w.chunks and not w.segments:
             c.lanes.tid(pid, "dask tasks")  # an empty lane, so the worker still shows
         if w.chunks:
-            table, keys, tid = _task_table(pid, w.chunks, shift, c.lanes)
+            table, worker_keys = _task_table(pid, w.chunks, shift, c.lanes)
+            owners.append(_owners(w.chunks, len(keys)))
+            keys += worker_keys
+            deps += [d for ch in w.chunks for d in ch.deps]
+            tasks.append(table)
             c.add_spans(table)
-            deps = [d for ch in w.chunks for d in ch.deps]
-            at = np.concatenate([[0]] + [ch.dep_at[1:] + off for ch, off in zip(w.chunks, _dep_offsets(w.chunks), strict=True)])
-            task_parts.append((keys, tid, table.start, table.end, deps, at.astype(_I64)))
-            c.add_spans(_phase_table(pid, w.chunks, keys, shift, c.lanes))
+            c.add_spans(_phase_table(pid, w.chunks, worker_keys, shift, c.lanes))
         for seg in w.segments:  # one engine, one id space: the worker's pid is their group
             c.add(seg, pid, shift_ns=shift)
-    if task_parts:  # dependencies may cross workers: one key space for all
-        keys = [k for p in task_parts for k in p[0]]
-        tid = np.concatenate([p[1] for p in task_parts])
-        start = np.concatenate([p[2] for p in task_parts])
-        end = np.concatenate([p[3] for p in task_parts])
-        deps = [d for p in task_parts for d in p[4]]
-        offsets = np.cumsum([0] + [len(p[4]) for p in task_parts])[:-1]
-        dep_at = np.concatenate([[0]] + [p[5][1:] + o for p, o in zip(task_parts, offsets.tolist(), strict=True)])
-        c.add_flows(_flows(keys, tid, start, end, deps, dep_at))
+    if tasks:
+        tid, start, end = (np.concatenate([getattr(t, col) for t in tasks]) for col in ("tid", "start", "end"))
+        c.add_flows(_flows(keys, tid, start, end, deps, np.concatenate(owners)))
     meta = dict(client.metadata) if client is not None else {}
     meta.update(metadata or {})
     meta[APPROXIMATE_PATH] = (
@@ -200,7 +209,3 @@ def merge(client: Trace | None, workers: list[WorkerRecords], metadata: dict[str
         "graph's dependency arrows (the engine's edges inside each worker still explain its custom ops' waiting)"
     )
     return c.build(processes, meta)
-
-
-def _dep_offsets(chunks: list[TaskChunk]) -> list[int]:
-    return np.cumsum([0] + [int(c.dep_at[-1]) for c in chunks])[:-1].tolist()

@@ -152,7 +152,6 @@ class DaskProfile:
             self._remove_plugins()
             self._running = False
             raise
-        self.t_start = time.perf_counter_ns()
         self._stop.clear()
         self._thread = threading.Thread(target=self._poll, name="opprof-dask-puller", daemon=True)
         self._thread.start()
@@ -213,7 +212,7 @@ class DaskProfile:
         spans and the workers' tasks as the pulls bring them (:mod:`.live`)."""
         if not self._running:
             raise DaskProfileError("this Dask profile is not running")
-        return DaskLiveFeed(self, self.local.live_feed())
+        return DaskLiveFeed(self.workers, self.start_clock, self.local.live_feed())
 
     def start_clock(self, address: str) -> ClockEstimate | None:
         """Worker ``address``'s clock against the client's, from the exchanges at the start (None: none)."""
@@ -230,11 +229,10 @@ class DaskProfile:
     def _pull(self, final: bool) -> None:
         """Drain every worker until none has more (``final``: with the engines' last segments)."""
         with self._lock:
-            workers: list[str] | None = None
-            first = all_workers = True
-            while first or workers:
+            workers: list[str] | None = None  # None: all of them (the first round)
+            while True:
+                first = workers is None
                 replies = self.client.run(drain, PLUGIN_NAME, self.chunk, final and first, workers=workers, on_error="return")
-                first = False
                 workers = []
                 for address, reply in replies.items():
                     if isinstance(reply, BaseException):
@@ -247,11 +245,12 @@ class DaskProfile:
                     w.add(reply)
                     if reply.more:
                         workers.append(address)
-                if all_workers:  # a worker heard from before but absent from a round of all: gone
-                    all_workers = False
+                if first:  # a worker heard from before but absent from a round of all: gone
                     for address, w in self.workers.items():
                         if address not in replies and w.gone is None:
                             w.gone = "left the cluster (died or was restarted) before the profile ended"
+                if not workers:
+                    return
 
     def _lost(self, address: str, why: str) -> None:
         w = self.workers.setdefault(address, WorkerRecords(address))
