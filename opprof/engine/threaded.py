@@ -12,7 +12,6 @@ import itertools
 import os
 import sys
 import threading
-from collections import deque
 from collections.abc import Callable
 from queue import SimpleQueue
 from typing import Any
@@ -154,22 +153,17 @@ class ThreadedEngine(Engine):
             self._pending += 1
             self._seq += 1
             opr.seq = self._seq
+            # Engine._push's registration without its interruption bookkeeping (the shield holds here).
             for v in reads:
                 if v._writing or v._queue:
                     blocked += 1
-                    if v._queue:
-                        v._queue.append((opr, False))
-                    else:
-                        v._queue = deque(((opr, False),))
+                    (v._queue or v.new_queue()).append((opr, False))
                 else:
                     v._running_reads += 1
             for v in writes:
                 if v._writing or v._running_reads or v._queue:
                     blocked += 1
-                    if v._queue:
-                        v._queue.append((opr, True))
-                    else:
-                        v._queue = deque(((opr, True),))
+                    (v._queue or v.new_queue()).append((opr, True))
                 else:
                     v._writing = True
             opr.wait = blocked
