@@ -19,7 +19,7 @@ import socket
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -115,6 +115,8 @@ class DaskProfile:
         self._clock_end: dict[str, list[Exchange]] = {}
         self._running = False
         self.local_error: BaseException | None = None
+        #: (how to remove it, its name) of each plugin start() installed, until stop() removes them.
+        self._installed: list[tuple[Callable[[str], Any], str]] = []
 
     # ------------------------------------------------------------------ start / stop
     def start(self) -> DaskProfile:
@@ -135,7 +137,9 @@ class DaskProfile:
             # counted (so never called missing), rather than counted and not recorded.
             try:
                 c.register_plugin(plugin, name=PLUGIN_NAME)
+                self._installed.append((c.unregister_worker_plugin, PLUGIN_NAME))
                 c.register_plugin(TaskCounter(), name=COUNTER_NAME)
+                self._installed.append((c.unregister_scheduler_plugin, COUNTER_NAME))
             except Exception as e:  # most often: the workers or the scheduler cannot import opprof
                 raise DaskProfileError(
                     f"installing opprof's plugins on the cluster failed ({type(e).__name__}: {e}); "
@@ -197,15 +201,13 @@ class DaskProfile:
             return self.local.trace
 
     def _remove_plugins(self) -> None:
-        for remove, name in (
-            (self.client.unregister_worker_plugin, PLUGIN_NAME),
-            (self.client.unregister_scheduler_plugin, COUNTER_NAME),
-        ):
+        """Remove what :meth:`start` installed (only that: a start that failed half-way leaves less)."""
+        installed, self._installed = self._installed, []
+        for remove, name in installed:
             try:
                 remove(name)
-            except Exception as e:  # not registered (start failed half-way), or the cluster is gone
-                if self._running and "not" not in str(e).lower():
-                    self.problems.append(f"removing the {name} plugin failed: {type(e).__name__}: {e}")
+            except Exception as e:  # the cluster is gone: nothing left to remove it from
+                self.problems.append(f"removing the {name} plugin failed: {type(e).__name__}: {e}")
 
     def live_feed(self) -> DaskLiveFeed:
         """A feed of what this running profile has recorded since the last poll: the client's
