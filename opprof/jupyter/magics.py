@@ -166,7 +166,7 @@ class OpprofMagics(Magics):
         result = None
         wall = 0.0
         try:
-            for k in range(1 + (args.repeat or 0) if args.repeat else 1):
+            for k in range(1 + (args.repeat or 0)):  # with --repeat, run 0 is the warm-up
                 trace, error, wall, result, live = self._profile_once(shell, cell, args, live_wanted)
                 if args.repeat and k == 0 and error is None:
                     warmup = trace
