@@ -327,6 +327,11 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
+def _ratio_cells(ratio: float, low: float, high: float) -> tuple[str, str]:
+    """B/A and its interval as table cells (empty where there is none)."""
+    return ("" if math.isnan(ratio) else f"{ratio:.3f}", "" if math.isnan(low) else f"[{low:.3f}, {high:.3f}]")
+
+
 def _call_table(calls: list[CallResult]) -> str:
     return _table(
         ["call", "A", "B", "B/A", "95 % interval", "verdict"],
@@ -335,8 +340,7 @@ def _call_table(calls: list[CallResult]) -> str:
                 c.label(),
                 fmt_us(c.median_a / 1e3),
                 fmt_us(c.median_b / 1e3),
-                "" if math.isnan(c.ratio) else f"{c.ratio:.3f}",
-                "" if math.isnan(c.low) else f"[{c.low:.3f}, {c.high:.3f}]",
+                *_ratio_cells(c.ratio, c.low, c.high),
                 c.verdict.value,
             ]
             for c in calls
@@ -363,8 +367,7 @@ def compare_table(comparison: Comparison, top: int = 25) -> str:
     moved = [r for r in c.rows if r.verdict in (Verdict.ADDED, Verdict.REMOVED)]
     body = []
     for r in changed[:top]:
-        interval = "" if math.isnan(r.low) else f"[{r.low:.3f}, {r.high:.3f}]"
-        ratio = "" if math.isnan(r.ratio) else f"{r.ratio:.3f}"
+        ratio, interval = _ratio_cells(r.ratio, r.low, r.high)
         share = "" if r.key.kind is RowKind.END_TO_END or not r.share else f"{100 * r.share:+.0f} %"
         body.append(
             [r.key.label(), fmt_us(r.median_a / 1e3), fmt_us(r.median_b / 1e3), ratio, interval, r.verdict.value, share]
