@@ -113,3 +113,31 @@ def test_custom_pool_close_does_not_hang_when_a_task_finishes_during_it() -> Non
     release[1].set()
     closer.join(10)
     assert not closer.is_alive(), "CustomPool.close() hung"
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.int32, np.int64, np.uint8])
+@pytest.mark.parametrize("scalar", [3, 2.5])
+def test_scalar_ops_keep_the_arrays_dtype_and_numpys_values(dtype: Any, scalar: Any) -> None:
+    # Float arrays take the kernel path with ``out`` by position (no cast asked for); other dtypes
+    # keep MXNet's rule, the result cast back to the array's dtype. Both must agree with NumPy.
+    x = np.arange(1, 13, dtype=dtype).reshape(3, 4)
+    a = mx.nd.array(x, dtype=dtype)
+    got = {"+": a + scalar, "-": a - scalar, "*": a * scalar, "/": a / scalar, "r-": scalar - a, "r/": scalar / a}
+    ufuncs = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.true_divide, "r-": np.subtract, "r/": np.true_divide}
+    for sym, fn in ufuncs.items():
+        want = np.empty_like(x)
+        args = (scalar, x) if sym.startswith("r") else (x, scalar)
+        fn(*args, out=want, casting="unsafe")
+        assert got[sym].dtype == dtype, sym
+        np.testing.assert_array_equal(got[sym].asnumpy(), want, err_msg=sym)
+
+
+def test_a_kernel_op_that_fails_fails_its_output_and_the_engine_goes_on() -> None:
+    eng = get_engine()
+    src, dst = np.ones(3), np.empty(3)
+    a, b = eng.new_var(), eng.new_var()
+    # A ufunc bound to arrays that cannot broadcast: the kernel itself raises, as NumPy would.
+    eng.push_op(lambda: np.add(src, np.ones(4), dst), (a,), (b,), "bad", True)
+    with pytest.raises(ValueError, match="broadcast"):
+        eng.wait_for_var(b)
+    np.testing.assert_array_equal((mx.nd.ones((2,)) + 1).asnumpy(), [2.0, 2.0])

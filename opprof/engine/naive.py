@@ -48,7 +48,9 @@ class NaiveEngine(Engine):
                 thread_state.async_body = prev_async
 
     @shielded
-    def push_op(self, fn: Callable[[], Any], reads: tuple[Var, ...], writes: tuple[Var, ...], name: str) -> None:
+    def push_op(
+        self, fn: Callable[[], Any], reads: tuple[Var, ...], writes: tuple[Var, ...], name: str, kernel: bool = False
+    ) -> None:
         """Run a front-end op at once when nothing stands in its way; else as :meth:`push` does.
 
         The common case (every var idle and without an error, the Ctrl-C shield in place, so
@@ -59,8 +61,13 @@ class NaiveEngine(Engine):
         and ``run``, as on the general path).
         """
         taken = False
+        lock = self._lock
         if not self._closed and _guard.getsignal(_guard.SIGINT) is _guard.on_sigint:
-            with self._lock:
+            # acquire/release, not ``with``: 0.12 µs against 0.30 a pair here, twice a push. Safe
+            # without the with-statement's guarantee because nothing can interrupt this frame (the
+            # shield is in place, checked above, and the code between cannot raise).
+            lock.acquire()
+            try:
                 taken = True
                 for v in reads:
                     if v._writing or v._queue or v.exception is not None or v.deleted:
@@ -79,24 +86,36 @@ class NaiveEngine(Engine):
                         v._running_reads += 1
                     for v in writes:
                         v._writing = True
+            finally:
+                lock.release()
         if not taken:
             self._submit(Opr(fn, *self._check(reads, writes), name, False, False, None))
             return
         obs = self.observer
-        state = thread_state
-        prev = state.engine_worker
-        state.engine_worker = self  # a wait inside the op is refused, as on a worker
         error: BaseException | None = None
-        try:
-            if obs is None:
-                call_user(fn)
-            else:
-                obs.run_pushed(name, seq, reads, writes, call_user, fn)
-        except BaseException as e:
-            error = e
-        state.engine_worker = prev
+        if kernel:  # no Python runs in fn: nothing to refuse a wait in, no Ctrl-C boundary to mark
+            try:
+                if obs is None:
+                    fn()
+                else:
+                    obs.run_pushed(name, seq, reads, writes, fn)
+            except BaseException as e:
+                error = e
+        else:
+            state = thread_state
+            prev = state.engine_worker
+            state.engine_worker = self  # a wait inside the op is refused, as on a worker
+            try:
+                if obs is None:
+                    call_user(fn)
+                else:
+                    obs.run_pushed(name, seq, reads, writes, call_user, fn)
+            except BaseException as e:
+                error = e
+            state.engine_worker = prev
         ready: list[Opr] = []
-        with self._lock:
+        lock.acquire()
+        try:
             if error is not None:
                 self._record_error(writes, error)
             for v in reads:
@@ -116,6 +135,8 @@ class NaiveEngine(Engine):
                 for r in ready:
                     r.ready_ns = now
                     r.by = seq
+        finally:
+            lock.release()
         for nxt in ready:
             self._dispatch(nxt)
         if _guard.deferred is not None:  # a Ctrl-C the op failed with (see _record_error)
