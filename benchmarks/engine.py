@@ -20,7 +20,13 @@ machine, NumPy's ``x + 1`` then 0.48 / 1.04 µs) are used and the table says so.
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
 import time
+from queue import SimpleQueue
 from typing import Any
 
 import numpy as np
@@ -107,6 +113,68 @@ def custom_forward_backward(calls: int) -> float:
     return dt
 
 
+def handoff_us(trips: int, one_cpu: bool) -> float:
+    """One way of a hand-off between two Python threads (a queue ping-pong), in µs.
+
+    The threaded engine's floor: a trivial custom op crosses threads twice a call in steady state
+    (the worker hands the Python to a custom-op thread, which hands its sub-ops back). With
+    ``one_cpu`` both threads are pinned to one CPU, where a hand-off is a context switch rather
+    than waking a CPU that went idle.
+    """
+    there: SimpleQueue[int | None] = SimpleQueue()
+    back: SimpleQueue[int] = SimpleQueue()
+    cpu = {min(os.sched_getaffinity(0))} if one_cpu else None
+
+    def echo() -> None:
+        if cpu:
+            os.sched_setaffinity(0, cpu)
+        while (x := there.get()) is not None:
+            back.put(x)
+
+    def run() -> None:
+        nonlocal took
+        if cpu:
+            os.sched_setaffinity(0, cpu)
+        there.put(0)
+        back.get()  # both threads up and pinned
+        t = time.perf_counter()
+        for i in range(trips):
+            there.put(i)
+            back.get()
+        took = time.perf_counter() - t
+        there.put(None)
+
+    took = 0.0
+    threads = [threading.Thread(target=echo), threading.Thread(target=run)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return took / trips / 2 * 1e6
+
+
+def one_cpu_child(ops: int, calls: int, repeats: int) -> dict[str, float]:
+    """The threaded engine's figures with this whole process on one CPU (run in a child process:
+    affinity is inherited by the threads a process starts, and cannot be undone for them)."""
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    mx.set_engine("threaded")
+    cases = {
+        "threaded_10": lambda: engine_chain(10, ops) / ops,
+        "threaded_100": lambda: engine_chain(100, ops) / ops,
+        "custom_threaded_fwd": lambda: custom_forward(calls) / calls,
+        "custom_threaded_fwdbwd": lambda: custom_forward_backward(calls) / calls,
+    }
+    return {k: v * 1e6 for k, v in interleaved(cases, repeats).items()}
+
+
+def _one_cpu(ops: int, calls: int, repeats: int) -> dict[str, float]:
+    if not hasattr(os, "sched_setaffinity"):
+        return {}
+    cmd = [sys.executable, __file__, "--one-cpu-child", "--ops", str(ops), "--calls", str(calls), "--repeats", str(repeats)]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=600)
+    return {k: float(v) for k, v in json.loads(done.stdout.strip().splitlines()[-1]).items()}
+
+
 def _on(kind: str, fn: Any) -> Any:
     """``fn`` run on engine ``kind`` (each call switches, so interleaved cases may differ in engine)."""
 
@@ -138,6 +206,7 @@ def rows(quick: bool = False, repeats: int | None = None, mxnet: dict[str, float
 def measure(ops: int, calls: int, repeats: int, mxnet: dict[str, float] | None = None) -> list[Row]:
     out: list[Row] = []
     numpy_us: dict[int, float] = {}
+    default: dict[str, float] = {}  # the threaded figures on every CPU, beside the one-CPU rows
     try:
         for n in (10, 100):
             progress(f"engine: {ops} ops of a = a + 1 on {n}x{n}, numpy / threaded / naive, {repeats} rounds")
@@ -147,6 +216,7 @@ def measure(ops: int, calls: int, repeats: int, mxnet: dict[str, float] | None =
             us = {k: v / ops * 1e6 for k, v in interleaved(cases, repeats).items()}
             out.append(Row(SECTION, f"NumPy `x + 1`, {n}x{n}", us["numpy"], "µs/op", "1.00x NumPy", key=f"numpy_{n}"))
             numpy_us[n] = us["numpy"]
+            default[f"threaded_{n}"] = us["threaded"]
             ref, source = mxnet_figure(mxnet, f"op_{n}", numpy_us)
             for kind in ("threaded", "naive"):
                 numpy_multiple = us[kind] / us["numpy"]
@@ -170,6 +240,7 @@ def measure(ops: int, calls: int, repeats: int, mxnet: dict[str, float] | None =
             cases[f"{kind}_fwd"] = _on(kind, lambda: custom_forward(calls))
             cases[f"{kind}_fwdbwd"] = _on(kind, lambda: custom_forward_backward(calls))
         us = {k: v / calls * 1e6 for k, v in interleaved(cases, repeats).items()}
+        default.update(custom_threaded_fwd=us["threaded_fwd"], custom_threaded_fwdbwd=us["threaded_fwdbwd"])
         for kind in ("threaded", "naive"):
             for part, label in (("fwd", "forward"), ("fwdbwd", "forward + backward")):
                 value = us[f"{kind}_{part}"]
@@ -191,8 +262,53 @@ def measure(ops: int, calls: int, repeats: int, mxnet: dict[str, float] | None =
                         f"custom_{kind}_{part}",
                     )
                 )
+        out += _machine_floor(ops, calls, repeats, mxnet, numpy_us, default)
     finally:
         mx.set_engine("threaded")
+    return out
+
+
+def _machine_floor(
+    ops: int, calls: int, repeats: int, mxnet: dict[str, float] | None, numpy_us: dict[int, float], default: dict[str, float]
+) -> list[Row]:
+    """What a thread hand-off costs here, and the threaded rows again with the process on one CPU.
+
+    Informative rows, no goals: the goal rows above are the default (threads on every CPU). They
+    say how much of the threaded engine's cost is the machine's hand-off rather than opprof's code.
+    """
+    if not hasattr(os, "sched_setaffinity"):
+        return []
+    trips = max(200, calls)
+    progress(f"engine: thread hand-offs, {trips} round trips, across CPUs / on one CPU, {repeats} rounds")
+    hand = interleaved({"across": lambda: handoff_us(trips, False), "one": lambda: handoff_us(trips, True)}, repeats)
+    out = [
+        Row(
+            SECTION,
+            "thread hand-off between two Python threads, one way",
+            hand["across"],
+            "µs",
+            f"on one CPU {hand['one']:.1f} µs ({hand['across'] / hand['one']:.0f}x less); a trivial custom op makes two a call",
+            key="handoff",
+        )
+    ]
+    progress(f"engine: the threaded rows with the process on one CPU (a child process), {repeats} rounds")
+    pinned = _one_cpu(ops, calls, repeats)
+    for key, label, unit in (
+        ("threaded_10", "threaded engine `a = a + 1`, 10x10", "µs/op"),
+        ("threaded_100", "threaded engine `a = a + 1`, 100x100", "µs/op"),
+        ("custom_threaded_fwd", "trivial custom op, threaded, forward", "µs/call"),
+        ("custom_threaded_fwdbwd", "trivial custom op, threaded, forward + backward", "µs/call"),
+    ):
+        if key not in pinned:
+            continue
+        value = pinned[key]
+        ref_key = key.replace("threaded_", "op_") if key.startswith("threaded_") else key.replace("_threaded", "")
+        ref, source = mxnet_figure(mxnet, ref_key, numpy_us)
+        detail = f"all CPUs {default[key]:.1f} {unit}" if key in default else ""
+        if ref is not None:
+            share = f"opprof/MXNet {value / ref:.2f}x" if unit == "µs/op" else f"MXNet/opprof {ref / value:.1f}x"
+            detail += f"; {share} (MXNet {ref:,.1f} µs, {source}, on all CPUs)"
+        out.append(Row(SECTION, f"{label}, process on one CPU", value, unit, detail, key=f"{key}_one_cpu"))
     return out
 
 
@@ -201,7 +317,11 @@ def main() -> None:
     parser.add_argument("--ops", type=int, default=20_000)
     parser.add_argument("--calls", type=int, default=2_000)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--one-cpu-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.one_cpu_child:
+        print(json.dumps(one_cpu_child(args.ops, args.calls, args.repeats)))
+        return
     print_rows(
         f"opprof engine benchmark, medians of {args.repeats} interleaved runs", measure(args.ops, args.calls, args.repeats)
     )

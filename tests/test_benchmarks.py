@@ -42,6 +42,8 @@ def test_quick_suite_prints_one_table_with_every_section() -> None:
         "threaded engine `a = a + 1`, 10x10",
         "naive engine `a = a + 1`, 100x100",
         "trivial custom op, threaded, forward + backward",
+        "thread hand-off between two Python threads, one way",
+        "trivial custom op, threaded, forward, process on one CPU",
         "naming on the hot path, regular op",
         "naming on the hot path, sub-op",
         "recording one span",
