@@ -392,14 +392,25 @@ def test_the_magics_live_view_shows_the_workers_tasks_then_the_full_timeline(ip:
         views.append(widget)
         return Handle()
 
-    cell = "from distributed import get_client\nget_client().gather(get_client().map(nap, [0.4] * 4, pure=False))"
+    def live_has_workers() -> bool:
+        return bool(views) and any("worker" in lane for lane in views[0].lanes)
+
+    # The cell waits (10 s at most) for the live view to show a worker's lane, instead of hoping a
+    # pull lands inside a fixed nap: on a loaded machine the 0.8 s of naps once ended first.
+    ip.user_ns["live_has_workers"] = live_has_workers
+    cell = (
+        "import time\nfrom distributed import get_client\n"
+        "get_client().gather(get_client().map(nap, [0.2] * 4, pure=False))\n"
+        "t = time.monotonic()\n"
+        "while not live_has_workers() and time.monotonic() - t < 10:\n    time.sleep(0.05)"
+    )
     with (
         mock.patch("opprof.jupyter.live.display", side_effect=show),
         mock.patch("opprof.jupyter.magics.display", side_effect=shown.append),
     ):
         result, out = _cell(ip, "--dask dask_client --live", cell)
     assert result.error_in_exec is None, out
-    assert views and any("worker" in lane for lane in views[0].lanes), views  # the live view had worker lanes
+    assert live_has_workers(), views  # the live view showed the workers' lanes while the cell ran
     assert any(isinstance(w, TimelineWidget) and sorted(w.trace.processes) == [0, 1, 2] for w in shown)
 
 
