@@ -129,6 +129,30 @@ def test_naive_engine_an_interrupt_inside_an_op_is_raised_by_its_push_once() -> 
     assert eng.pending == 0
 
 
+def test_naive_engine_a_kernel_op_completes_then_its_push_raises_the_interrupt() -> None:
+    """A bound C call (``push_op(..., kernel=True)``, as scalar ops push NumPy's ufunc) runs no
+    Python, so a Ctrl-C arriving during it is handled after it returns, inside the shielded push:
+    the op completes and the push raises the interrupt. A Python op's function is user code: the
+    same signal fails that op."""
+    import functools
+
+    eng = mx.set_engine("naive")
+    main = threading.main_thread().ident
+    assert main is not None
+    kill = functools.partial(signal.pthread_kill, main, signal.SIGINT)  # the SIGINT from inside the op
+    a, b = eng.new_var(), eng.new_var()
+    eng.push(lambda: None, (), (a,), "first")  # a first push puts the shield in place (the fast path needs it)
+    with pytest.raises(KeyboardInterrupt):
+        eng.push_op(kill, (a,), (b,), "kernel", True)
+    assert b.exception is None and eng.pending == 0  # completed, not failed
+    eng.wait_for_var(b)  # nothing to raise
+    c = eng.new_var()
+    with pytest.raises(KeyboardInterrupt):
+        eng.push_op(lambda: (kill(), [None for _ in range(1000)]), (a,), (c,), "python", False)
+    assert isinstance(c.exception, KeyboardInterrupt) and eng.pending == 0  # this op failed with it
+    eng.wait_for_all()  # raised once already: not again
+
+
 def test_threaded_engine_an_interrupt_raised_in_an_op_is_its_error_at_the_wait() -> None:
     """Another thread runs it there: it is the op's error, like any exception, as in MXNet."""
     eng = mx.set_engine("threaded", workers=2)
