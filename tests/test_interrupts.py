@@ -153,6 +153,41 @@ def test_naive_engine_a_kernel_op_completes_then_its_push_raises_the_interrupt()
     eng.wait_for_all()  # raised once already: not again
 
 
+def test_a_ctrl_c_inside_a_fast_push_is_raised_by_that_push_on_both_engines() -> None:
+    """The front end's one-frame push (``push_op``) is bookkeeping: a Ctrl-C landing in it (here in
+    an observer's ``on_push``, through a C call that runs the handler at once) is held back until
+    the op is registered, then raised by that same push, not by some later wait. (The threaded
+    push held it until the next wait or general push before: up to a whole loop of ``a + 1``.)"""
+    from opprof.engine.observer import EngineObserver
+
+    main = threading.main_thread().ident
+    assert main is not None
+
+    class Interrupting(EngineObserver):
+        def on_push(self, opr: object) -> None:
+            signal.pthread_kill(main, signal.SIGINT)
+
+    for kind in ("threaded", "naive"):
+        eng = mx.set_engine(kind)
+        v = eng.new_var()
+        eng.push(lambda: None, (), (v,), "first")  # puts the shield in place
+        eng.wait_for_all()
+        observer = Interrupting()
+        eng.add_observer(observer)
+        ran: list[int] = []
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                eng.push_op(lambda: ran.append(1), (), (v,), "pushed")
+        finally:
+            eng.remove_observer(observer)
+        eng.wait_for_var(v)  # nothing left to raise
+        assert eng.pending == 0, kind
+        if kind == "threaded":  # registered, then run by a worker
+            assert ran == [1]
+        else:  # the op runs inline right after: the held-back Ctrl-C fails it before it starts
+            assert ran == [] and isinstance(v.exception, KeyboardInterrupt)
+
+
 def test_threaded_engine_an_interrupt_raised_in_an_op_is_its_error_at_the_wait() -> None:
     """Another thread runs it there: it is the op's error, like any exception, as in MXNet."""
     eng = mx.set_engine("threaded", workers=2)

@@ -163,10 +163,20 @@ class Engine:
         self._submit(Opr(fn, *self._check(reads, writes), name, True, no_skip, info))
 
     def push_op(
-        self, fn: Callable[[], Any], reads: tuple[Var, ...], writes: tuple[Var, ...], name: str, kernel: bool = False
+        self,
+        fn: Callable[..., Any],
+        reads: tuple[Var, ...],
+        writes: tuple[Var, ...],
+        name: str,
+        kernel: bool = False,
+        *,
+        is_async: bool = False,
+        no_skip: bool = False,
+        info: Any = None,
     ) -> None:
-        """The NDArray front end's push: like :meth:`push`, for a caller that guarantees ``reads``
-        and ``writes`` are tuples of distinct vars with none in both.
+        """The push of opprof's own layers (the NDArray front end, the custom-op machinery): like
+        :meth:`push` (or :meth:`push_async` with ``is_async``), for a caller that guarantees
+        ``reads`` and ``writes`` are tuples of distinct vars with none in both.
 
         ``kernel``: ``fn`` is a NumPy call that runs no Python (a ufunc with its arguments bound),
         so it can neither wait on the engine nor be interrupted half-way by Ctrl-C; the naive
@@ -175,7 +185,7 @@ class Engine:
         Engines override it with a path that skips what the caller guarantees (checking and
         normalising the vars); whatever the fast path cannot take goes through :meth:`push`'s.
         """
-        self._submit(Opr(fn, *self._check(reads, writes), name, False, False, None))
+        self._submit(Opr(fn, *self._check(reads, writes), name, is_async, no_skip, info))
 
     def _submit(self, opr: Opr) -> None:
         """Push ``opr``; then deliver a Ctrl-C that the bookkeeping held back (see opprof.interrupts)."""

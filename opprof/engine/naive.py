@@ -49,7 +49,16 @@ class NaiveEngine(Engine):
 
     @shielded
     def push_op(
-        self, fn: Callable[[], Any], reads: tuple[Var, ...], writes: tuple[Var, ...], name: str, kernel: bool = False
+        self,
+        fn: Callable[..., Any],
+        reads: tuple[Var, ...],
+        writes: tuple[Var, ...],
+        name: str,
+        kernel: bool = False,
+        *,
+        is_async: bool = False,
+        no_skip: bool = False,
+        info: Any = None,
     ) -> None:
         """Run a front-end op at once when nothing stands in its way; else as :meth:`push` does.
 
@@ -60,6 +69,9 @@ class NaiveEngine(Engine):
         (2026-12-01, issue 19). An observer hears it through ``run_pushed`` (by default its ``on_push``
         and ``run``, as on the general path).
         """
+        if is_async or no_skip or info is not None:  # the engine's own kinds of op: the general path
+            self._submit(Opr(fn, *self._check(reads, writes), name, is_async, no_skip, info))
+            return
         taken = False
         lock = self._lock
         if not self._closed and _guard.getsignal(_guard.SIGINT) is _guard.on_sigint:

@@ -125,9 +125,18 @@ class ThreadedEngine(Engine):
 
     @shielded
     def push_op(
-        self, fn: Callable[[], Any], reads: tuple[Var, ...], writes: tuple[Var, ...], name: str, kernel: bool = False
+        self,
+        fn: Callable[..., Any],
+        reads: tuple[Var, ...],
+        writes: tuple[Var, ...],
+        name: str,
+        kernel: bool = False,
+        *,
+        is_async: bool = False,
+        no_skip: bool = False,
+        info: Any = None,
     ) -> None:
-        """Register a front-end op on its vars in this one frame when nothing special applies.
+        """Register an op on its vars in this one frame when nothing special applies.
 
         Nothing special: the Ctrl-C shield in place (so nothing interrupts this frame), no
         throttling due, no deleted var; everything else takes :meth:`push`'s path, whose five
@@ -138,7 +147,7 @@ class ThreadedEngine(Engine):
             or (self._pending >= self.max_pending and self._may_throttle())
             or _guard.getsignal(_guard.SIGINT) is not _guard.on_sigint
         ):
-            self._submit(Opr(fn, *self._check(reads, writes), name, False, False, None))
+            self._submit(Opr(fn, *self._check(reads, writes), name, is_async, no_skip, info))
             return
         for v in reads:
             if v.deleted:
@@ -146,7 +155,7 @@ class ThreadedEngine(Engine):
         for v in writes:
             if v.deleted:
                 self._check(reads, writes)
-        opr = Opr(fn, reads, writes, name, False, False, None)
+        opr = Opr(fn, reads, writes, name, is_async, no_skip, info)
         obs = self.observer
         if obs is not None:
             obs.on_push(opr)  # before the op is registered, as on the general path
@@ -176,6 +185,8 @@ class ThreadedEngine(Engine):
         if blocked == 0:
             opr.dispatched = True
             self._ready.put(opr)
+        if _guard.deferred is not None:  # a Ctrl-C that landed in this frame (an observer's on_push)
+            _guard.raise_deferred(sys._getframe(1))
 
     @shielded
     def _dispatch(self, opr: Opr) -> None:

@@ -308,11 +308,12 @@ def _push_invocation(
 ) -> None:
     engine = get_engine()
     inv = Invocation(op_type, next(_invocation_ids), backward)
-    write_vars = [x._var for x in writes] + [x._var for x in aux]
-    read_vars = [x._var for x in reads if x._var not in write_vars]
+    # Distinct, in order, none in both (push_op's contract): an array may be passed twice.
+    write_vars = tuple(dict.fromkeys([x._var for x in writes] + [x._var for x in aux]))
+    read_vars = tuple(dict.fromkeys(x._var for x in reads if x._var not in write_vars))
 
     run_python = functools.partial(_run_python, engine, inv, reads, writes, aux, body)
-    engine.push_async(functools.partial(_start, engine, run_python), read_vars, write_vars, inv.name, info=inv)
+    engine.push_op(functools.partial(_start, engine, run_python), read_vars, write_vars, inv.name, is_async=True, info=inv)
 
 
 # The machinery around the user's forward/backward is shielded: a Ctrl-C landing in it (possible
@@ -354,10 +355,10 @@ def _run_python(
         if obs is not None:
             t1 = obs.clock()
             obs.on_python(inv, t0, t1, thread_time_ns() - cpu0)
-        fresh_vars = [x._var for x in itertools.chain(fresh_in, fresh_out, fresh_aux)]
+        fresh_vars = tuple(x._var for x in itertools.chain(fresh_in, fresh_out, fresh_aux))  # each a new Var
         dummy_wait = functools.partial(_dummy_wait, engine, inv, error, fresh_vars, on_complete)
         try:
-            engine.push(dummy_wait, (), fresh_vars, "Dummy_Wait", no_skip=True, info=inv)
+            engine.push_op(dummy_wait, (), fresh_vars, "Dummy_Wait", no_skip=True, info=inv)
         except BaseException as e:
             on_complete(error or e)
     finally:
@@ -368,7 +369,7 @@ def _run_python(
 
 @shielded
 def _dummy_wait(
-    engine: Engine, inv: Invocation, error: BaseException | None, fresh_vars: list[Var], on_complete: Callable[..., None]
+    engine: Engine, inv: Invocation, error: BaseException | None, fresh_vars: tuple[Var, ...], on_complete: Callable[..., None]
 ) -> None:
     """The op that ends an invocation once every sub-op on its arrays is done: complete it."""
     err = error
