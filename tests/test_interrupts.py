@@ -157,7 +157,8 @@ def test_a_ctrl_c_inside_a_fast_push_is_raised_by_that_push_on_both_engines() ->
     """The front end's one-frame push (``push_op``) is bookkeeping: a Ctrl-C landing in it (here in
     an observer's ``on_push``, through a C call that runs the handler at once) is held back until
     the op is registered, then raised by that same push, not by some later wait. (The threaded
-    push held it until the next wait or general push before: up to a whole loop of ``a + 1``.)"""
+    push held it until the next wait or general push before: in a loop of ``a + 1``, the next push
+    the backlog throttled.)"""
     from opprof.engine.observer import EngineObserver
 
     main = threading.main_thread().ident
