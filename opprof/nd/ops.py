@@ -37,8 +37,9 @@ class OpDef:
     backward: Backward | None
     infer: Infer
     #: A scalar op's ufunc, and whether the scalar is its first operand: the front end calls it
-    #: straight from the engine (``partial(ufunc, x, s, out=..., casting="unsafe")``, no Python
-    #: frame between the engine and NumPy), which is what ``forward`` does with one frame more.
+    #: straight from the engine (``partial(ufunc, x, s, out)``, or with ``casting="unsafe"`` for
+    #: arrays that are not floats; no Python frame between the engine and NumPy), which is what
+    #: ``forward`` does with one frame more.
     scalar_ufunc: Callable[..., Any] | None = None
     scalar_first: bool = False
 
