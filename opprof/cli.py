@@ -17,9 +17,9 @@ from pathlib import Path
 
 from . import __version__
 from .trace import Trace, TraceFormatError, load
+from .trace.analysis.stats import SORT_KEYS
 from .trace.compare import compare, side_by_side
-from .trace.jsonio import output_path_problem
-from .trace.stats import SORT_KEYS
+from .trace.formats.jsonio import output_path_problem
 from .trace.text import calls_table, compare_table, split_table, stats_json, stats_table, summary_line, why_text
 
 __all__ = ["main"]
@@ -135,7 +135,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     trace = prof.trace
     assert trace is not None
     print(summary_line(trace), file=sys.stderr)
-    if trace.custom_ops():
+    if len(trace.analysis().parents):
         print(split_table(trace), file=sys.stderr)
     if args.output:
         trace.save(args.output)

@@ -18,7 +18,6 @@ import numpy as np
 from opprof import engine, nd
 from opprof.nd import autograd, operator
 from opprof.profiler import profile
-from opprof.trace.stats import custom_op_summary
 from opprof.trace.text import why_text
 
 
@@ -136,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for r in rows:
         print(f"  {r.name:<{width}}  {r.count:5d} x  total {r.total_ns / 1e6:8.3f} ms  avg {r.avg_ns / 1e3:8.1f} us")
     print("\ncustom operators, where the wall time went:")
-    for s in custom_op_summary(trace.custom_ops()):
+    for s in trace.analysis().op_types.rows():
         print(
             f"  {s.name:<28} {s.calls:4d} calls  wall {s.wall_ns / 1e6:8.3f} ms = python {100 * s.python_ns / s.wall_ns:5.1f}%"
             f" + sub-ops {100 * s.subops_ns / s.wall_ns:5.1f}% + waiting {100 * s.waiting_ns / s.wall_ns:5.1f}%"

@@ -20,8 +20,8 @@ __all__ = ["MOVED", "alias", "install"]
 #: Old module -> what to use instead.
 MOVED = {
     "opprof.chrome": "opprof.trace (load, from_chrome, Trace.save, Trace.to_chrome, TraceFormatError)",
-    "opprof.importer": "opprof.trace (load, from_chrome); MXNet recovery: opprof.trace.mxnet.recover_mxnet",
-    "opprof.report": "opprof.trace.text (stats_table, stats_json, summary_line, split_table) and opprof.trace.stats",
+    "opprof.importer": "opprof.trace (load, from_chrome); MXNet recovery: opprof.trace.formats.mxnet.recover_mxnet",
+    "opprof.report": "opprof.trace.text (stats_table, stats_json, summary_line, split_table) and opprof.trace.analysis.stats",
     "opprof.synthetic": "opprof.trace.synthetic",
     "opprof.recorder": "opprof.profiler.recorder (or opprof.profiler.Recorder)",
     "opprof.layout": "opprof.view.layout",

@@ -33,12 +33,11 @@ from opprof.trace import (
     ThreadInfo,
     Trace,
     TraceFormatError,
-    chrome_fast,
     load,
-    native,
     split_invocation,
 )
-from opprof.trace.split import stored_split
+from opprof.trace.analysis.split import stored_split
+from opprof.trace.formats import chrome_fast, native
 
 pytestmark = pytest.mark.timeout(120)
 THREADS = [ThreadInfo(1, "MainThread"), ThreadInfo(2, "opprof-engine-0"), ThreadInfo(3, "opprof-custom-0", 1)]

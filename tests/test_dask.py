@@ -24,7 +24,7 @@ import opprof  # noqa: E402
 import opprof.dask  # noqa: E402
 from opprof.dask import DASK_CATEGORY, DaskProfileError  # noqa: E402
 from opprof.trace import Trace  # noqa: E402
-from opprof.trace.validate import validate  # noqa: E402
+from opprof.trace.analysis.validate import validate  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from opprof.trace import Trace, TraceFormatError, from_chrome, load
-from opprof.trace.chrome import to_chrome
-from opprof.trace.mxnet import recover_mxnet
+from opprof.trace.formats.chrome import to_chrome
+from opprof.trace.formats.mxnet import recover_mxnet
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -30,7 +30,7 @@ from opprof import nd
 from opprof.engine import Engine
 from opprof.profiler import ProfilerError, Recorder, profile
 from opprof.trace import Span, Trace, from_chrome
-from opprof.trace.chrome import to_chrome
+from opprof.trace.formats.chrome import to_chrome
 
 pytestmark = pytest.mark.timeout(60)
 

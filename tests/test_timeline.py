@@ -34,7 +34,7 @@ import opprof
 import opprof.demo
 from opprof import nd
 from opprof.trace import Span, ThreadInfo, Trace
-from opprof.trace.stats import custom_op_summary
+from opprof.trace.analysis.summary import custom_op_summary
 from opprof.trace.synthetic import many_threads_trace, synthetic_trace
 from opprof.trace.text import fmt_us
 from opprof.view import TimelineWidget
@@ -51,7 +51,6 @@ from opprof.view.figure import (
     build_timeline,
     busy_alpha,
     label_columns,
-    op_type_causes,
     op_type_splits,
     save_html,
 )
@@ -640,7 +639,7 @@ def test_split_bars_break_waiting_into_its_causes_summed_per_op_type(edges_tl, e
     t = trace.table
     parent_names = [t.strings[k] for k in t.name[c.parents].tolist()]
     wall_ns = t.end[c.parents] - t.start[c.parents]
-    ot = op_type_causes(trace)
+    ot = trace.analysis().op_types
     src = _bar_source(tl).data
     assert list(src["op"]) == ot.names and set(ot.names) == {"TimelineSlow", "_backward_TimelineSlow"}
     for j, op in enumerate(src["op"]):

@@ -30,13 +30,13 @@ from opprof.trace import (
     ThreadInfo,
     Trace,
     TraceFormatError,
-    chrome,
     from_chrome,
     load,
     split_invocation,
     validate,
 )
-from opprof.trace.chrome import to_chrome
+from opprof.trace.formats import chrome
+from opprof.trace.formats.chrome import to_chrome
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -15,8 +15,8 @@ import opprof
 import opprof as mx
 from opprof import nd
 from opprof.trace import Trace, from_chrome, load
-from opprof.trace.causes import CAUSES
-from opprof.trace.critical import SegmentKind
+from opprof.trace.analysis.causes import CAUSES
+from opprof.trace.analysis.critical import SegmentKind
 from opprof.trace.text import why_text
 
 MS = 1_000_000

@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 
 from ..trace import Trace
+from ..trace.analysis.critical import APPROXIMATE_PATH
 from ..trace.columns import FlowTable, SpanTable, StringTable
 from ..trace.combine import Combiner, Lanes
-from ..trace.critical import APPROXIMATE_PATH
 from .clock import ClockEstimate
 from .worker import Reply, TaskChunk
 

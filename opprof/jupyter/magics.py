@@ -27,9 +27,9 @@ from IPython.display import display
 from .. import engine as _engine
 from ..profiler import INTERRUPT_GRACE_S, Profiler
 from ..trace import Trace, load
+from ..trace.analysis.stats import SORT_KEYS
 from ..trace.compare import Comparison, compare, side_by_side
-from ..trace.jsonio import output_path_problem
-from ..trace.stats import SORT_KEYS
+from ..trace.formats.jsonio import output_path_problem
 from ..trace.text import compare_table, fmt_us, split_table, stats_table, summary_line, why_text
 from .bokehjs import load_bokehjs
 from .live import PERIOD_S as LIVE_PERIOD_S
@@ -359,7 +359,7 @@ class OpprofMagics(Magics):
                     f"{len(profile.runs)} runs after a warm-up: end to end median {fmt_us(ends[len(ends) // 2])} "
                     f"(min {fmt_us(ends[0])}, max {fmt_us(ends[-1])}); the timeline and tables show the last run"
                 )
-        if trace.custom_ops():
+        if len(trace.analysis().parents):
             print(split_table(trace))
         if args.why:
             print(why_text(trace))

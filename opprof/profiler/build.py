@@ -12,7 +12,7 @@ costs ~400 ns a record, an iterator each).
 From there nothing runs per span in Python: the kind of each span, its custom-op family (through
 the ``id()`` of its :class:`~opprof.engine.Invocation`), its ``Type::op`` name (formatted once per
 distinct pair), which families are complete, their numbers, their parents and their python /
-sub-ops / waiting split (:func:`~opprof.trace.split.split_columns`), and the flow arrows are all
+sub-ops / waiting split (:func:`~opprof.trace.analysis.split.split_columns`), and the flow arrows are all
 NumPy. Python runs once per failed invocation and per instant or counter sample only.
 """
 
@@ -28,10 +28,10 @@ import numpy as np
 
 from ..engine import Invocation
 from ..trace import CUSTOM_OP, CounterSample, FlowTable, Instant, Role, SpanTable
+from ..trace.analysis.split import split_columns
 from ..trace.columns import ROLE_CODE, StringTable
 from ..trace.ops import WAIT_ID_BASE, OpKind, OpTable
 from ..trace.records import OPERATOR, WAIT
-from ..trace.split import split_columns
 
 __all__ = [
     "COUNTER",

@@ -10,10 +10,14 @@ but the engine's edges) and :mod:`.importer` / :mod:`.mxnet` (other tools' trace
 rendering of a trace).
 """
 
+from .analysis import Analysis
+from .analysis.split import split_invocation
+from .analysis.stats import StatRow
+from .analysis.summary import OpTypeSplit
+from .analysis.validate import validate
 from .columns import FlowTable, SpanTable
 from .data import TraceData
-from .jsonio import TraceFormatError
-from .model import Trace, from_chrome, load
+from .formats.jsonio import TraceFormatError
 from .records import (
     CUSTOM_OP,
     CounterSample,
@@ -24,12 +28,11 @@ from .records import (
     Span,
     ThreadInfo,
 )
-from .split import split_invocation
-from .stats import OpTypeSplit, StatRow
-from .validate import validate
+from .trace import Trace, from_chrome, load
 
 __all__ = [
     "CUSTOM_OP",
+    "Analysis",
     "CounterSample",
     "CustomOpRow",
     "Flow",

@@ -26,9 +26,9 @@ import numpy as np
 
 from .columns import FlowTable, SpanTable, StringTable
 from .data import TraceData
-from .model import Trace
 from .ops import WAIT_ID_BASE, OpTable
 from .records import CounterSample, Instant, ThreadInfo
+from .trace import Trace
 
 __all__ = ["Combiner", "Lanes"]
 

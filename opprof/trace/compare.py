@@ -37,12 +37,11 @@ from typing import Any
 
 import numpy as np
 
+from .analysis.critical import APPROXIMATE_PATH
 from .columns import NO_ROLE
 from .combine import Combiner
-from .critical import APPROXIMATE_PATH
-from .model import Trace
 from .records import CustomOpRow
-from .stats import custom_op_summary
+from .trace import Trace
 
 __all__ = [
     "CONFIDENCE", "Comparison", "RowKey", "RowKind", "RowResult", "Verdict",
@@ -84,27 +83,27 @@ class RowKey:
         return f"{self.name} · {self.part}" if self.part else self.name
 
 
-def run_rows(trace: Trace, ops: list[CustomOpRow] | None = None) -> dict[RowKey, float]:
-    """One run's rows, in ns: end to end, every custom op type's parts summed over its calls, and
-    every regular span name's total (spans outside custom ops, by category and name). ``ops``:
-    the trace's :meth:`~Trace.custom_ops`, when the caller has them already."""
+def run_rows(trace: Trace) -> dict[RowKey, float]:
+    """One run's rows, in ns: end to end, every custom op type's parts summed over its calls (the
+    split table's sums: :attr:`~opprof.trace.analysis.Analysis.op_types`), and every regular span
+    name's total (spans outside custom ops, by category and name)."""
     t = trace.table
     rows: dict[RowKey, float] = {}
     if not len(t):
         return rows
     rows[RowKey(RowKind.END_TO_END)] = float(t.length_ns)
     sums: dict[RowKey, float] = defaultdict(float)
-    for op in custom_op_summary(trace.custom_ops() if ops is None else ops):  # the split table's sums, so both read alike
-        parts = {"wall": op.wall_ns, "sub-ops": op.subops_ns, "waiting": op.waiting_ns}
-        if op.python_cpu_ns is not None:
-            parts["python on CPU"] = min(op.python_cpu_ns, op.python_ns)
-            parts["python off CPU"] = op.python_ns - parts["python on CPU"]
+    for op in trace.analysis().op_types.rows():
+        parts: dict[str, float] = {"wall": op.wall_ns, "sub-ops": op.subops_ns, "waiting": op.waiting_ns}
+        if op.python_cpu_ns is not None and op.python_off_cpu_ns is not None:
+            parts["python on CPU"] = op.python_cpu_ns
+            parts["python off CPU"] = op.python_off_cpu_ns
         else:  # another tool's trace: no thread CPU time
             parts["python (CPU not measured)"] = op.python_ns
         for cause, ns in op.waiting_by_cause.items():
             parts[f"waiting: {cause}"] = ns
-        for part, ns in parts.items():
-            sums[RowKey(RowKind.CUSTOM_OP, op.name, part)] = ns
+        for part, part_ns in parts.items():
+            sums[RowKey(RowKind.CUSTOM_OP, op.name, part)] = part_ns
     plain = np.flatnonzero(t.role == NO_ROLE)
     if len(plain):
         key = t.cat[plain].astype(np.int64) * (len(t.strings) + 1) + t.name[plain]
@@ -340,10 +339,10 @@ def compare(
     a, b = _runs(a), _runs(b)
     if not len(a) or not len(b):
         raise ValueError(f"compare() needs at least one run per side, got {len(a)} and {len(b)}")
-    ops_a = [t.custom_ops() for t in a]
-    ops_b = [t.custom_ops() for t in b]
-    rows_a = [run_rows(t, ops) for t, ops in zip(a, ops_a, strict=True)]
-    rows_b = [run_rows(t, ops) for t, ops in zip(b, ops_b, strict=True)]
+    ops_a = [t.analysis().custom_ops for t in a]
+    ops_b = [t.analysis().custom_ops for t in b]
+    rows_a = [run_rows(t) for t in a]
+    rows_b = [run_rows(t) for t in b]
     keys_a = set().union(*rows_a)
     keys_b = set().union(*rows_b)
     notes: list[str] = []

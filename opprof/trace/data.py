@@ -97,6 +97,8 @@ class TraceData:
         self._span_store: _Held[SpanTable, Span] = _Held(SpanTable, SpanTable.from_spans, SpanTable.to_spans)
         self._flow_store: _Held[FlowTable, Flow] = _Held(FlowTable, FlowTable.from_flows, FlowTable.to_flows)
         self._names: tuple[int, int, dict[int, str]] | None = None
+        #: The analysis kept for these records (:func:`opprof.trace.analysis.analysis_of`).
+        self._analysis: object | None = None
         self._span_store.set(spans)
         self._flow_store.set(flows)
 

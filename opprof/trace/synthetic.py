@@ -21,12 +21,12 @@ import dataclasses
 
 import numpy as np
 
+from .analysis.split import split_columns
 from .columns import ROLE_CODE, FlowTable, SpanTable, StringTable
 from .data import TraceData
-from .model import Trace
 from .ops import WAIT_ID_BASE, OpTable
 from .records import CUSTOM_OP, OPERATOR, Role, ThreadInfo
-from .split import split_columns
+from .trace import Trace
 
 __all__ = ["many_threads_trace", "repeated_trace", "synthetic_trace"]
 

@@ -16,12 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from .causes import pool_busy_with
+from .analysis import Analysis
+from .analysis.stats import StatRow, sort_rows, span_stats
+from .analysis.summary import OpTypeSplit, custom_op_summary
 from .columns import ROLE_CODE, SpanTable
 from .compare import CONFIDENCE, CallResult, Comparison, RowKind, Verdict
-from .model import Trace
 from .records import CUSTOM_OP, Role
-from .stats import StatRow, custom_op_summary, sort_rows, span_stats
+from .trace import Trace
 
 __all__ = [
     "CAUSE_WORDS",
@@ -39,6 +40,13 @@ __all__ = [
 def _aggregate(traces: Sequence[Trace]) -> list[StatRow]:
     """Stats per (category, name) over several traces."""
     return span_stats(SpanTable.concat([t.table for t in traces]))
+
+
+def _op_types(traces: Sequence[Trace]) -> list[OpTypeSplit]:
+    """The custom ops summed per type over ``traces``: one trace's own summary, or all their calls."""
+    if len(traces) == 1:
+        return traces[0].analysis().op_types.rows()
+    return custom_op_summary(row for t in traces for row in t.analysis().custom_ops)
 
 
 def _ms(ns: float) -> str:
@@ -68,7 +76,7 @@ def stats_table(traces: Sequence[Trace], sort_by: str = "total", ascending: bool
             values = (str(r.count), _ms(r.total_ns), _ms(r.min_ns), _ms(r.max_ns), _ms(r.avg_ns))
             lines.append(f"{r.name:<{width}}" + "".join(f"  {v:>13}" for v in values))
         lines.append("")
-    split = custom_op_summary(row for t in traces for row in t.custom_ops())
+    split = _op_types(traces)
     if split:
         w = max([len(s.name) for s in split] + [20])
         head = f"{'Custom operator':<{w}}  {'Calls':>6}  {'Wall (ms)':>11}  {'Python':>16}  {'Sub-ops':>16}  {'Waiting':>16}"
@@ -110,7 +118,7 @@ def stats_json(traces: Sequence[Trace], sort_by: str = "total", ascending: bool 
             "waiting_ms": s.waiting_ns / 1e6,
             "errors": s.errors,
         }
-        for s in custom_op_summary(row for t in traces for row in t.custom_ops())
+        for s in _op_types(traces)
     ]
     out["dropped_events"] = sum(int(t.metadata.get("dropped_events", 0) or 0) for t in traces)
     return json.dumps(out, indent=2)
@@ -157,18 +165,17 @@ def fmt_us(us: float) -> str:
 
 def summary_line(trace: Trace, wall_s: float | None = None) -> str:
     """One line: wall time, spans, threads, custom-op calls and their overall split."""
-    rows = trace.custom_ops()
+    a = trace.analysis()
     parts = []
     if wall_s is not None:
         parts.append(f"{wall_s * 1e3:.1f} ms wall")
     parts.append(f"{trace.n_spans} spans on {len(trace.threads)} threads")
-    if rows:
-        wall = sum(r.wall_ns for r in rows) or 1
-        py = sum(r.python_ns for r in rows)
-        sub = sum(r.subops_ns for r in rows)
-        wait = sum(r.waiting_ns for r in rows)
+    if len(a.parents):
+        ot = a.op_types
+        wall = int(ot.wall.sum()) or 1
+        py, sub, wait = (int(c.sum()) for c in (ot.python, ot.subops, ot.waiting))
         split = f"python {100 * py / wall:.0f}% / sub-ops {100 * sub / wall:.0f}% / waiting {100 * wait / wall:.0f}%"
-        parts.append(f"{len(rows)} custom-op calls: {split}")
+        parts.append(f"{len(a.parents)} custom-op calls: {split}")
     dropped = trace.metadata.get("dropped_events", 0)
     if dropped:
         parts.append(f"{dropped} events dropped at the cap")
@@ -196,7 +203,7 @@ CAUSE_HEADS = {
 def split_table(trace: Trace) -> str:
     """The per-custom-op-type split as a small text table: python (and how much of it was off a
     CPU), sub-ops, waiting, and the waiting by cause; each a share of the op's wall time."""
-    split = custom_op_summary(trace.custom_ops())
+    split = trace.analysis().op_types.rows()
     if not split:
         return "(no custom operators ran in this cell)"
     w = max(len(s.name) for s in split)
@@ -205,7 +212,7 @@ def split_table(trace: Trace) -> str:
     lines = [f"{'custom op':<{w}}  calls   wall ms  python  off-CPU  sub-ops  waiting{heads}"]
     for s in split:
         wall = s.wall_ns or 1
-        off = "      -" if s.python_cpu_ns is None else f"{100 * max(0, s.python_ns - s.python_cpu_ns) / wall:6.1f}%"
+        off = "      -" if s.python_off_cpu_ns is None else f"{100 * s.python_off_cpu_ns / wall:6.1f}%"
         causes = "".join(f"  {100 * s.waiting_by_cause.get(k, 0) / wall:5.1f}%" for k in keys)
         lines.append(
             f"{s.name:<{w}}  {s.calls:5d}  {s.wall_ns / 1e6:8.3f}  {100 * s.python_ns / wall:5.1f}%  {off}  "
@@ -227,11 +234,11 @@ def _short_site(site: str) -> str:
 
 def why_text(trace: Trace, top: int = 5) -> str:
     """Why each custom op waits and what bounds the run, in plain words (``%%opprof --why``)."""
-    causes = trace.waiting_causes()  # once, for the rows and for who kept the pool busy
-    split = custom_op_summary(trace.custom_ops(causes))
+    a = trace.analysis()
+    split = a.op_types.rows()
     lines: list[str] = []
     if split:
-        busy = pool_busy_with(trace.table, causes) if "custom_pool" in causes.keys else {}
+        busy = a.pool_busy
         pool = trace.metadata.get("custom_workers")
         lines.append("Why the custom ops wait (share of each op's wall time):")
         for s in split[:top]:
@@ -254,15 +261,15 @@ def why_text(trace: Trace, top: int = 5) -> str:
                     text += f" — most by {name} ({_dur(b_ns)})"
                 parts.append(text)
             py = f"python {100 * s.python_ns / wall:.0f}%"
-            if s.python_cpu_ns is not None:
-                off = max(0, s.python_ns - s.python_cpu_ns)
+            off = s.python_off_cpu_ns
+            if off is not None:
                 if off * 100 >= wall:
                     py += f" ({100 * off / wall:.0f}% off a CPU: the GIL, sleep or I/O)"
             what = "; ".join(parts) if parts else "hardly waits"
             lines.append(
                 f"  {s.name} ({s.calls} calls, {_dur(s.wall_ns)}): {what}; {py}; sub-ops {100 * s.subops_ns / wall:.0f}%."
             )
-    cp = trace.critical_path()
+    cp = a.critical_path
     if cp.total > 0:
         kinds = ", ".join(f"{100 * v / cp.total:.0f}% {k}" for k, v in list(cp.by_kind().items())[:4])
         lines.append(f"Critical path ({_dur(cp.total)}{', approximate' if cp.approximate else ''}): {kinds}.")
@@ -271,16 +278,15 @@ def why_text(trace: Trace, top: int = 5) -> str:
             lines.append("  Largest on it: " + "; ".join(biggest) + ".")
         if cp.approximate:
             lines.append(f"  ({cp.note})")
-    sites = _top_sites(trace, top)
+    sites = _top_sites(a, top)
     if sites:
         lines.append("Lines that pushed the most sub-op time: " + "; ".join(sites) + ".")
     return "\n".join(lines) if lines else "(nothing recorded)"
 
 
-def _top_sites(trace: Trace, top: int) -> list[str]:
+def _top_sites(a: Analysis, top: int) -> list[str]:
     """The user's lines (file:line) whose pushes ran longest, with the op names they pushed."""
-    ops = trace.ops
-    t = trace.table
+    ops, t = a.ops, a.table
     if ops is None or not len(ops.strings):
         return []
     has = np.flatnonzero((t.op >= 0) & (t.role == ROLE_CODE[Role.SUBOP]))

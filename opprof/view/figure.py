@@ -13,12 +13,12 @@ What keeps it honest: a block is shaded by how busy its pixels are (``busy_fract
 alpha), so a row busy 1 % of the time reads faint, not solid; zoomed in, bars wide enough carry
 their names (:func:`label_columns`, laid out again in the browser as the view moves).
 
-What it shows beyond the spans: why custom ops wait (:mod:`opprof.trace.causes`: the split bars
+What it shows beyond the spans: why custom ops wait (:mod:`opprof.trace.analysis.causes`: the split bars
 break each op type's waiting into its causes, and a parent's hover gives its own with the op that
 blocked it longest; a sub-op's or wait's hover the user's line that pushed it) and the critical
-path (:mod:`opprof.trace.critical`: computed once per figure, outlined with its hops between
+path (:mod:`opprof.trace.analysis.critical`: computed once per figure, outlined with its hops between
 lanes behind a toggle that works in the browser alone). The analyses are read once into an
-``_Analysis`` and every hover text is made only for the rectangles actually drawn.
+the trace's :meth:`~opprof.trace.Trace.analysis` and every hover text is made only for the rectangles actually drawn.
 
 What keeps it safe: a trace's names and args are data. Tooltips use plain ``@field`` placeholders
 (Bokeh escapes them; ``{safe}`` is never used), axis labels and table cells are drawn as text.
@@ -63,14 +63,13 @@ from bokeh.models import (
 )
 from bokeh.plotting import figure
 
-from ..trace import Role, SpanTable, Trace
-from ..trace.causes import Causes, has_edges, op_names
+from ..trace import Analysis, Role, Trace
+from ..trace.analysis.causes import has_edges, op_names
+from ..trace.analysis.critical import CriticalPath
+from ..trace.analysis.stats import stat_columns
+from ..trace.analysis.summary import python_cpu_parts
 from ..trace.columns import ROLE_CODE
-from ..trace.critical import CriticalPath
-from ..trace.ops import OpKind, OpTable
 from ..trace.records import FAMILY_ARGS
-from ..trace.split import family_splits
-from ..trace.stats import stat_columns
 from ..trace.text import fmt_us
 from .layout import (
     LANE_GAP,
@@ -94,10 +93,8 @@ __all__ = [
     "PATH_LIMIT",
     "ROLE_COLORS",
     "ROLE_LABELS",
-    "OpTypeParts",
     "Timeline",
     "build_timeline",
-    "op_type_causes",
     "op_type_splits",
     "save_html",
     "span_columns",
@@ -175,7 +172,7 @@ TEXT_PALETTE = [_text_color(c) for c in PALETTE]
 
 #: The parts of a custom op's wall time in the split bars, in stacking order: (column, legend
 #: label, colour). Python is split by its thread's CPU time where that was measured; waiting by
-#: cause (:mod:`opprof.trace.causes`). Greens are Python, purple sub-ops, warm colours waiting.
+#: cause (:mod:`opprof.trace.analysis.causes`). Greens are Python, purple sub-ops, warm colours waiting.
 PYTHON_PARTS = (
     ("py_on_cpu", "python on CPU", "#3f8f3a"),
     ("py_off_cpu", "python off CPU (GIL, sleep, I/O)", "#a6d99b"),
@@ -245,7 +242,7 @@ class Timeline:
     view: tuple[float, float] = (0.0, 0.0)  # the view it was computed for (the window, or its middle half)
     frame_px: tuple[float, float] = (800.0, 300.0)  # the plot area's estimated (width, height) for the labels
     #: What the hover and the bars read (waiting causes, blockers, sites), computed once.
-    analysis: _Analysis | None = None
+    analysis: Analysis | None = None
     #: The critical path (None: not computed, ``build_timeline(..., critical_path=False)``).
     path: CriticalPath | None = None
     path_source: ColumnDataSource | None = None  # outlined path rectangles (``span``: trace span index)
@@ -302,81 +299,35 @@ class Timeline:
             self.path_drawn = len(rects["span"])
 
 
-# ---------------------------------------------------------------------------- analyses
-@dataclass(eq=False)
-class _Analysis:
-    """What the hover and the split bars show, computed once per figure: every invocation's split
-    and waiting by cause (:mod:`opprof.trace.causes`), its longest blocker, and lookups from op
-    ids to the spans that name them and to the user's line that pushed them."""
-
-    table: SpanTable
-    ops: OpTable | None
-    parents: np.ndarray  # span index of each invocation row (ascending, the causes' rows)
-    split: np.ndarray  # (k, 3) python, sub-ops, waiting ns
-    causes: Causes
-    top: np.ndarray  # per row: index into ``causes.blocked_*`` of its longest blocker, -1 none
-    n_blockers: np.ndarray  # per row: how many ops held it up
-
-    @classmethod
-    def of(cls, trace: Trace) -> _Analysis:
-        t = trace.table
-        causes = trace.waiting_causes()
-        parents, split = family_splits(t)
-        if not np.array_equal(parents, causes.parents):  # one rule picks both; never seen to differ
-            raise AssertionError("waiting_causes() and family_splits() list different parents")
-        k = len(parents)
-        top = np.full(k, -1, dtype=np.int64)
-        bf = causes.blocked_fam
-        n_blockers = np.bincount(bf, minlength=k)[:k] if len(bf) else np.zeros(k, dtype=np.int64)
-        if len(bf):
-            # Per row, the blocker with the most ns (the first such, as Causes.all_blockers orders them).
-            order = np.lexsort((np.arange(len(bf)), -causes.blocked_ns, bf))
-            first = np.ones(len(order), dtype=bool)
-            first[1:] = bf[order[1:]] != bf[order[:-1]]
-            top[bf[order[first]]] = order[first]
-        return cls(t, trace.ops, parents, split, causes, top, n_blockers)
-
-    def sites(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(code into ``ops.strings`` of the user's "file:line" that pushed or waited, -1 none;
-        whether it is a wait) for the spans ``idx``."""
-        ops = self.ops
-        none = np.full(len(idx), -1, dtype=np.int64)
-        if ops is None or not len(ops) or not np.any(ops.site >= 0):
-            return none, np.zeros(len(idx), dtype=bool)
-        rows = ops.rows_of(self.table.op[idx])
-        r = np.maximum(rows, 0)
-        return np.where(rows >= 0, ops.site[r], -1), (rows >= 0) & (ops.kind[r] == OpKind.WAIT)
-
-    def parent_texts(self, rows: np.ndarray) -> list[tuple[str, str, str]]:
-        """(split, waiting by cause, longest blocker) hover texts of the invocation ``rows``."""
-        c = self.causes
-        top = self.top[rows]
-        blocked = top[top >= 0]
-        names, invs = op_names(self.table, c.blocked_op[blocked])
-        label = iter(zip(names, invs.tolist(), strict=True))
-        out = []
-        for r, j, (py, sub, wait), ns in zip(
-            rows.tolist(), top.tolist(), self.split[rows].tolist(), c.ns[rows].tolist(), strict=True
-        ):
-            cpu = int(c.cpu[r])
-            split = _split_text(py, sub, wait, None if cpu < 0 else cpu)
-            why = _cause_text(c.keys, ns)
-            blocker = ""
-            if j >= 0:
-                name, inv = next(label)
-                blocker = _blocker_text(name, inv, int(c.blocked_var[j]), int(c.blocked_ns[j]), int(self.n_blockers[r]))
-            out.append((split, why, blocker))
-        return out
+# ---------------------------------------------------------------------------- hover texts
+def _parent_texts(a: Analysis, rows: np.ndarray) -> list[tuple[str, str, str]]:
+    """(split, waiting by cause, longest blocker) hover texts of the invocation ``rows``."""
+    c = a.causes
+    top = a.top_blocker[rows]
+    blocked = top[top >= 0]
+    names, invs = op_names(a.table, c.blocked_op[blocked])
+    label = iter(zip(names, invs.tolist(), strict=True))
+    out = []
+    for r, j, (py, sub, wait), ns in zip(rows.tolist(), top.tolist(), a.split[rows].tolist(), c.ns[rows].tolist(), strict=True):
+        cpu = int(c.cpu[r])
+        split = _split_text(py, sub, wait, cpu)
+        why = _cause_text(c.keys, ns)
+        blocker = ""
+        if j >= 0:
+            name, inv = next(label)
+            blocker = _blocker_text(name, inv, int(c.blocked_var[j]), int(c.blocked_ns[j]), int(a.n_blockers[r]))
+        out.append((split, why, blocker))
+    return out
 
 
-def _split_text(py: int, sub: int, wait: int, cpu: int | None = None) -> str:
+def _split_text(py: int, sub: int, wait: int, cpu: int = -1) -> str:
     """A parent's python / sub-ops / waiting (ns), with python on and off CPU when ``cpu`` is known
-    (the off part subtracted in whole ns, then shown: in µs floats it could round the other way)."""
+    (>= 0; the off part subtracted in whole ns, then shown: in µs floats it could round the other way)."""
     total = py + sub + wait or 1
     python = f"python {fmt_us(py / 1e3)} ({100 * py / total:.0f}%"
-    if cpu is not None:
-        on = min(cpu, py)
-        python += f": {fmt_us(on / 1e3)} on CPU, {fmt_us((py - on) / 1e3)} off"
+    if cpu >= 0:
+        on, off, _ = (int(v[0]) for v in python_cpu_parts(np.array([py]), np.array([cpu])))
+        python += f": {fmt_us(on / 1e3)} on CPU, {fmt_us(off / 1e3)} off"
     return (
         f"{python}) · sub-ops {fmt_us(sub / 1e3)} ({100 * sub / total:.0f}%) · "
         f"waiting {fmt_us(wait / 1e3)} ({100 * wait / total:.0f}%)"
@@ -421,7 +372,7 @@ def _args_text(args: dict[str, Any]) -> str:
 DETAIL_COLUMNS = ("detail", "why", "blocker")
 
 
-def _details(a: _Analysis, idx: np.ndarray) -> tuple[dict[str, np.ndarray], list[str]]:
+def _details(a: Analysis, idx: np.ndarray) -> tuple[dict[str, np.ndarray], list[str]]:
     """Hover text beyond the name for the spans ``idx`` of the table, as codes into one list of
     texts: ``detail`` (a parent's split with its Python on and off CPU; else where the user's code
     pushed or waited, and the span's own args), ``why`` (a parent's waiting by cause) and
@@ -435,7 +386,7 @@ def _details(a: _Analysis, idx: np.ndarray) -> tuple[dict[str, np.ndarray], list
         where = np.flatnonzero(is_parent)
         pos = np.minimum(np.searchsorted(a.parents, idx[where]), len(a.parents) - 1)
         ok = a.parents[pos] == idx[where]
-        for j, row in zip(where[ok].tolist(), a.parent_texts(pos[ok]), strict=True):
+        for j, row in zip(where[ok].tolist(), _parent_texts(a, pos[ok]), strict=True):
             for col, text in zip(DETAIL_COLUMNS, row, strict=True):
                 codes[col][j] = texts.setdefault(text, len(texts))
     # Sites: few distinct lines, so one text each and a vectorised lookup.
@@ -512,7 +463,7 @@ def _flow_segments(trace: Trace, layout: Layout, invs: np.ndarray) -> dict[str, 
 
 
 def span_columns(
-    trace: Trace, layout: Layout, b: Blocks, analysis: _Analysis | None = None
+    trace: Trace, layout: Layout, b: Blocks, analysis: Analysis | None = None
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """Columns for the rectangles in ``b``: (span source data, lookup tables, flow segments).
 
@@ -523,7 +474,7 @@ def span_columns(
     (computed here when not given).
     """
     if analysis is None:
-        analysis = _Analysis.of(trace)
+        analysis = trace.analysis()
     items = b.items
     t = trace.table
     span_idx = layout.span_index[items]
@@ -798,82 +749,13 @@ def _stats_table(trace: Trace, limit: int = 500) -> tuple[ColumnDataSource, Data
 
 
 def op_type_splits(trace: Trace) -> dict[str, tuple[int, float, float, float]]:
-    """Per custom-op name (forward and backward apart): calls and total python, sub-ops, waiting (us),
-    summed over the parents' splits by name code."""
-    t = trace.table
-    parents, split = family_splits(t)
-    if not len(parents):
-        return {}
-    used, group = np.unique(t.name[parents], return_inverse=True)
-    group = group.ravel()
-    k = len(used)
-    calls = np.bincount(group, minlength=k)
-    sums = [np.bincount(group, weights=split[:, j] / 1e3, minlength=k) for j in range(3)]
+    """Per custom-op name (forward and backward apart): calls and total python, sub-ops, waiting
+    (µs), from the trace's per-op-type summary."""
+    ot = trace.analysis().op_types
     return {
-        t.strings[c]: (int(calls[g]), float(sums[0][g]), float(sums[1][g]), float(sums[2][g]))
-        for g, c in enumerate(used.tolist())
+        name: (int(ot.calls[k]), float(ot.python[k]) / 1e3, float(ot.subops[k]) / 1e3, float(ot.waiting[k]) / 1e3)
+        for k, name in enumerate(ot.names)
     }
-
-
-@dataclass(eq=False)
-class OpTypeParts:
-    """Per custom-op name (forward and backward apart, largest wall time first): its calls and
-    where its wall time went, in parts (ns) that sum to it.
-
-    ``parts`` maps each column of :data:`PYTHON_PARTS`, ``"sub-ops"`` and each cause of waiting
-    (``causes``, the keys of :meth:`~opprof.trace.Trace.waiting_causes`) to one total per name.
-    An invocation's Python is on CPU for its thread's CPU time (at most its python time), off CPU
-    for the rest, and "CPU not measured" where the trace has no CPU time for it.
-    """
-
-    names: list[str]
-    calls: np.ndarray
-    parts: dict[str, np.ndarray]
-    causes: tuple[str, ...]
-
-    @property
-    def wall(self) -> np.ndarray:
-        return np.sum(list(self.parts.values()), axis=0) if self.parts else np.zeros(0, dtype=np.int64)
-
-    def of(self, name: str) -> dict[str, int]:
-        """The parts of one name (ns), with its ``calls``."""
-        k = self.names.index(name)
-        return {"calls": int(self.calls[k]), **{p: int(v[k]) for p, v in self.parts.items()}}
-
-
-def _sum_by(group: np.ndarray, values: np.ndarray, m: int) -> np.ndarray:
-    """Integer sums of ``values`` per group (exact: float64 holds integers below 2**53)."""
-    return np.rint(np.bincount(group, weights=values, minlength=m)[:m]).astype(np.int64)
-
-
-def op_type_causes(trace: Trace, analysis: _Analysis | None = None) -> OpTypeParts:
-    """Every custom-op name's wall time in parts: Python on and off CPU, sub-ops and waiting by
-    cause (:meth:`~opprof.trace.Trace.waiting_causes` summed per parent name), in one pass of
-    NumPy over the invocations (no loop per invocation)."""
-    a = analysis or _Analysis.of(trace)
-    t = a.table
-    keys = a.causes.keys
-    if not len(a.parents):
-        return OpTypeParts([], np.zeros(0, dtype=np.int64), {}, keys)
-    used, group = np.unique(t.name[a.parents], return_inverse=True)
-    group = group.ravel()
-    m = len(used)
-    py, cpu = a.split[:, 0], a.causes.cpu
-    known = cpu >= 0
-    on = np.where(known, np.minimum(cpu, py), 0)
-    cols = {
-        "py_on_cpu": on,
-        "py_off_cpu": np.where(known, py - on, 0),
-        "py_cpu_unknown": np.where(known, 0, py),
-        "sub-ops": a.split[:, 1],
-        **{key: a.causes.ns[:, c] for c, key in enumerate(keys)},
-    }
-    parts = {k: _sum_by(group, v, m) for k, v in cols.items()}
-    calls = np.bincount(group, minlength=m)[:m]
-    names = [t.strings[c] for c in used.tolist()]
-    wall = np.sum(list(parts.values()), axis=0)
-    order = np.argsort(-wall, kind="stable")
-    return OpTypeParts([names[k] for k in order.tolist()], calls[order], {k: v[order] for k, v in parts.items()}, keys)
 
 
 def _bar_parts(keys: tuple[str, ...]) -> list[tuple[str, str, str]]:
@@ -882,17 +764,18 @@ def _bar_parts(keys: tuple[str, ...]) -> list[tuple[str, str, str]]:
     return [*PYTHON_PARTS, SUBOP_PART, *causes]
 
 
-def _split_bars(trace: Trace, width: int, analysis: _Analysis | None = None, limit: int = 30) -> Any:
+def _split_bars(a: Analysis, width: int, limit: int = 30) -> Any:
     """A stacked bar per custom-op type: where its wall time went (ms), the waiting by cause and
     the Python on and off CPU, with a legend; hovering a part says its ms and share of the wall."""
-    ot = op_type_causes(trace, analysis)
+    ot = a.op_types
+    parts_ns = ot.parts()
     kinds = ot.names[:limit]
     top = slice(0, len(kinds))
     wall = ot.wall[top] / 1e6
     parts = _bar_parts(ot.causes)
     data: dict[str, Any] = {"op": kinds, "calls": ot.calls[top], "wall": wall}
     for col, _, _ in parts:
-        v = ot.parts[col][top] / 1e6 if ot.parts else np.zeros(0)
+        v = parts_ns[col][top] / 1e6
         data[col] = v
         data[f"{col}_pct"] = 100 * v / np.maximum(wall, 1e-12)
     # The three totals of the split (what op_type_splits sums), for the eye and for tests.
@@ -1093,7 +976,7 @@ def build_timeline(
 
     The split bars break each custom op's waiting into its causes, and a parent's hover names its
     waiting by cause and the op that blocked it longest. The **critical path** is computed once
-    here (``critical_path=False`` skips it; a :class:`~opprof.trace.critical.CriticalPath` already
+    here (``critical_path=False`` skips it; a :class:`~opprof.trace.analysis.critical.CriticalPath` already
     computed is used as is): its spans are outlined and its hops between lanes drawn as arrows,
     hidden until the "critical path" toggle above the figure shows them (in the browser, no kernel
     round trip). Where spans are merged, at most :data:`PATH_LIMIT` of its rectangles are drawn (the
@@ -1105,7 +988,7 @@ def build_timeline(
     if isinstance(critical_path, str) and not lazy:
         raise ValueError(f"critical_path must be True, False, 'lazy' or a CriticalPath, got {critical_path!r}")
     layout = build_layout(trace, max_lanes)
-    analysis = _Analysis.of(trace)
+    analysis = trace.analysis()
     # One merged block per CSS pixel column (was two, for HiDPI screens): BokehJS paints ~5 us per
     # rectangle in headless Chromium here, so halving them halves a refinement's paint (~150 ms
     # for 25k) and its transfer; on a HiDPI screen a block is then two device pixels wide.
@@ -1189,7 +1072,7 @@ def build_timeline(
     table_source.selected.js_on_change(
         "indices", CustomJS(args={"table": table_source, "names": names, "source": source, "flows": flows}, code=_TABLE_JS)
     )
-    bars = _split_bars(trace, width, analysis)
+    bars = _split_bars(analysis, width)
     n_merged = int(b.counts[b.counts > 1].sum())
     note_text = _note_text(len(layout), len(b), n_merged, layout.collapsed_threads, max_lanes)
     if skipped:

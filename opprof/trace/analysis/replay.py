@@ -66,12 +66,12 @@ from operator import itemgetter
 
 import numpy as np
 
-from .columns import ROLE_CODE, FlowTable, SpanTable
+from ..columns import ROLE_CODE, FlowTable, SpanTable
+from ..data import TraceData
+from ..ops import OpKind, OpTable
+from ..records import WAIT as WAIT_CATEGORY
+from ..records import Role, ThreadInfo
 from .critical import APPROXIMATE_PATH
-from .data import TraceData
-from .ops import OpKind, OpTable
-from .records import WAIT as WAIT_CATEGORY
-from .records import Role, ThreadInfo
 
 __all__ = ["WhatIf", "what_if"]
 

@@ -6,21 +6,18 @@ The one stats implementation, vectorised (:func:`stat_columns`): ``Trace.stats()
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from .columns import SpanTable
-from .records import CustomOpRow, Span
+from ..columns import SpanTable
+from ..records import Span
 
 __all__ = [
     "SORT_KEYS",
-    "OpTypeSplit",
     "StatColumns",
     "StatRow",
-    "custom_op_summary",
     "sort_rows",
     "span_stats",
     "stat_columns",
@@ -192,66 +189,6 @@ def sort_rows(rows: Iterable[StatRow], sort_by: str = "total", ascending: bool =
         raise ValueError(f"sort_by must be one of {', '.join(SORT_KEYS)}, got {sort_by!r}")
     key = _SORT[sort_by]
     return sorted(rows, key=lambda r: (key(r), r.name), reverse=not ascending)
-
-
-@dataclass(frozen=True, slots=True)
-class OpTypeSplit:
-    """Where the wall time of one custom-op type (forward or backward) went, over all its calls."""
-
-    name: str
-    calls: int
-    wall_ns: int
-    python_ns: int
-    subops_ns: int
-    waiting_ns: int
-    errors: int
-    #: The waiting by cause, summed (ns), summing to ``waiting_ns``.
-    waiting_by_cause: dict[str, int] = field(default_factory=dict)
-    #: The Pythons' CPU time summed (ns), None when not measured.
-    python_cpu_ns: int | None = None
-    #: (blocking op's name, ns of dependency waiting) summed by name, most first.
-    blockers: list[tuple[str, int]] = field(default_factory=list)
-
-
-def custom_op_summary(rows: Iterable[CustomOpRow]) -> list[OpTypeSplit]:
-    """The invocations' splits summed per op type (forward and backward apart), largest wall first."""
-    acc: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0, 0])
-    causes: dict[str, dict[str, int]] = defaultdict(dict)
-    cpu: dict[str, int | None] = {}
-    blockers: dict[str, dict[str, int]] = defaultdict(dict)
-    for r in rows:
-        a = acc[r.name]
-        a[0] += 1
-        a[1] += r.wall_ns
-        a[2] += r.python_ns
-        a[3] += r.subops_ns
-        a[4] += r.waiting_ns
-        a[5] += r.error is not None
-        c = causes[r.name]
-        for key, ns in r.waiting_by_cause.items():
-            c[key] = c.get(key, 0) + ns
-        prev = cpu.get(r.name, 0)
-        cpu[r.name] = None if prev is None or r.python_cpu_ns is None else prev + r.python_cpu_ns
-        b = blockers[r.name]
-        for blk in r.blockers:
-            b[blk.name] = b.get(blk.name, 0) + blk.ns
-    out = [
-        OpTypeSplit(
-            name,
-            v[0],
-            v[1],
-            v[2],
-            v[3],
-            v[4],
-            v[5],
-            causes[name],
-            cpu[name],
-            sorted(blockers[name].items(), key=lambda kv: -kv[1]),
-        )
-        for name, v in acc.items()
-    ]
-    out.sort(key=lambda s: -s.wall_ns)
-    return out
 
 
 def _rank(values: list[str]) -> np.ndarray:

@@ -21,8 +21,8 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from .columns import FlowTable, SpanTable, StringTable
-from .records import CUSTOM_OP, Role
+from ..columns import FlowTable, SpanTable, StringTable
+from ..records import CUSTOM_OP, Role
 
 __all__ = ["NotFast", "read_lines"]
 

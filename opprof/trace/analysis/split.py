@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from .columns import ROLE_CODE, SpanTable
-from .records import Role, Span
+from ..columns import ROLE_CODE, SpanTable
+from ..records import Role, Span
 
 __all__ = [
     "by_family_time",

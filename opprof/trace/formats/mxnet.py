@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
 
-from .data import TraceData
-from .records import CUSTOM_OP, Role, Span
+from ..data import TraceData
+from ..records import CUSTOM_OP, Role, Span
 
 __all__ = ["MXNET_MISATTRIBUTED", "MXNET_PROCESSES", "recover_mxnet"]
 

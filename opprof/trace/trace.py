@@ -1,10 +1,9 @@
-"""The trace model every layer shares: :class:`Trace`, its records plus the analyses users call.
+""":class:`Trace`: a trace's records (:class:`~.data.TraceData`) with its analyses and formats as methods.
 
 The profiler fills a :class:`Trace`; Chrome export and import, stats, the timeline widget and the
-command line read only this. The records themselves and their meaning are in :mod:`.records`; the
-analyses each have a module of their own (:mod:`.split`, :mod:`.stats`, :mod:`.validate`), and
-the formats theirs (:mod:`.chrome` for opprof's own Chrome JSON, :mod:`.importer` for other
-tools'). They work on :class:`~.records.TraceData`, so this class can call them without a circle.
+command line read only this. It sits above both floors it calls: the analyses
+(:mod:`.analysis`, each computed once per trace through :meth:`Trace.analysis`) and the file
+formats (:mod:`.formats`), which work on :class:`~.data.TraceData` and never import this class.
 """
 
 from __future__ import annotations
@@ -13,15 +12,15 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from . import chrome, native
-from .causes import Causes, waiting_causes
-from .critical import CriticalPath, critical_path
+from .analysis import Analysis, analysis_of
+from .analysis.causes import Causes
+from .analysis.critical import CriticalPath
+from .analysis.replay import WhatIf, what_if
+from .analysis.stats import StatRow
+from .analysis.validate import validate
 from .data import TraceData
+from .formats import chrome, native
 from .records import CustomOpRow
-from .replay import WhatIf, what_if
-from .split import family_splits
-from .stats import StatRow, span_stats
-from .validate import validate
 
 __all__ = ["Trace", "from_chrome", "load"]
 
@@ -36,51 +35,28 @@ class Trace(TraceData):
             return data
         t = cls(data.threads, None, data.instants, data.counters, None, data.metadata, data.ops, data.processes)
         t._span_store, t._flow_store = data._span_store, data._flow_store
+        t._analysis = data._analysis
         return t
+
+    def analysis(self) -> Analysis:
+        """Every analysis of this trace, computed on first use and kept until its records change
+        (see :mod:`opprof.trace.analysis.per_trace`): the object every reader shares."""
+        return analysis_of(self)
 
     def stats(self) -> list[StatRow]:
         """Count, total, min and max duration per (category, name), largest total first."""
-        return span_stats(self.table)
+        return list(self.analysis().stats)
 
     def custom_ops(self, causes: Causes | None = None) -> list[CustomOpRow]:
-        """One row per custom-op invocation, in start order, with its waiting by cause (``causes``:
-        this trace's :meth:`waiting_causes`, when the caller has them already)."""
-        t = self.table
-        parents, split = family_splits(t)
-        if not len(parents):
-            return []
-        causes = causes if causes is not None else self.waiting_causes()
-        op_codes = t.op_type[parents]
-        names = t.str_list(t.name[parents])
-        ops = [names[k] if c < 0 else t.strings[c] for k, c in enumerate(op_codes.tolist())]
-        starts = t.start[parents].tolist()
-        walls = (t.end[parents] - t.start[parents]).tolist()
-        errors = [t.error_of(i) for i in parents.tolist()] if len(t.args_at) else [None] * len(parents)
-        by_cause = [dict(zip(causes.keys, row, strict=True)) for row in causes.ns.tolist()]
-        cpu = [None if c < 0 else c for c in causes.cpu.tolist()]
-        blockers = causes.all_blockers(t)
-        rows = [
-            CustomOpRow(op, bw == 1, inv, st, wall, py, sub, wait, err, bc, c, blk)
-            for op, bw, inv, st, wall, (py, sub, wait), err, bc, c, blk in zip(
-                ops,
-                t.backward[parents].tolist(),
-                t.inv[parents].tolist(),
-                starts,
-                walls,
-                split.tolist(),
-                errors,
-                by_cause,
-                cpu,
-                blockers,
-                strict=True,
-            )
-        ]
-        rows.sort(key=lambda r: (r.start_ns, r.invocation))
-        return rows
+        """One row per custom-op invocation, in start order, with its waiting by cause.
+
+        ``causes`` is accepted for older callers and ignored: the trace's analysis holds them."""
+        del causes
+        return list(self.analysis().custom_ops)
 
     def waiting_causes(self) -> Causes:
-        """Every invocation's waiting by cause, and what blocked it (see :mod:`opprof.trace.causes`)."""
-        return waiting_causes(self.table, self.ops)
+        """Every invocation's waiting by cause, and what blocked it (see :mod:`opprof.trace.analysis.causes`)."""
+        return self.analysis().causes
 
     def what_if(
         self,
@@ -95,8 +71,8 @@ class Trace(TraceData):
 
     def critical_path(self) -> CriticalPath:
         """The chain of work and waiting that set the end-to-end time, with every op's slack
-        (see :mod:`opprof.trace.critical`); approximate, and saying so, for traces without edges."""
-        return critical_path(self)
+        (see :mod:`opprof.trace.analysis.critical`); approximate, and saying so, for traces without edges."""
+        return self.analysis().critical_path
 
     def validate(self) -> list[str]:
         """Every broken invariant (see :func:`opprof.trace.validate`); empty when the trace is valid."""

@@ -29,11 +29,11 @@ from typing import Any
 
 import numpy as np
 
-from .columns import FlowTable, SpanTable
-from .data import TraceData
+from ..columns import FlowTable, SpanTable
+from ..data import TraceData
+from ..ops import OpTable
+from ..records import CounterSample, Instant, ThreadInfo
 from .jsonio import TraceFormatError, dumps, loads
-from .ops import OpTable
-from .records import CounterSample, Instant, ThreadInfo
 
 __all__ = ["FORMAT", "VERSION", "is_native", "load", "save"]
 

@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from .columns import ROLE_CODE, SpanTable
-from .data import TraceData
-from .ops import OpKind, OpTable
-from .records import Role
+from ..columns import ROLE_CODE, SpanTable
+from ..data import TraceData
+from ..ops import OpKind, OpTable
+from ..records import Role
 
 __all__ = ["CriticalPath", "Segment", "SegmentKind", "critical_path"]
 
@@ -218,13 +218,14 @@ def _path(
     )  # fmt: skip
 
 
-def critical_path(trace: TraceData) -> CriticalPath:
-    """The critical path of ``trace`` (see the module docstring)."""
-    t, ops = trace.table, trace.ops
+def critical_path(trace: TraceData, *, table: SpanTable | None = None) -> CriticalPath:
+    """The critical path of ``trace`` (see the module docstring). ``table``: the trace's span
+    columns, when the caller has built them already (a list view's are built at each access)."""
+    t, ops = (trace.table if table is None else table), trace.ops
     if not len(t):
         return _path(trace, 0, 0, [], True, "an empty trace has no critical path")
     if ops is None or not len(ops) or not bool(np.any(t.op >= 0)) or isinstance(trace.metadata.get(APPROXIMATE_PATH), str):
-        return _by_thread(trace)
+        return _by_thread(trace, t)
     return _walk(trace, t, ops)
 
 
@@ -520,9 +521,8 @@ def _top_level(t: SpanTable) -> np.ndarray:
     return order[key > before]
 
 
-def _by_thread(trace: TraceData) -> CriticalPath:
+def _by_thread(trace: TraceData, t: SpanTable) -> CriticalPath:
     """The approximation for traces without edges: thread order plus flow arrows."""
-    t = trace.table
     top = _top_level(t)
     f = trace.flow_table
     end = int(t.end.max())

@@ -12,12 +12,11 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from .causes import waiting_causes
-from .columns import NO_ROLE, OTHER_ROLE, ROLE_CODE, ROLES, SpanTable
-from .critical import critical_path
-from .data import TraceData
-from .records import Role
-from .split import family_splits, split_in_args
+from ..columns import NO_ROLE, OTHER_ROLE, ROLE_CODE, ROLES, SpanTable
+from ..data import TraceData
+from ..records import Role
+from .per_trace import analysis_of
+from .split import split_in_args
 
 __all__ = ["validate"]
 
@@ -191,8 +190,8 @@ def _iter_why(trace: TraceData, t: SpanTable) -> Iterator[str]:
         yield from trace.ops.check()
     if not len(t):
         return
-    causes = waiting_causes(t, trace.ops)
-    _, split = family_splits(t)
+    a = analysis_of(trace)  # shared: a report that validates and then explains computes each once
+    causes, split = a.causes, a.split
     off = np.flatnonzero(causes.ns.sum(axis=1) != split[:, 2])
     for k in off[:10].tolist():
         p = int(causes.parents[k])
@@ -200,4 +199,4 @@ def _iter_why(trace: TraceData, t: SpanTable) -> Iterator[str]:
             f"span {p} {t.strings[t.name[p]]!r}: its causes of waiting sum to {int(causes.ns[k].sum())} ns, "
             f"its waiting is {int(split[k, 2])} ns"
         )
-    yield from critical_path(trace).check()
+    yield from a.critical_path.check()

@@ -47,11 +47,11 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
 
-from .columns import FlowTable, SpanTable
-from .data import TraceData
+from ..columns import FlowTable, SpanTable
+from ..data import TraceData
+from ..records import CUSTOM_OP, CounterSample, Flow, Instant, Role, Span, ThreadInfo, role_of
 from .jsonio import TraceFormatError
 from .mxnet import MXNET_PROCESSES, recover_mxnet
-from .records import CUSTOM_OP, CounterSample, Flow, Instant, Role, Span, ThreadInfo, role_of
 
 __all__ = ["import_chrome"]
 

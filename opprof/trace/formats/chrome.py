@@ -32,14 +32,14 @@ from typing import Any
 
 import numpy as np
 
+from ..analysis import analysis_of
+from ..analysis.causes import has_edges
+from ..columns import ROLE_CODE, FlowTable, SpanTable
+from ..data import TraceData
+from ..records import CUSTOM_OP, CounterSample, Instant, Role, ThreadInfo
 from . import chrome_fast
-from .causes import has_edges, waiting_causes
-from .columns import ROLE_CODE, FlowTable, SpanTable
-from .critical import critical_path
-from .data import TraceData
 from .importer import NS_LIMIT, import_chrome
 from .jsonio import TraceFormatError, dumps, loads, no_gc, open_maybe_gzip, parse_json, read_trace_file
-from .records import CUSTOM_OP, CounterSample, Instant, Role, ThreadInfo
 
 __all__ = ["from_chrome", "load", "save", "to_chrome"]
 
@@ -137,7 +137,7 @@ def _why_args(trace: TraceData) -> dict[int, dict[str, Any]]:
     t = trace.table
     if not has_edges(t, trace.ops):
         return {}
-    c = waiting_causes(t, trace.ops)
+    c = analysis_of(trace).causes
     out: dict[int, dict[str, Any]] = {}
     for p, row, cpu in zip(c.parents.tolist(), c.ns.tolist(), c.cpu.tolist(), strict=True):
         why: dict[str, Any] = {f"{k}_us": v / 1e3 for k, v in zip(c.keys, row, strict=True)}
@@ -153,7 +153,7 @@ def _path_flows(trace: TraceData, t0: int) -> list[dict[str, Any]]:
     (both inside their slices, where Perfetto binds a flow)."""
     if not has_edges(trace.table, trace.ops):
         return []
-    p = critical_path(trace)
+    p = analysis_of(trace).critical_path
     t = trace.table
     on = np.flatnonzero(p.on_threads())
     on = on[p.seg_end[on] > p.seg_start[on]]

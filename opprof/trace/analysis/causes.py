@@ -30,9 +30,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .columns import ROLE_CODE, SpanTable
-from .ops import OpTable
-from .records import Blocker, Role
+from ..columns import ROLE_CODE, SpanTable
+from ..ops import OpTable
+from ..records import Blocker, Role
 from .split import by_family_time, family_members, family_splits, inline_subops
 
 __all__ = ["CAUSES", "UNATTRIBUTED", "Causes", "has_edges", "op_names", "pool_busy_with", "waiting_causes"]
@@ -119,9 +119,12 @@ def has_edges(table: SpanTable, ops: OpTable | None) -> bool:
     return ops is not None and len(ops) > 0 and bool(np.any(table.op >= 0))
 
 
-def waiting_causes(table: SpanTable, ops: OpTable | None) -> Causes:
-    """The causes of every invocation's waiting (see the module docstring)."""
-    parents, split = family_splits(table)
+def waiting_causes(
+    table: SpanTable, ops: OpTable | None, *, families: tuple[np.ndarray, np.ndarray] | None = None
+) -> Causes:
+    """The causes of every invocation's waiting (see the module docstring). ``families``: the
+    table's :func:`~.split.family_splits`, when the caller has them already."""
+    parents, split = families if families is not None else family_splits(table)
     k = len(parents)
     edges = has_edges(table, ops)
     keys = CAUSES if edges else ("custom_pool", UNATTRIBUTED)

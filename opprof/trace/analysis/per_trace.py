@@ -1,0 +1,180 @@
+"""One analysis per trace: every derived fact computed on first use and shared by every reader.
+
+A ``%%opprof`` cell's report reads the same facts many times: the summary line, the split table,
+the why-text, the widget's hover and split bars, Chrome export, compare. Each used to compute the
+waiting causes and the family split afresh (~0.9 s each at 1M spans). :func:`analysis_of` keeps
+one :class:`Analysis` on the trace and hands the same one to every reader until the trace
+changes; each fact in it (the family split, the causes, the rows, the sums per op type, the
+critical path, the stats) is a lazy attribute, computed once, when first asked for.
+
+"Changes" means the trace's records were replaced: its span columns, flow columns, engine table or
+thread list are other objects than the ones the analysis was made from. A trace whose spans are
+held as an editable list (:attr:`~opprof.trace.TraceData.spans`) cannot tell an edit from no edit
+cheaply, so each :func:`analysis_of` call on such a trace makes a fresh one; a reader that takes
+one analysis and passes it on still computes each fact once.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import numpy as np
+
+from ..columns import SpanTable
+from ..data import TraceData
+from ..ops import OpKind, OpTable
+from ..records import CustomOpRow
+from .causes import Causes, pool_busy_with, waiting_causes
+from .critical import CriticalPath, critical_path
+from .split import family_splits
+from .stats import StatRow, span_stats
+from .summary import OpTypeSummary, op_type_summary
+
+__all__ = ["Analysis", "analysis_of"]
+
+
+class Analysis:
+    """Every analysis of one trace (see the module docstring); get it with :func:`analysis_of`."""
+
+    def __init__(self, data: TraceData) -> None:
+        self.data = data
+        #: The span columns every fact here was computed from (built once, also for a list view).
+        self.table: SpanTable = data.table
+        self.ops: OpTable | None = data.ops
+        self.made_from: tuple[object, ...] | None = None
+        self.n_threads = len(data.threads)
+
+    # ------------------------------------------------------------------ custom-op families
+    @cached_property
+    def _families(self) -> tuple[np.ndarray, np.ndarray]:
+        return family_splits(self.table)
+
+    @property
+    def parents(self) -> np.ndarray:
+        """Span index of each custom-op invocation's parent, ascending: the row order of
+        :attr:`split` and :attr:`causes`."""
+        return self._families[0]
+
+    @property
+    def split(self) -> np.ndarray:
+        """(invocations, 3) int64: each invocation's python, sub-ops and waiting ns."""
+        return self._families[1]
+
+    @cached_property
+    def causes(self) -> Causes:
+        """Every invocation's waiting by cause and what blocked it (:mod:`.causes`)."""
+        return waiting_causes(self.table, self.ops, families=self._families)
+
+    @cached_property
+    def custom_ops(self) -> list[CustomOpRow]:
+        """One row per invocation in start order (shared: readers do not edit it)."""
+        return _custom_op_rows(self)
+
+    @cached_property
+    def op_types(self) -> OpTypeSummary:
+        """The invocations summed per op type (forward and backward apart): the one home of the
+        per-op-type sums that the split table, the why-text, the split bars and compare read."""
+        return op_type_summary(self)
+
+    @cached_property
+    def top_blocker(self) -> np.ndarray:
+        """Per invocation row: index into ``causes.blocked_*`` of the op that held it up longest
+        (the first such, as :meth:`Causes.all_blockers` orders them), -1 for none."""
+        c = self.causes
+        k = len(self.parents)
+        top = np.full(k, -1, dtype=np.int64)
+        bf = c.blocked_fam
+        if len(bf):
+            order = np.lexsort((np.arange(len(bf)), -c.blocked_ns, bf))
+            first = np.ones(len(order), dtype=bool)
+            first[1:] = bf[order[1:]] != bf[order[:-1]]
+            top[bf[order[first]]] = order[first]
+        return top
+
+    @cached_property
+    def n_blockers(self) -> np.ndarray:
+        """Per invocation row: how many ops held it up."""
+        bf, k = self.causes.blocked_fam, len(self.parents)
+        return np.bincount(bf, minlength=k)[:k] if len(bf) else np.zeros(k, dtype=np.int64)
+
+    @cached_property
+    def pool_busy(self) -> dict[str, dict[str, int]]:
+        """Per op type: what the custom-op threads ran while its calls queued for one (ns by name)."""
+        return pool_busy_with(self.table, self.causes) if "custom_pool" in self.causes.keys else {}
+
+    # ------------------------------------------------------------------ the run as a whole
+    @cached_property
+    def critical_path(self) -> CriticalPath:
+        """The critical path and every op's slack (:mod:`.critical`)."""
+        return critical_path(self.data, table=self.table)
+
+    @cached_property
+    def stats(self) -> list[StatRow]:
+        """Count, total, min and max per (category, name), largest total first."""
+        return span_stats(self.table)
+
+    # ------------------------------------------------------------------ lookups
+    def sites(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(code into ``ops.strings`` of the user's "file:line" that pushed or waited, -1 none;
+        whether it is a wait) for the spans ``idx``."""
+        ops = self.ops
+        none = np.full(len(idx), -1, dtype=np.int64)
+        if ops is None or not len(ops) or not np.any(ops.site >= 0):
+            return none, np.zeros(len(idx), dtype=bool)
+        rows = ops.rows_of(self.table.op[idx])
+        r = np.maximum(rows, 0)
+        return np.where(rows >= 0, ops.site[r], -1), (rows >= 0) & (ops.kind[r] == OpKind.WAIT)
+
+
+def _custom_op_rows(a: Analysis) -> list[CustomOpRow]:
+    t, parents = a.table, a.parents
+    if not len(parents):
+        return []
+    causes = a.causes
+    op_codes = t.op_type[parents]
+    names = t.str_list(t.name[parents])
+    ops = [names[k] if c < 0 else t.strings[c] for k, c in enumerate(op_codes.tolist())]
+    errors = [t.error_of(i) for i in parents.tolist()] if len(t.args_at) else [None] * len(parents)
+    by_cause = [dict(zip(causes.keys, row, strict=True)) for row in causes.ns.tolist()]
+    cpu = [None if c < 0 else c for c in causes.cpu.tolist()]
+    rows = [
+        CustomOpRow(op, bw == 1, inv, st, wall, py, sub, wait, err, bc, c, blk)
+        for op, bw, inv, st, wall, (py, sub, wait), err, bc, c, blk in zip(
+            ops,
+            t.backward[parents].tolist(),
+            t.inv[parents].tolist(),
+            t.start[parents].tolist(),
+            (t.end[parents] - t.start[parents]).tolist(),
+            a.split.tolist(),
+            errors,
+            by_cause,
+            cpu,
+            causes.all_blockers(t),
+            strict=True,
+        )
+    ]
+    rows.sort(key=lambda r: (r.start_ns, r.invocation))
+    return rows
+
+
+def _made_from(data: TraceData) -> tuple[object, ...] | None:
+    """The records an analysis of ``data`` is made from; None when an edit could not be told
+    (spans or flows held as an editable list)."""
+    if data.has_span_list or data.has_flow_list:
+        return None
+    return (data.table, data.flow_table, data.ops, data.threads)
+
+
+def analysis_of(data: TraceData) -> Analysis:
+    """The trace's :class:`Analysis`: the one kept on it while its records are the same objects
+    (and its thread list the same length)."""
+    made_from = _made_from(data)
+    kept = data._analysis
+    if made_from is not None and isinstance(kept, Analysis) and kept.made_from is not None:
+        same = all(x is y for x, y in zip(kept.made_from, made_from, strict=True))
+        if same and kept.n_threads == len(data.threads):
+            return kept
+    a = Analysis(data)
+    a.made_from = made_from
+    data._analysis = a if made_from is not None else None
+    return a
