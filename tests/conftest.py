@@ -168,8 +168,8 @@ def chromium_page(tmp_path: Any) -> Any:
 # ---------------------------------------------------------------------------- a Jupyter server
 @pytest.fixture(scope="session")
 def lab_server(tmp_path_factory: Any) -> Any:
-    """One JupyterLab 4 (+ Notebook 7 pages) for the session's browser tests (see tests/jupyter_e2e.py)."""
-    from jupyter_e2e import start_server
+    """One JupyterLab 4 (+ Notebook 7 pages) for the session's browser tests (see tests/e2e/jupyter_e2e.py)."""
+    from tests.e2e.jupyter_e2e import start_server
 
     server = start_server(tmp_path_factory.mktemp("jupyter"))
     try:

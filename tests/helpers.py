@@ -1,4 +1,4 @@
-"""Test helpers shared by several test files (import as ``from helpers import ...``)."""
+"""Test helpers shared by several test files (import as ``from tests.helpers import ...``)."""
 
 from __future__ import annotations
 

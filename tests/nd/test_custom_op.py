@@ -18,15 +18,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import MyAddOneProp
 
 import opprof as mx
 from opprof import nd
 from opprof.engine import EngineObserver, Invocation
+from tests.helpers import MyAddOneProp
 
 pytestmark = pytest.mark.timeout(60)
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 MXNET_SCRIPT_NAME = "mxnet-1.9.1-custom-op.py"
 
 

@@ -355,7 +355,7 @@ def test_operator_named_binary_functions(name: str) -> None:
 
 
 # ---------------------------------------------------------------------------- save / load
-DATA = os.path.join(os.path.dirname(__file__), "data")
+DATA = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data")
 
 
 def test_loads_files_written_by_mxnet_1_9_1() -> None:

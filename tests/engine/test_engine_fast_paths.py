@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import both_engines, record_pushes  # noqa: F401  (a fixture: every test on both engines)
 
 import opprof as mx
 from opprof.engine import EngineError, get_engine
 from opprof.engine.threaded import CustomPool
+from tests.helpers import both_engines, record_pushes  # noqa: F401  (a fixture: every test on both engines)
 
 
 def test_push_op_orders_after_a_busy_var() -> None:

@@ -28,13 +28,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import require_chromium
-from helpers import free_port, stop_process
 
 import opprof as mx
 import opprof.profiler
 from benchmarks.jupyter import CHROMIUM, CHROMIUM_ARGS
 from opprof.trace import ThreadInfo, Trace
+from tests.conftest import require_chromium
+from tests.helpers import free_port, stop_process
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
 

@@ -1,6 +1,6 @@
 """The notebook experience in a real browser: the quickstart's timeline, light notebooks, a reload
 that redraws, the still picture where the widget cannot run, one refinement per zoom (Notebook 7:
-tests/test_live_browser.py runs its live view and full timeline there too).
+tests/e2e/test_live_browser.py runs its live view and full timeline there too).
 
 One JupyterLab server for the session (``lab_server`` in conftest: it also serves Notebook 7's
 ``/notebooks/`` pages); headless Debian Chromium. Each test asserts a behaviour, never a time.
@@ -22,7 +22,7 @@ from benchmarks.notebook import write_notebook
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(240)]
 
-NOTEBOOKS = Path(__file__).parent.parent / "notebooks"
+NOTEBOOKS = Path(__file__).parents[2] / "notebooks"
 
 SMALL_CELL = """%%opprof
 import time

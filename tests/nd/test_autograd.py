@@ -9,10 +9,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import PushRecorder, both_engines, record_pushes  # noqa: F401 - both_engines is an autouse fixture
 
 import opprof as mx
 from opprof.nd import ops as registry
+from tests.helpers import PushRecorder, both_engines, record_pushes  # noqa: F401 - both_engines is an autouse fixture
 
 ag = mx.autograd
 

@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import MyAddOneProp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -31,6 +30,7 @@ from opprof.engine import Engine
 from opprof.profiler import ProfilerError, Recorder, profile
 from opprof.trace import Span, Trace, from_chrome
 from opprof.trace.formats.chrome import to_chrome
+from tests.helpers import MyAddOneProp
 
 pytestmark = pytest.mark.timeout(60)
 

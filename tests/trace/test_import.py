@@ -25,7 +25,7 @@ from opprof.trace.formats.mxnet import recover_mxnet
 
 pytestmark = pytest.mark.timeout(120)
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 MXNET = DATA / "mxnet-1.9.1-custom-op.json"
 TORCH = DATA / "torch-2.13-custom-function.json"
 VIZ = DATA / "viztracer-1.1-threads.json"

@@ -1,6 +1,6 @@
 """The live view: the feed of finished spans, the streaming figure, and ``%%opprof``'s live thread.
 
-No browser here (tests/test_live_browser.py has one): the magic runs in IPython's ``globalipapp``
+No browser here (tests/e2e/test_live_browser.py has one): the magic runs in IPython's ``globalipapp``
 with ``--live`` forcing the live view a kernel would show by default.
 """
 

@@ -435,7 +435,7 @@ def test_analyses_on_columns_equal_the_object_model(t: Trace) -> None:
     columns = Trace(t.threads, SpanTable.from_spans(spans), t.instants, t.counters, t.flow_table, t.metadata)
     assert [(r.name, r.cat, r.count, r.total_ns, r.min_ns, r.max_ns) for r in columns.stats()] == oracle_stats(spans)
     rows = columns.custom_ops()
-    # The oracle knows the split; the causes are checked to sum to its waiting (tests/test_why.py
+    # The oracle knows the split; the causes are checked to sum to its waiting (tests/trace/test_why.py
     # checks their values on workloads with known answers).
     bare = [dataclasses.replace(r, waiting_by_cause={}, python_cpu_ns=None, blockers=[]) for r in rows]
     assert bare == oracle_custom_ops(spans)

@@ -7,11 +7,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import PushRecorder, both_engines, record_pushes  # noqa: F401 - both_engines is an autouse fixture
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import opprof as mx
+from tests.helpers import PushRecorder, both_engines, record_pushes  # noqa: F401 - both_engines is an autouse fixture
 
 # ---------------------------------------------------------------------------- fixtures and helpers
 

@@ -11,10 +11,10 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import require_chromium
 
 from benchmarks.jupyter import JupyterServer
 from benchmarks.jupyter import start_server as _start
+from tests.conftest import require_chromium
 
 __all__ = ["JupyterServer", "start_server"]
 

@@ -10,12 +10,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import both_engines, record_pushes  # noqa: F401 - both_engines is an autouse fixture
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import opprof as mx
 from opprof.nd import OperatorError
+from tests.helpers import both_engines, record_pushes  # noqa: F401 - both_engines is an autouse fixture
 
 nd = mx.nd
 ag = mx.autograd

@@ -52,7 +52,7 @@ def test_spans_reach_the_page_while_the_cell_runs(lab_server: Any, chromium_page
     page.evaluate(f"() => {{ ({js.DEFINE_FIND})(); window.__opprof_tl().el.scrollIntoView({{block: 'center'}}); }}")
     page.wait_for_timeout(300)
     page.screenshot(path=str(tmp_path / "live-after.png"))
-    # Notebook 7's own (tests/test_notebook_browser.py sees them without any live view too).
+    # Notebook 7's own (tests/e2e/test_notebook_browser.py sees them without any live view too).
     nb7_own = ("reading 'schema'", "'filebrowser:open-path' not registered")
     assert [e for e in page_errors if not any(k in e for k in nb7_own)] == [], page_errors
     console_errors = [t for kind, t in console if kind == "error"]
