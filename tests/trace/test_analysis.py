@@ -1,0 +1,166 @@
+"""One analysis per trace: computed once, shared by every reader, renewed when the records change."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+import opprof
+from opprof import nd
+from opprof.trace import Trace
+from opprof.trace.analysis import analysis_of
+from opprof.trace.analysis.summary import custom_op_summary, python_cpu_parts
+from opprof.trace.synthetic import synthetic_trace
+from opprof.trace.text import split_table, summary_line, why_text
+
+SLEEP_S = 0.02
+SPIN_S = 0.02
+
+
+class _Sleeps(opprof.operator.CustomOp):
+    def forward(self, is_train, req, in_data, out_data, aux):  # type: ignore[no-untyped-def]
+        time.sleep(SLEEP_S)  # releases the GIL: off a CPU
+        self.assign(out_data[0], req[0], in_data[0] + 1)
+
+
+class _Spins(opprof.operator.CustomOp):
+    def forward(self, is_train, req, in_data, out_data, aux):  # type: ignore[no-untyped-def]
+        end = time.thread_time() + SPIN_S
+        while time.thread_time() < end:  # pure Python until this thread has had SPIN_S of CPU
+            pass
+        self.assign(out_data[0], req[0], in_data[0] * 2)
+
+
+@opprof.operator.register("AnalysisSleeps")
+class _SleepsProp(opprof.operator.CustomOpProp):
+    def create_operator(self, ctx, shapes, dtypes):  # type: ignore[no-untyped-def]
+        return _Sleeps()
+
+
+@opprof.operator.register("AnalysisSpins")
+class _SpinsProp(opprof.operator.CustomOpProp):
+    def create_operator(self, ctx, shapes, dtypes):  # type: ignore[no-untyped-def]
+        return _Spins()
+
+
+@pytest.fixture(scope="module")
+def profile() -> Trace:
+    """Three sleeping and two spinning custom ops on the threaded engine (so with engine edges)."""
+    opprof.set_engine("threaded", workers=2, custom_workers=1)
+    try:
+        x = nd.ones((8, 8))
+        with opprof.profile() as prof:
+            for _ in range(3):
+                nd.Custom(x, op_type="AnalysisSleeps")
+            for _ in range(2):
+                nd.Custom(x, op_type="AnalysisSpins")
+            nd.waitall()
+    finally:
+        opprof.set_engine("threaded")
+    assert prof.trace is not None and prof.trace.validate() == []
+    return prof.trace
+
+
+def _fresh(t: Trace) -> Trace:
+    return Trace(t.threads, t.table, t.instants, t.counters, t.flow_table, t.metadata, t.ops)
+
+
+def test_every_reader_shares_one_analysis_and_the_causes_are_computed_once(profile: Trace, monkeypatch) -> None:
+    import opprof.trace.analysis.per_trace as per_trace
+
+    calls = []
+    original = per_trace.waiting_causes
+    monkeypatch.setattr(per_trace, "waiting_causes", lambda *a, **k: calls.append(1) or original(*a, **k))
+    trace = _fresh(profile)
+    a = trace.analysis()
+    assert trace.analysis() is a and analysis_of(trace) is a and Trace.of(trace).analysis() is a
+    summary_line(trace)
+    split_table(trace)
+    why_text(trace)
+    trace.custom_ops()
+    trace.waiting_causes()
+    trace.to_chrome()
+    assert trace.validate() == []
+    assert len(calls) == 1
+    assert trace.critical_path() is a.critical_path  # also computed once, on first use
+
+
+def test_the_analysis_is_renewed_when_the_records_change(profile: Trace) -> None:
+    trace = _fresh(profile)
+    a = trace.analysis()
+    assert len(a.parents) == 5
+    # New span columns: a new analysis, of the new records.
+    t = trace.table
+    keep = np.flatnonzero(t.inv != t.inv[a.parents[0]])
+    trace.set_table(t.take(keep))
+    b = trace.analysis()
+    assert b is not a and len(b.parents) == 4
+    # A thread added to the list in place is a change too.
+    trace.threads.append(opprof.trace.ThreadInfo(10**6, "late thread"))
+    assert trace.analysis() is not b
+
+
+def test_a_list_view_is_analysed_afresh_so_edits_count(profile: Trace) -> None:
+    trace = _fresh(profile)
+    before = {r.invocation: r.wall_ns for r in trace.custom_ops()}
+    spans = trace.spans  # from now on the list is the trace
+    parent = next(s for s in spans if s.role is opprof.trace.Role.PARENT)
+    family = [s for s in spans if s.invocation == parent.invocation]
+    for s in family:  # the whole family moves later by 1 ms: its wall time is unchanged
+        s.start += 1_000_000
+        s.end += 1_000_000
+    rows = trace.custom_ops()
+    assert {r.invocation: r.wall_ns for r in rows} == before
+    assert next(r for r in rows if r.invocation == parent.invocation).start_ns == parent.start
+    spans.remove(parent)
+    assert parent.invocation not in {r.invocation for r in trace.custom_ops()}
+
+
+def test_the_summary_per_op_type_has_known_answers(profile: Trace) -> None:
+    ot = profile.analysis().op_types
+    assert sorted(ot.names) == ["AnalysisSleeps", "AnalysisSpins"]
+    sleeps, spins = ot.of("AnalysisSleeps"), ot.of("AnalysisSpins")
+    assert sleeps["calls"] == 3 and spins["calls"] == 2
+    # A sleeping Python is off a CPU, a spinning one on it (known answers, generous for a loaded machine).
+    assert sleeps["py_off_cpu"] >= 3 * SLEEP_S * 1e9 * 0.8
+    assert sleeps["py_on_cpu"] < sleeps["py_off_cpu"] / 4
+    assert spins["py_on_cpu"] >= 2 * SPIN_S * 1e9 * 0.95
+    assert spins["py_cpu_unknown"] == sleeps["py_cpu_unknown"] == 0
+    # Parts sum to the wall time of each type.
+    for k in range(len(ot)):
+        assert sum(int(v[k]) for v in ot.parts().values()) == int(ot.wall[k])
+
+
+def test_the_summary_agrees_with_summing_the_rows_one_by_one(profile: Trace) -> None:
+    rows = profile.custom_ops()
+    got = {s.name: s for s in profile.analysis().op_types.rows()}
+    want = {s.name: s for s in custom_op_summary(rows)}
+    assert got == want
+    for name, s in got.items():
+        mine = [r for r in rows if r.name == name]
+        assert s.calls == len(mine) and s.wall_ns == sum(r.wall_ns for r in mine)
+        assert s.python_cpu_ns == sum(min(r.python_cpu_ns, r.python_ns) for r in mine)  # type: ignore[type-var]
+        assert s.python_off_cpu_ns == sum(r.python_off_cpu_ns for r in mine)  # type: ignore[misc]
+        for key in s.waiting_by_cause:
+            assert s.waiting_by_cause[key] == sum(r.waiting_by_cause[key] for r in mine)
+
+
+def test_cpu_parts_rule() -> None:
+    on, off, unknown = python_cpu_parts(np.array([100, 100, 100, 0]), np.array([40, 130, -1, 5]))
+    assert on.tolist() == [40, 100, 0, 0]
+    assert off.tolist() == [60, 0, 0, 0]
+    assert unknown.tolist() == [0, 0, 100, 0]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_synthetic_traces_read_the_same_through_the_analysis(seed: int) -> None:
+    trace = synthetic_trace(5_000, seed=seed)
+    a = trace.analysis()
+    rows = trace.custom_ops()
+    assert len(rows) == len(a.parents)
+    assert {s.name: s for s in a.op_types.rows()} == {s.name: s for s in custom_op_summary(rows)}
+    walls = a.table.end[a.parents] - a.table.start[a.parents]
+    assert sorted(r.wall_ns for r in rows) == sorted(walls.tolist())
+    assert int(a.op_types.wall.sum()) == int(walls.sum())
