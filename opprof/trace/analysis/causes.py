@@ -69,17 +69,25 @@ class Causes:
     def of(self, k: int) -> dict[str, int]:
         return dict(zip(self.keys, self.ns[k].tolist(), strict=True))
 
-    def all_blockers(self, table: SpanTable, top: int = 3) -> list[list[Blocker]]:
-        """Per invocation row, the ops that held it up longest (most first, at most ``top``): the
-        names of all of them looked up at once."""
-        out: list[list[Blocker]] = [[] for _ in range(len(self.parents))]
+    def top_blockers(self, top: int = 3) -> np.ndarray:
+        """Indices into ``blocked_*`` of the ops that held each invocation up longest: per row at
+        most ``top``, most ns first (ties in recorded order), rows ascending."""
         f = self.blocked_fam
         if not len(f):
-            return out
+            return np.zeros(0, dtype=np.int64)
         order = np.lexsort((np.arange(len(f)), -self.blocked_ns, f))  # by row, most ns first
         fam = f[order]
         rank = np.arange(len(fam)) - np.searchsorted(fam, fam)
-        pick = order[rank < top]
+        return order[rank < top]
+
+    def all_blockers(self, table: SpanTable, top: int = 3) -> list[list[Blocker]]:
+        """Per invocation row, the ops that held it up longest (:meth:`top_blockers`), as records:
+        the names of all of them looked up at once."""
+        out: list[list[Blocker]] = [[] for _ in range(len(self.parents))]
+        pick = self.top_blockers(top)
+        if not len(pick):
+            return out
+        f = self.blocked_fam
         names, invs = op_names(table, self.blocked_op[pick])
         for j, name, inv in zip(pick.tolist(), names, invs.tolist(), strict=True):
             var = int(self.blocked_var[j])

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..records import CustomOpRow
+from .causes import op_names
 
 if TYPE_CHECKING:
     from .per_trace import Analysis
@@ -205,10 +206,21 @@ def op_type_summary(a: Analysis) -> OpTypeSummary:
     return _summarize(names, order_key, wall, a.split, errors, c.cpu, c.keys, c.ns, _blockers(a))
 
 
-def _blockers(a: Analysis) -> list[tuple[int, str, int]]:
+def _blockers(a: Analysis) -> Iterable[tuple[int, str, int]]:
     """(invocation row, blocking op's name, ns) of the three longest blockers of each invocation,
-    as :meth:`~.causes.Causes.all_blockers` picks them."""
-    return [(k, b.name, b.ns) for k, row in enumerate(a.causes.all_blockers(a.table)) for b in row]
+    as :meth:`~.causes.Causes.all_blockers` picks them; summed per (row, name) first, in NumPy
+    (one Python tuple per distinct pair, not per blocker: 2.8 s -> 0.1 s at 1M spans)."""
+    c = a.causes
+    pick = c.top_blockers()
+    if not len(pick):
+        return []
+    names, _ = op_names(a.table, c.blocked_op[pick])
+    name_codes, code = np.unique(np.asarray(names, dtype=object), return_inverse=True)
+    pair = c.blocked_fam[pick].astype(np.int64) * len(name_codes) + code.ravel()
+    used, group = np.unique(pair, return_inverse=True)
+    ns = np.bincount(group.ravel(), weights=c.blocked_ns[pick], minlength=len(used))
+    rows, codes = np.divmod(used, len(name_codes))
+    return [(r, str(name_codes[k]), round(v)) for r, k, v in zip(rows.tolist(), codes.tolist(), ns.tolist(), strict=True)]
 
 
 def custom_op_summary(rows: Iterable[CustomOpRow]) -> list[OpTypeSplit]:
