@@ -1,5 +1,6 @@
-"""Views of a trace: where each span goes (:mod:`.layout`), the Bokeh figure (:mod:`.figure`) and
-the ipywidgets timeline around it (:mod:`.widget`).
+"""Views of a trace: where each span goes (:mod:`.layout`) and what is drawn there (:mod:`.columns`),
+both plain NumPy, the Bokeh figure made of them (:mod:`.figure`) and the ipywidgets timeline around
+it (:mod:`.widget`).
 
 They read only the trace model, so an imported PyTorch or MXNet trace draws like one of ours.
 Importing this package imports Bokeh and ipywidgets; ``import opprof`` does not.

@@ -4,14 +4,19 @@
 so an imported trace draws exactly like one of ours, and returns the Bokeh objects by name so the
 widget can drive them and tests can inspect them without a browser (as dask's
 ``profile_visualize`` does). :func:`save_html` writes one standalone file with BokehJS inline.
+This module is the Bokeh half: models, glyphs, colours, hover tools, legend, toggles and the
+JavaScript that runs in the browser. What they show is made without Bokeh, in :mod:`.layout`
+(where each span goes, level of detail) and :mod:`.columns` (the columns drawn, hover texts,
+names on the bars, the critical path's rectangles).
 
 What keeps it fast at a million spans: rectangles, not spans, are drawn. :func:`.layout.blocks`
 merges spans narrower than a pixel per row into counted blocks (:func:`.layout.runs` draws a
 stretch of alike blocks as one), and the columns sent to the browser are numeric (names and hover
-text go through small lookup tables), so size and draw time grow with the screen, not the trace.
-What keeps it honest: a block is shaded by how busy its pixels are (``busy_fraction`` sets its
-alpha), so a row busy 1 % of the time reads faint, not solid; zoomed in, bars wide enough carry
-their names (:func:`label_columns`, laid out again in the browser as the view moves).
+text go through small lookup tables, :func:`.columns.span_columns`), so size and draw time grow
+with the screen, not the trace. What keeps it honest: a block is shaded by how busy its pixels are
+(``busy_fraction`` sets its alpha), so a row busy 1 % of the time reads faint, not solid; zoomed
+in, bars wide enough carry their names (:func:`.columns.label_columns`, laid out again in the
+browser as the view moves).
 
 What it shows beyond the spans: why custom ops wait (:mod:`opprof.trace.analysis.causes`: the split bars
 break each op type's waiting into its causes, and a parent's hover gives its own with the op that
@@ -27,7 +32,6 @@ What keeps it safe: a trace's names and args are data. Tooltips use plain ``@fie
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,14 +67,32 @@ from bokeh.models import (
 )
 from bokeh.plotting import figure
 
-from ..trace import Analysis, Role, Trace
-from ..trace.analysis.causes import has_edges, op_names
+from ..trace import Analysis, Trace
+from ..trace.analysis.causes import has_edges
 from ..trace.analysis.critical import CriticalPath
 from ..trace.analysis.stats import stat_columns
-from ..trace.analysis.summary import python_cpu_parts
-from ..trace.columns import ROLE_CODE
-from ..trace.records import FAMILY_ARGS
 from ..trace.text import fmt_us
+from .columns import (
+    BUSY_ALPHA,
+    LABEL_CHAR_PX,
+    LABEL_FONT_SIZE,
+    LABEL_LIMIT,
+    LABEL_MIN_CHARS,
+    LABEL_MIN_ROW_PX,
+    LABEL_PAD_PX,
+    PATH_LIMIT,
+    PathIndex,
+    busy_alpha,
+    drawn_blocks,
+    empty_flows,
+    empty_path,
+    every_span,
+    label_columns,
+    op_type_splits,
+    path_columns,
+    path_index,
+    span_columns,
+)
 from .layout import (
     LANE_GAP,
     MAX_LANES,
@@ -79,11 +101,9 @@ from .layout import (
     Blocks,
     LaneKind,
     Layout,
-    blocks,
     build_layout,
     busy_fraction,
     process_starts,
-    runs,
 )
 
 __all__ = [
@@ -95,6 +115,8 @@ __all__ = [
     "ROLE_LABELS",
     "Timeline",
     "build_timeline",
+    "busy_alpha",
+    "label_columns",
     "op_type_splits",
     "save_html",
     "span_columns",
@@ -127,28 +149,7 @@ PALETTE = [ROLE_COLORS[r] for r in ROLE_NAMES] * 2
 #: for HiDPI screens, over a frame ~0.7 of it): a 1-pixel outline on each would overlap ~4 of them
 #: a pixel and compound their alpha, 1 - 0.86**4 * 0.84 = 0.54 for blocks shaded 0.16 (1 % busy).
 LINE_PALETTE = [("#a07d1c" if r == "parent" else ROLE_COLORS[r]) for r in ROLE_NAMES] + ["#00000000"] * len(ROLE_NAMES)
-#: Fill alpha by busy share (column ``busy_fraction``: 1 for a span, busy time / width for a merged
-#: block): 0.15 at idle, 1 when busy throughout. Drawn at full alpha, a row busy 1 % of the time
-#: (a 3 µs wait in 30 % of the iterations) looked as solid as one busy 100 %; the floor keeps 1 %
-#: visible (0.16 of the wait colour on white is #fae4e5, beside the lanes' #f6f6f6 shading).
-BUSY_ALPHA = (0.15, 1.0)
 DETAIL_LIMIT = 100_000  # draw every span (no merging) up to this many rectangles
-
-#: Names on the bars, as Perfetto and chrome://tracing draw them: 11 px text estimated at 7 px a
-#: character, 3 px in from the span's visible left edge. A single span gets its name when its
-#: visible part holds it, cut to fit with "…" when 3 characters or more of it fit. Headless
-#: Chromium's 11px helvetica averages 5.6 px a character over the demo's and the synthetic traces'
-#: names (6.9 at worst, "sum") and draws "…" 11 px wide: 3 characters and the ellipsis take 27.8 of
-#: the 28 px budgeted. At most LABEL_LIMIT labels (the widest spans'; a 700 px frame of 17 rows holds
-#: ~350 names of 34 px or more, and 2,000 labels added no paint time measurable over the noise of a
-#: shared machine, ~40-55 ms a full paint of a 2,000-span figure in software Chromium), none in rows
-#: under LABEL_MIN_ROW_PX (the text would print over the next row).
-LABEL_FONT_SIZE = "11px"
-LABEL_CHAR_PX = 7.0
-LABEL_PAD_PX = 3.0
-LABEL_MIN_CHARS = 3
-LABEL_LIMIT = 2_000
-LABEL_MIN_ROW_PX = 13.0
 #: The frame (plot area) is the figure less its legend (~160 px at 9pt) and its lane labels (~7 px
 #: a character and ~45 px of ticks): at width 1000 Chromium gave 697 px with 15-character lane
 #: labels, 765 px with 9 (estimated 680 and 722), and the height less 79 px (title, toolbar, axis).
@@ -196,8 +197,6 @@ CAUSE_COLORS = {
 }
 #: The critical path's highlight and its hops between lanes: a colour no role uses.
 PATH_COLOR = "#e6007e"
-#: Path rectangles drawn at most (the longest in view); the widget redraws them as it zooms.
-PATH_LIMIT = 5_000
 
 # Microseconds to readable text, in the browser (ticks and hover) and in Python (tests, notes).
 _FMT_US_JS = """
@@ -252,18 +251,18 @@ class Timeline:
     path_renderers: list[Any] = field(default_factory=list)  # what the toggle shows and hides
     path_drawn: int = 0  # path rectangles drawn in the current view
     path_total: int = 0  # path rectangles (every copy of every span on the path)
-    _path_index: _PathIndex | None = field(default=None, repr=False)
+    _path_index: PathIndex | None = field(default=None, repr=False)
 
     def set_path(self, path: CriticalPath) -> None:
         """Draw ``path`` into the path layer made empty by ``build_timeline(..., critical_path="lazy")``
         (the widget computes it when its toggle is first switched on)."""
         if self.path_source is None or self.path_edges is None:
             raise ValueError("this timeline has no critical-path layer (built with critical_path=False)")
-        pi = _path_index(path, self.layout)
+        pi = path_index(path, self.layout)
         self.path, self._path_index = path, pi
         lo, hi = self.window
         limit = len(self.layout) if self.full_detail else PATH_LIMIT
-        rects, edges = _path_columns(pi, self.layout, lo, hi, None, limit)
+        rects, edges = path_columns(pi, self.layout, lo, hi, None, limit)
         self.path_source.data = rects
         self.path_edges.data = edges
         self.path_drawn, self.path_total = len(rects["span"]), len(pi.items)
@@ -279,300 +278,24 @@ class Timeline:
         """Recompute what is drawn for the x range ``[x0, x1]`` (level of detail, names on the bars) and push it."""
         w = x1 - x0
         lo, hi = x0 - w / 2, x1 + w / 2  # pan half a screen either way before refining again
-        b = _every_span(self.layout, mask) if self.full_detail else _blocks(self.layout, lo, hi, self.pixels * 2, mask)
+        b = every_span(self.layout, mask) if self.full_detail else drawn_blocks(self.layout, lo, hi, self.pixels * 2, mask)
         data, names, flows_all = span_columns(self.trace, self.layout, b, self.analysis)
         self.names.data = names
         self.source.data = data
         self.flows_all.data = flows_all
-        self.flows.data = _empty_flows()
+        self.flows.data = empty_flows()
         self.source.selected.indices = []
         self.merged = int(b.counts[b.counts > 1].sum())
         self.window = (lo, hi)
         self.view = (x0, x1)
         rows = abs(float(self.figure.y_range.start) - float(self.figure.y_range.end))
-        self.labels.data = label_columns(data, names["name"], x0, x1, self.frame_px, rows)
+        self.labels.data = label_columns(data, names["name"], x0, x1, self.frame_px, rows, limit=LABEL_LIMIT)
         if self.path_source is not None and self.path_edges is not None and self._path_index is not None:
             limit = len(self.layout) if self.full_detail else PATH_LIMIT  # full detail: never refined, so all of it
-            rects, edges = _path_columns(self._path_index, self.layout, lo, hi, mask, limit)
+            rects, edges = path_columns(self._path_index, self.layout, lo, hi, mask, limit)
             self.path_source.data = rects
             self.path_edges.data = edges
             self.path_drawn = len(rects["span"])
-
-
-# ---------------------------------------------------------------------------- hover texts
-def _parent_texts(a: Analysis, rows: np.ndarray) -> list[tuple[str, str, str]]:
-    """(split, waiting by cause, longest blocker) hover texts of the invocation ``rows``."""
-    c = a.causes
-    top = a.top_blocker[rows]
-    blocked = top[top >= 0]
-    names, invs = op_names(a.table, c.blocked_op[blocked])
-    label = iter(zip(names, invs.tolist(), strict=True))
-    out = []
-    for r, j, (py, sub, wait), ns in zip(rows.tolist(), top.tolist(), a.split[rows].tolist(), c.ns[rows].tolist(), strict=True):
-        cpu = int(c.cpu[r])
-        split = _split_text(py, sub, wait, cpu)
-        why = _cause_text(c.keys, ns)
-        blocker = ""
-        if j >= 0:
-            name, inv = next(label)
-            blocker = _blocker_text(name, inv, int(c.blocked_var[j]), int(c.blocked_ns[j]), int(a.n_blockers[r]))
-        out.append((split, why, blocker))
-    return out
-
-
-def _split_text(py: int, sub: int, wait: int, cpu: int = -1) -> str:
-    """A parent's python / sub-ops / waiting (ns), with python on and off CPU when ``cpu`` is known
-    (>= 0; the off part subtracted in whole ns, then shown: in µs floats it could round the other way)."""
-    total = py + sub + wait or 1
-    python = f"python {fmt_us(py / 1e3)} ({100 * py / total:.0f}%"
-    if cpu >= 0:
-        on, off, _ = (int(v[0]) for v in python_cpu_parts(np.array([py]), np.array([cpu])))
-        python += f": {fmt_us(on / 1e3)} on CPU, {fmt_us(off / 1e3)} off"
-    return (
-        f"{python}) · sub-ops {fmt_us(sub / 1e3)} ({100 * sub / total:.0f}%) · "
-        f"waiting {fmt_us(wait / 1e3)} ({100 * wait / total:.0f}%)"
-    )
-
-
-def _cause_text(keys: tuple[str, ...], ns: list[int]) -> str:
-    """The waiting by cause, largest first, as ms (or µs) and % of the waiting."""
-    total = sum(ns)
-    if not total:
-        return "none"
-    parts = sorted((v, k) for k, v in zip(keys, ns, strict=True) if v > 0)[::-1]
-    return " · ".join(f"{k} {fmt_us(v / 1e3)} ({100 * v / total:.0f}%)" for v, k in parts)
-
-
-def _blocker_text(name: str, inv: int, var: int, ns: int, n: int) -> str:
-    """``dependency 1.20 ms: Slow::_mul_scalar (invocation 3), var 11``: the op that held an
-    invocation up longest (and how many others did)."""
-    text = f"dependency {fmt_us(ns / 1e3)}: {name}"
-    if inv >= 0:
-        text += f" (invocation {inv})"
-    if var >= 0:
-        text += f", var {var}"
-    if n > 1:
-        text += f" (+{n - 1} more op{'s' if n > 2 else ''})"
-    return text
-
-
-def _site_text(site: str, wait: bool) -> str:
-    """``pushed at model.py:42``: the user's line, by file name (a path's last part)."""
-    path, sep, line = site.rpartition(":")
-    base = re.split(r"[\\/]", path if sep else site)[-1]
-    return f"{'waited' if wait else 'pushed'} at {base}{sep}{line if sep else ''}"
-
-
-def _args_text(args: dict[str, Any]) -> str:
-    text = ", ".join(f"{k}={v}" for k, v in args.items() if k not in FAMILY_ARGS)
-    return text if len(text) <= 200 else text[:199] + "…"
-
-
-#: The hover's text columns beyond the name: each a code per span into the lookup ``detail``.
-DETAIL_COLUMNS = ("detail", "why", "blocker")
-
-
-def _details(a: Analysis, idx: np.ndarray) -> tuple[dict[str, np.ndarray], list[str]]:
-    """Hover text beyond the name for the spans ``idx`` of the table, as codes into one list of
-    texts: ``detail`` (a parent's split with its Python on and off CPU; else where the user's code
-    pushed or waited, and the span's own args), ``why`` (a parent's waiting by cause) and
-    ``blocker`` (the op that held it up longest). Only the spans given are looked at, and only
-    spans that have args go through Python one by one."""
-    t = a.table
-    texts: dict[str, int] = {"": 0}
-    codes = {c: np.zeros(len(idx), dtype=np.int32) for c in DETAIL_COLUMNS}
-    is_parent = t.role[idx] == ROLE_CODE[Role.PARENT]
-    if is_parent.any() and len(a.parents):
-        where = np.flatnonzero(is_parent)
-        pos = np.minimum(np.searchsorted(a.parents, idx[where]), len(a.parents) - 1)
-        ok = a.parents[pos] == idx[where]
-        for j, row in zip(where[ok].tolist(), _parent_texts(a, pos[ok]), strict=True):
-            for col, text in zip(DETAIL_COLUMNS, row, strict=True):
-                codes[col][j] = texts.setdefault(text, len(texts))
-    # Sites: few distinct lines, so one text each and a vectorised lookup.
-    site, is_wait = a.sites(idx)
-    site = np.where(is_parent, -1, site)
-    has_site = site >= 0
-    site_of = np.full(len(idx), -1, dtype=np.int64)  # index into site_texts
-    site_texts: list[str] = []
-    if has_site.any():
-        assert a.ops is not None
-        key, inverse = np.unique(site[has_site] * 2 + is_wait[has_site], return_inverse=True)
-        site_texts = [_site_text(a.ops.strings[k // 2], bool(k % 2)) for k in key.tolist()]
-        site_of[has_site] = inverse.ravel()
-        lookup = np.array([texts.setdefault(x, len(texts)) for x in site_texts], dtype=np.int32)
-        codes["detail"][has_site] = lookup[site_of[has_site]]
-    if len(t.args_at):
-        pos = np.minimum(np.searchsorted(t.args_at, idx), len(t.args_at) - 1)
-        has = (t.args_at[pos] == idx) & ~is_parent
-        for j, k in zip(np.flatnonzero(has).tolist(), pos[has].tolist(), strict=True):
-            text = _args_text(t.args[k])
-            if text:
-                if site_of[j] >= 0:
-                    text = f"{site_texts[site_of[j]]} · {text}"
-                codes["detail"][j] = texts.setdefault(text, len(texts))
-    return codes, list(texts)
-
-
-# ---------------------------------------------------------------------------- columns
-def _empty_flows() -> dict[str, Any]:
-    return {k: np.zeros(0) for k in ("x0", "y0", "x1", "y1")}
-
-
-def _flow_segments(trace: Trace, layout: Layout, invs: np.ndarray) -> dict[str, Any]:
-    """Segments from each push (on the python span's row) to the sub-op it started, for ``invs``.
-
-    A :class:`~opprof.trace.Flow` names threads and times, not invocations, so each flow is matched
-    to the thread-lane span that starts where it arrives; only families in ``invs`` (those drawn
-    unmerged) are kept, which bounds the size of a saved file.
-    """
-    out = {k: np.zeros(0) for k in ("x0", "y0", "x1", "y1")}
-    out["inv"] = np.zeros(0, dtype=np.int32)
-    if not trace.n_flows or not len(invs):
-        return out
-    thread_lane = np.array([ln.kind != LaneKind.CUSTOM for ln in layout.lanes])[layout.lane]
-    fam_items = np.nonzero(thread_lane & np.isin(layout.invocation, invs))[0]
-    if not len(fam_items):
-        return out
-    start_ns = np.rint(layout.left[fam_items] * 1e3).astype(np.int64)
-    key = (layout.tid[fam_items].astype(np.int64) << 44) + start_ns
-    order = np.argsort(key)
-    key, fam_items = key[order], fam_items[order]
-    flows = trace.flow_table
-    dst = (flows.dst_tid << 44) + (flows.dst_ts - layout.t0_ns)
-    pos = np.minimum(np.searchsorted(key, dst), len(key) - 1)
-    hit = key[pos] == dst
-    if not hit.any():
-        return out
-    items = fam_items[pos[hit]]
-    src_tid = flows.src_tid[hit]
-    src_us = (flows.src_ts[hit] - layout.t0_ns) / 1e3
-    inv = layout.invocation[items]
-    # The source row: the family's python span on the pushing thread, else that thread's first row.
-    py = np.nonzero(thread_lane & (layout.role == ROLE_NAMES.index("python")) & np.isin(layout.invocation, inv))[0]
-    py_mid = dict(zip(layout.invocation[py].tolist(), ((layout.top[py] + layout.bottom[py]) / 2).tolist(), strict=True))
-    lane_mid = {ln.tid: ln.top + 0.5 for ln in layout.lanes if ln.kind == LaneKind.THREAD}
-    y0 = np.array([py_mid.get(i, lane_mid.get(t, 0.0)) for i, t in zip(inv.tolist(), src_tid.tolist(), strict=True)])
-    return {
-        "x0": src_us,
-        "y0": y0,
-        "x1": layout.left[items],
-        "y1": (layout.top[items] + layout.bottom[items]) / 2,
-        "inv": inv.astype(np.int32),
-    }
-
-
-def span_columns(
-    trace: Trace, layout: Layout, b: Blocks, analysis: Analysis | None = None
-) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """Columns for the rectangles in ``b``: (span source data, lookup tables, flow segments).
-
-    Numeric columns travel as binary arrays; text goes through the ``names`` lookup so a name
-    repeated a million times is sent once. A merged block has ``inv`` -1 (it belongs to no single
-    family), its ``dur`` is the busy time of the spans it holds and its ``busy_fraction`` that time
-    over its width (a span's is 1; it sets the fill's alpha). ``analysis`` is the figure's
-    (computed here when not given).
-    """
-    if analysis is None:
-        analysis = trace.analysis()
-    items = b.items
-    t = trace.table
-    span_idx = layout.span_index[items]
-    used, name_code = np.unique(t.name[span_idx], return_inverse=True)
-    name_list = [t.strings[c] for c in used.tolist()]
-    merged = b.counts > 1
-    single = np.nonzero(~merged)[0]
-    detail_codes = {c: np.zeros(len(items), dtype=np.int32) for c in DETAIL_COLUMNS}
-    single_codes, detail_list = _details(analysis, span_idx[single])
-    for c in DETAIL_COLUMNS:
-        detail_codes[c][single] = single_codes[c]
-    # Thread names of the drawn rectangles only (a lookup as long as the screen, not the trace).
-    drawn_tids, thread_code = np.unique(layout.tid[items], return_inverse=True)
-    names_of = layout.thread_labels or trace.thread_names()  # with its process, in a trace of several
-    thread_labels = [names_of.get(x, f"thread {x}") for x in drawn_tids.tolist()]
-    # int32: past 32,767 lanes an int16 overflowed (thread-pool servers have that many threads).
-    thread_code = thread_code.ravel().astype(np.int32)
-    inv = layout.invocation[items].astype(np.int32)
-    inv[merged] = -1
-    data = {
-        "left": layout.left[items],
-        "right": b.right,
-        "top": layout.top[items].astype(np.float32),
-        "bottom": layout.bottom[items].astype(np.float32),
-        "dur": b.busy,
-        "c": (layout.role[items] + np.where(merged, len(ROLE_NAMES), 0)).astype(np.int8),
-        "name": name_code.ravel().astype(np.int32),
-        "thread": thread_code,
-        **detail_codes,
-        "inv": inv,
-        "count": b.counts.astype(np.int32),
-        "busy_fraction": busy_fraction(layout, b),
-    }
-    n_lookup = max(len(name_list), len(thread_labels), len(detail_list))
-
-    def pad(xs: list[str]) -> list[str]:
-        return xs + [""] * (n_lookup - len(xs))
-
-    names = {"name": pad(name_list), "thread": pad(thread_labels), "detail": pad(detail_list)}
-    family_invs = np.unique(inv[inv >= 0])
-    return data, names, _flow_segments(trace, layout, family_invs)
-
-
-def busy_alpha(fraction: np.ndarray) -> np.ndarray:
-    """The fill alpha drawn for a busy fraction (what the figure's interpolator does in the browser)."""
-    return np.interp(fraction, (0.0, 1.0), BUSY_ALPHA)
-
-
-def _empty_labels() -> dict[str, Any]:
-    return {
-        "x": np.zeros(0),
-        "y": np.zeros(0, dtype=np.float32),
-        "text": [],
-        "c": np.zeros(0, dtype=np.int8),
-        "i": np.zeros(0, dtype=np.int32),
-    }
-
-
-def label_columns(
-    data: dict[str, Any], names: list[str], x0: float, x1: float, frame: tuple[float, float], rows: float
-) -> dict[str, Any]:
-    """Names on the bars for the view ``[x0, x1]`` of the drawn rectangles ``data`` (the columns of
-    :func:`span_columns`, ``names`` its name lookup), in a plot area of ``frame`` (width, height)
-    pixels showing ``rows`` rows: see :data:`LABEL_FONT_SIZE`. Each label sits at its span's visible
-    left edge (``max(left, x0)``: a span starting off screen keeps its name in view) in its top row
-    (a parent's band holds its children below), ``i`` is its rectangle's row in ``data``.
-
-    The browser runs the same rule (``_LABELS_JS``) with the frame's real size whenever the view
-    moves; this is the first layout, and the widget's after each refinement. Only the spans wide
-    enough are looked at by name, and at most :data:`LABEL_LIMIT` texts are made.
-    """
-    width_px, height_px = frame
-    left = np.asarray(data["left"])
-    if x1 <= x0 or width_px <= 0 or not len(left) or height_px / max(rows, 1e-9) < LABEL_MIN_ROW_PX:
-        return _empty_labels()
-    a = np.maximum(left, x0)
-    room = (np.minimum(np.asarray(data["right"]), x1) - a) * (width_px / (x1 - x0)) - 2 * LABEL_PAD_PX
-    cand = np.flatnonzero((np.asarray(data["count"]) == 1) & (room >= LABEL_CHAR_PX))
-    used, code = np.unique(np.asarray(data["name"])[cand], return_inverse=True)
-    length = np.array([len(names[k]) for k in used.tolist()], dtype=np.int64)[code.ravel()]
-    fits = np.floor(room[cand] / LABEL_CHAR_PX).astype(np.int64)
-    ok = (length > 0) & ((fits >= length) | (fits >= LABEL_MIN_CHARS + 1))
-    cand, fits = cand[ok], fits[ok]
-    if len(cand) > LABEL_LIMIT:
-        keep = np.sort(np.lexsort((cand, -room[cand]))[:LABEL_LIMIT])  # the widest; ties by position, as in JS
-        cand, fits = cand[keep], fits[keep]
-    texts = [
-        n if k >= len(n) else n[: k - 1] + "…"
-        for n, k in zip((names[c] for c in np.asarray(data["name"])[cand].tolist()), fits.tolist(), strict=True)
-    ]
-    top, bottom = np.asarray(data["top"])[cand], np.asarray(data["bottom"])[cand]
-    return {
-        "x": a[cand],
-        "y": ((top + np.minimum(bottom, top + ROW_HEIGHT - 0.04)) / 2).astype(np.float32),
-        "text": texts,
-        "c": np.asarray(data["c"])[cand].astype(np.int8),
-        "i": cand.astype(np.int32),
-    }
 
 
 # ---------------------------------------------------------------------------- figures
@@ -748,16 +471,6 @@ def _stats_table(trace: Trace, limit: int = 500) -> tuple[ColumnDataSource, Data
     return src, table
 
 
-def op_type_splits(trace: Trace) -> dict[str, tuple[int, float, float, float]]:
-    """Per custom-op name (forward and backward apart): calls and total python, sub-ops, waiting
-    (µs), from the trace's per-op-type summary."""
-    ot = trace.analysis().op_types
-    return {
-        name: (int(ot.calls[k]), float(ot.python[k]) / 1e3, float(ot.subops[k]) / 1e3, float(ot.waiting[k]) / 1e3)
-        for k, name in enumerate(ot.names)
-    }
-
-
 def _bar_parts(keys: tuple[str, ...]) -> list[tuple[str, str, str]]:
     """(column, label, colour) of every part, in stacking order."""
     causes = [(k, CAUSE_LABELS.get(k, f"waiting: {k}"), CAUSE_COLORS.get(k, ROLE_COLORS["wait"])) for k in keys]
@@ -823,89 +536,6 @@ def _split_bars(a: Analysis, width: int, limit: int = 30) -> Any:
     return p
 
 
-# ---------------------------------------------------------------------------- critical path
-@dataclass(eq=False)
-class _PathIndex:
-    """The critical path laid onto the layout once: the rectangles of its spans, and its segments
-    in order, each at its span's rectangle on a thread lane (what its hops join)."""
-
-    items: np.ndarray  # layout items of the spans on the path (every copy: thread lane and band)
-    width: np.ndarray  # their widths (us): the longest are drawn first
-    seg_item: np.ndarray  # per path segment with a span: its thread-lane item, -1 (a parent: band only)
-    seg_start: np.ndarray  # us since the trace's start
-    seg_end: np.ndarray
-    by_kind: dict[str, int]  # ns of the path per segment kind, largest first
-    n_segments: int
-
-
-def _path_index(path: CriticalPath, layout: Layout) -> _PathIndex:
-    """The path on the layout: its rectangles, and its segments at their thread-lane rectangles."""
-    seg = np.stack([path.seg_span, path.seg_start, path.seg_end], axis=1).astype(np.int64).reshape(-1, 3)
-    n_segments = len(seg)
-    by_kind = path.by_kind()
-    seg = seg[seg[:, 0] >= 0]
-    if not len(seg) or not len(layout):
-        z = np.zeros(0, dtype=np.int64)
-        return _PathIndex(z, np.zeros(0), z, np.zeros(0), np.zeros(0), by_kind, n_segments)
-    spans = np.unique(seg[:, 0])
-    items = np.flatnonzero(np.isin(layout.span_index, spans))
-    # Each span's rectangle on its thread's lane (a custom-op parent has only its band one).
-    thread_lane = np.array([ln.kind != LaneKind.CUSTOM for ln in layout.lanes], dtype=bool)[layout.lane[items]]
-    on_thread = items[thread_lane]
-    prim = np.full(len(spans), -1, dtype=np.int64)
-    prim[np.searchsorted(spans, layout.span_index[on_thread])] = on_thread
-    seg_item = prim[np.searchsorted(spans, seg[:, 0])]
-    t0 = layout.t0_ns
-    width = layout.right[items] - layout.left[items]
-    return _PathIndex(items, width, seg_item, (seg[:, 1] - t0) / 1e3, (seg[:, 2] - t0) / 1e3, by_kind, n_segments)
-
-
-def _empty_path() -> tuple[dict[str, Any], dict[str, Any]]:
-    rects = {k: np.zeros(0) for k in ("left", "right", "top", "bottom")}
-    rects["span"] = np.zeros(0, dtype=np.int64)
-    return rects, _empty_flows()
-
-
-def _path_columns(
-    pi: _PathIndex, layout: Layout, lo: float, hi: float, mask: np.ndarray | None = None, limit: int = PATH_LIMIT
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(rectangles, hops) of the path in ``[lo, hi]``: every rectangle of a span on the path, at
-    most ``limit`` of them (the widest), and an arrow wherever the path goes on from one lane to
-    another (from the end of its last piece on one to the start of its next on the other)."""
-    if not len(pi.items):
-        return _empty_path()
-    items = pi.items
-    on = (layout.right[items] >= lo) & (layout.left[items] <= hi)
-    if mask is not None:
-        on &= mask[items]
-    sel = np.flatnonzero(on)
-    if len(sel) > limit:
-        sel = np.sort(sel[np.argpartition(-pi.width[sel], limit - 1)[:limit]])
-    kept = items[sel]
-    rects = {
-        "left": layout.left[kept],
-        "right": layout.right[kept],
-        "top": layout.top[kept],
-        "bottom": layout.bottom[kept],
-        "span": layout.span_index[kept].astype(np.int64),
-    }
-    use = np.isin(pi.seg_item, kept)
-    si, s0, s1 = pi.seg_item[use], pi.seg_start[use], pi.seg_end[use]
-    if len(si) < 2:
-        return rects, _empty_flows()
-    b = np.flatnonzero(si[1:] != si[:-1])  # the last piece of one rectangle, before the next's
-    prev, nxt = si[b], si[b + 1]
-    hop = layout.lane[prev] != layout.lane[nxt]
-    b, prev, nxt = b[hop], prev[hop], nxt[hop]
-    edges = {
-        "x0": s1[b],
-        "y0": (layout.top[prev] + layout.bottom[prev]) / 2,
-        "x1": s0[b + 1],
-        "y1": (layout.top[nxt] + layout.bottom[nxt]) / 2,
-    }
-    return rects, edges
-
-
 _LAZY_PATH_TEXT = "computed when first shown (about 1 s per million spans)"
 
 _PATH_TOGGLE_JS = """
@@ -914,7 +544,7 @@ for (const r of renderers) { r.visible = cb_obj.active; }
 """
 
 
-def _path_summary(path: CriticalPath, pi: _PathIndex) -> str:
+def _path_summary(path: CriticalPath, pi: PathIndex) -> str:
     """``9.75 ms end to end in 275 segments: queue 42% · custom_pool 31% · run 10% ...``"""
     if not pi.n_segments:
         return f"no critical path: {path.note}"
@@ -933,7 +563,7 @@ def _path_layer(
     """The path's layer on ``p``, empty and hidden: outlines, hops between lanes, the toggle that
     shows them and its summary, for :meth:`Timeline.set_path` to fill (at once, or on the toggle's
     first use)."""
-    rects, edges = _empty_path()
+    rects, edges = empty_path()
     path_source = ColumnDataSource(rects, name="critical_path")
     path_edges = ColumnDataSource(edges, name="critical_path_edges")
     outline = p.quad(
@@ -997,14 +627,14 @@ def build_timeline(
     pad = max((x1 - x0) * 0.01, 1e-3)
     full_detail = len(layout) <= detail_limit
     if full_detail:
-        b = _every_span(layout)
+        b = every_span(layout)
     else:
-        b = _blocks(layout, x0 - pad, x1 + pad, px)
+        b = drawn_blocks(layout, x0 - pad, x1 + pad, px)
     data, lookup, flows_all_data = span_columns(trace, layout, b, analysis)
     source = ColumnDataSource(data, name="spans")
     names = ColumnDataSource(lookup, name="lookup")
     flows_all = ColumnDataSource(flows_all_data, name="flows_all")
-    flows = ColumnDataSource(_empty_flows(), name="flows")
+    flows = ColumnDataSource(empty_flows(), name="flows")
 
     fig_h = height or int(min(720, max(260, 60 + 22 * layout.height)))
     x_range = Range1d(x0 - pad, x1 + pad, bounds=(x0 - 20 * pad, x1 + 20 * pad))
@@ -1045,9 +675,8 @@ def build_timeline(
     hover.renderers = [r]
     tap_tool.renderers = [r]  # a tap selects spans, never the path's outlines
     frame_px = _frame_estimate(layout, width, fig_h)
-    labels = _label_layer(
-        p, source, names, label_columns(data, lookup["name"], x0 - pad, x1 + pad, frame_px, layout.height + 0.6)
-    )
+    first = label_columns(data, lookup["name"], x0 - pad, x1 + pad, frame_px, layout.height + 0.6, limit=LABEL_LIMIT)
+    labels = _label_layer(p, source, names, first)
     p.segment(x0="x0", y0="y0", x1="x1", y1="y1", source=flows, line_color="black", line_width=1.5, line_dash="dashed")
     # Without engine edges the path is only the thread-order approximation (~1 s per million
     # spans): above APPROX_PATH_LIMIT spans it is left to the caller, and the note says so.
@@ -1148,7 +777,7 @@ def _overview(layout: Layout, x_range: Any, width: int, backend: str, pad: float
     """The whole trace, coarse and fixed, with a range tool driving the main figure's ``x_range``."""
     x0, x1 = layout.extent
     if ob is None:
-        ob = _blocks(layout, x0 - pad, x1 + pad, width)
+        ob = drawn_blocks(layout, x0 - pad, x1 + pad, width)
     overview = figure(
         width=width, height=90, x_range=Range1d(x0 - pad, x1 + pad), y_range=Range1d(layout.height + 0.3, -0.3),
         tools="", toolbar_location=None, output_backend=backend,
@@ -1166,19 +795,6 @@ def _overview(layout: Layout, x_range: Any, width: int, backend: str, pad: float
     rt.overlay.fill_alpha = 0.15
     overview.add_tools(rt)
     return overview
-
-
-def _blocks(layout: Layout, x0: float, x1: float, pixels: int, mask: np.ndarray | None = None) -> Blocks:
-    """What to draw at ``pixels`` over ``[x0, x1]``: sub-pixel spans merged, and runs of alike
-    blocks drawn as one (see :func:`.layout.runs`)."""
-    return runs(layout, blocks(layout, x0, x1, pixels, mask), (x1 - x0) / max(1, pixels))
-
-
-def _every_span(layout: Layout, mask: np.ndarray | None = None) -> Blocks:
-    """Every (unmasked) span as its own rectangle, in row then time order."""
-    idx = np.arange(len(layout)) if mask is None else np.nonzero(mask)[0]
-    idx = idx[np.lexsort((layout.left[idx], layout.row[idx]))]
-    return Blocks(idx, np.ones(len(idx), dtype=np.int64), layout.right[idx], layout.right[idx] - layout.left[idx])
 
 
 #: Above this many spans, a trace without engine edges gets no critical path unless asked for.
