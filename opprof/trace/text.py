@@ -290,7 +290,7 @@ def _top_sites(a: Analysis, top: int) -> list[str]:
     if ops is None or not len(ops.strings):
         return []
     has = np.flatnonzero((t.op >= 0) & (t.role == ROLE_CODE[Role.SUBOP]))
-    rows = ops.rows_of(t.op[has])
+    rows = a.span_op_rows[has]
     ok = rows >= 0
     has, rows = has[ok], rows[ok]
     site = ops.site[rows]

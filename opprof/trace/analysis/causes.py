@@ -128,10 +128,17 @@ def has_edges(table: SpanTable, ops: OpTable | None) -> bool:
 
 
 def waiting_causes(
-    table: SpanTable, ops: OpTable | None, *, families: tuple[np.ndarray, np.ndarray] | None = None
+    table: SpanTable,
+    ops: OpTable | None,
+    *,
+    families: tuple[np.ndarray, np.ndarray] | None = None,
+    family_index: tuple[np.ndarray, np.ndarray] | None = None,
+    span_rows: np.ndarray | None = None,
 ) -> Causes:
-    """The causes of every invocation's waiting (see the module docstring). ``families``: the
-    table's :func:`~.split.family_splits`, when the caller has them already."""
+    """The causes of every invocation's waiting (see the module docstring). What the caller has
+    already (:class:`~.per_trace.Analysis` does): ``families``, the table's
+    :func:`~.split.family_splits`; ``family_index``, :func:`~.split.family_members` of those parents;
+    ``span_rows``, each span's row in ``ops`` (-1 none)."""
     parents, split = families if families is not None else family_splits(table)
     k = len(parents)
     edges = has_edges(table, ops)
@@ -141,7 +148,7 @@ def waiting_causes(
         return Causes(parents, keys, np.zeros((0, len(keys)), np.int64), empty, empty, empty, empty, empty, edges)
     lo, hi = table.start[parents], table.end[parents]
     p_inv = table.inv[parents]
-    members, fam = family_members(table, parents)
+    members, fam = family_index if family_index is not None else family_members(table, parents)
     start, end, tid, role = table.start[members], table.end[members], table.tid[members], table.role[members]
 
     is_py = role == ROLE_CODE[Role.PYTHON]
@@ -177,7 +184,7 @@ def waiting_causes(
     ]
     pack2 = [np.zeros(len(fam) + k, dtype=np.int64)]
     assert ops is not None  # with edges (a trace without them returned above)
-    span_rows = ops.rows_of(table.op)
+    span_rows = span_rows if span_rows is not None else ops.rows_of(table.op)
     row = span_rows[members]
     sub_only = (role == ROLE_CODE[Role.SUBOP]) & (row >= 0)
     s = np.flatnonzero(sub_only)

@@ -24,9 +24,9 @@ from ..columns import SpanTable
 from ..data import TraceData
 from ..ops import OpKind, OpTable
 from ..records import CustomOpRow
-from .causes import Causes, pool_busy_with, waiting_causes
+from .causes import Causes, has_edges, pool_busy_with, waiting_causes
 from .critical import CriticalPath, critical_path
-from .split import family_splits
+from .split import family_members, family_splits
 from .stats import StatRow, span_stats
 from .summary import OpTypeSummary, op_type_summary
 
@@ -61,9 +61,29 @@ class Analysis:
         return self._families[1]
 
     @cached_property
+    def members(self) -> tuple[np.ndarray, np.ndarray]:
+        """The family index: (span index of every member of an invocation, its row in
+        :attr:`parents`), parents themselves excluded (:func:`~.split.family_members`)."""
+        return family_members(self.table, self.parents)
+
+    @cached_property
+    def span_op_rows(self) -> np.ndarray:
+        """The span→op join: each span's row in the engine's table (:attr:`ops`), -1 for none."""
+        if self.ops is None or not len(self.ops):
+            return np.full(len(self.table), -1, dtype=np.int64)
+        return self.ops.rows_of(self.table.op)
+
+    @cached_property
     def causes(self) -> Causes:
         """Every invocation's waiting by cause and what blocked it (:mod:`.causes`)."""
-        return waiting_causes(self.table, self.ops, families=self._families)
+        edges = has_edges(self.table, self.ops)
+        return waiting_causes(
+            self.table,
+            self.ops,
+            families=self._families,
+            family_index=self.members if len(self.parents) else None,
+            span_rows=self.span_op_rows if edges else None,
+        )
 
     @cached_property
     def custom_ops(self) -> list[CustomOpRow]:
@@ -121,7 +141,7 @@ class Analysis:
         none = np.full(len(idx), -1, dtype=np.int64)
         if ops is None or not len(ops) or not np.any(ops.site >= 0):
             return none, np.zeros(len(idx), dtype=bool)
-        rows = ops.rows_of(self.table.op[idx])
+        rows = self.span_op_rows[idx]
         r = np.maximum(rows, 0)
         return np.where(rows >= 0, ops.site[r], -1), (rows >= 0) & (ops.kind[r] == OpKind.WAIT)
 
