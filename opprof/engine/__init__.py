@@ -5,7 +5,7 @@ It knows nothing of NDArrays or the profiler: the layers above push ops, put wha
 """
 
 from .core import Engine
-from .current import bind_thread, bulk, get_engine, make_engine, set_bulk_size, set_engine
+from .current import bind_thread, bulk, get_engine, make_engine, set_bulk_size, set_engine, use
 from .naive import NaiveEngine
 from .observer import EngineObserver, Observers
 from .opr import INTERNAL, EngineError, MXNetError, Opr, Var, as_mxnet_error
@@ -34,4 +34,5 @@ __all__ = [
     "make_engine",
     "set_bulk_size",
     "set_engine",
+    "use",
 ]

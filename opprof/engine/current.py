@@ -6,7 +6,8 @@ the engine finishes its queued work before the fork (so no array is left mid-wri
 child starts with no engine: its first operation makes a fresh one. The parent goes on as it was.
 
 ``OPPROF_ENGINE=threaded|naive`` (``OPPROF_ENGINE_THREADS``, ``OPPROF_CUSTOM_THREADS``) chooses
-the first one; :func:`set_engine` replaces it, finishing the old one's work first. A custom op's
+the first one; :func:`set_engine` replaces it, finishing the old one's work first, and
+``with use(kind):`` runs a block on another engine and then puts the one before it back. A custom op's
 Python is *bound* to the engine that runs it, so that its sub-ops and its ``Dummy_Wait`` share
 one engine even if another was made current meanwhile.
 """
@@ -25,7 +26,7 @@ from .naive import NaiveEngine
 from .state import thread_state
 from .threaded import ThreadedEngine
 
-__all__ = ["bind_thread", "bulk", "get_engine", "make_engine", "set_bulk_size", "set_engine"]
+__all__ = ["bind_thread", "bulk", "get_engine", "make_engine", "set_bulk_size", "set_engine", "use"]
 
 
 class _Binding(threading.local):
@@ -102,6 +103,53 @@ def set_engine(kind: str | Engine = "threaded", *, workers: int | None = None, c
         finally:
             old.shutdown()
     return engine
+
+
+@contextmanager
+def use(kind: str | Engine = "threaded", *, workers: int | None = None, custom_workers: int | None = None) -> Iterator[Engine]:
+    """``with engine.use("naive"):`` runs the block on another engine, then makes the one before it current again.
+
+    ``kind`` and the thread counts make a new engine, as :func:`set_engine` does; an :class:`Engine`
+    given is used as it is. The current engine finishes its queued work first (the block's ops may
+    read what it wrote; an error it held is raised here, before the block runs) and is set aside,
+    not shut down. However the block ends, the engine it ran on then finishes its work, the engine
+    set aside is current again (the same object, its threads kept), and an engine ``use`` made is
+    shut down (one given is left running: it is its owner's to stop). An error that engine held
+    and nobody waited for is raised then, as :func:`set_engine` raises it, unless the block raised
+    an error of its own, which is the one to report. Nested, each ``use`` restores the engine its
+    own block started from.
+    """
+    engine = kind if isinstance(kind, Engine) else make_engine(kind, workers=workers, custom_workers=custom_workers)
+    pid = os.getpid()
+    with _current_lock:
+        previous = _set(engine)
+    block_failed = False
+    try:
+        if previous is not None and previous is not engine:
+            previous.wait_for_all()
+        yield engine
+    except BaseException:
+        block_failed = True
+        raise
+    finally:
+        if os.getpid() != pid and previous is not None:
+            # A forked child leaving the block: the engine set aside has no threads in this
+            # process. The child goes on with no engine, as after any fork (see the module docstring).
+            previous.abandon()
+            previous = None
+        with _current_lock:
+            inner = _set(previous)
+        # Usually ``engine``; another one if the block called set_engine (which stopped ``engine``).
+        if inner is not None and inner is not previous:
+            try:
+                try:
+                    inner.wait_for_all()
+                finally:
+                    if inner is not kind:
+                        inner.shutdown()
+            except BaseException:
+                if not block_failed:
+                    raise
 
 
 def _shutdown_at_exit() -> None:
