@@ -40,7 +40,7 @@ from ..engine import (
     current_invocation,
     get_engine,
 )
-from ..engine.state import thread_state
+from ..engine.state import CustomOpInfo, CustomPart, thread_state
 from ..trace import ThreadInfo, Trace
 from .build import COUNTER, DUMMY, ERROR, INSTANT, OP, PYTHON, START, USER, WAIT_REC, ThreadRecords, build_columns
 
@@ -56,6 +56,7 @@ _OWN_FILES = (
 
 
 _VAR_ID = attrgetter("id")
+_INVOCATION = CustomPart.INVOCATION  # a module global: looking the member up costs ten times more
 
 
 def _site(start: int) -> tuple[str, int] | None:
@@ -181,7 +182,8 @@ class Recorder(EngineObserver):
             return
         clock = self.clock
         t0 = clock()
-        if opr.is_async and type(opr.info) is Invocation:
+        info = opr.info
+        if opr.is_async and type(info) is CustomOpInfo and info.part is _INVOCATION:
             # A custom op's own engine op: recorded before it runs. It only hands its Python to the
             # custom-op pool, and the whole invocation can finish on other threads (the profile
             # stop, too) before this thread would get back here. Its start is what the parent uses.
@@ -192,7 +194,7 @@ class Recorder(EngineObserver):
             fn(*args)
         finally:
             t1 = clock()
-            if opr.info is None and prof[2] is None and self.recording:
+            if info is None and prof[2] is None and self.recording:
                 # A plain op, recorded here rather than in _record: one frame less (0.1 µs a span).
                 if next(self._count) < self.max_events:
                     try:
@@ -282,12 +284,11 @@ class Recorder(EngineObserver):
                 else:
                     if info is None:  # pushed inside a custom op's Python: prof is its push
                         rec.sub.append((t0, t1, opr.name, seq, prof))
-                    else:  # a custom op's own engine op or Dummy_Wait, or some other info
-                        kind = START if opr.is_async else DUMMY if opr.name == "Dummy_Wait" else None
-                        if kind is not None and type(info) is Invocation:
-                            rec.fam.append((kind, t0, t1, info, seq))
-                        else:
-                            rec.buf.append((OP, t0, t1, opr.name, info, prof[2], seq))
+                    elif type(info) is CustomOpInfo:  # a custom op's own engine op, or its completion
+                        kind = START if info.part is _INVOCATION else DUMMY
+                        rec.fam.append((kind, t0, t1, info.invocation, seq))
+                    else:  # some other info
+                        rec.buf.append((OP, t0, t1, opr.name, info, prof[2], seq))
                     rec.deps.append((seq, prof[0], prof[1].index, opr.ready_ns, opr.by, opr.by_var, reads, writes, prof[3]))
             else:
                 self.full = True

@@ -22,6 +22,7 @@ import pytest
 import opprof as mx
 from opprof import nd
 from opprof.engine import EngineObserver, Invocation
+from opprof.engine.state import CustomOpInfo, CustomPart
 from tests.helpers import MyAddOneProp
 
 pytestmark = pytest.mark.timeout(60)
@@ -852,6 +853,11 @@ def _pushes_of(rec: Recorder, inv: Invocation) -> list[tuple[str, object, Invoca
     return [p for p in rec.pushes if p[2] is inv]
 
 
+def _parts(rec: Recorder, part: CustomPart) -> list[Invocation]:
+    """The invocations whose ``part`` (their own engine op, or its Dummy_Wait) was pushed, in order."""
+    return [p[1].invocation for p in rec.pushes if isinstance(p[1], CustomOpInfo) and p[1].part is part]
+
+
 def test_forward_push_names_and_invocation(engine) -> None:
     x = nd.array(_rand((3, 3), 23))
     x.wait_to_read()
@@ -864,16 +870,18 @@ def test_forward_push_names_and_invocation(engine) -> None:
     finally:
         engine.observer = None
 
-    custom = [p for p in rec.pushes if isinstance(p[1], Invocation) and p[0] == "MyAddOne"]
+    custom = [p for p in rec.pushes if isinstance(p[1], CustomOpInfo) and p[1].part is CustomPart.INVOCATION]
     assert len(custom) == 1, rec.pushes
-    _name, inv, pusher_inv, _thread = custom[0]
+    name, info, pusher_inv, _thread = custom[0]
+    inv = info.invocation
+    assert name == "MyAddOne"
     assert inv.op_type == "MyAddOne" and inv.name == "MyAddOne" and inv.backward is False
     assert pusher_inv is None  # pushed by the user's thread, not from inside a custom op
 
     sub = _pushes_of(rec, inv)
     names = [p[0] for p in sub]
     assert names[:2] == ["_plus_scalar", "_mul_scalar"], names
-    assert names[-1] == "Dummy_Wait" and sub[-1][1] is inv
+    assert names[-1] == "Dummy_Wait" and sub[-1][1] == CustomOpInfo(inv, CustomPart.COMPLETION)
     assert names.count("Dummy_Wait") == 1
     # Every push of the invocation comes from one thread: the op's worker (the pusher's when naive).
     assert {p[3] for p in sub} == {sub[0][3]}
@@ -901,15 +909,15 @@ def test_backward_push_names_and_invocation(engine) -> None:
     finally:
         engine.observer = None
 
-    invs = [p[1] for p in rec.pushes if isinstance(p[1], Invocation) and p[0] != "Dummy_Wait"]
+    invs = _parts(rec, CustomPart.INVOCATION)
     assert [i.name for i in invs] == ["MyAddOne", "_backward_MyAddOne"]
     fwd, bwd = invs
     assert bwd.backward is True and bwd.op_type == "MyAddOne" and fwd.id != bwd.id
     bsub = _pushes_of(rec, bwd)
     assert bsub[0][0] == "_mul_scalar"
-    assert bsub[-1][0] == "Dummy_Wait" and bsub[-1][1] is bwd
+    assert bsub[-1][0] == "Dummy_Wait" and bsub[-1][1] == CustomOpInfo(bwd, CustomPart.COMPLETION)
     # The backward op is pushed by autograd on the user's thread.
-    assert next(p for p in rec.pushes if p[1] is bwd)[2] is None
+    assert next(p for p in rec.pushes if p[1] == CustomOpInfo(bwd, CustomPart.INVOCATION))[2] is None
 
 
 def test_distinct_invocations_have_distinct_ids(engine) -> None:
@@ -926,10 +934,11 @@ def test_distinct_invocations_have_distinct_ids(engine) -> None:
         nd.waitall()
     finally:
         engine.observer = None
-    starts = [p[1] for p in rec.pushes if isinstance(p[1], Invocation) and p[0] != "Dummy_Wait"]
+    starts = _parts(rec, CustomPart.INVOCATION)
     assert len(starts) == 7
     assert len({i.id for i in starts}) == 7
-    dummies = [p[1] for p in rec.pushes if p[0] == "Dummy_Wait"]
+    dummies = _parts(rec, CustomPart.COMPLETION)
+    assert [p[0] for p in rec.pushes if p[0] == "Dummy_Wait"] == ["Dummy_Wait"] * len(dummies)
     assert sorted(i.id for i in dummies) == sorted(i.id for i in starts)
 
 
@@ -961,8 +970,9 @@ def test_nested_custom_op_invocations(engine) -> None:
     assert before is after and before.name == "CoOuter"
     inner = next(p for p in rec.pushes if p[0] == "CoTimesTen")
     assert inner[2] is before  # the inner op was pushed by the outer invocation
-    inner_sub = _pushes_of(rec, inner[1])
-    assert inner_sub[-1][0] == "Dummy_Wait" and inner_sub[-1][1] is inner[1]
+    inner_inv = inner[1].invocation
+    inner_sub = _pushes_of(rec, inner_inv)
+    assert inner_sub[-1][0] == "Dummy_Wait" and inner_sub[-1][1] == CustomOpInfo(inner_inv, CustomPart.COMPLETION)
 
 
 # ---------------------------------------------------------------------------- threads
