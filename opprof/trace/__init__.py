@@ -3,7 +3,7 @@
 Inside, from the bottom: :mod:`.records` (the record types and what roles mean), :mod:`.columns`
 and :mod:`.ops` (spans, flows and the engine's edges as columns), :mod:`.jsonio` (files and JSON),
 the analyses :mod:`.split`, :mod:`.stats`, :mod:`.causes` (why custom ops wait),
-:mod:`.critical` (the critical path and slack), :mod:`.replay` (what-if) and :mod:`.validate`,
+:mod:`.critical` (the critical path and slack), :mod:`.whatif` (what-if) and :mod:`.validate`,
 the formats :mod:`.native` (opprof's own file, lossless), :mod:`.chrome` (Chrome JSON: everything
 but the engine's edges) and :mod:`.importer` / :mod:`.mxnet` (other tools' traces), then
 :mod:`.model` (:class:`Trace`, with the analyses as methods) and :mod:`.text` (every text

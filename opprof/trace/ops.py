@@ -4,7 +4,7 @@ A span says when an op ran; this table says why it ran *then*. The profiler reco
 engine op, when it was pushed and by which thread, when its last dependency cleared (*ready*),
 which earlier op's completion cleared it (the **enabling edge**: that op and the var it released)
 and every var it read or wrote; for each wait, the op whose completion ended it. The analyses of
-:mod:`.causes`, :mod:`.critical` and :mod:`.replay` read nothing else about the engine.
+:mod:`.causes`, :mod:`.critical` and :mod:`.whatif` read nothing else about the engine.
 
 Rows are keyed by ``op``, the engine's push order (``Opr.seq``), and a span names its op in
 :attr:`~.columns.SpanTable.op`. A wait is no engine op: it gets an id from :data:`WAIT_ID_BASE`

@@ -15,9 +15,9 @@ from typing import Any
 from .analysis import Analysis, analysis_of
 from .analysis.causes import Causes
 from .analysis.critical import CriticalPath
-from .analysis.replay import WhatIf, what_if
 from .analysis.stats import StatRow
 from .analysis.validate import validate
+from .analysis.whatif import WhatIf, what_if
 from .data import TraceData
 from .formats import chrome, native
 from .records import CustomOpRow
@@ -66,7 +66,7 @@ class Trace(TraceData):
         custom_threads: int | None = None,
     ) -> WhatIf:
         """Predict the run after a change: ``speedup`` maps a span name or custom-op type to a factor
-        (2: twice as fast), or other pool sizes; replays the recorded graph (:mod:`opprof.trace.replay`)."""
+        (2: twice as fast), or other pool sizes; replays the recorded graph (:mod:`opprof.trace.analysis.whatif`)."""
         return what_if(self, speedup, engine_threads=engine_threads, custom_threads=custom_threads)
 
     def critical_path(self) -> CriticalPath:

@@ -31,7 +31,7 @@ import opprof
 import opprof as mx
 from opprof import nd
 from opprof.trace import Role, Trace, from_chrome, load
-from opprof.trace.analysis.replay import WhatIf, what_if
+from opprof.trace.analysis.whatif import WhatIf, what_if
 from opprof.trace.columns import ROLE_CODE
 from opprof.trace.ops import WAIT_ID_BASE
 from opprof.trace.synthetic import synthetic_trace

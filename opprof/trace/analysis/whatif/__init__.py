@@ -1,0 +1,64 @@
+"""What if an op were faster, or a pool bigger? A recorded profile replayed by a model of the engine.
+
+A profile says where the time went; the question a user asks next is what a change would buy:
+"my custom op's Python is 2x faster", "two custom-op threads instead of one", "four engine
+workers". :func:`what_if` answers it without touching the program: it replays the profile's
+engine side (:mod:`opprof.trace.ops`: every push, wait and var access) with a discrete-event model of opprof's
+threaded engine, once as recorded (the *baseline*, which says how faithful the model is for this
+trace) and once with the change, and gives the predicted end-to-end time and the predicted run as
+a trace.
+
+The model (every choice mirrors what :mod:`opprof.engine` does, so a replay without change lands
+close to the recording):
+
+* **Programs.** Each thread that pushes outside a custom op's Python (usually ``MainThread``)
+  replays its pushes and waits in their recorded order; the time between two of them is the
+  program's own Python and stays as recorded. Back-pressure (a pusher held while 128 ops are
+  pending) is not recorded, so it stays in that time too.
+* **Dependencies** are re-derived, not copied: every push registers its op on the vars it read and
+  wrote in the model's push order, with the engine's version-queue rules (reads of a var overlap,
+  a write waits for earlier reads and writes). A change that reorders completions therefore
+  changes which op enables which. Only a dependency on an op pushed before the recording began is
+  taken from the recording (its ready time).
+* **Engine workers.** ``engine_threads`` workers and one FIFO of ready ops. A worker that completes
+  an op runs the first op that completion made ready itself (the engine's chain rule), the others
+  go to the FIFO, and each put wakes an idle worker. Nothing is reserved for the woken worker (a
+  queue's get is first come, first served): when waking takes long (the GIL held elsewhere), a
+  busy worker finishing meanwhile takes the op. An op lasts its recorded span divided by its
+  factor. A custom op's own engine op only hands its Python to the custom pool: it holds its
+  worker for no time.
+* **Custom ops.** Their Python goes to a pool of ``custom_threads`` threads, as in
+  :class:`~opprof.engine.threaded.CustomPool`: a submit wakes an idle thread, and starts a new one
+  while more tasks are queued than idle threads (a woken or new thread counts as idle until it has
+  taken its task) and fewer than ``custom_threads`` are active; a thread blocked in a wait is not
+  active (the pool grows past it). The Python's own time (its recorded span
+  minus its waits) is divided by its factor; its pushes and waits keep their places in it. After
+  it returns, the thread pushes ``Dummy_Wait`` (after the recorded delay); ``Dummy_Wait`` runs on
+  a worker after the sub-ops, and its end completes the custom op and releases its outputs.
+* **Waits** block until the var has no pending write pushed before them (``WaitForAll``: until no
+  op is pending), then the waiting thread wakes.
+* **Hand-offs** (a ready op to an idle worker, a busy worker to its next op, a custom op's start
+  to its Python, a finished op to the thread waiting for it) are calibrated from the trace itself:
+  the median of the recorded gaps of each kind where nothing queued, so a slower machine's
+  latencies come with its traces. Defaults apply when a trace has no sample of a kind.
+* **Not modelled:** the GIL (predictions hold for ops that release it, NumPy on large arrays,
+  ``sleep``, I/O, or that are short), contention between threads for cores and memory (durations
+  are replayed as recorded, with whatever slowdown the work beside them caused), the start of a
+  new pool thread, and synchronisation between program threads outside the engine. A trace's
+  :attr:`WhatIf.notes` say which of these matter for it (an op slower beside other work than
+  alone, Python busy on a CPU, workers waiting long to wake, several pushing threads).
+
+The naive engine runs everything inline on the pushing thread, so there is nothing to schedule:
+its replay is a time warp of each thread, where every span's own time (without the spans nested
+in it) is divided by its factor.
+
+One module per phase: :mod:`.change` (the change checked, and the factor of every span),
+:mod:`.prepare` (the recorded graph read into the replay's inputs, with the hand-offs calibrated
+from it), :mod:`.model` (the discrete-event model of the engine's workers and custom-op pool),
+:mod:`.predict` (the model's run as a trace), :mod:`.warp` (the naive engine's time warp) and
+:mod:`.answer` (:func:`what_if` and :class:`WhatIf`, with the notes on what a prediction assumes).
+"""
+
+from .answer import WhatIf, what_if
+
+__all__ = ["WhatIf", "what_if"]

@@ -1,0 +1,302 @@
+"""What :func:`what_if` does with a question: the change checked, the recording replayed without
+and with it (or warped, for the naive engine), and the answer, :class:`WhatIf`, with the notes on
+what the prediction assumes and what this trace shows to matter (see
+:mod:`opprof.trace.analysis.whatif`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...columns import ROLE_CODE, SpanTable
+from ...data import TraceData
+from ...records import WAIT as WAIT_CATEGORY
+from ...records import Role
+from ..critical import APPROXIMATE_PATH
+from .change import check_factors, check_pool, span_factors
+from .model import Replay
+from .predict import model_trace
+from .prepare import CUSTOM_PREFIX, ENGINE_PREFIX, LATENCY_WORDS, Recording, prepare
+from .warp import naive
+
+__all__ = ["WhatIf", "what_if"]
+
+_PYTHON = ROLE_CODE[Role.PYTHON]
+_SUBOP = ROLE_CODE[Role.SUBOP]
+_DUMMY_ROLE = ROLE_CODE[Role.DUMMY_WAIT]
+
+_GIL_NOTE = (
+    "The GIL is not modelled: threads run in parallel as if every op released it, which holds for "
+    "NumPy on large arrays, sleep and I/O, or for short ops; Python that computes will run slower than predicted."
+)
+
+
+@dataclass(frozen=True, eq=False)
+class WhatIf:
+    """A predicted run after a change, beside the recording and the model's replay of it unchanged.
+
+    ``baseline_ns`` is the model replaying the recording with no change: how far it is from
+    ``recorded_ns`` is how far to trust ``predicted_ns`` for this trace (the two share the model's
+    errors, so ``predicted_ns / baseline_ns`` is often the better estimate of the change itself).
+    ``trace`` is the predicted run, with threads, spans, custom-op families and engine table like
+    a profile's. ``calibration`` holds the hand-off latencies (ns) the model read off the trace.
+    """
+
+    recorded_ns: int
+    predicted_ns: int
+    baseline_ns: int
+    speedup: dict[str, float]
+    engine_threads: int | None
+    custom_threads: int | None
+    trace: TraceData
+    notes: list[str]
+    recorded_engine_threads: int | None = None
+    recorded_custom_threads: int | None = None
+    calibration: dict[str, int] | None = None
+
+    @property
+    def change(self) -> float:
+        """Predicted over recorded end-to-end time (0.5: twice as fast)."""
+        return self.predicted_ns / self.recorded_ns if self.recorded_ns > 0 else float("nan")
+
+    @property
+    def model_error(self) -> float:
+        """How far the unchanged model is from the recording, as a fraction of it (0.02: 2 % off)."""
+        return (self.baseline_ns - self.recorded_ns) / self.recorded_ns if self.recorded_ns > 0 else float("nan")
+
+    def describe_change(self) -> str:
+        """The change in words: ``T::pure_python 2x faster, 2 custom threads (recorded 1)``."""
+        parts = []
+        for name, f in self.speedup.items():
+            parts.append(f"{name} {_num(f)}x faster" if f >= 1 else f"{name} {_num(1 / f)}x slower")
+        for what, n, was in (
+            ("engine", self.engine_threads, self.recorded_engine_threads),
+            ("custom", self.custom_threads, self.recorded_custom_threads),
+        ):
+            if n is not None and n != was:
+                parts.append(f"{n} {what} thread{'s' if n != 1 else ''} (recorded {was})")
+        return ", ".join(parts) or "no change"
+
+    def __str__(self) -> str:
+        return (
+            f"{self.describe_change()}: predicted {_fmt(self.predicted_ns)} (recorded {_fmt(self.recorded_ns)}, "
+            f"model without change {_fmt(self.baseline_ns)}): {self.change:.2f}x"
+        )
+
+
+def _num(x: float) -> str:
+    """A factor as people write it: ``2``, ``1.5``, ``0.33``."""
+    return f"{x:g}" if abs(x - round(x, 2)) < 1e-9 else f"{x:.2f}"
+
+
+def _count(n: int, one: str, many: str | None = None) -> str:
+    """``1 span``, ``3 spans``: notes are read by people."""
+    return f"1 {one}" if n == 1 else f"{n} {many or one + 's'}"
+
+
+def _fmt(ns: int) -> str:
+    """A duration in the unit that keeps it readable (ms for what users run, µs for hand-offs)."""
+    if abs(ns) >= 1_000_000_000:
+        return f"{ns / 1e9:.2f} s"
+    if abs(ns) >= 1_000_000:
+        return f"{ns / 1e6:.1f} ms"
+    return f"{ns / 1e3:.0f} µs"
+
+
+def _pool_of(trace: TraceData, key: str, prefix: str) -> int:
+    """The recorded pool size: the profiler's metadata, else the pool's threads in the trace."""
+    n = trace.metadata.get(key)
+    if isinstance(n, int) and not isinstance(n, bool) and n >= 1:
+        return n
+    return max(1, sum(1 for th in trace.threads if th.name.startswith(prefix)))
+
+
+def _notes(rec: Recording, trace: TraceData, dropped: int) -> list[str]:
+    """The assumptions behind a prediction, and those this trace shows to matter (in plain words)."""
+    lat, n = rec.latency, rec.samples
+    words = ", ".join(f"{LATENCY_WORDS[k]} {_fmt(lat[k])} ({f'median of {n[k]}' if n[k] else 'default'})" for k in LATENCY_WORDS)
+    notes = [
+        _GIL_NOTE,
+        "Threads do not compete for CPU cores in the model: with more busy threads than cores, expect longer times.",
+        "Each op lasts its recorded duration divided by its factor; a custom op's Python its own time (without its "
+        "waits) divided by its factor, with its pushes and waits where they were; the program's own time between its "
+        "pushes and waits stays as recorded (so does any time a push was held by back-pressure).",
+        f"Hand-offs, read off this trace: {words}.",
+    ]
+    t = trace.table
+    py = t.role == _PYTHON
+    cpu = t.cpu[py]
+    wall = (t.end - t.start)[py]
+    have = cpu >= 0
+    if np.any(have) and wall[have].sum() > 0:
+        share = float(cpu[have].sum() / wall[have].sum())
+        if share > 0.3:
+            notes.append(
+                f"The custom ops' Python was on a CPU {share:.0%} of its time: it holds the GIL then, so more of it at "
+                "once will not run as much in parallel as predicted."
+            )
+    pool = (ENGINE_PREFIX, CUSTOM_PREFIX)
+    programs = [p.tid for p in rec.programs if p.items and not trace.thread_name(p.tid).startswith(pool)]
+    if len(programs) > 1:
+        names = ", ".join(trace.thread_name(tid) for tid in programs)
+        notes.append(
+            f"{len(programs)} threads pushed work ({names}): each replays from its own recorded start, so what "
+            "synchronised them outside the engine (starting and joining a thread, locks, queues) is not modelled."
+        )
+    orphans = sum(len(p.items) for p in rec.programs if trace.thread_name(p.tid).startswith(pool))
+    if orphans:
+        notes.append(
+            f"{_count(orphans, 'op or wait', 'ops and waits')} came from engine or custom-op threads outside any "
+            "recorded custom-op Python (one that began before the profile did): replayed at their recorded times."
+        )
+    slow = _contention(t)
+    if slow is not None:
+        name, ratio = slow
+        notes.append(
+            f"{name!r} ran {ratio:.1f}x longer (median) with other work beside it than alone: the threads competed for "
+            "cores, memory bandwidth or the GIL, which the model does not see. More threads will gain less than "
+            "predicted, fewer will lose less."
+        )
+    if lat["engine_wake"] > 1_000_000:
+        notes.append(
+            f"An idle engine worker took {_fmt(lat['engine_wake'])} (median) to start a ready op: it waited for the GIL, "
+            "held by Python on another thread. The model keeps that latency, but not when the GIL really frees."
+        )
+    if dropped:
+        notes.append(
+            f"Left out of the predicted trace: {_count(dropped, 'recorded span')} of no engine op or wait (user spans, markers)."
+        )
+    return notes
+
+
+def _contention(t: SpanTable) -> tuple[str, float] | None:
+    """The op or Python (by name) whose spans ran longest beside other work relative to alone.
+
+    Durations are replayed as recorded, so work that was slowed by work beside it (two BLAS calls
+    on two cores, Python holding the GIL) carries that slowdown into every prediction. Each span
+    of an op or a Python counts as *beside other work* when another such span runs at its midpoint;
+    a name is reported when its median beside others is 1.3x its median alone (spans >= 100 µs).
+    """
+    role = t.role
+    work = ((t.op >= 0) & ((role == 0) | (role == _SUBOP) | (role == _DUMMY_ROLE))) | (role == _PYTHON)
+    work &= t.strs(t.cat) != WAIT_CATEGORY
+    idx = np.flatnonzero(work)
+    if len(idx) < 2:
+        return None
+    s, e = t.start[idx], t.end[idx]
+    mid = (s + e) // 2
+    running = np.searchsorted(np.sort(s), mid, side="right") - np.searchsorted(np.sort(e), mid, side="right")
+    names = t.name[idx]
+    best: tuple[str, float, int] | None = None
+    for code in np.unique(names).tolist():
+        mine = names == code
+        d = (e - s)[mine]
+        alone, beside = d[running[mine] <= 1], d[running[mine] > 1]
+        if not len(alone) or not len(beside) or np.median(alone) < 100_000:
+            continue
+        ratio = float(np.median(beside) / np.median(alone))
+        total = int(d.sum())
+        if ratio > 1.3 and (best is None or total > best[2]):
+            best = (t.strings[code], ratio, total)
+    return None if best is None else (best[0], best[1])
+
+
+def what_if(
+    trace: TraceData,
+    speedup: Mapping[str, float] | None = None,
+    *,
+    engine_threads: int | None = None,
+    custom_threads: int | None = None,
+) -> WhatIf:
+    """Predict the end-to-end time of the recorded run after a change (see :mod:`opprof.trace.analysis.whatif`).
+
+    ``speedup`` maps a name to a factor by which the selected spans get faster (2.0: half the time;
+    0.5: twice the time). A name is a span name (``"T::pure_python"``, ``"T::_plus_scalar"``, a
+    plain op ``"_plus_scalar"``) or a custom-op type: ``"T"`` selects all of T's work, forward and
+    backward (its Python, sub-ops and ``Dummy_Wait``), ``"_backward_T"`` its backward only.
+    ``engine_threads`` / ``custom_threads`` set the pools' sizes (default: the recorded ones).
+
+    The trace must carry the engine's edges (``trace.ops``): one recorded by opprof's profiler,
+    kept in memory or saved as ``.opprof``. Raises ValueError for an unknown name (with the closest
+    known ones), a factor that is not finite and > 0, a pool size below 1 or any pool size for a
+    trace of the naive engine, and a trace without edges.
+    """
+    factors = check_factors(speedup)
+    e_threads = check_pool("engine_threads", engine_threads)
+    c_threads = check_pool("custom_threads", custom_threads)
+    ops = trace.ops
+    t = trace.table
+    approximate = trace.metadata.get(APPROXIMATE_PATH)
+    if isinstance(approximate, str):
+        raise ValueError(f"what_if replays one engine's edges, and this trace cannot be replayed as one: {approximate}")
+    if ops is None or not len(ops) or not bool(np.any(t.op >= 0)):
+        raise ValueError(
+            "what_if needs the engine's edges (every push, wait and var access) that opprof's profiler records; "
+            "this trace has none. Use the trace of opprof.profile() directly, or save it as .opprof "
+            "(Chrome trace JSON keeps no edges, and other tools' traces have none)."
+        )
+    factor = span_factors(t, factors)
+    if trace.metadata.get("engine") == "naive":
+        if e_threads is not None or c_threads is not None:
+            raise ValueError(
+                "engine_threads and custom_threads do not apply to a trace of the naive engine, which runs every op "
+                "inline on the pushing thread; record with the threaded engine (mx.set_engine('threaded')) to ask that"
+            )
+        predicted_trace, recorded, predicted = naive(trace, factor)
+        notes = [
+            "Naive engine: everything ran inline on the pushing thread, so the replay is that thread's timeline with "
+            "each span's own time (without the spans nested in it) divided by its factor; the replay without change "
+            "is the recording itself.",
+        ]
+        if len(np.unique(t.tid[t.op >= 0])) > 1:
+            notes.append("Threads are replayed each on its own: what one waited for on another is not re-timed.")
+        return WhatIf(recorded, predicted, recorded, factors, None, None, predicted_trace, notes)
+    rec_e = _pool_of(trace, "engine_workers", ENGINE_PREFIX)
+    rec_c = _pool_of(trace, "custom_workers", CUSTOM_PREFIX)
+    e = e_threads if e_threads is not None else rec_e
+    c = c_threads if c_threads is not None else rec_c
+    rec = prepare(trace)
+    base = Replay(rec, np.ones(len(t)), rec_e, rec_c).run()
+    changed = bool(factors) or e != rec_e or c != rec_c
+    sim = Replay(rec, factor, e, c).run() if changed else base
+    predicted_trace, dropped = model_trace(trace, rec, sim, e)
+    predicted_trace.metadata.update(
+        engine_workers=e,
+        custom_workers=c,
+        producer="opprof what_if",
+        what_if={"speedup": dict(factors), "engine_threads": e, "custom_threads": c, "recorded_ns": rec.end},
+    )
+    notes = _notes(rec, trace, dropped)
+    if sim.threads > rec.recorded_custom:
+        notes.append(
+            f"The model starts {sim.threads} custom-op threads (the recording used {rec.recorded_custom}) at no cost; "
+            "a real run pays ~0.2-4 ms the first time it starts each one."
+        )
+    stuck = sum(1 for r, p in enumerate(sim.pushed) if p < 0 or sim.end[r] < 0)
+    if stuck:
+        notes.append(
+            f"{_count(stuck, 'recorded op or wait', 'recorded ops or waits')} never ran in the model (the recording is "
+            "incomplete): the prediction is too short."
+        )
+    error = abs(base.end_ns - rec.end) / rec.end if rec.end > 0 else 0.0
+    if error > 0.1:
+        notes.append(
+            f"The model without change is {error:.0%} off the recording: for this trace, trust the ratio of the "
+            "prediction to the model without change more than the prediction itself."
+        )
+    return WhatIf(
+        recorded_ns=rec.end,
+        predicted_ns=sim.end_ns,
+        baseline_ns=base.end_ns,
+        speedup=factors,
+        engine_threads=e,
+        custom_threads=c,
+        trace=predicted_trace,
+        notes=notes,
+        recorded_engine_threads=rec_e,
+        recorded_custom_threads=rec_c,
+        calibration=dict(rec.latency),
+    )

@@ -1,0 +1,380 @@
+"""The discrete-event model of the threaded engine: programs and custom-op Python replaying their
+pushes and waits, the vars' version queues, the engine workers with their FIFO and chain rule, and
+the custom-op pool (see :mod:`opprof.trace.analysis.whatif` for what it models and what not).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict, deque
+
+import numpy as np
+
+from ...ops import OpKind
+from .prepare import Recording
+
+__all__ = ["EXTERNAL", "Replay"]
+
+_CUSTOM, _DUMMY, _WAIT = int(OpKind.CUSTOM), int(OpKind.DUMMY), int(OpKind.WAIT)
+_ACT, _DONE, _RESUME, _EXT, _FREE, _TAKE, _WAKE = range(7)
+EXTERNAL = -2  # ``Replay.by`` of a row enabled by an op from before the recording (as recorded)
+
+
+class _Actor:
+    """A thread replaying its items: a program, or one custom op's Python on a pool thread."""
+
+    __slots__ = ("fam", "gaps", "idx", "items", "pos", "tail", "thread")
+
+    def __init__(self, idx: int, items: list[int], gaps: list[int], tail: int, thread: int, fam: int) -> None:
+        self.idx = idx  # its place in Replay.actors: events name actors by it
+        self.items, self.gaps, self.tail = items, gaps, tail
+        self.pos = 0
+        self.thread = thread  # a program's recorded tid, or the number of a custom-op thread
+        self.fam = fam  # the family whose Python this is; -1 for a program
+
+
+class Replay:
+    """One run of the model (see :mod:`opprof.trace.analysis.whatif`); times are ns from the trace's origin.
+
+    Events sit in one heap by (time, order of scheduling): at equal times, what was scheduled
+    first happens first, so a replay is deterministic.
+    """
+
+    def __init__(self, rec: Recording, span_factor: np.ndarray, engine_threads: int, custom_threads: int) -> None:
+        self.rec = rec
+        n = len(rec.kind)
+        f = span_factor.tolist()
+        self.dur = [round(d / f[s]) if s >= 0 else d for d, s in zip(rec.dur, rec.span, strict=True)]
+        self.py_factor = [f[fam.python] for fam in rec.families]
+        lat = rec.latency
+        self.l_wake, self.l_next = lat["engine_wake"], lat["engine_next"]
+        self.l_cwake, self.l_cnext = lat["custom_wake"], lat["custom_next"]
+        self.l_wprog, self.l_wpy = lat["wake_program"], lat["wake_python"]
+        self.custom_threads = custom_threads
+        # Per row: what happened to it in the model.
+        self.pushed = [-1] * n
+        self.pusher = [0] * n  # a program's tid, or -(1 + custom thread number)
+        self.ready = [-1] * n
+        self.start = [-1] * n
+        self.end = [-1] * n
+        self.by = [-1] * n
+        self.by_var = [-1] * n
+        self.worker = [-1] * n
+        self.count = [0] * n  # its dependencies not yet cleared
+        self.waiter: dict[int, _Actor] = {}  # a blocked wait's row -> the thread waiting in it
+        # Vars: the engine's version queues (made on first use).
+        self.writing: set[int] = set()
+        self.reading: dict[int, int] = defaultdict(int)
+        self.queue: dict[int, deque[tuple[int, bool]]] = {}
+        self.pending = 0
+        self.all_waiters: list[int] = []
+        # Engine workers (idle ones in a heap: the lowest number first) and the ready FIFO.
+        self.idle = list(range(engine_threads))
+        self.fifo: deque[int] = deque()
+        # The custom-op pool.
+        self.tasks: deque[int] = deque()
+        self.threads = 0
+        self.idle_threads: list[int] = []
+        self.taking = 0  # threads about to take a task: still idle to the pool
+        self.blocked = 0
+        k = len(rec.families)
+        self.py_start = [-1] * k
+        self.py_end = [-1] * k
+        self.py_thread = [-1] * k
+        self.heap: list[tuple[int, int, int, int]] = []
+        self.seq = 0
+        self.actors: list[_Actor] = []
+
+    def at(self, t: int, what: int, arg: int) -> None:
+        """Schedule event ``what`` (about row, actor, worker or thread ``arg``) at ``t``."""
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, what, arg))
+
+    def _actor(self, items: list[int], gaps: list[int], tail: int, thread: int, fam: int) -> _Actor:
+        a = _Actor(len(self.actors), items, gaps, tail, thread, fam)
+        self.actors.append(a)
+        return a
+
+    def run(self) -> Replay:
+        """Replay every program from its first item until no event is left."""
+        for p in self.rec.programs:
+            a = self._actor(p.items, p.gaps, 0, p.tid, -1)
+            if p.items:
+                self.at(p.gaps[0], _ACT, a.idx)
+        heap, families = self.heap, self.rec.families
+        while heap:
+            t, _, what, arg = heapq.heappop(heap)
+            if what == _DONE:
+                self._done(arg, t)
+            elif what == _ACT:
+                self._act(self.actors[arg], t)
+            elif what == _RESUME:
+                a = self.actors[arg]
+                if a.fam >= 0:
+                    self.blocked -= 1
+                self._next(a, t)
+            elif what == _EXT:
+                self.count[arg] -= 1
+                if self.count[arg] == 0:
+                    self.by[arg] = EXTERNAL
+                    for o in self._settle([arg], t):
+                        self._dispatch(o, t)
+            elif what == _WAKE:
+                self._wake(arg, t)
+            elif what == _TAKE:
+                self._take(arg, t)
+            else:  # _FREE: the thread of a returned Python pushes its Dummy_Wait and is free
+                th = self.py_thread[arg]
+                self._push(families[arg].dummy, t, -1 - th)
+                if self.tasks:  # straight on to the next task (its get does not sleep)
+                    self._wake_thread(th, t + self.l_cnext)
+                else:
+                    heapq.heappush(self.idle_threads, th)
+        return self
+
+    @property
+    def end_ns(self) -> int:
+        """End-to-end: the last thing anything did (an op's end, a wait's, a Python's, a push)."""
+        return max([0, *self.end, *self.py_end, *self.pushed])
+
+    # -------------------------------------------------------------- programs and Pythons
+    def _act(self, a: _Actor, t: int) -> None:
+        """The actor's next item: a push, a wait, or (a Python with none left) its return."""
+        if a.pos == len(a.items):
+            if a.fam >= 0:  # a Python returns; its thread pushes Dummy_Wait after the recorded delay
+                self.py_end[a.fam] = t
+                self.at(t + self.rec.families[a.fam].dummy_delay, _FREE, a.fam)
+            return
+        r = a.items[a.pos]
+        a.pos += 1
+        tid = a.thread if a.fam < 0 else -1 - a.thread
+        if self.rec.kind[r] == _WAIT:
+            self._wait(a, r, t, tid)
+        else:
+            self._push(r, t, tid)
+            self._next(a, t)
+
+    def _next(self, a: _Actor, t: int) -> None:
+        """The actor's next item after its own time before it (a Python's divided by its factor)."""
+        if a.pos < len(a.items):
+            gap = a.gaps[a.pos]
+        elif a.fam >= 0:
+            gap = a.tail
+        else:
+            return  # a program's last item is done
+        if a.fam >= 0:
+            gap = round(gap / self.py_factor[a.fam])
+        self.at(t + gap, _ACT, a.idx)
+
+    def _wait(self, a: _Actor, r: int, t: int, tid: int) -> None:
+        """A wait: like the engine's token, a read of the var queued behind its pending writes."""
+        self.pushed[r], self.pusher[r] = t, tid
+        cnt = 0
+        reads = self.rec.reads[r]
+        if not reads:  # WaitForAll: until no op is pending
+            if self.pending:
+                self.all_waiters.append(r)
+                cnt += 1
+        else:
+            v = reads[0]
+            if v in self.writing or self.queue.get(v):
+                self.queue.setdefault(v, deque()).append((r, False))
+                cnt += 1
+            else:
+                self.reading[v] += 1
+        ext = self.rec.ext[r]
+        if ext > t:
+            cnt += 1
+            self.at(ext, _EXT, r)
+        self.count[r] = cnt
+        self.waiter[r] = a
+        if cnt == 0:
+            more: list[int] = []
+            self._token_done(r, t, more, blocked=False)
+            for o in self._settle(more, t):
+                self._dispatch(o, t)
+        elif a.fam >= 0:  # a blocked pool thread does not count: the pool may grow
+            self.blocked += 1
+            self._grow(t)
+
+    def _token_done(self, r: int, t: int, granted: list[int], *, blocked: bool) -> None:
+        """A wait got its var: the var is free again, and the waiting thread goes on (after it wakes)."""
+        reads = self.rec.reads[r]
+        if reads:
+            v = reads[0]
+            self.reading[v] -= 1
+            if self.reading[v] == 0 and self.queue.get(v):
+                self._release(v, granted, r)
+        a = self.waiter.pop(r)
+        if blocked:
+            end = t + (self.l_wpy if a.fam >= 0 else self.l_wprog)
+            self.ready[r] = self.end[r] = end
+            self.at(end, _RESUME, a.idx)
+        else:
+            end = t + self.rec.quiet[r]
+            self.ready[r] = self.end[r] = end
+            self._next(a, end)
+
+    # -------------------------------------------------------------- vars
+    def _push(self, r: int, t: int, tid: int) -> None:
+        """Register ``r`` on its vars, reads then writes, as the engine's push does."""
+        self.pushed[r], self.pusher[r] = t, tid
+        self.pending += 1
+        cnt = 0
+        writing, reading, queue = self.writing, self.reading, self.queue
+        for v in self.rec.reads[r]:
+            if v in writing or queue.get(v):
+                queue.setdefault(v, deque()).append((r, False))
+                cnt += 1
+            else:
+                reading[v] += 1
+        for v in self.rec.writes[r]:
+            if v in writing or reading.get(v) or queue.get(v):
+                queue.setdefault(v, deque()).append((r, True))
+                cnt += 1
+            else:
+                writing.add(v)
+        ext = self.rec.ext[r]
+        if ext > t:
+            cnt += 1
+            self.at(ext, _EXT, r)
+        self.count[r] = cnt
+        if cnt == 0:
+            self.ready[r] = t
+            self._dispatch(r, t)
+
+    def _release(self, v: int, granted: list[int], by: int) -> None:
+        """Grant ``v`` to the head of its queue: a run of reads, or one write (the engine's rule)."""
+        q = self.queue.get(v)
+        while q:
+            o, is_write = q[0]
+            if is_write:
+                if self.reading.get(v, 0) == 0 and v not in self.writing:
+                    q.popleft()
+                    self.writing.add(v)
+                    self._granted(o, v, by, granted)
+                return
+            q.popleft()
+            self.reading[v] += 1
+            self._granted(o, v, by, granted)
+
+    def _granted(self, o: int, v: int, by: int, granted: list[int]) -> None:
+        """``o`` got ``v``; with that its last dependency, ``by``'s completion is its enabling edge."""
+        self.count[o] -= 1
+        if self.count[o] == 0:
+            self.by[o], self.by_var[o] = by, v
+            granted.append(o)
+
+    def _complete(self, r: int, t: int) -> list[int]:
+        """``r`` is complete at ``t``: the ops (not waits) that made ready, in the engine's order."""
+        self.end[r] = t
+        granted: list[int] = []
+        for v in self.rec.reads[r]:
+            self.reading[v] -= 1
+            if self.reading[v] == 0 and self.queue.get(v):
+                self._release(v, granted, r)
+        for v in self.rec.writes[r]:
+            self.writing.discard(v)
+            self._release(v, granted, r)
+        self.pending -= 1
+        if self.pending == 0 and self.all_waiters:
+            for w in self.all_waiters:
+                self._granted(w, -1, r, granted)
+            self.all_waiters = []
+        return self._settle(granted, t)
+
+    def _settle(self, granted: list[int], t: int) -> list[int]:
+        """Of the rows whose dependencies just cleared, end the waits (which may clear more) and
+        return the ops, ready now."""
+        out: list[int] = []
+        i = 0
+        while i < len(granted):
+            o = granted[i]
+            i += 1
+            if self.rec.kind[o] == _WAIT:
+                self._token_done(o, t, granted, blocked=True)
+            else:
+                self.ready[o] = t
+                out.append(o)
+        return out
+
+    # -------------------------------------------------------------- engine workers
+    def _dispatch(self, r: int, t: int) -> None:
+        """Into the FIFO; the put wakes one idle worker, which takes whatever heads the FIFO once it
+        is up. Nothing is reserved for it (a queue's get is first come, first served): while it
+        wakes, a busy worker finishing its op may take the op first, and then it sleeps again."""
+        self.fifo.append(r)
+        if self.idle:
+            self.at(t + self.l_wake, _WAKE, heapq.heappop(self.idle))
+
+    def _wake(self, w: int, t: int) -> None:
+        """Worker ``w`` is up: it runs the FIFO's head, or finds it taken and sleeps again."""
+        if self.fifo:
+            self._start(self.fifo.popleft(), w, t)
+        else:
+            heapq.heappush(self.idle, w)
+
+    def _start(self, r: int, w: int, t: int) -> None:
+        """``r`` runs on worker ``w`` from ``t`` (a custom op's engine op ends as it starts)."""
+        self.start[r], self.worker[r] = t, w
+        custom = self.rec.kind[r] == _CUSTOM and self.rec.family_of[r] >= 0
+        self.at(t if custom else t + self.dur[r], _DONE, r)
+
+    def _done(self, r: int, t: int) -> None:
+        """``r`` ends on its worker, which then runs the first op that made ready, else the FIFO's head."""
+        w = self.worker[r]
+        k = self.rec.kind[r]
+        nxt: list[int] = []
+        if k == _CUSTOM and self.rec.family_of[r] >= 0:
+            self._submit(self.rec.family_of[r], t)  # the async op hands its Python over and returns
+        elif k == _DUMMY and self.rec.custom_of[r] >= 0:
+            # Dummy_Wait completes its custom op first (what that releases goes to the FIFO), then itself.
+            for o in self._complete(self.rec.custom_of[r], t):
+                self._dispatch(o, t)
+            nxt = self._complete(r, t)
+        else:
+            nxt = self._complete(r, t)
+        if nxt:
+            self._start(nxt[0], w, t + self.l_next)
+            for o in nxt[1:]:
+                self._dispatch(o, t)
+        elif self.fifo:
+            self._start(self.fifo.popleft(), w, t + self.l_next)
+        else:
+            heapq.heappush(self.idle, w)
+
+    # -------------------------------------------------------------- custom-op pool
+    # As in CustomPool: a submit wakes one sleeping thread, and a new one starts while more tasks
+    # are queued than idle threads (sleeping, or woken and not yet holding a task) and fewer than
+    # the pool's size are active (not blocked in a wait).
+    def _submit(self, f: int, t: int) -> None:
+        """A custom op's engine op hands its Python to the pool."""
+        self.tasks.append(f)
+        if self.idle_threads and len(self.tasks) > self.taking:
+            self._wake_thread(heapq.heappop(self.idle_threads), t + self.l_cwake)
+        self._grow(t)
+
+    def _grow(self, t: int) -> None:
+        """CustomPool._grow: a new thread while tasks outnumber idle threads and the pool has room."""
+        idle = self.taking + len(self.idle_threads)
+        if len(self.tasks) > idle and self.threads - self.blocked < self.custom_threads:
+            self.threads += 1
+            self._wake_thread(self.threads - 1, t + self.l_cwake)
+
+    def _wake_thread(self, th: int, t: int) -> None:
+        """Thread ``th`` will look for a task at ``t``; until then it counts as idle (as in CustomPool)."""
+        self.taking += 1
+        self.at(t, _TAKE, th)
+
+    def _take(self, th: int, t: int) -> None:
+        """Thread ``th`` is up: it runs the Python at the head of the queue, or sleeps again."""
+        self.taking -= 1
+        if not self.tasks:
+            heapq.heappush(self.idle_threads, th)
+            return
+        f = self.tasks.popleft()
+        fam = self.rec.families[f]
+        self.py_thread[f], self.py_start[f] = th, t
+        a = self._actor(fam.items, fam.gaps, fam.tail, th, f)
+        gap = fam.gaps[0] if fam.items else fam.tail
+        self.at(t + round(gap / self.py_factor[f]), _ACT, a.idx)

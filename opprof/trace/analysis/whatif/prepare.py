@@ -1,0 +1,352 @@
+"""The recording read into the replay's inputs: each engine op's kind, vars, recorded duration
+and dependencies from before the recording, the custom-op families, the program threads, and the
+hand-off latencies calibrated from the trace (see :mod:`opprof.trace.analysis.whatif`).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from dataclasses import dataclass
+from operator import itemgetter
+
+import numpy as np
+
+from ...columns import ROLE_CODE, SpanTable
+from ...data import TraceData
+from ...ops import OpKind, OpTable
+from ...records import Role
+
+__all__ = ["CUSTOM_PREFIX", "ENGINE_PREFIX", "LATENCY_WORDS", "Recording", "extent", "prepare"]
+
+_PARENT = ROLE_CODE[Role.PARENT]
+_PYTHON = ROLE_CODE[Role.PYTHON]
+_DUMMY_ROLE = ROLE_CODE[Role.DUMMY_WAIT]
+_CUSTOM, _DUMMY, _WAIT = int(OpKind.CUSTOM), int(OpKind.DUMMY), int(OpKind.WAIT)
+_I64 = np.int64
+#: The names of the engine's pool threads (a recorded pool's size, the model's threads).
+ENGINE_PREFIX = "opprof-engine-"
+CUSTOM_PREFIX = "opprof-custom-"
+
+# Hand-off latencies (ns) for a trace that has no sample of a kind: what this engine shows on a
+# typical two-core machine (a thread hand-off across cores costs 40-55 µs).
+_DEFAULTS = {
+    "engine_wake": 50_000,
+    "engine_next": 10_000,
+    "custom_wake": 100_000,
+    "custom_next": 20_000,
+    "wake_program": 40_000,
+    "wake_python": 60_000,
+    "quiet_wait": 5_000,
+}
+LATENCY_WORDS = {
+    "engine_wake": "a ready op to an idle engine worker",
+    "engine_next": "a worker from one op to its next",
+    "custom_wake": "a custom op's start to its Python on an idle custom thread",
+    "custom_next": "a custom thread from one Python to its next",
+    "wake_program": "an op's end to the program waiting for it",
+    "wake_python": "an op's end to the custom-op Python waiting for it",
+    "quiet_wait": "a wait that does not block",
+}
+
+
+@dataclass(eq=False)
+class _Family:
+    """One custom-op invocation: its engine op, its Python and its ``Dummy_Wait``."""
+
+    custom: int  # row of its own engine op
+    dummy: int  # row of its Dummy_Wait
+    python: int  # span of its Python
+    items: list[int]  # rows its Python pushed or waited in, in order
+    gaps: list[int]  # the Python's own time before each item (ns, as recorded)
+    tail: int  # ... and after the last
+    dummy_delay: int  # from the Python's return to the push of Dummy_Wait
+
+
+@dataclass(eq=False)
+class _Program:
+    """A thread of the user's program: its pushes and waits, and the time between them."""
+
+    tid: int
+    items: list[int]
+    gaps: list[int]  # before each item; the first is from the trace's origin
+
+
+@dataclass(eq=False)
+class Recording:
+    """What the replay reads of a trace, relative to its origin ``t0``, as Python lists (the
+    simulation looks values up one at a time, where lists beat arrays by ~10x)."""
+
+    t0: int
+    kind: list[int]
+    reads: list[list[int]]
+    writes: list[list[int]]
+    span: list[int]  # the recorded span of each row (a custom op's: its parent), -1 none
+    dur: list[int]  # recorded duration of each op on its worker
+    ext: list[int]  # when a dependency on an op from before the recording clears, -1 none
+    quiet: list[int]  # a wait's duration when it does not block
+    families: list[_Family]
+    family_of: list[int]  # row of a custom op -> its family, -1 none
+    custom_of: list[int]  # row of a Dummy_Wait -> its custom op's row, -1 none
+    programs: list[_Program]
+    end: int  # recorded end-to-end
+    latency: dict[str, int]
+    samples: dict[str, int]
+    recorded_custom: int  # custom-op threads the recording used
+
+
+def _median(xs: list[int], key: str, latency: dict[str, int], samples: dict[str, int]) -> None:
+    """The median of one kind of hand-off (robust to the few that met a busy machine), or its default."""
+    good = [x for x in xs if x >= 0]
+    samples[key] = len(good)
+    latency[key] = int(np.median(good)) if good else _DEFAULTS[key]
+
+
+def prepare(trace: TraceData) -> Recording:
+    """Read the trace's engine table and spans into the shape the simulation runs on."""
+    t = trace.table
+    o = trace.ops
+    assert o is not None
+    n = len(o)
+    span_ops = t.op
+    with_op = np.flatnonzero(span_ops >= 0)
+    rows = o.rows_of(span_ops[with_op])
+    ok = rows >= 0
+    with_op, rows = with_op[ok], rows[ok]
+    span = np.full(n, -1, dtype=_I64)
+    is_par = t.role[with_op] == _PARENT
+    span[rows[~is_par]] = with_op[~is_par]
+    span[rows[is_par]] = with_op[is_par]  # a custom op's row: its parent, not any other span
+    t0, end = extent(trace)
+
+    kind = o.kind.astype(np.int64)
+    push = np.where(o.push >= 0, o.push - t0, -1)
+    ready = np.where(o.ready >= 0, o.ready - t0, -1)
+    s_ok = span >= 0
+    s_start = np.where(s_ok, t.start[np.maximum(span, 0)] - t0, -1) if len(t) else np.full(n, -1, dtype=_I64)
+    s_end = np.where(s_ok, t.end[np.maximum(span, 0)] - t0, -1) if len(t) else np.full(n, -1, dtype=_I64)
+    s_tid = np.where(s_ok, t.tid[np.maximum(span, 0)], -1) if len(t) else np.full(n, -1, dtype=_I64)
+    # An op without a known push (not from opprof's profiler) is pushed when it became ready.
+    push = np.where(push >= 0, push, np.where(ready >= 0, ready, np.maximum(s_start, 0)))
+    dur = np.where(s_ok & (kind != _CUSTOM) & (kind != _WAIT), s_end - s_start, 0)
+
+    # Families: the parent, Python and Dummy_Wait of each invocation.
+    parent_of: dict[int, int] = {}
+    python_of: dict[int, int] = {}
+    dummy_of: dict[int, int] = {}
+    members = np.flatnonzero(t.inv >= 0)
+    for i, inv, role in zip(members.tolist(), t.inv[members].tolist(), t.role[members].tolist(), strict=True):
+        if role == _PARENT:
+            parent_of.setdefault(inv, i)
+        elif role == _PYTHON:
+            python_of.setdefault(inv, i)
+        elif role == _DUMMY_ROLE:
+            dummy_of.setdefault(inv, i)
+    row_of_span = {int(s): r for r, s in enumerate(span.tolist()) if s >= 0}
+    fam_rows: list[tuple[int, int, int]] = []  # (custom row, dummy row, python span)
+    for inv, p in parent_of.items():
+        c = row_of_span.get(p)
+        y, d = python_of.get(inv), dummy_of.get(inv)
+        dr = row_of_span.get(d) if d is not None else None
+        if c is None or y is None or dr is None or kind[c] != _CUSTOM or kind[dr] != _DUMMY:
+            continue  # an incomplete family: its op replays as a plain op
+        fam_rows.append((c, dr, y))
+
+    # Each row's actor: the Python whose window (same thread, within its span) holds its push,
+    # else the program of its pushing thread.
+    pusher = o.pusher.tolist()
+    push_l, ready_l, kind_l = push.tolist(), ready.tolist(), kind.tolist()
+    windows: dict[int, list[tuple[int, int, int]]] = defaultdict(list)  # tid -> (start, end, family)
+    for f, (_, _, y) in enumerate(fam_rows):
+        windows[int(t.tid[y])].append((int(t.start[y]) - t0, int(t.end[y]) - t0, f))
+    for win in windows.values():
+        win.sort()
+    fam_items: list[list[int]] = [[] for _ in fam_rows]
+    prog_items: dict[int, list[int]] = defaultdict(list)
+    dummies = {dr for _, dr, _ in fam_rows}
+    op_ids = o.op.tolist()
+    order = sorted(range(n), key=lambda r: (push_l[r], op_ids[r]))
+    for r in order:
+        if r in dummies:
+            continue
+        tid, p = pusher[r], push_l[r]
+        w = windows.get(tid)
+        if w:
+            k = bisect.bisect_right(w, p, key=itemgetter(0)) - 1
+            if k >= 0 and w[k][0] <= p <= w[k][1]:
+                fam_items[w[k][2]].append(r)
+                continue
+        prog_items[tid].append(r)
+
+    def item_end(r: int) -> int:
+        """When an item lets its thread go on: a push at once, a wait when it ended."""
+        return ready_l[r] if kind_l[r] == _WAIT and ready_l[r] >= push_l[r] else push_l[r]
+
+    def gaps_of(items: list[int], origin: int) -> list[int]:
+        """The thread's own time before each item: what stays (or scales) when the rest changes."""
+        out, last = [], origin
+        for r in items:
+            out.append(max(0, push_l[r] - last))
+            last = max(last, item_end(r))
+        return out
+
+    families: list[_Family] = []
+    family_of = [-1] * n
+    custom_of = [-1] * n
+    for f, (c, dr, y) in enumerate(fam_rows):
+        y0, y1 = int(t.start[y]) - t0, int(t.end[y]) - t0
+        items = fam_items[f]
+        last = max([y0] + [item_end(r) for r in items])
+        families.append(_Family(c, dr, y, items, gaps_of(items, y0), max(0, y1 - last), max(0, push_l[dr] - y1)))
+        family_of[c] = f
+        custom_of[dr] = c
+    programs = [_Program(tid, items, gaps_of(items, 0)) for tid, items in sorted(prog_items.items())]
+
+    latency, samples = _calibrate(o, kind, push, ready, s_start, s_end, s_tid, fam_rows, t, t0, pusher)
+
+    # A dependency on an op from before the recording: its recorded release stands.
+    by = o.by
+    by_known = o.rows_of(np.maximum(by, 0)) >= 0
+    external = (by >= 0) & ~by_known & (ready > push)
+    ext = np.full(n, -1, dtype=_I64)
+    ext[external] = ready[external]
+    waits = external & (kind == _WAIT)
+    ext[waits] = np.maximum(push[waits], ready[waits] - latency["wake_program"])
+    quiet = np.where((kind == _WAIT) & (by < 0) & (ready >= push), ready - push, latency["quiet_wait"])
+
+    acc_at = o.acc_at.tolist()
+    acc_var = o.acc_var.tolist()
+    acc_write = o.acc_write.tolist()
+    reads: list[list[int]] = []
+    writes: list[list[int]] = []
+    for r in range(n):
+        a, b = acc_at[r], acc_at[r + 1]
+        reads.append([acc_var[k] for k in range(a, b) if not acc_write[k]])
+        writes.append([acc_var[k] for k in range(a, b) if acc_write[k]])
+    n_custom = len({int(t.tid[y]) for _, _, y in fam_rows})
+    return Recording(
+        t0=t0,
+        kind=kind_l,
+        reads=reads,
+        writes=writes,
+        span=span.tolist(),
+        dur=[max(0, d) for d in dur.tolist()],
+        ext=ext.tolist(),
+        quiet=[max(0, q) for q in quiet.tolist()],
+        families=families,
+        family_of=family_of,
+        custom_of=custom_of,
+        programs=programs,
+        end=end,
+        latency=latency,
+        samples=samples,
+        recorded_custom=n_custom,
+    )
+
+
+def _calibrate(
+    o: OpTable,
+    kind: np.ndarray,
+    push: np.ndarray,
+    ready: np.ndarray,
+    s_start: np.ndarray,
+    s_end: np.ndarray,
+    s_tid: np.ndarray,
+    fam_rows: list[tuple[int, int, int]],
+    t: SpanTable,
+    t0: int,
+    pusher: list[int],
+) -> tuple[dict[str, int], dict[str, int]]:
+    """The hand-off latencies, each the median of the recorded gaps where nothing queued.
+
+    Engine: on each worker, an op that was ready before the previous op there ended measures a
+    busy worker's turn to its next op (``engine_next``: the chain rule, or the FIFO's head); one
+    that became ready while the worker was idle measures the wake of an idle worker
+    (``engine_wake``). Custom pool alike, from each custom op's start to its Python: a thread
+    that was busy with another Python gives ``custom_next`` (from that Python's end), an idle one
+    ``custom_wake``. A thread's first Python is left out while there are other samples: it may
+    have paid for starting the thread. Waits: from the end of the op that ended a blocking wait
+    to the wait's end, for programs and for custom-op Python apart (the latter competes with the
+    engine's threads to wake).
+    """
+    latency: dict[str, int] = {}
+    samples: dict[str, int] = {}
+    # Engine workers: every op's run (a custom op's start is a point on its worker).
+    run = np.flatnonzero((s_start >= 0) & (kind != _WAIT) & (ready >= 0))
+    is_c = kind[run] == _CUSTOM
+    a = s_start[run]
+    b = np.where(is_c, a, s_end[run])
+    order = np.lexsort((a, s_tid[run]))
+    run, a, b = run[order], a[order], b[order]
+    tids = s_tid[run]
+    prev_end = np.concatenate([[-1], b[:-1]])
+    prev_row = np.concatenate([[-1], run[:-1]])
+    same = np.concatenate([[False], tids[1:] == tids[:-1]])
+    r_ready = ready[run]
+    # The op whose completion made each ready, where that completion ran: a custom op completes
+    # in its Dummy_Wait. One made ready by the op just before it on its worker was chained (its
+    # ready time comes after that span's end: the completion's bookkeeping follows the span).
+    dummy_of = np.arange(len(kind), dtype=_I64)
+    for c, dr, _ in fam_rows:
+        dummy_of[c] = dr
+    by_row = o.rows_of(np.maximum(o.by[run], 0))
+    by_row = np.where((o.by[run] >= 0) & (by_row >= 0), dummy_of[np.maximum(by_row, 0)], -1)
+    busy = same & ((r_ready <= prev_end) | (by_row == prev_row))
+    nxt = (a[busy] - prev_end[busy]).tolist()
+    wake = (a[~busy] - r_ready[~busy]).tolist()
+    _median(wake, "engine_wake", latency, samples)
+    _median(nxt, "engine_next", latency, samples)
+
+    # Custom pool: each Python against its custom op's start.
+    c_wake: list[int] = []
+    c_first: list[int] = []
+    c_next: list[int] = []
+    tasks = sorted(
+        ((int(t.tid[y]), int(t.start[y]) - t0, int(s_start[c]), int(push[dr]), c) for c, dr, y in fam_rows),
+        key=lambda x: (x[0], x[1]),
+    )
+    for k, (tid, y0, p0, _, _) in enumerate(tasks):
+        if p0 < 0:
+            continue
+        if k == 0 or tasks[k - 1][0] != tid:
+            c_first.append(y0 - p0)
+        elif p0 <= tasks[k - 1][3]:
+            c_next.append(y0 - tasks[k - 1][3])
+        else:
+            c_wake.append(y0 - p0)
+    _median(c_wake or c_first, "custom_wake", latency, samples)
+    _median(c_next, "custom_next", latency, samples)
+
+    # Waits that blocked: from the end of the op that ended them to their own end.
+    done = s_end  # a custom op's: its parent's end
+    python_threads = {int(t.tid[y]) for _, _, y in fam_rows}
+    w_prog: list[int] = []
+    w_py: list[int] = []
+    quiet: list[int] = []
+    w_rows = np.flatnonzero(kind == _WAIT)
+    by_rows = o.rows_of(np.maximum(o.by[w_rows], 0))
+    for r, br, by in zip(w_rows.tolist(), by_rows.tolist(), o.by[w_rows].tolist(), strict=True):
+        if by < 0:
+            if ready[r] >= push[r]:
+                quiet.append(int(ready[r] - push[r]))
+            continue
+        if br < 0 or done[br] < 0 or done[br] < push[r]:
+            continue
+        (w_py if pusher[r] in python_threads else w_prog).append(int(ready[r] - done[br]))
+    _median(w_prog, "wake_program", latency, samples)
+    _median(w_py or w_prog, "wake_python", latency, samples)
+    _median(quiet, "quiet_wait", latency, samples)
+    return latency, samples
+
+
+def extent(trace: TraceData) -> tuple[int, int]:
+    """(origin, end-to-end ns): from the first push or span to the last span's or wait's end."""
+    t, o = trace.table, trace.ops
+    starts = [t.start] if len(t) else []
+    ends = [t.end] if len(t) else []
+    if o is not None and len(o):
+        starts.append(o.push[o.push >= 0])
+        ends.append(o.ready[(o.kind == _WAIT) & (o.ready >= 0)])
+    t0 = min((int(a.min()) for a in starts if len(a)), default=0)
+    t1 = max((int(a.max()) for a in ends if len(a)), default=t0)
+    return t0, t1 - t0
