@@ -1,7 +1,8 @@
 """The ``%%opprof`` live view: a thread that polls the recording and streams it into the cell's output.
 
 While the cell runs, :class:`LiveView`'s thread wakes every :data:`PERIOD_S`, takes the spans
-finished since its last look (:class:`opprof.profiler.live.LiveFeed`) and adds them to a
+finished since its last look (a :class:`~opprof.trace.live.SpanFeed`: :class:`opprof.profiler.live.LiveFeed`,
+or :class:`opprof.dask.live.DaskLiveFeed` with ``--dask``) and adds them to a
 :class:`opprof.view.live.LiveTimeline`, whose BokehModel sends them to the page at once: comm
 messages go out on ipykernel's IOPub thread, which any thread may send through, and need no
 idle kernel (the page's replies would; the live view asks none).
@@ -23,19 +24,29 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from IPython.display import display
 
-from ..profiler.live import LiveFeed
+from ..trace.live import SpanChunk, SpanFeed
 
-__all__ = ["PERIOD_S", "LiveView"]
+__all__ = ["PERIOD_S", "LiveView", "LiveWidget"]
 
 #: Between polls. A span shows in the page at most one period (plus ~10 ms to poll and send)
 #: after it finished: the issue asks for half a second.
 PERIOD_S = 0.25
 #: How long :meth:`LiveView.stop` waits for a poll in progress (a poll takes milliseconds).
 JOIN_S = 5.0
+
+
+class LiveWidget(Protocol):
+    """What :class:`LiveView` needs of the widget it shows (:class:`opprof.view.live.LiveTimeline` is one)."""
+
+    def add(self, chunk: SpanChunk) -> None:
+        """Draw one poll's spans."""
+
+    def retire(self) -> None:
+        """Let go of what it holds once another widget has taken its place."""
 
 
 class LiveView:
@@ -47,17 +58,17 @@ class LiveView:
 
     def __init__(
         self,
-        feed: LiveFeed,
+        feed: SpanFeed,
         *,
         period_s: float = PERIOD_S,
-        make_view: Callable[[], Any] | None = None,
+        make_view: Callable[[], LiveWidget] | None = None,
         show: Callable[[Any], Any] | None = None,
     ) -> None:
         self.feed = feed
         self.period_s = period_s
         self._make_view = make_view or _live_timeline
         self._show = show or (lambda widget: display(widget, display_id=True))
-        self.view: Any = None  # the live widget, once shown
+        self.view: LiveWidget | None = None  # the live widget, once shown
         self.handle: Any = None  # its display handle
         self.error: BaseException | None = None  # what stopped the thread early, if anything
         self.polls: list[tuple[float, int, int]] = []  # (perf_counter, spans this poll, spans so far) per poll
@@ -108,7 +119,7 @@ class LiveView:
             view.retire()
 
 
-def _live_timeline() -> Any:
+def _live_timeline() -> LiveWidget:
     from ..view.live import LiveTimeline  # Bokeh and ipywidgets: only once a live view is shown
 
     return LiveTimeline()

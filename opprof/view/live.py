@@ -2,7 +2,7 @@
 
 A small ipywidgets ``VBox``: a status line ("live: N spans, t = X s") over a Bokeh figure in a
 ``jupyter_bokeh.BokehModel``, one lane per thread (added as threads appear). :meth:`LiveTimeline.add`
-takes one poll's spans (a :class:`SpanChunk`, such as :class:`opprof.profiler.live.LiveSpans`) and
+takes one poll's spans (a :class:`~opprof.trace.live.SpanChunk`, such as :class:`opprof.profiler.live.LiveSpans`) and
 ``ColumnDataSource.stream``-s them, which BokehModel sends to the page as it happens; the caller
 (:mod:`opprof.jupyter.live`) polls from a thread. It is a progress view, not the timeline:
 no merging, no controls, no parents. When the work ends the full
@@ -16,7 +16,7 @@ the reset tool gives the following back.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
 import ipywidgets as W
 import numpy as np
@@ -35,6 +35,7 @@ from bokeh.models import (
 )
 from bokeh.plotting import figure
 
+from ..trace.live import SpanChunk
 from .figure import ROLE_COLORS, ROLE_LABELS
 from .layout import ROLE_NAMES
 
@@ -68,22 +69,6 @@ _LEGEND_HTML = " ".join(
     f'<span style="color:{ROLE_COLORS[r]}">&#9632;</span>&nbsp;{ROLE_LABELS[r]}' for r in ROLE_NAMES if r != "parent"
 )
 _TICK_JS = _FMT_JS + "return fmt(tick, ticks.length > 1 ? ticks[1] - ticks[0] : tick);"
-
-
-class SpanChunk(Protocol):
-    """One poll's spans, as columns (what :class:`opprof.profiler.live.LiveSpans` carries)."""
-
-    threads: list[str]  # every thread's name so far; ``thread`` indexes it
-    thread: np.ndarray
-    start: np.ndarray  # µs since the recording started
-    end: np.ndarray
-    name: list[str]
-    role: np.ndarray  # the trace's role codes, the order of ROLE_NAMES
-    outer: np.ndarray  # spans that others on their thread nest in
-    skipped: int
-    total: int
-    now_us: float
-    stopped: bool
 
 
 def _empty() -> dict[str, np.ndarray]:
