@@ -30,7 +30,7 @@ from typing import Any
 from . import interrupts as _guard
 from .interrupts import call_user, shielded
 from .observer import EngineObserver, Observers
-from .opr import INTERNAL, EngineError, Opr, Var, as_mxnet_error
+from .opr import INTERNAL, EngineError, Opr, OprInfo, Var, as_mxnet_error
 from .state import thread_state
 
 __all__ = ["Engine", "closed_gate", "open_gates"]
@@ -138,7 +138,7 @@ class Engine:
         name: str = "op",
         *,
         no_skip: bool = False,
-        info: Any = None,
+        info: OprInfo = None,
     ) -> None:
         """Run ``fn()`` once every earlier conflicting op on ``reads``/``writes`` has finished.
 
@@ -156,7 +156,7 @@ class Engine:
         name: str = "op",
         *,
         no_skip: bool = False,
-        info: Any = None,
+        info: OprInfo = None,
     ) -> None:
         """Like :meth:`push`, but ``fn(on_complete)`` returns at once and the op is complete only
         when ``on_complete()`` (or ``on_complete(error)``) is called, from any thread."""
@@ -172,7 +172,7 @@ class Engine:
         *,
         is_async: bool = False,
         no_skip: bool = False,
-        info: Any = None,
+        info: OprInfo = None,
     ) -> None:
         """The push of opprof's own layers (the NDArray front end, the custom-op machinery): like
         :meth:`push` (or :meth:`push_async` with ``is_async``), for a caller that guarantees

@@ -14,7 +14,7 @@ from typing import Any
 from . import interrupts as _guard
 from .core import Engine, closed_gate, open_gates
 from .interrupts import call_user, shielded
-from .opr import Opr, Var
+from .opr import Opr, OprInfo, Var
 from .state import thread_state
 
 __all__ = ["NaiveEngine"]
@@ -58,7 +58,7 @@ class NaiveEngine(Engine):
         *,
         is_async: bool = False,
         no_skip: bool = False,
-        info: Any = None,
+        info: OprInfo = None,
     ) -> None:
         """Run a front-end op at once when nothing stands in its way; else as :meth:`push` does.
 

@@ -5,14 +5,30 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final, TypeAlias
 
-__all__ = ["INTERNAL", "EngineError", "MXNetError", "Opr", "Var", "as_mxnet_error"]
+from .state import CustomOpInfo
+
+__all__ = ["INTERNAL", "EngineError", "MXNetError", "Opr", "OprInfo", "Var", "as_mxnet_error"]
 
 _var_ids = itertools.count(1)
 
+
+class _Internal:
+    """The type of :data:`INTERNAL` (its one value, compared by identity)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "INTERNAL"
+
+
 #: ``info`` of the engine's own bookkeeping ops (the token a wait pushes); observers skip them.
-INTERNAL = object()
+INTERNAL: Final = _Internal()
+
+#: What an op's ``info`` is: ``None`` for most (an NDArray op, a sub-op, a user's), a
+#: :class:`~.state.CustomOpInfo` for a custom op's own two ops, :data:`INTERNAL` for the engine's.
+OprInfo: TypeAlias = CustomOpInfo | _Internal | None
 
 
 class MXNetError(RuntimeError):
@@ -103,7 +119,8 @@ class Var:
 class Opr:
     """One pushed operation and the number of vars it still waits for.
 
-    Observers read ``name``, ``info``, ``is_async`` and ``prof``; everything else is the engine's.
+    Observers read ``name``, ``info`` (an :data:`OprInfo`), ``is_async`` and ``prof``; everything
+    else is the engine's.
     """
 
     __slots__ = (
@@ -132,7 +149,7 @@ class Opr:
         name: str,
         is_async: bool,
         no_skip: bool,
-        info: Any,
+        info: OprInfo,
     ) -> None:
         self.fn = fn
         self.reads = reads
@@ -151,5 +168,5 @@ class Opr:
         self.by = 0
         self.by_var = 0
         self.ready_ns = 0
-        # Free slot for the layers above (a custom op puts its Invocation here).
+        # What the layers above say the op is (see OprInfo).
         self.info = info

@@ -19,7 +19,7 @@ from typing import Any
 from . import interrupts as _guard
 from .core import Engine
 from .interrupts import shielded
-from .opr import Opr, Var
+from .opr import Opr, OprInfo, Var
 from .state import thread_state
 
 __all__ = ["CUSTOM_THREAD_PREFIX", "ENGINE_THREAD_PREFIX", "CustomPool", "ThreadedEngine"]
@@ -134,7 +134,7 @@ class ThreadedEngine(Engine):
         *,
         is_async: bool = False,
         no_skip: bool = False,
-        info: Any = None,
+        info: OprInfo = None,
     ) -> None:
         """Register an op on its vars in this one frame when nothing special applies.
 

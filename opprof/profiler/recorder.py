@@ -287,7 +287,7 @@ class Recorder(EngineObserver):
                     elif type(info) is CustomOpInfo:  # a custom op's own engine op, or its completion
                         kind = START if info.part is _INVOCATION else DUMMY
                         rec.fam.append((kind, t0, t1, info.invocation, seq))
-                    else:  # some other info
+                    else:  # an info outside OprInfo's kinds (INTERNAL ops are never recorded): an op span
                         rec.buf.append((OP, t0, t1, opr.name, info, prof[2], seq))
                     rec.deps.append((seq, prof[0], prof[1].index, opr.ready_ns, opr.by, opr.by_var, reads, writes, prof[3]))
             else:
