@@ -94,7 +94,7 @@ class Analysis:
     def op_types(self) -> OpTypeSummary:
         """The invocations summed per op type (forward and backward apart): the one home of the
         per-op-type sums that the split table, the why-text, the split bars and compare read."""
-        return op_type_summary(self)
+        return op_type_summary(self.table, self.parents, self.split, self.causes)
 
     @cached_property
     def top_blocker(self) -> np.ndarray:

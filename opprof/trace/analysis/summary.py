@@ -14,15 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..columns import SpanTable
 from ..records import CustomOpRow
-from .causes import op_names
-
-if TYPE_CHECKING:
-    from .per_trace import Analysis
+from .causes import Causes, op_names
 
 __all__ = ["OpTypeSplit", "OpTypeSummary", "custom_op_summary", "op_type_summary", "python_cpu_parts"]
 
@@ -188,9 +185,9 @@ def _summarize(
     )
 
 
-def op_type_summary(a: Analysis) -> OpTypeSummary:
-    """The summary of one trace's invocations, from its analysis's columns (no loop per call)."""
-    t, parents, c = a.table, a.parents, a.causes
+def op_type_summary(t: SpanTable, parents: np.ndarray, split: np.ndarray, c: Causes) -> OpTypeSummary:
+    """The summary of one trace's invocations (``parents`` and their ``split``, :func:`~.split.family_splits`;
+    their causes ``c``), from columns (no loop per call)."""
     if not len(parents):
         z = np.zeros(0, np.int64)
         return _summarize([], z, z, np.zeros((0, 3), np.int64), np.zeros(0), np.zeros(0), c.keys, c.ns, ())
@@ -203,18 +200,17 @@ def op_type_summary(a: Analysis) -> OpTypeSummary:
     order_key = np.empty(len(parents), dtype=np.int64)
     order_key[run_order] = np.arange(len(parents))
     wall = t.end[parents] - t.start[parents]
-    return _summarize(names, order_key, wall, a.split, errors, c.cpu, c.keys, c.ns, _blockers(a))
+    return _summarize(names, order_key, wall, split, errors, c.cpu, c.keys, c.ns, _blockers(t, c))
 
 
-def _blockers(a: Analysis) -> Iterable[tuple[int, str, int]]:
+def _blockers(t: SpanTable, c: Causes) -> Iterable[tuple[int, str, int]]:
     """(invocation row, blocking op's name, ns) of the three longest blockers of each invocation,
     as :meth:`~.causes.Causes.all_blockers` picks them; summed per (row, name) first, in NumPy
     (one Python tuple per distinct pair, not per blocker: 2.8 s -> 0.1 s at 1M spans)."""
-    c = a.causes
     pick = c.top_blockers()
     if not len(pick):
         return []
-    names, _ = op_names(a.table, c.blocked_op[pick])
+    names, _ = op_names(t, c.blocked_op[pick])
     name_codes, code = np.unique(np.asarray(names, dtype=object), return_inverse=True)
     pair = c.blocked_fam[pick].astype(np.int64) * len(name_codes) + code.ravel()
     used, group = np.unique(pair, return_inverse=True)
@@ -225,7 +221,7 @@ def _blockers(a: Analysis) -> Iterable[tuple[int, str, int]]:
 
 def custom_op_summary(rows: Iterable[CustomOpRow]) -> list[OpTypeSplit]:
     """Any invocation rows summed per op type, largest wall first (several runs' rows at once, or
-    rows a user picked); a trace's own summary is :attr:`Analysis.op_types`."""
+    rows a user picked); a trace's own summary is :attr:`~.per_trace.Analysis.op_types`."""
     rows = list(rows)
     keys = tuple(dict.fromkeys(k for r in rows for k in r.waiting_by_cause))
     split = np.array([(r.python_ns, r.subops_ns, r.waiting_ns) for r in rows], dtype=np.int64).reshape(-1, 3)
