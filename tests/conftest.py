@@ -1,12 +1,61 @@
-"""Shared test helpers."""
+"""Shared fixtures: both engines, the IPython shell, Chrome trace checks, Chromium, a Jupyter server;
+and the ``e2e`` marker, put on every test under tests/e2e/ and every browser test."""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+import opprof as mx
+
+E2E = Path(__file__).parent / "e2e"
+
+
+# ---------------------------------------------------------------------------- the e2e marker
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``e2e`` on every test under tests/e2e/ and every ``browser`` or ``slow`` test, so ``-m "not e2e"``
+    is the inner loop; another test that takes seconds carries ``@pytest.mark.e2e`` itself."""
+    for item in items:
+        if item.path.is_relative_to(E2E) or any(item.get_closest_marker(m) is not None for m in ("browser", "slow")):
+            item.add_marker(pytest.mark.e2e)
+
+
+# ---------------------------------------------------------------------------- both engines
+@pytest.fixture(params=["naive", "threaded"])
+def engine(request: pytest.FixtureRequest) -> Iterator[mx.engine.Engine]:
+    """The test twice: on the naive engine and on a threaded one with 2 workers and 2 custom-op
+    workers. Afterwards no observer is left on it and a fresh default engine is current (which
+    raises the errors it held that nobody waited for). A module runs all its tests on both with
+    ``pytestmark = pytest.mark.usefixtures("engine")``; one that needs more (a leak check) overrides
+    ``engine`` with a fixture that takes this one."""
+    eng = mx.set_engine("naive") if request.param == "naive" else mx.set_engine("threaded", workers=2, custom_workers=2)
+    try:
+        yield eng
+    finally:
+        eng.observer = None
+        mx.set_engine("threaded")
+
+
+# ---------------------------------------------------------------------------- an IPython shell
+@pytest.fixture(scope="session")
+def ipython_shell() -> Any:
+    """IPython's test shell (``globalipapp``: one a process, no kernel), as a notebook's cells see it."""
+    from IPython.testing import globalipapp
+
+    globalipapp.start_ipython()  # once per process: after it, get_ipython() is this shell
+    return globalipapp.get_ipython()
+
+
+@pytest.fixture(scope="session")
+def ip(ipython_shell: Any) -> Any:
+    """The shell after ``%load_ext opprof`` and ``import opprof as mx, time``: what the magic's tests start from."""
+    ipython_shell.run_line_magic("load_ext", "opprof")
+    ipython_shell.run_cell("import opprof as mx, time")
+    return ipython_shell
 
 
 # ---------------------------------------------------------------------------- Chrome trace checks

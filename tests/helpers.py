@@ -7,20 +7,9 @@ from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
-import pytest
 
 import opprof as mx
 from opprof.engine import EngineObserver
-
-
-@pytest.fixture(params=["naive", "threaded"], autouse=True)
-def both_engines(request: pytest.FixtureRequest) -> Iterator[Any]:
-    """Run every test of the module that imports this on the naive engine and on a 2-worker threaded one."""
-    eng = mx.set_engine("naive") if request.param == "naive" else mx.set_engine("threaded", workers=2)
-    try:
-        yield eng
-    finally:
-        mx.set_engine("threaded")
 
 
 class PushRecorder(EngineObserver):

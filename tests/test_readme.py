@@ -166,13 +166,11 @@ def test_notebook_cells_are_valid_ipython() -> None:
             pytest.fail(f"{block.where()}: not a valid IPython cell: {e}\n{source}")
 
 
-def test_notebook_cells_run_in_ipython(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from IPython.testing import globalipapp
+def test_notebook_cells_run_in_ipython(ipython_shell: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from IPython.utils.capture import capture_output
 
     monkeypatch.chdir(tmp_path)
-    globalipapp.start_ipython()  # once per process (another test module may have started it)
-    shell = globalipapp.get_ipython()
+    shell = ipython_shell
     shell.user_ns.pop("_opprof", None)
     for block in CELLS:
         with capture_output() as out:

@@ -340,16 +340,7 @@ def test_an_in_process_cluster_records_the_shared_engine_once() -> None:
 
 
 # ---------------------------------------------------------------------------- %%opprof --dask
-@pytest.fixture(scope="module")
-def ip() -> Any:
-    from IPython.testing import globalipapp
-
-    globalipapp.start_ipython()  # once per process (another module may have started it)
-    shell = globalipapp.get_ipython()
-    shell.run_line_magic("load_ext", "opprof")
-    return shell
-
-
+# ``ip``: the IPython shell with opprof loaded (tests/conftest.py).
 def _cell(ip: Any, line: str, cell: str) -> tuple[Any, str]:
     from IPython.utils.capture import capture_output
 

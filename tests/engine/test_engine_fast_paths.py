@@ -17,7 +17,10 @@ import pytest
 import opprof as mx
 from opprof.engine import EngineError, get_engine
 from opprof.engine.threaded import CustomPool
-from tests.helpers import both_engines, record_pushes  # noqa: F401  (a fixture: every test on both engines)
+from tests.helpers import record_pushes
+
+# Every test on both engines (the ``engine`` fixture in tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("engine")
 
 
 def test_push_op_orders_after_a_busy_var() -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -44,14 +44,6 @@ class Log(EngineObserver):
     def on_python(self, inv: Invocation, t0: int, t1: int, cpu_ns: int = -1) -> None:
         assert cpu_ns >= 0  # the engine measures the Python's CPU time whenever someone listens
         self._add("python", inv.name)
-
-
-@pytest.fixture(params=["naive", "threaded"])
-def engine(request: pytest.FixtureRequest) -> Iterator[mx.engine.Engine]:
-    eng = mx.set_engine(request.param)
-    yield eng
-    eng.observer = None
-    mx.set_engine("threaded")
 
 
 def test_a_base_observer_hears_everything_and_changes_nothing(engine: mx.engine.Engine) -> None:

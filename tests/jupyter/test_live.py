@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from IPython.testing import globalipapp
 from IPython.utils.capture import capture_output
 
 import opprof as mx
@@ -273,15 +272,7 @@ def test_an_error_in_the_live_thread_stops_it_quietly() -> None:
 
 
 # ---------------------------------------------------------------------------- %%opprof --live
-@pytest.fixture(scope="module")
-def ip() -> Any:
-    globalipapp.start_ipython()
-    shell = globalipapp.get_ipython()
-    shell.run_line_magic("load_ext", "opprof")
-    shell.run_cell("import opprof as mx, time")
-    return shell
-
-
+# ``ip``: the IPython shell with opprof loaded and ``mx``, ``time`` imported (tests/conftest.py).
 @pytest.fixture
 def lives(monkeypatch: pytest.MonkeyPatch) -> list[LiveView]:
     """The LiveViews the magic makes, kept for the test to look at (and checked to be stopped)."""

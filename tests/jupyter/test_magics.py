@@ -10,7 +10,6 @@ from unittest import mock
 
 import pytest
 from IPython.core.error import UsageError
-from IPython.testing import globalipapp
 from IPython.utils.capture import capture_output
 
 import opprof as mx
@@ -29,12 +28,10 @@ class MagicDoubleProp(mx.operator.CustomOpProp):
 
 
 @pytest.fixture(scope="module")
-def ip() -> Any:
-    globalipapp.start_ipython()  # once per process (another module may have started it)
-    shell = globalipapp.get_ipython()
-    shell.run_line_magic("load_ext", "opprof")
-    shell.run_cell(CUSTOM_OP)
-    return shell
+def ip(ip: Any) -> Any:
+    """tests/conftest.py's IPython shell (opprof loaded), with MagicDouble registered."""
+    ip.run_cell(CUSTOM_OP)
+    return ip
 
 
 @pytest.fixture(autouse=True)

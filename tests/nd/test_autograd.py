@@ -12,7 +12,10 @@ import pytest
 
 import opprof as mx
 from opprof.nd import ops as registry
-from tests.helpers import PushRecorder, both_engines, record_pushes  # noqa: F401 - both_engines is an autouse fixture
+from tests.helpers import record_pushes
+
+# Every test on both engines (the ``engine`` fixture in tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("engine")
 
 ag = mx.autograd
 

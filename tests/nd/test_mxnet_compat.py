@@ -10,7 +10,6 @@ import os
 import pickle
 import threading
 import time
-from collections.abc import Iterator
 from multiprocessing import get_context
 
 import numpy as np
@@ -20,14 +19,8 @@ import opprof as mx
 from opprof import nd
 from opprof.nd import OperatorError
 
-pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture(params=["naive", "threaded"], autouse=True)
-def engine(request: pytest.FixtureRequest) -> Iterator[str]:
-    mx.set_engine(request.param)
-    yield request.param
-    mx.set_engine("threaded")
+# Every test on both engines (the ``engine`` fixture in tests/conftest.py).
+pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("engine")]
 
 
 def _within(seconds: float, fn) -> object:  # type: ignore[no-untyped-def]

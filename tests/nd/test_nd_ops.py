@@ -15,7 +15,10 @@ from hypothesis import strategies as st
 
 import opprof as mx
 from opprof.nd import OperatorError
-from tests.helpers import both_engines, record_pushes  # noqa: F401 - both_engines is an autouse fixture
+from tests.helpers import record_pushes
+
+# Every test on both engines (the ``engine`` fixture in tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("engine")
 
 nd = mx.nd
 ag = mx.autograd

@@ -11,7 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import opprof as mx
-from tests.helpers import PushRecorder, both_engines, record_pushes  # noqa: F401 - both_engines is an autouse fixture
+from tests.helpers import record_pushes
+
+# Every test on both engines (the ``engine`` fixture in tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("engine")
 
 # ---------------------------------------------------------------------------- fixtures and helpers
 

@@ -129,17 +129,13 @@ CUSTOM_OPS = ("ProfNumpyTanh", "ProfMultiSub", "ProfTwoInputs")
 
 
 # ---------------------------------------------------------------------------- fixtures
-@pytest.fixture(params=["naive", "threaded"])
-def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
-    eng = mx.set_engine("naive") if request.param == "naive" else mx.set_engine("threaded", workers=2, custom_workers=2)
-    try:
-        yield eng
-        leaked = eng.observer
-        eng.observer = None
-        assert leaked is None, f"a profiler was left attached to the engine: {leaked!r}"
-    finally:
-        eng.observer = None
-        mx.set_engine("threaded")
+@pytest.fixture
+def engine(engine: Engine) -> Iterator[Engine]:
+    """tests/conftest.py's both engines, and no profiler left attached to the engine after the test."""
+    yield engine
+    leaked = engine.observer
+    engine.observer = None
+    assert leaked is None, f"a profiler was left attached to the engine: {leaked!r}"
 
 
 def pusher_name() -> str:

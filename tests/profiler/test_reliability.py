@@ -44,16 +44,22 @@ def restore_engine() -> None:
         raise err
 
 
-@pytest.fixture(params=["naive", "threaded"])
-def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
-    before = opprof_threads()
-    eng = mx.set_engine("naive") if request.param == "naive" else mx.set_engine("threaded", workers=2, custom_workers=2)
+@pytest.fixture
+def threads_before() -> set[str]:
+    """opprof's threads before the test's engine is made (``engine`` asks for this first)."""
+    return opprof_threads()
+
+
+@pytest.fixture
+def engine(threads_before: set[str], engine: Engine) -> Iterator[Engine]:
+    """tests/conftest.py's both engines; after the test no profiler is attached, a fresh engine is back
+    (or the test fails if the old one hangs) and no opprof thread is left running."""
     try:
-        yield eng
-        assert eng.observer is None, "a profiler was left attached"
+        yield engine
+        assert engine.observer is None, "a profiler was left attached"
     finally:
         restore_engine()
-    leaked = opprof_threads() - before - {f"opprof-engine-{i}" for i in range(2)}
+    leaked = opprof_threads() - threads_before - {f"opprof-engine-{i}" for i in range(2)}
     assert not leaked, f"threads left running: {sorted(leaked)}"
 
 
@@ -605,17 +611,7 @@ def test_keyboard_interrupt_inside_a_custom_ops_python(engine: Engine) -> None:
 
 
 # ---------------------------------------------------------------------------- %%opprof
-@pytest.fixture(scope="module")
-def ip() -> Any:
-    from IPython.testing import globalipapp
-
-    globalipapp.start_ipython()  # once per process; after it, get_ipython() is the real one
-    shell = globalipapp.get_ipython()
-    shell.run_line_magic("load_ext", "opprof")
-    shell.user_ns["mx"] = mx
-    return shell
-
-
+# ``ip``: the IPython shell with opprof loaded and ``mx`` imported (tests/conftest.py).
 def run_cell(ip: Any, source: str) -> Any:
     from IPython.utils.capture import capture_output
 
