@@ -105,7 +105,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .profiler import INTERRUPT_GRACE_S, Profiler
+    from .profiler import Profiler, stop_after
 
     script = args.script
     if not os.path.isfile(script):
@@ -115,22 +115,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     prof = Profiler(args.max_events).start()
     code = 0
-    interrupted = False
+    ended: BaseException | None = None  # how the script ended, if not by returning or exiting
     try:
         runpy.run_path(script, run_name="__main__")
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         print("opprof run: interrupted; keeping what was recorded", file=sys.stderr)
-        code, interrupted = 130, True
-    except BaseException:
+        code, ended = 130, e
+    except BaseException as e:
         traceback.print_exc()
-        code = 1
+        code, ended = 1, e
     finally:
-        try:
-            prof.stop(wait=INTERRUPT_GRACE_S if interrupted else True)
-        except BaseException as e:  # an engine error nobody waited for: report it, keep the trace
-            print(f"opprof: the script left a failed operation: {type(e).__name__}: {e}", file=sys.stderr)
+        failed = stop_after(prof, ended)
+        if failed is not None:  # an engine error nobody waited for: report it, keep the trace
+            print(f"opprof: the script left a failed operation: {type(failed).__name__}: {failed}", file=sys.stderr)
             code = code or 1
     trace = prof.trace
     assert trace is not None
@@ -283,7 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--top", type=_positive, default=5, help="how many op types and path entries to name (default 5)")
     w.set_defaults(func=cmd_why)
 
-    f = sub.add_parser("diff", help="compare runs A with runs B: medians, B/A with a 95 % interval, verdicts")
+    f = sub.add_parser("diff", help="compare runs A with runs B: medians, B/A with a 95 %% interval, verdicts")
     f.add_argument("a", metavar="A", help="runs before: a trace file, a directory of trace files, or a quoted glob")
     f.add_argument("b", metavar="B", help="runs after, the same way")
     f.add_argument(

@@ -25,7 +25,7 @@ from typing import Any
 
 from distributed import Client, SchedulerPlugin
 
-from ..profiler import Profiler
+from ..profiler import Profiler, stop_after
 from ..trace import Trace
 from .clock import ClockEstimate, Exchange, estimate
 from .live import DaskLiveFeed
@@ -114,7 +114,9 @@ class DaskProfile:
         self._clock_start: dict[str, list[Exchange]] = {}
         self._clock_end: dict[str, list[Exchange]] = {}
         self._running = False
-        self.local_error: BaseException | None = None
+        #: What the client's own final wait raised (an op there that failed and nobody waited for):
+        #: kept, not raised, as :meth:`stop` builds the trace anyway (as :attr:`opprof.Profiler.error`).
+        self.error: BaseException | None = None
         #: (how to remove it, its name) of each plugin start() installed, until stop() removes them.
         self._installed: list[tuple[Callable[[str], Any], str]] = []
 
@@ -166,7 +168,7 @@ class DaskProfile:
         own engine, as :meth:`opprof.Profiler.stop` (the workers' engines are waited for at most 5 s)."""
         if not self._running:
             if self.trace is None:
-                raise DaskProfileError("this Dask profile was never started")
+                raise DaskProfileError("this Dask profile has no trace: it was never started, or a Ctrl-C cut its merge short")
             return self.trace
         self._stop.set()
         if self._thread is not None:
@@ -187,7 +189,7 @@ class DaskProfile:
         return self.trace
 
     def _stop_local(self, wait: bool | float) -> Trace | None:
-        """The client's own trace; an error its final wait raised is kept in ``local_error``."""
+        """The client's own trace; an error its final wait raised is kept in ``error``."""
         if not self.local.running:
             return self.local.trace
         if not self.local.recorded_any:
@@ -197,7 +199,7 @@ class DaskProfile:
         try:
             return self.local.stop(wait=wait)
         except BaseException as e:  # the trace is built before the error is raised
-            self.local_error = e
+            self.error = e
             return self.local.trace
 
     def _remove_plugins(self) -> None:
@@ -365,5 +367,8 @@ def profile(client: Client, **options: Any) -> Iterator[DaskProfile]:
     prof = DaskProfile(client, **options).start()
     try:
         yield prof
-    finally:
+    except BaseException as e:
+        stop_after(prof, e)  # after Ctrl-C, the client's queued work is waited for briefly; the block's error wins
+        raise
+    else:
         prof.stop()

@@ -16,6 +16,7 @@ import importlib
 import keyword
 import os
 import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +26,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import display
 
 from .. import engine as _engine
-from ..profiler import INTERRUPT_GRACE_S, Profiler
+from ..profiler import Profiler, ProfileSession, stop_after
 from ..trace import Trace, load
 from ..trace.analysis.stats import SORT_KEYS
 from ..trace.compare import Comparison, compare, side_by_side
@@ -102,12 +103,6 @@ def _run_code(shell: Any, cell: str) -> Any:
     return None
 
 
-def _engine_spec(eng: _engine.Engine) -> dict[str, Any]:
-    if isinstance(eng, _engine.ThreadedEngine):
-        return {"kind": "threaded", "workers": eng.workers, "custom_workers": eng.custom_workers}
-    return {"kind": eng.kind}
-
-
 @magics_class
 class OpprofMagics(Magics):
     @magic_arguments()
@@ -134,15 +129,14 @@ class OpprofMagics(Magics):
         args = self._parse(line)
         shell = self.shell
         assert shell is not None  # a magic always runs in a shell
-        previous = _engine.get_engine()
-        switched = args.engine is not None or args.threads is not None or args.custom_threads is not None
-        if switched:
-            kind = args.engine or previous.kind
+        # The cell's own engine (--engine, --threads): made current for the cell's runs only.
+        engine_for_cell: AbstractContextManager[object] = nullcontext()
+        if args.engine is not None or args.threads is not None or args.custom_threads is not None:
+            kind = args.engine or _engine.get_engine().kind
             if kind == "naive" and (args.threads or args.custom_threads):
                 raise UsageError(f"--threads and --custom-threads need the threaded engine\n{self.opprof.parser.format_usage()}")
             spec = {"workers": args.threads, "custom_workers": args.custom_threads} if kind == "threaded" else {}
-            _engine.set_engine(kind, **spec)
-        prev_spec = _engine_spec(previous)
+            engine_for_cell = _engine.use(kind, **spec)
 
         history = shell.user_ns.setdefault(HISTORY_VAR, {})
         if args.compare is not None and args.compare not in history:
@@ -165,7 +159,7 @@ class OpprofMagics(Magics):
         error: BaseException | None = None
         result = None
         wall = 0.0
-        try:
+        with engine_for_cell:  # the engine before the cell is current again after it, however it ends
             for k in range(1 + (args.repeat or 0)):  # with --repeat, run 0 is the warm-up
                 trace, error, wall, result, live = self._profile_once(shell, cell, args, live_wanted)
                 if args.repeat and k == 0 and error is None:
@@ -174,9 +168,6 @@ class OpprofMagics(Magics):
                     runs.append(trace)
                 if error is not None:  # an error or Ctrl-C ends the repeats: what ran is kept
                     break
-        finally:
-            if switched:
-                _engine.set_engine(prev_spec.pop("kind"), **prev_spec)
         if not runs:  # the warm-up itself failed
             runs = [trace]
         profile = CellProfile(runs[-1], error, wall, runs=runs, warmup=warmup, label=args.label)
@@ -217,9 +208,9 @@ class OpprofMagics(Magics):
     def _profile_once(
         self, shell: Any, cell: str, args: Any, live_wanted: bool
     ) -> tuple[Trace, BaseException | None, float, Any, LiveView | None]:
-        """One run of the cell under a profiler of its own: (trace, error, wall s, value, live view)."""
-        cluster = self._dask_profile(args, live_wanted) if args.dask else None
-        prof = cluster.local if cluster is not None else Profiler(args.max_events).start()
+        """One run of the cell under a profile of its own (this process's, or with ``--dask`` the
+        cluster's too): (trace, error, wall s, value, live view)."""
+        session: ProfileSession = self._dask_profile(args, live_wanted) if args.dask else Profiler(args.max_events).start()
         live: LiveView | None = None
         error: BaseException | None = None
         result = None
@@ -227,39 +218,33 @@ class OpprofMagics(Magics):
         try:
             try:
                 if live_wanted:
-                    live = LiveView(cluster.live_feed() if cluster is not None else prof.live_feed()).start()
+                    live = LiveView(session.live_feed()).start()
                 result = _run_code(shell, cell)
             except BaseException as e:  # shown after the partial timeline, then re-raised
                 error = e
             finally:
-                # After Ctrl-C, wait only briefly: the work still queued may be what hung.
-                wait = INTERRUPT_GRACE_S if isinstance(error, KeyboardInterrupt) else True
-                try:
-                    if cluster is not None:
-                        cluster.stop(wait=wait)  # also removes the plugins from the workers
-                        error = error or cluster.local_error
-                    else:
-                        prof.stop(wait=wait)
-                except BaseException as e:
-                    error = error or e
+                # After Ctrl-C, wait only briefly: the work still queued may be what hung. A Dask
+                # profile also removes its plugins from the workers here.
+                failed = stop_after(session, error)
+                error = error or failed or session.error
         finally:
             # The live view polled through the final wait (the cell's queued work); no longer.
             if live is not None:
                 live.stop()
-        trace = cluster.trace if cluster is not None else prof.trace
-        if trace is None and cluster is None:
-            # A second Ctrl-C cut the build short; its records are kept, and building again
+        trace = session.trace
+        if trace is None:
+            # A second Ctrl-C cut the build short; a Profiler keeps its records, and building again
             # leaves the partial trace viewable, as for any cell that raised.
             try:
-                trace = prof.stop()
+                trace = session.stop()
             except BaseException as e:
                 error = error or e
-                trace = prof.trace
+                trace = session.trace
         if trace is None:  # interrupted again, or a cluster's merge cut short: nothing to show
             trace = Trace(metadata={"interrupted": "the trace was not built: Ctrl-C while building it"})
         return trace, error, time.perf_counter() - t0, result, live
 
-    def _dask_profile(self, args: Any, live: bool) -> Any:
+    def _dask_profile(self, args: Any, live: bool) -> ProfileSession:
         """``--dask``: a started :class:`opprof.dask.DaskProfile` on the Client the option names (a
         variable of the user's), or on the scheduler at that address (the Client is made once and
         kept: it is the default client the cell's own Dask calls use)."""

@@ -21,7 +21,7 @@ from .mxnet_api import (
     set_state,
 )
 from .recorder import ProfilerError, Recorder
-from .session import INTERRUPT_GRACE_S, Profiler, profile
+from .session import INTERRUPT_GRACE_S, Profiler, ProfileSession, profile, stop_after
 
 __all__ = [
     "INTERRUPT_GRACE_S",
@@ -30,6 +30,7 @@ __all__ = [
     "Event",
     "Frame",
     "Marker",
+    "ProfileSession",
     "Profiler",
     "ProfilerError",
     "Recorder",
@@ -42,4 +43,5 @@ __all__ = [
     "resume",
     "set_config",
     "set_state",
+    "stop_after",
 ]

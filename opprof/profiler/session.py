@@ -3,6 +3,11 @@
 A session drives one :class:`~.recorder.Recorder` attached to the current engine. Stopping waits
 for all engine work first (a program returns before its asynchronous ops have run), then builds
 the :class:`~opprof.trace.Trace`.
+
+:class:`ProfileSession` is what the front ends (``%%opprof``, ``opprof run``) need of a running
+profile; a :class:`Profiler` is one and so is a whole Dask cluster's
+:class:`opprof.dask.DaskProfile`. :func:`stop_after` is how they all stop one after the work
+ended, however it ended (after Ctrl-C, waiting only :data:`INTERRUPT_GRACE_S`).
 """
 
 from __future__ import annotations
@@ -11,17 +16,58 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Protocol
 
 from ..engine import get_engine
 from ..trace import Trace
+from ..trace.live import SpanFeed
 from .live import POLL_CAP, LiveFeed
 from .recorder import ProfilerError, Recorder
 
-__all__ = ["INTERRUPT_GRACE_S", "Profiler", "profile"]
+__all__ = ["INTERRUPT_GRACE_S", "ProfileSession", "Profiler", "profile", "stop_after"]
 
 
 #: After Ctrl-C, how long stopping waits for queued work before it keeps what it has (seconds).
 INTERRUPT_GRACE_S = 1.0
+
+
+class ProfileSession(Protocol):
+    """A profile a front end runs around some work: :class:`Profiler`, :class:`opprof.dask.DaskProfile`.
+
+    ``start()`` begins recording and returns the session; ``live_feed()`` polls it while it runs;
+    ``stop(wait)`` waits for the queued work (``wait``: True for all of it, a number of seconds
+    for at most that long, False not at all), stops and builds ``trace``. ``error`` is what that
+    final wait raised (a :class:`Profiler`'s ``stop`` also raises it, after building the trace).
+    After a build that a second Ctrl-C cut short, ``stop()`` again builds it if the records are
+    still there (a :class:`Profiler` keeps them), else raises.
+    """
+
+    @property
+    def trace(self) -> Trace | None: ...
+
+    @property
+    def error(self) -> BaseException | None: ...
+
+    def start(self) -> ProfileSession: ...
+
+    def stop(self, wait: bool | float = True) -> Trace: ...
+
+    def live_feed(self) -> SpanFeed: ...
+
+
+def stop_after(session: ProfileSession, error: BaseException | None) -> BaseException | None:
+    """Stop ``session`` once the work it profiled has ended, with ``error`` (None: it ran to the end).
+
+    Waits for all the queued work, but after Ctrl-C (``error`` a KeyboardInterrupt) at most
+    :data:`INTERRUPT_GRACE_S`: the work still queued may be what hung. Whatever stopping raises
+    (an op that failed and nobody waited for, another Ctrl-C) is returned rather than raised, so the
+    caller reports the work's own error first; the trace is built either way (``session.trace``).
+    """
+    try:
+        session.stop(wait=INTERRUPT_GRACE_S if isinstance(error, KeyboardInterrupt) else True)
+    except BaseException as e:
+        return e
+    return None
 
 
 class Profiler:
@@ -131,10 +177,7 @@ def profile(max_events: int = 5_000_000, path: str | os.PathLike[str] | None = N
     try:
         yield prof
     except BaseException as e:
-        try:
-            prof.stop(wait=INTERRUPT_GRACE_S if isinstance(e, KeyboardInterrupt) else True)
-        except BaseException:
-            pass  # the block's own error is the one to report
+        stop_after(prof, e)  # what stopping raised is dropped: the block's own error is the one to report
         raise
     else:
         prof.stop()

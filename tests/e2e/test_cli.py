@@ -19,10 +19,22 @@ def opprof(*args: str, cwd: Path | None = None, timeout: float = 120) -> subproc
     )
 
 
-@pytest.mark.parametrize("sub", ["demo", "view", "stats", "convert", "why", "run"])
+COMMANDS = ["demo", "view", "stats", "convert", "why", "diff", "run"]
+
+
+@pytest.mark.parametrize("sub", COMMANDS)
 def test_every_command_has_help(sub: str) -> None:
     r = opprof(sub, "--help")
     assert r.returncode == 0 and f"usage: opprof {sub}" in r.stdout
+
+
+def test_the_top_help_lists_every_command() -> None:
+    """Each command's one-line help is %-formatted by argparse: a bare "95 %" in one broke it."""
+    r = opprof("--help")
+    assert r.returncode == 0, r.stderr
+    listed = [line.split()[0] for line in r.stdout.splitlines() if line.startswith("    ") and not line.startswith("     ")]
+    assert listed == COMMANDS
+    assert "95 % interval" in r.stdout
 
 
 def test_version() -> None:
