@@ -16,6 +16,7 @@ from collections.abc import Callable
 from queue import SimpleQueue
 from typing import Any
 
+from ..trace.records import CUSTOM_THREAD_PREFIX, ENGINE_THREAD_PREFIX
 from . import interrupts as _guard
 from .core import Engine
 from .interrupts import shielded
@@ -24,9 +25,9 @@ from .state import thread_state
 
 __all__ = ["CUSTOM_THREAD_PREFIX", "ENGINE_THREAD_PREFIX", "CustomPool", "ThreadedEngine"]
 
-#: Thread names, so a trace (and a person reading ``threading.enumerate()``) can tell them apart.
-ENGINE_THREAD_PREFIX = "opprof-engine-"
-CUSTOM_THREAD_PREFIX = "opprof-custom-"
+# Thread names, so a trace (and a person reading ``threading.enumerate()``) can tell them apart:
+# their prefixes live in the trace layer (opprof.trace.records.ENGINE_POOL / CUSTOM_POOL), which
+# reads them back.
 
 
 class CustomPool:

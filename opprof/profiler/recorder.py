@@ -29,8 +29,6 @@ from types import FrameType
 from typing import Any
 
 from ..engine import (
-    CUSTOM_THREAD_PREFIX,
-    ENGINE_THREAD_PREFIX,
     INTERNAL,
     Engine,
     EngineObserver,
@@ -42,6 +40,7 @@ from ..engine import (
 )
 from ..engine.state import CustomOpInfo, CustomPart, thread_state
 from ..trace import ThreadInfo, Trace
+from ..trace.records import CUSTOM_POOL, CUSTOM_THREAD_PREFIX, ENGINE_POOL, ENGINE_THREAD_PREFIX
 from .build import COUNTER, DUMMY, ERROR, INSTANT, OP, PYTHON, START, USER, WAIT_REC, ThreadRecords, build_columns
 
 __all__ = ["Recorder", "ProfilerError"]
@@ -360,8 +359,8 @@ class Recorder(EngineObserver):
             "incomplete_invocations": built.incomplete,
             "engine": getattr(self.engine, "kind", None),
             # The pools' sizes, which a what-if replay starts from (None for the naive engine).
-            "engine_workers": getattr(self.engine, "workers", None),
-            "custom_workers": getattr(self.engine, "custom_workers", None),
+            ENGINE_POOL.size_key: getattr(self.engine, "workers", None),
+            CUSTOM_POOL.size_key: getattr(self.engine, "custom_workers", None),
             "producer": "opprof",
         }
         if metadata:

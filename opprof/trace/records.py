@@ -12,12 +12,17 @@ Everything here is data: what one record means. How a trace holds millions of th
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
 __all__ = [
     "CUSTOM_OP",
+    "CUSTOM_POOL",
+    "CUSTOM_THREAD_PREFIX",
+    "ENGINE_POOL",
+    "ENGINE_THREAD_PREFIX",
     "FAMILY_ARGS",
     "OPERATOR",
     "ROLE_OF",
@@ -27,6 +32,7 @@ __all__ = [
     "Blocker",
     "CounterSample",
     "CustomOpRow",
+    "EnginePool",
     "Flow",
     "Instant",
     "Role",
@@ -126,6 +132,36 @@ class ThreadInfo:
     tid: int
     name: str
     pid: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class EnginePool:
+    """One of the threaded engine's two thread pools, as a trace knows it.
+
+    Its threads are named ``thread_prefix`` and a number (``opprof-engine-0``); the profiler records
+    its size in the trace's metadata under ``size_key``. The engine names its threads from here, so
+    the trace layer's readers and the engine agree on one spelling.
+    """
+
+    thread_prefix: str
+    size_key: str
+
+    def recorded_size(self, metadata: Mapping[str, Any], threads: Iterable[ThreadInfo]) -> int | None:
+        """The pool's size when the trace was made: the recorded one, else (a file made before the
+        profiler recorded it) how many of ``threads`` it named; None when neither says."""
+        n = metadata.get(self.size_key)
+        if isinstance(n, int) and not isinstance(n, bool) and n >= 1:
+            return n
+        prefix = self.thread_prefix
+        return sum(1 for th in threads if th.name.startswith(prefix)) or None
+
+
+#: The engine's workers, which run the ops.
+ENGINE_POOL = EnginePool("opprof-engine-", "engine_workers")
+#: The custom-op threads, which run the custom ops' Python.
+CUSTOM_POOL = EnginePool("opprof-custom-", "custom_workers")
+ENGINE_THREAD_PREFIX = ENGINE_POOL.thread_prefix
+CUSTOM_THREAD_PREFIX = CUSTOM_POOL.thread_prefix
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,7 @@ from .analysis.split import split_columns
 from .columns import ROLE_CODE, FlowTable, SpanTable, StringTable
 from .data import TraceData
 from .ops import WAIT_ID_BASE, OpTable
-from .records import CUSTOM_OP, OPERATOR, Role, ThreadInfo
+from .records import CUSTOM_OP, CUSTOM_THREAD_PREFIX, ENGINE_THREAD_PREFIX, OPERATOR, Role, ThreadInfo
 from .trace import Trace
 
 __all__ = ["many_threads_trace", "repeated_trace", "synthetic_trace"]
@@ -51,8 +51,8 @@ def synthetic_trace(
     iters = max(1, round(n_spans / 11.3))
     E, C = engine_threads, custom_threads
     threads = [ThreadInfo(1, "MainThread")]
-    threads += [ThreadInfo(2 + i, f"opprof-engine-{i}") for i in range(E)]
-    threads += [ThreadInfo(2 + E + i, f"opprof-custom-{i}") for i in range(C)]
+    threads += [ThreadInfo(2 + i, f"{ENGINE_THREAD_PREFIX}{i}") for i in range(E)]
+    threads += [ThreadInfo(2 + E + i, f"{CUSTOM_THREAD_PREFIX}{i}") for i in range(C)]
     it = np.arange(iters, dtype=_I)
     op_dur = rng.integers(2_000, 30_000, size=(iters, 4))
     py_dur = rng.integers(10_000, 60_000, size=iters)

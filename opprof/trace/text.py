@@ -21,7 +21,7 @@ from .analysis.stats import StatRow, sort_rows, span_stats
 from .analysis.summary import OpTypeSplit, custom_op_summary
 from .columns import ROLE_CODE, SpanTable
 from .compare import CONFIDENCE, CallResult, Comparison, RowKind, Verdict
-from .records import CUSTOM_OP, Role
+from .records import CUSTOM_OP, CUSTOM_POOL, Role
 from .trace import Trace
 
 __all__ = [
@@ -239,7 +239,7 @@ def why_text(trace: Trace, top: int = 5) -> str:
     lines: list[str] = []
     if split:
         busy = a.pool_busy
-        pool = trace.metadata.get("custom_workers")
+        pool = trace.metadata.get(CUSTOM_POOL.size_key)
         lines.append("Why the custom ops wait (share of each op's wall time):")
         for s in split[:top]:
             wall = s.wall_ns or 1
