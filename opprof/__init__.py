@@ -8,6 +8,7 @@ The package is layered; imports point down only (``make lint`` checks it)::
 
     cli               the command line
     jupyter, demo     the notebook magics and page; the built-in workload
+    dask              profiling a Dask cluster into one trace (optional: loaded on first use)
     view, profiler    the timeline figure and widget; the recorder and mx.profiler
     nd                NDArray, operators, autograd, custom operators
     engine            vars and ops, naive and threaded engines, the Ctrl-C shield

@@ -188,7 +188,7 @@ class Engine:
         self._submit(Opr(fn, *self._check(reads, writes), name, is_async, no_skip, info))
 
     def _submit(self, opr: Opr) -> None:
-        """Push ``opr``; then deliver a Ctrl-C that the bookkeeping held back (see opprof.interrupts)."""
+        """Push ``opr``; then deliver a Ctrl-C that the bookkeeping held back (see opprof.engine.interrupts)."""
         try:
             self._push(opr)
         except KeyboardInterrupt:
@@ -310,7 +310,7 @@ class Engine:
         if obs is not None:
             obs.on_push(opr)
         # A KeyboardInterrupt reaches the main thread between bytecodes. This function is shielded
-        # (see opprof.interrupts), but a program with its own SIGINT handler is not, so an
+        # (see opprof.engine.interrupts), but a program with its own SIGINT handler is not, so an
         # interrupted push is still finished first (MXNet's push, one C call, is never cut short
         # either) and the interrupt raised after it.
         n = 0  # vars registered so far: reads, then writes

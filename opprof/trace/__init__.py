@@ -1,13 +1,13 @@
 """The trace model and everything that reads or writes it; it imports no other opprof layer.
 
-Inside, from the bottom: :mod:`.records` (the record types and what roles mean), :mod:`.columns`
-and :mod:`.ops` (spans, flows and the engine's edges as columns), :mod:`.jsonio` (files and JSON),
-the analyses :mod:`.split`, :mod:`.stats`, :mod:`.causes` (why custom ops wait),
-:mod:`.critical` (the critical path and slack), :mod:`.whatif` (what-if) and :mod:`.validate`,
-the formats :mod:`.native` (opprof's own file, lossless), :mod:`.chrome` (Chrome JSON: everything
-but the engine's edges) and :mod:`.importer` / :mod:`.mxnet` (other tools' traces), then
-:mod:`.model` (:class:`Trace`, with the analyses as methods) and :mod:`.text` (every text
-rendering of a trace).
+Inside, in floors from the bottom (an import-linter contract keeps them): :mod:`.records` (the
+record types and what roles mean) and :mod:`.live` (what a live view polls), :mod:`.columns` and
+:mod:`.ops` (spans, flows and the engine's edges as columns), :mod:`.data` (:class:`TraceData`);
+:mod:`.analysis` (the split, why custom ops wait, per-op-type sums, stats, the critical path,
+what-if and the invariants, each computed once per trace); :mod:`.formats` (opprof's own
+``.opprof`` file, Chrome JSON, other tools' traces, files and JSON); :mod:`.trace` (:class:`Trace`,
+with the analyses and formats as methods, and :func:`load`); then what reads or combines Traces:
+:mod:`.combine`, :mod:`.compare`, :mod:`.synthetic` and :mod:`.text` (every text rendering of a trace).
 """
 
 from .analysis import Analysis

@@ -37,6 +37,7 @@ from opprof.trace import (
 )
 from opprof.trace.formats import chrome
 from opprof.trace.formats.chrome import to_chrome
+from opprof.trace.formats.importer import SourceThread
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -783,6 +784,30 @@ def test_a_file_from_before_pids_gives_an_imported_traces_processes_back() -> No
         e["pid"] = 0
     obj["traceEvents"] = [e for e in obj["traceEvents"] if e.get("name") != "process_sort_index"]
     assert from_chrome(obj).threads == t.threads
+
+
+def test_source_thread_rows_are_read_by_what_they_hold_and_odd_ones_skipped() -> None:
+    """Metadata is the file's to say: a row that is not ``[tid, pid, source pid, source tid]`` with
+    int tid and pid is left out, not trusted (and not an error: the events are what matter)."""
+    t = multi_process_trace()
+    t.processes = {}
+    moved = t.threads[-1]
+    odd: list[Any] = [[moved.tid, "one", 9, 9], [moved.tid, 7], "a row", [float(moved.tid), 7, 9, 9], [moved.tid, 7, 9, 9, 9]]
+    t.metadata["source_threads"] = [list(SourceThread(th.tid, th.pid, 1000 + th.pid, th.tid)) for th in t.threads] + odd
+    obj = to_chrome(t)
+    for e in obj["traceEvents"]:
+        e["pid"] = 0
+    obj["traceEvents"] = [e for e in obj["traceEvents"] if e.get("name") != "process_sort_index"]
+    assert from_chrome(obj).threads == t.threads
+    assert SourceThread.from_row([3, 1, "cpu/0", 1628]) == SourceThread(3, 1, "cpu/0", 1628)
+    assert [SourceThread.from_row(row) for row in odd] == [None] * len(odd)
+
+
+def test_a_bad_field_outside_the_events_is_named_as_the_header() -> None:
+    obj = to_chrome(multi_process_trace())
+    obj["otherData"]["opprof"]["t0_ns"] = "soon"
+    with pytest.raises(TraceFormatError, match=r"^trace header: malformed field: ValueError: invalid literal"):
+        from_chrome(obj)
 
 
 @given(

@@ -38,7 +38,7 @@ from ..columns import ROLE_CODE, FlowTable, SpanTable
 from ..data import TraceData
 from ..records import CUSTOM_OP, CounterSample, Instant, Role, ThreadInfo
 from . import chrome_fast
-from .importer import NS_LIMIT, import_chrome
+from .importer import NS_LIMIT, SourceThread, import_chrome
 from .jsonio import TraceFormatError, dumps, loads, no_gc, open_maybe_gzip, parse_json, read_trace_file
 
 __all__ = ["from_chrome", "load", "save", "to_chrome"]
@@ -453,6 +453,20 @@ def _from_ours_obj(obj: Any) -> TraceData:
     return _from_ours([events], obj["otherData"])
 
 
+class _BadEvent(Exception):
+    """A field of event ``index`` that the careful reader could not read (``error``), on its way to
+    :func:`_from_ours`, which names the event in the :class:`TraceFormatError` it raises."""
+
+    def __init__(self, index: int, error: ValueError | KeyError | TypeError | AttributeError) -> None:
+        super().__init__(index, error)
+        self.index = index
+        self.error = error
+
+
+def _malformed(where: str, e: Exception) -> TraceFormatError:
+    return TraceFormatError(f"{where}: malformed field: {type(e).__name__}: {e}")
+
+
 def _from_ours(event_chunks: Iterable[list[Any]], other: dict[str, Any]) -> TraceData:
     try:
         return _from_chrome(event_chunks, other)
@@ -460,9 +474,10 @@ def _from_ours(event_chunks: Iterable[list[Any]], other: dict[str, Any]) -> Trac
         raise
     except OverflowError:
         raise TraceFormatError("a timestamp or id is out of range (times must lie within 146 years of the origin)") from None
+    except _BadEvent as e:
+        raise _malformed(f"event {e.index}", e.error) from None
     except (ValueError, KeyError, TypeError, AttributeError) as e:
-        where = getattr(e, "opprof_where", "trace header")
-        raise TraceFormatError(f"{where}: malformed field: {type(e).__name__}: {e}") from None
+        raise _malformed("trace header", e) from None
 
 
 def _from_chrome(event_chunks: Iterable[list[Any]], other: dict[str, Any]) -> TraceData:
@@ -502,8 +517,7 @@ def _from_chrome(event_chunks: Iterable[list[Any]], other: dict[str, Any]) -> Tr
             except TraceFormatError:
                 raise
             except (ValueError, KeyError, TypeError, AttributeError) as e:
-                e.opprof_where = f"event {i}"  # type: ignore[union-attr]
-                raise
+                raise _BadEvent(i, e) from e
         del events
     return reader.trace(ours)
 
@@ -610,8 +624,8 @@ class _OwnEventReader:
         if not any(pids.values()) and not any(self.process_names.keys() - {PID}):
             # One process in the events: a file from before they carried pids, whose imported trace
             # kept each thread's process (small int) in its metadata only. Give it back.
-            rows = meta.get("source_threads", ())
-            pids = {row[0]: row[1] for row in rows if isinstance(row, list) and len(row) == 4}
+            rows = (SourceThread.from_row(row) for row in meta.get("source_threads", ()))
+            pids = {row.tid: row.pid for row in rows if row is not None}
         threads = [ThreadInfo(t, names.get(t) or f"thread {t}", pids.get(t, 0)) for t in tids]
         trace = TraceData(
             threads=threads, spans=table, instants=self.instants, counters=self.counters, flows=flows, metadata=meta

@@ -1,6 +1,7 @@
 """Read Chrome Trace Event JSON written by other tools (MXNet, PyTorch, VizTracer, Chrome, ...).
 
-:func:`opprof.chrome.load` and :func:`opprof.chrome.from_chrome` hand every file that is not one of
+:func:`opprof.trace.formats.chrome.load` and :func:`~opprof.trace.formats.chrome.from_chrome` (under
+:func:`opprof.trace.load` and :func:`opprof.trace.from_chrome`) hand every file that is not one of
 opprof's own to :func:`import_chrome`. What it understands, by phase (``ph``):
 
 * ``X`` complete slices; ``B``/``E`` pairs, matched with a stack per thread in time order (an ``E``
@@ -16,9 +17,10 @@ opprof's own to :func:`import_chrome`. What it understands, by phase (``ph``):
 
 Thread identities ``(pid, tid)`` -- any JSON value, 64-bit hashes included -- become small ints;
 threads without a ``thread_name`` get a readable one (``"cpu/0 / tid 1628…242"``) and the original
-ids are kept in ``metadata["source_threads"]``. Processes become small pids in file order
-(:attr:`~opprof.trace.ThreadInfo.pid`), named in :attr:`~opprof.trace.TraceData.processes` by their
-``process_name`` (``"pid 3"`` without one); MXNet's pids are categories, so its trace is one process.
+ids are kept in ``metadata["source_threads"]``, a row per thread (:class:`SourceThread`). Processes
+become small pids in file order (:attr:`~opprof.trace.ThreadInfo.pid`), named in
+:attr:`~opprof.trace.TraceData.processes` by their ``process_name`` (``"pid 3"`` without one);
+MXNet's pids are categories, so its trace is one process.
 
 Bad events never stop a load: an event with a non-numeric timestamp or duration, a negative
 duration, an ``E`` (or async ``e``, flow ``f``) with nothing to close, a ``B`` never closed, or an
@@ -45,7 +47,7 @@ import warnings
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..columns import FlowTable, SpanTable
 from ..data import TraceData
@@ -53,7 +55,26 @@ from ..records import CUSTOM_OP, CounterSample, Flow, Instant, Role, Span, Threa
 from .jsonio import TraceFormatError
 from .mxnet import MXNET_PROCESSES, recover_mxnet
 
-__all__ = ["import_chrome"]
+__all__ = ["SourceThread", "import_chrome"]
+
+
+class SourceThread(NamedTuple):
+    """A row of an imported trace's ``metadata["source_threads"]``, written as a JSON list:
+    the thread's small ``tid`` and ``pid`` in the trace, and its ids in the file it came from."""
+
+    tid: int
+    pid: int
+    source_pid: Any  # any JSON value the file used (MXNet's are category names, PyTorch's numbers)
+    source_tid: Any  # ditto; "async <category> <n>" for a lane of async tracks
+
+    @classmethod
+    def from_row(cls, row: Any) -> SourceThread | None:
+        """The row read back from a file, or None if it is not one (a list of those four, ``tid``
+        and ``pid`` ints): metadata is the file's to say, so it is checked, never trusted."""
+        if not isinstance(row, (list, tuple)) or len(row) != len(cls._fields):
+            return None
+        found = cls(*row)
+        return found if type(found.tid) is int and type(found.pid) is int else None
 
 
 _INF = float("inf")
@@ -589,7 +610,7 @@ class _Importer:
         instants.sort(key=_ts)
         counters.sort(key=_ts)
         meta["source_threads"] = [
-            [tid, pid_of(pid), pid, t if not isinstance(t, tuple) else f"async {t[2]} {t[3] + 1}"]
+            list(SourceThread(tid, pid_of(pid), pid, t if not isinstance(t, tuple) else f"async {t[2]} {t[3] + 1}"))
             for tid, (pid, t) in enumerate(self.tid_key)
         ]
         meta["processes"] = [[small, pid, self.proc_names.get(pid, "")] for pid, small in pid_small.items()]
