@@ -44,6 +44,7 @@ def test_every_new_home_named_exists(old: str) -> None:
     importlib.import_module(module)
 
 
+@pytest.mark.e2e  # a fresh interpreter in a subprocess
 def test_the_old_chrome_import_in_a_fresh_interpreter_names_opprof_trace() -> None:
     code = "from opprof.chrome import from_chrome"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -53,6 +53,7 @@ def clusters(draw: st.DrawFn) -> tuple[list[WorkerRecords], int]:
     return workers, k
 
 
+@pytest.mark.e2e  # 60 clusters, ~2 s
 @settings(max_examples=60, deadline=None)
 @given(c=clusters())
 def test_every_task_arrives_on_its_worker_and_the_clients_clock_with_its_edges(c: tuple[list[WorkerRecords], int]) -> None:

@@ -783,6 +783,7 @@ def check_program(program: list[Op]) -> None:
             assert got.wait_for_all_raised is None, label
 
 
+@pytest.mark.e2e  # 60 programs, ~1.5 s
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(ops(), min_size=1, max_size=25))
 def test_threaded_engine_matches_naive_and_sequential(program):
@@ -981,6 +982,7 @@ def _run_with_env(env_vars: dict[str, str], code: str) -> subprocess.CompletedPr
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.e2e  # fresh interpreters in subprocesses
 def test_engine_kind_from_environment():
     code = "import opprof; e = opprof.get_engine(); print(type(e).__name__, getattr(e, 'workers', '-'))"
     r = _run_with_env({"OPPROF_ENGINE": "naive"}, code)

@@ -148,6 +148,7 @@ def test_a_poll_is_capped_and_says_how_many_it_left_out() -> None:
         LiveFeed(feed.recorder, cap=0)
 
 
+@pytest.mark.e2e  # a timing, ~2 s
 def test_a_poll_costs_little() -> None:
     """GIL time per poll: 5,000 new ops, and a million, strided down to the cap (module docstring's figures)."""
     prof = mx.Profiler().start()
@@ -314,6 +315,7 @@ def _check_streamed_then_replaced(live: LiveView, out: Any, t_end: float) -> Non
     assert shown[0].data[WIDGET]["model_id"] != updates[0].data[WIDGET]["model_id"]  # the full timeline now
 
 
+@pytest.mark.e2e  # ~2 s
 def test_live_streams_while_the_cell_runs_and_the_full_timeline_replaces_it(ip: Any, lives: list[LiveView]) -> None:
     result, out = _cell(ip, "--live", LOOP + "t_end = time.perf_counter()")
     assert result.error_in_exec is None
@@ -322,6 +324,7 @@ def test_live_streams_while_the_cell_runs_and_the_full_timeline_replaces_it(ip: 
     assert live.polls[-1][2] >= 100  # of the 600 ops (the last ones may come after the last poll)
 
 
+@pytest.mark.e2e  # ~3 s
 def test_live_after_an_error_or_a_ctrl_c_ends_with_the_partial_timeline(ip: Any, lives: list[LiveView]) -> None:
     for error in (ValueError, KeyboardInterrupt):
         result, out = _cell(ip, "--live", LOOP + f"t_end = time.perf_counter()\nraise {error.__name__}('mid-cell')")
@@ -342,6 +345,7 @@ def test_no_live_view_without_a_kernel_or_with_no_live(ip: Any, lives: list[Live
     assert lives == []
 
 
+@pytest.mark.e2e  # ~2 s
 def test_live_is_the_default_in_a_kernel(ip: Any, lives: list[LiveView], monkeypatch: pytest.MonkeyPatch) -> None:
     loads: list[bool] = []
     monkeypatch.setattr(ip, "kernel", object(), raising=False)  # what ipykernel's shell has

@@ -575,6 +575,7 @@ def _check_engine_works() -> None:
 
 
 # ---------------------------------------------------------------------------- the MXNet script
+@pytest.mark.e2e  # a script in a subprocess
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("kind", ["naive", "threaded"])
 def test_mxnet_script_runs_unchanged_in_subprocess(kind: str, tmp_path: Path) -> None:
@@ -1211,6 +1212,7 @@ print("ok")
 """
 
 
+@pytest.mark.e2e  # a script in a subprocess
 @pytest.mark.timeout(60)
 def test_backpressure_with_a_slow_custom_op_does_not_deadlock(tmp_path: Path) -> None:
     proc = _run_script(tmp_path, BACKPRESSURE_SCRIPT, 8, "deadlock: the script did not finish in 8 s")
@@ -1244,6 +1246,7 @@ print("ok")
 """
 
 
+@pytest.mark.e2e  # a script in a subprocess
 @pytest.mark.timeout(60)
 def test_set_engine_while_a_custom_op_runs(tmp_path: Path) -> None:
     proc = _run_script(tmp_path, SWITCH_ENGINE_SCRIPT, 8, "deadlock: set_engine() did not return in 8 s")

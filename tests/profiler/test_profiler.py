@@ -285,6 +285,7 @@ def run_program(program: list[tuple[str, list[tuple[str, ...]]]], x: Any, w: Any
     return expected, waits
 
 
+@pytest.mark.e2e  # 60 programs on each engine, ~2 s
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(program=PROGRAM)
 def test_random_programs_make_valid_traces(engine: Engine, check_chrome: Callable[..., list[str]], program: Any) -> None:

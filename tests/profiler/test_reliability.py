@@ -153,6 +153,7 @@ class TwiceProp(mx.operator.CustomOpProp):
         return Twice()
 
 
+@pytest.mark.e2e  # ~7 s of Ctrl-Cs
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("kind", ["threaded", "naive"])
 def test_keyboard_interrupt_anywhere_in_a_push_loop_never_hangs_the_engine(kind: str) -> None:
@@ -474,6 +475,7 @@ def run_faulty_program(program: list[Any], m: Model, x: Any) -> None:
         del m.custom_faults[tag]
 
 
+@pytest.mark.e2e  # 110 programs on each engine, ~2 s
 @settings(max_examples=110, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(program=FAULT_PROGRAM)
 def test_random_programs_with_random_faults(engine: Engine, program: Any) -> None:
@@ -619,6 +621,7 @@ def run_cell(ip: Any, source: str) -> Any:
         return ip.run_cell(source)
 
 
+@pytest.mark.e2e  # ~2 s
 def test_magic_interrupted_while_the_cell_waits_or_the_magic_waits(ip: Any) -> None:
     """Ctrl-C in the cell's wait, then in the magic's own final wait: control returns, the partial
     trace is kept, and the next cell works."""
@@ -641,6 +644,7 @@ def test_magic_interrupted_while_the_cell_waits_or_the_magic_waits(ip: Any) -> N
         assert result.error_in_exec is None and result.result == 9.0, where
 
 
+@pytest.mark.e2e  # ~2 s each
 @pytest.mark.parametrize("flags", ["", "--engine naive"])
 def test_magic_interrupted_while_pushing(ip: Any, flags: str) -> None:
     """With the naive engine the interrupt also lands inside ops and custom ops run inline."""
@@ -704,6 +708,7 @@ def cli(*args: str, cwd: Path) -> Any:
 SCRIPT = "import opprof as mx\nopen('ran.txt', 'w').close()\n(mx.nd.ones((2, 2)) + 1).wait_to_read()\n"
 
 
+@pytest.mark.e2e  # the CLI in a subprocess
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -729,6 +734,7 @@ def test_cli_bad_arguments_fail_in_one_line_before_any_work(tmp_path: Path, args
 
 
 # ---------------------------------------------------------------------------- files only where asked
+@pytest.mark.e2e  # the CLI in a subprocess
 def test_no_stray_files_by_default(ip: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The profiler, mx.profiler, the magic and `opprof run`/`stats` write nothing unless told where."""
     (tmp_path / "s.py").write_text(SCRIPT)
@@ -878,6 +884,7 @@ EVIL = "</script><script>window.__pwned=1</script><img src=x onerror=alert(1)>"
 CODE = "__import__('os').system('touch pwned')"
 
 
+@pytest.mark.e2e  # the CLI in a subprocess
 def test_hostile_names_stay_text_in_html_stats_and_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import json
 

@@ -124,6 +124,7 @@ def _key(s: Span) -> tuple[Any, ...]:
 
 
 # ---------------------------------------------------------------------------- columns <-> spans
+@pytest.mark.e2e  # 200 examples, ~3 s
 @settings(max_examples=200, deadline=None)
 @given(traces())
 def test_columns_and_spans_round_trip(t: Trace) -> None:
@@ -162,6 +163,7 @@ def _same(a: Trace, b: Trace, *, ordered: bool = True) -> None:
     assert b.processes == a.processes
 
 
+@pytest.mark.e2e  # 100 files, ~2-4 s
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(t=traces(), compress=st.booleans())
 def test_native_files_round_trip_exactly(tmp_path: Path, t: Trace, compress: bool) -> None:
@@ -171,6 +173,7 @@ def test_native_files_round_trip_exactly(tmp_path: Path, t: Trace, compress: boo
     _same(t, load(path))
 
 
+@pytest.mark.e2e  # 100 files, ~3 s
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(t=multi_process_traces())
 def test_native_files_keep_every_threads_process_and_the_processes_names(tmp_path: Path, t: Trace) -> None:
@@ -217,6 +220,7 @@ def _both_readers(tmp_path: Path, t: Trace, monkeypatch: pytest.MonkeyPatch) -> 
     return fast, careful
 
 
+@pytest.mark.e2e  # 100 files, ~2-4 s
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(t=traces())
 def test_chrome_files_round_trip_through_the_fast_and_the_careful_reader(
@@ -229,6 +233,7 @@ def test_chrome_files_round_trip_through_the_fast_and_the_careful_reader(
     assert careful.flows == fast.flows and careful.threads == fast.threads
 
 
+@pytest.mark.e2e  # 100 files, ~2 s
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(t=multi_process_traces())
 def test_chrome_files_keep_every_threads_process_through_both_readers(
@@ -428,6 +433,7 @@ def _role_text(messages: list[str]) -> list[str]:
     return sorted(m.replace("<Role.", "").replace(">", "") for m in messages)
 
 
+@pytest.mark.e2e  # 300 examples, ~5 s
 @settings(max_examples=300, deadline=None)
 @given(traces())
 def test_analyses_on_columns_equal_the_object_model(t: Trace) -> None:

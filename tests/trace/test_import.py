@@ -458,6 +458,7 @@ EVENT = st.dictionaries(FIELD, JSON, max_size=8) | st.fixed_dictionaries(
 )
 
 
+@pytest.mark.e2e  # 300 examples, ~4 s
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(JSON, st.lists(EVENT | JSON, max_size=12), st.fixed_dictionaries({"traceEvents": st.lists(EVENT, max_size=12)})))
 def test_any_json_loads_or_raises_trace_format_error(obj: Any) -> None:

@@ -260,6 +260,7 @@ def attempt(case: Case) -> Outcome:
     return Outcome(prediction, measured)
 
 
+@pytest.mark.e2e  # real sleeping runs, ~4 s
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_prediction_matches_the_changed_run(case: Case) -> None:
     outcome = attempt(case)

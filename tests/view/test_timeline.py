@@ -446,6 +446,7 @@ def test_save_html_small_trace_has_every_span_and_no_merge_note(demo_trace, tmp_
     assert html.startswith("<!DOCTYPE html>") and "Bokeh" in html and "cdn.bokeh.org" not in html
 
 
+@pytest.mark.e2e  # a fresh interpreter in a subprocess
 def test_import_opprof_does_not_import_bokeh() -> None:
     code = "import sys, opprof; print(any(m.split('.')[0] in ('bokeh', 'ipywidgets', 'jupyter_bokeh') for m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -514,6 +515,7 @@ def test_the_timeline_of_several_processes_draws_a_line_between_them_and_hover_n
 
 
 # ---------------------------------------------------------------------------- many threads
+@pytest.mark.e2e  # ~3 s
 def test_a_hundred_thousand_threads_draw_with_the_rest_collapsed_and_the_note_says_so(tmp_path: Path) -> None:
     trace = many_threads_trace(100_000)
     tl = build_timeline(trace)
