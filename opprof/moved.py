@@ -30,6 +30,11 @@ MOVED = {
     "opprof.magics": "opprof.jupyter.magics (load it with %load_ext opprof)",
     "opprof.interrupts": "opprof.engine.interrupts",
     "opprof.ops": "opprof.nd.ops",
+    # The trace layer's analyses and formats moved into folders of their own (opprof 0.1's flat trace/).
+    "opprof.trace.model": "opprof.trace (Trace, load, from_chrome); the class is in opprof.trace.trace",
+    "opprof.trace.replay": "opprof.trace.analysis.whatif (or Trace.what_if)",
+    **{f"opprof.trace.{m}": f"opprof.trace.analysis.{m}" for m in ("split", "stats", "causes", "critical", "validate")},
+    **{f"opprof.trace.{m}": f"opprof.trace.formats.{m}" for m in ("jsonio", "chrome", "chrome_fast", "native", "importer", "mxnet")},
 }
 
 

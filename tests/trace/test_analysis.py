@@ -164,3 +164,11 @@ def test_synthetic_traces_read_the_same_through_the_analysis(seed: int) -> None:
     walls = a.table.end[a.parents] - a.table.start[a.parents]
     assert sorted(r.wall_ns for r in rows) == sorted(walls.tolist())
     assert int(a.op_types.wall.sum()) == int(walls.sum())
+
+
+def test_a_trace_without_custom_ops_sums_to_nothing() -> None:
+    trace = Trace()
+    a = trace.analysis()
+    assert len(a.parents) == 0 and len(a.op_types) == 0 and a.op_types.rows() == []
+    assert trace.custom_ops() == [] and custom_op_summary([]) == []
+    assert split_table(trace) == "(no custom operators ran in this cell)"
