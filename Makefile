@@ -10,7 +10,8 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(STAMP): pyproject.toml | $(BIN)/python
+# setup.py builds the optional C extension (opprof/engine/_gil.c) in place: a changed source reinstalls.
+$(STAMP): pyproject.toml setup.py opprof/engine/_gil.c | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test,e2e,dask]'
 	touch $(STAMP)
 

@@ -1,0 +1,35 @@
+"""The one thing pyproject.toml cannot say: the optional C extension (metadata stays in [project]).
+
+opprof.engine._gil samples who holds the GIL (opprof/engine/_gil.c). It is optional: without a C
+compiler or the Python headers the build skips it and opprof runs on its pure-Python path
+(opprof/engine/gil.py says why the GIL evidence is missing).
+
+data_files installs the Jupyter server config that enables opprof's server extension (it serves
+BokehJS to notebook pages: opprof/jupyter/server.py) as <prefix>/etc/jupyter/jupyter_server_config.d/opprof.json.
+"""
+
+from setuptools import Extension, setup
+from setuptools.dist import Distribution
+
+
+class _Distribution(Distribution):
+    """An editable install (`pip install -e .`, what `make` does) skips data_files without this:
+    setuptools' editable_wheel installs the "data" category only if the distribution has a
+    ``has_data`` method, and distutils names it ``has_data_files``."""
+
+    def has_data(self) -> bool:
+        return self.has_data_files()
+
+
+setup(
+    distclass=_Distribution,
+    ext_modules=[
+        Extension(
+            "opprof.engine._gil",
+            ["opprof/engine/_gil.c"],
+            optional=True,  # no compiler, no headers, not Linux: opprof installs without it
+            extra_compile_args=["-O2", "-std=gnu11"],
+        )
+    ],
+    data_files=[("etc/jupyter/jupyter_server_config.d", ["jupyter-config/jupyter_server_config.d/opprof.json"])],
+)
