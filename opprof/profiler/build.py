@@ -2,12 +2,15 @@
 
 Each thread records into lists of one shape each (:class:`ThreadRecords`): plain ops as
 ``(t0, t1, name, seq, push, pusher, ready, by, by_var, reads, writes)`` (the op and its engine
-edges in one record), sub-ops pushed inside a custom op's Python as ``(t0, t1, name, seq, push)``,
-a family's own records (its engine op, ``Dummy_Wait``, Python) as ``(kind, t0, t1, invocation,
-seq or CPU ns)``, the rest (waits, errors, user spans, instants, counters) as ``(kind, t0, t1,
-name, info, pushed_in, extra)``, and the edges of every op that is not plain in ``deps``.
-``map(itemgetter(k), records)`` turns a list into columns in C (~20-60 ns a field; ``zip(*records)``
-costs ~400 ns a record, an iterator each).
+edges in one record), sub-ops pushed inside a custom op's Python as ``(t0, t1, name, seq, note)``
+(``note``: its push's, ``(ts, records, invocation, site)``), a family's own records (its engine
+op, ``Dummy_Wait``, Python) as ``(kind, t0, t1, invocation, seq or CPU ns)``, the rest (waits,
+errors, user spans, instants, counters) as ``(kind, t0, t1, name, info, pushed_in, extra)``, and
+the edges of every op that is not plain in ``deps`` as ``(seq, push, pusher, ready, by, by_var,
+reads, writes, site)``. The records are plain tuples (the recorder's hot path builds nothing
+slower); their fields are named once, here, by index constants (``T0``, ``PUSH``, ``FAM_INV``...)
+that every reader uses. ``map(itemgetter(k), records)`` turns a list into columns in C (~20-60 ns
+a field; ``zip(*records)`` costs ~400 ns a record, an iterator each).
 
 From there nothing runs per span in Python: the kind of each span, its custom-op family (through
 the ``id()`` of its :class:`~opprof.engine.Invocation`), its ``Type::op`` name (formatted once per
@@ -34,15 +37,60 @@ from ..trace.ops import WAIT_ID_BASE, OpKind, OpTable
 from ..trace.records import OPERATOR, WAIT
 
 __all__ = [
+    "BUF_FIELDS",
+    "BUF_INFO",
+    "BUF_KIND",
+    "BUF_NAME",
+    "BUF_PUSHED",
+    "BUF_T0",
+    "BUF_T1",
+    "BUF_X",
+    "BY",
+    "BY_VAR",
     "COUNTER",
+    "DEP_BY",
+    "DEP_BY_VAR",
+    "DEP_FIELDS",
+    "DEP_PUSH",
+    "DEP_PUSHER",
+    "DEP_READS",
+    "DEP_READY",
+    "DEP_SEQ",
+    "DEP_SITE",
+    "DEP_WRITES",
     "DUMMY",
     "ERROR",
+    "FAM_FIELDS",
+    "FAM_INV",
+    "FAM_KIND",
+    "FAM_T0",
+    "FAM_T1",
+    "FAM_X",
     "INSTANT",
+    "NAME",
+    "NOTE_INV",
+    "NOTE_RECORDS",
+    "NOTE_SITE",
+    "NOTE_TS",
     "OP",
+    "PLAIN_FIELDS",
+    "PUSH",
+    "PUSHER",
     "PYTHON",
+    "READS",
+    "READY",
+    "SEQ",
     "START",
+    "SUB_FIELDS",
+    "SUB_NOTE",
+    "T0",
+    "T1",
     "USER",
+    "WAIT_BY",
     "WAIT_REC",
+    "WAIT_SITE",
+    "WAIT_VAR",
+    "WRITES",
     "Built",
     "ThreadRecords",
     "build_columns",
@@ -55,6 +103,40 @@ OP, WAIT_REC, ERROR, USER, INSTANT, COUNTER = 3, 4, 5, 6, 7, 8
 # Kinds of the other two lists, for the combined columns only.
 _PLAIN_K, _SUB_K = 9, 10
 
+# The records' fields: where each sits in its tuple. The recorder appends plain tuples in this
+# order (a NamedTuple costs ~0.3 µs more to make); readers index, unpack and take columns by these.
+#
+# An op's record, plain (``plain``) or pushed inside a custom op's Python (``sub``), starts with:
+# when it ran, its name, its push order (``Opr.seq``).
+T0, T1, NAME, SEQ = 0, 1, 2, 3
+# A plain op's record goes on with its engine edges: when it was pushed, by whose records
+# (``ThreadRecords.index``), when it became ready, the op and the var that made it ready, and the
+# ids of the vars it read and wrote (one int, or a tuple of none or several).
+PUSH, PUSHER, READY, BY, BY_VAR, READS, WRITES = 4, 5, 6, 7, 8, 9, 10
+PLAIN_FIELDS = 11
+# A sub-op's goes on with its push's note (``Opr.prof``: see NOTE_*); its edges are in ``deps``.
+SUB_NOTE = 4
+SUB_FIELDS = 5
+# A push's note, which the recorder keeps on the op (``Opr.prof``) from its push to its run: when,
+# the pusher's ThreadRecords, the invocation whose Python pushed (None outside one) and the
+# user's line that pushed (``(file, line)``; None for a plain op or a custom op's own).
+NOTE_TS, NOTE_RECORDS, NOTE_INV, NOTE_SITE = 0, 1, 2, 3
+# ``deps``: the edges of an op that is not plain (the plain record's, then the push's site).
+DEP_SEQ, DEP_PUSH, DEP_PUSHER, DEP_READY, DEP_BY, DEP_BY_VAR, DEP_READS, DEP_WRITES, DEP_SITE = range(9)
+DEP_FIELDS = 9
+# ``fam``: a family's own record: its kind (START, DUMMY, PYTHON), when, its Invocation, and the
+# op's seq (START, DUMMY) or the Python's CPU ns (PYTHON).
+FAM_KIND, FAM_T0, FAM_T1, FAM_INV, FAM_X = range(5)
+FAM_FIELDS = 5
+# ``buf``: the rest: its kind, when, its name (an error's message), its info (the Invocation of a
+# wait or error inside a family, a user span's category, an instant's, a counter's value), the
+# invocation that pushed an op with some other info, and an extra (an op's seq, a wait's
+# ``(by, var, site)``: see WAIT_*).
+BUF_KIND, BUF_T0, BUF_T1, BUF_NAME, BUF_INFO, BUF_PUSHED, BUF_X = range(7)
+BUF_FIELDS = 7
+# A wait's extra: the op whose completion released it, the var it waited on (0: none), its site.
+WAIT_BY, WAIT_VAR, WAIT_SITE = 0, 1, 2
+
 
 class ThreadRecords:
     """One thread's records: its name and its three lists (see the module docstring)."""
@@ -65,7 +147,7 @@ class ThreadRecords:
         self.name = name
         self.index = -1  # its place among the recorder's threads: what an op's record names its pusher by
         self.origin = self  # the records a copy was made from: pushes name those
-        self.plain: list[tuple[Any, ...]] = []  # 11 fields: see the module docstring
+        self.plain: list[tuple[Any, ...]] = []  # PLAIN_FIELDS fields: T0 ... WRITES
         self.sub: list[tuple[int, int, str, int, tuple[int, Any, Invocation, Any]]] = []
         self.fam: list[tuple[int, int, int, Invocation, int]] = []
         self.buf: list[tuple[Any, ...]] = []
@@ -121,15 +203,20 @@ def build_columns(threads: Sequence[ThreadRecords]) -> Built:
     tid_of = np.arange(1, len(threads) + 1, dtype=np.int64)
     # The four lists, one after another in the combined columns: plain ops, sub-ops, families' own
     # records, the rest.
-    p_t0, p_t1, p_name, p_seq, *p_deps = _cols([r.plain for r in threads], 11)
-    s_t0, s_t1, s_name, s_seq, s_push = _cols([r.sub for r in threads], 5)
-    f_kind, f_t0, f_t1, f_inv, f_x = _cols([r.fam for r in threads], 5)
-    b_kind, b_t0, b_t1, b_name, b_info, b_pushed, b_x = _cols([r.buf for r in threads], 7)
+    plain = _cols([r.plain for r in threads], PLAIN_FIELDS)
+    p_t0, p_t1, p_name, p_seq = plain[T0], plain[T1], plain[NAME], plain[SEQ]
+    sub = _cols([r.sub for r in threads], SUB_FIELDS)
+    s_t0, s_t1, s_name, s_seq, s_push = sub[T0], sub[T1], sub[NAME], sub[SEQ], sub[SUB_NOTE]
+    fam = _cols([r.fam for r in threads], FAM_FIELDS)
+    f_kind, f_t0, f_t1, f_inv, f_x = fam[FAM_KIND], fam[FAM_T0], fam[FAM_T1], fam[FAM_INV], fam[FAM_X]
+    buf = _cols([r.buf for r in threads], BUF_FIELDS)
+    b_kind, b_t0, b_t1, b_name = buf[BUF_KIND], buf[BUF_T0], buf[BUF_T1], buf[BUF_NAME]
+    b_info, b_pushed, b_x = buf[BUF_INFO], buf[BUF_PUSHED], buf[BUF_X]
     q, ns, nf, nb = len(p_t0), len(s_t0), len(f_t0), len(b_t0)
     o_f, o_b = q + ns, q + ns + nf  # where the family and other records start
-    push_ts = _arr(list(map(itemgetter(0), s_push)))
-    push_buf = list(map(itemgetter(1), s_push))
-    s_inv_obj = list(map(itemgetter(2), s_push))
+    push_ts = _arr(list(map(itemgetter(NOTE_TS), s_push)))
+    push_buf = list(map(itemgetter(NOTE_RECORDS), s_push))
+    s_inv_obj = list(map(itemgetter(NOTE_INV), s_push))
     n = o_b + nb
     kind = np.concatenate(
         [np.full(q, _PLAIN_K, np.int8), np.full(ns, _SUB_K, np.int8), _arr(f_kind, np.int8), _arr(b_kind, np.int8)]
@@ -247,7 +334,7 @@ def build_columns(threads: Sequence[ThreadRecords]) -> Built:
     x_op[o_b + w_at] = wait_ids
     parent_op = np.full(m, -1, dtype=np.int64)
     parent_op[inv[s_rec]] = x_op[s_rec]
-    ops = _op_table(threads, p_seq, p_deps, tid, o_b, w_at, wait_ids, b_t0, b_t1, b_x, x_op[s_rec], x_op[d_rec])
+    ops = _op_table(threads, plain, tid, o_b, w_at, wait_ids, b_t0, b_t1, b_x, x_op[s_rec], x_op[d_rec])
 
     # Parents, with their split.
     k = len(done)
@@ -305,8 +392,7 @@ def _var_counts(values: list[Any]) -> tuple[np.ndarray, np.ndarray]:
 
 def _op_table(
     threads: Sequence[ThreadRecords],
-    p_seq: list[int],
-    p_deps: list[list[Any]],
+    plain: list[list[Any]],
     tid: np.ndarray,
     o_b: int,
     w_at: np.ndarray,
@@ -317,20 +403,26 @@ def _op_table(
     custom_ops: np.ndarray,
     dummies: np.ndarray,
 ) -> OpTable:
-    """The engine's table (:class:`~opprof.trace.ops.OpTable`): one row per recorded op, then the waits."""
+    """The engine's table (:class:`~opprof.trace.ops.OpTable`): one row per recorded op, then the
+    waits; ``plain`` is the plain ops' columns."""
     # Plain ops carry their edges in their own record (no site: only pushes inside a custom op
     # have one); the rest in the threads' ``deps`` lists.
-    d_seq, d_push, d_rec, d_ready, d_by, d_var, d_reads, d_writes, d_site = _cols([r.deps for r in threads], 9)
-    d_seq, d_push, d_rec, d_ready, d_by, d_var, d_reads, d_writes = (
-        p + d for p, d in zip([p_seq, *p_deps], [d_seq, d_push, d_rec, d_ready, d_by, d_var, d_reads, d_writes], strict=True)
-    )
-    d_site = [None] * len(p_seq) + d_site
+    deps = _cols([r.deps for r in threads], DEP_FIELDS)
+    d_seq = plain[SEQ] + deps[DEP_SEQ]
+    d_push = plain[PUSH] + deps[DEP_PUSH]
+    d_rec = plain[PUSHER] + deps[DEP_PUSHER]
+    d_ready = plain[READY] + deps[DEP_READY]
+    d_by = plain[BY] + deps[DEP_BY]
+    d_var = plain[BY_VAR] + deps[DEP_BY_VAR]
+    d_reads = plain[READS] + deps[DEP_READS]
+    d_writes = plain[WRITES] + deps[DEP_WRITES]
+    d_site = [None] * len(plain[SEQ]) + deps[DEP_SITE]
     tid_of_index = np.zeros(max([r.index for r in threads], default=-1) + 2, dtype=np.int64)  # [-1]: unknown, 0
     for i, r in enumerate(threads):
         tid_of_index[r.index] = i + 1
     st = StringTable()
     w_list = w_at.tolist()
-    w_extra = [b_x[j] for j in w_list]  # (by, var, site) of each wait
+    w_extra = [b_x[j] for j in w_list]  # (by, var, site) of each wait: WAIT_*
     push = _arr(d_push)
     ready = _arr(d_ready)
     ready = np.where(ready > 0, ready, push)  # 0: ready when pushed
@@ -339,7 +431,7 @@ def _op_table(
     # Each op's vars: one id (most ops), or a tuple of them (none, or several).
     r_one, n_reads = _var_counts(d_reads)
     w_one, n_writes = _var_counts(d_writes)
-    w_var = np.array([e[1] for e in w_extra], dtype=np.int64)
+    w_var = np.array([e[WAIT_VAR] for e in w_extra], dtype=np.int64)
     # Accesses: each op's reads then writes; a wait reads the var it waited on (none for all).
     counts = np.concatenate([n_reads + n_writes, (w_var > 0).astype(np.int64)])
     op_at = np.concatenate([[0], np.cumsum(n_reads + n_writes)]).astype(np.int64)
@@ -359,7 +451,7 @@ def _op_table(
     kind[: len(d_seq)][np.isin(op[: len(d_seq)], dummies)] = OpKind.DUMMY
     table_push = np.concatenate([push, np.array([b_t0[j] for j in w_list], dtype=np.int64)])
     w_end = np.array([b_t1[j] for j in w_list], dtype=np.int64)
-    w_by = np.array([e[0] for e in w_extra], dtype=np.int64)
+    w_by = np.array([e[WAIT_BY] for e in w_extra], dtype=np.int64)
     acc_at = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     all_by, all_var = np.concatenate([by, w_by]), np.concatenate([var, w_var])
     t = OpTable(
@@ -370,7 +462,7 @@ def _op_table(
         ready=np.concatenate([ready, w_end]),
         by=np.where(all_by > 0, all_by, -1),  # 0: none, in the engine's fields
         var=np.where(all_var > 0, all_var, -1),
-        site=_site_codes(d_site + [e[2] for e in w_extra], st),
+        site=_site_codes(d_site + [e[WAIT_SITE] for e in w_extra], st),
         acc_at=acc_at,
         acc_var=acc_var,
         acc_write=is_write,

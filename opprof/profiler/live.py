@@ -30,7 +30,28 @@ import numpy as np
 from ..engine import Invocation
 from ..trace import Role
 from ..trace.columns import NO_ROLE, ROLE_CODE
-from .build import DUMMY, OP, PYTHON, USER, WAIT_REC
+from .build import (
+    BUF_INFO,
+    BUF_KIND,
+    BUF_NAME,
+    BUF_PUSHED,
+    BUF_T0,
+    BUF_T1,
+    DUMMY,
+    FAM_INV,
+    FAM_KIND,
+    FAM_T0,
+    FAM_T1,
+    NAME,
+    NOTE_INV,
+    OP,
+    PYTHON,
+    SUB_NOTE,
+    T0,
+    T1,
+    USER,
+    WAIT_REC,
+)
 from .recorder import Recorder
 
 __all__ = ["POLL_CAP", "LiveFeed", "LiveSpans"]
@@ -42,7 +63,8 @@ __all__ = ["POLL_CAP", "LiveFeed", "LiveSpans"]
 POLL_CAP = 2_000
 
 _PYTHON, _SUBOP, _WAIT, _DUMMY = (ROLE_CODE[r] for r in (Role.PYTHON, Role.SUBOP, Role.WAIT, Role.DUMMY_WAIT))
-_T0, _T1, _NAME = itemgetter(0), itemgetter(1), itemgetter(2)
+# Plain ops' and sub-ops' records start alike: one getter each reads both.
+_T0, _T1, _NAME = itemgetter(T0), itemgetter(T1), itemgetter(NAME)
 
 
 @dataclass(frozen=True)
@@ -158,23 +180,27 @@ class LiveFeed:
                 threads.append(np.full(n, index, np.int32))
                 t0s.append(list(map(_T0, both)))
                 t1s.append(list(map(_T1, both)))
-                names.append(list(map(_NAME, plain)) + [label(x[4][2], x[2]) for x in sub])
+                names.append(list(map(_NAME, plain)) + [label(x[SUB_NOTE][NOTE_INV], x[NAME]) for x in sub])
                 roles.append(np.concatenate([np.zeros(len(plain), np.int8), np.full(len(sub), _SUBOP, np.int8)]))
                 outers.append(np.zeros(n, bool))
-            for kind, a, b, inv, _ in fam:
+            for f in fam:
+                kind = f[FAM_KIND]
                 if kind == PYTHON or kind == DUMMY:  # a START is the instant it handed over: no span
                     o_thread.append(index)
-                    o_t0.append(a)
-                    o_t1.append(b)
-                    o_name.append(label(inv, "pure_python" if kind == PYTHON else "Dummy_Wait"))
+                    o_t0.append(f[FAM_T0])
+                    o_t1.append(f[FAM_T1])
+                    o_name.append(label(f[FAM_INV], "pure_python" if kind == PYTHON else "Dummy_Wait"))
                     o_role.append(_PYTHON if kind == PYTHON else _DUMMY)
                     o_outer.append(kind == PYTHON)
-            for kind, a, b, name, info, pushed_in, _ in buf:
+            for r in buf:
+                kind, name = r[BUF_KIND], r[BUF_NAME]
                 if kind == OP:
+                    pushed_in = r[BUF_PUSHED]
                     sub_op = isinstance(pushed_in, Invocation)
                     o_name.append(label(pushed_in, name) if sub_op else name)
                     o_role.append(_SUBOP if sub_op else NO_ROLE)
                 elif kind == WAIT_REC:
+                    info = r[BUF_INFO]
                     own = isinstance(info, Invocation)
                     o_name.append(label(info, name) if own else name)
                     o_role.append(_WAIT if own else NO_ROLE)
@@ -184,8 +210,8 @@ class LiveFeed:
                 else:  # errors, instants, counters: not spans
                     continue
                 o_thread.append(index)
-                o_t0.append(a)
-                o_t1.append(b)
+                o_t0.append(r[BUF_T0])
+                o_t1.append(r[BUF_T1])
                 o_outer.append(kind == USER)
         m = len(o_t0)
         taken = range(0, m, step)
