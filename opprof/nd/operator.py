@@ -15,7 +15,7 @@ An invocation of ``nd.Custom(x, op_type="MyAddOne")`` goes through these steps:
    the ops waiting for them. An error from ``forward()`` or from a sub-operator becomes the error
    of the outputs.
 
-The two engine ops of steps 1 and 5 carry a :class:`~opprof.engine.state.CustomOpInfo` as their ``info``:
+The two engine ops of steps 1 and 5 carry a :class:`~opprof.engine.CustomOpInfo` as their ``info``:
 the invocation and which part of it the op is (``CustomPart.INVOCATION``, ``CustomPart.COMPLETION``),
 which is how an observer (the profiler) tells them apart.
 """
@@ -32,9 +32,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..engine import Engine, Invocation, Var, bind_thread, current_invocation, get_engine
+from ..engine import CustomOpInfo, CustomPart, Engine, Invocation, Var, bind_thread, current_invocation, get_engine
 from ..engine.interrupts import call_user, shielded
-from ..engine.state import CustomOpInfo, CustomPart, thread_state
+from ..engine.state import thread_state
 from . import ndarray as _nd
 from . import tape as _tape
 from .context import Context, cpu

@@ -30,6 +30,8 @@ from typing import Any
 
 from ..engine import (
     INTERNAL,
+    CustomOpInfo,
+    CustomPart,
     Engine,
     EngineObserver,
     Invocation,
@@ -38,7 +40,7 @@ from ..engine import (
     current_invocation,
     get_engine,
 )
-from ..engine.state import CustomOpInfo, CustomPart, thread_state
+from ..engine.state import thread_state
 from ..trace import ThreadInfo, Trace
 from ..trace.records import CUSTOM_POOL, CUSTOM_THREAD_PREFIX, ENGINE_POOL, ENGINE_THREAD_PREFIX
 from .build import COUNTER, DUMMY, ERROR, INSTANT, OP, PYTHON, START, USER, WAIT_REC, ThreadRecords, build_columns

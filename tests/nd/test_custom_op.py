@@ -21,8 +21,7 @@ import pytest
 
 import opprof as mx
 from opprof import nd
-from opprof.engine import EngineObserver, Invocation
-from opprof.engine.state import CustomOpInfo, CustomPart
+from opprof.engine import CustomOpInfo, CustomPart, EngineObserver, Invocation
 from tests.helpers import MyAddOneProp
 
 pytestmark = pytest.mark.timeout(60)
