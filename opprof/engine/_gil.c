@@ -14,11 +14,14 @@
  *   gil_wait  bit i: slot i's thread is parked in futex() on an address inside the GIL struct
  *             (the GIL's mutex and condition variable live there: it waits for the GIL)
  *   blocked   bit i: slot i's thread is in another system call (sleep, read, poll, another lock...)
+ *             or blocked outside one (a page fault)
+ *   runnable  bit i: slot i's thread is in no system call yet its CPU clock stood (nearly) still: it
+ *             waits for a CPU (the OS's run queue), not for the GIL
  *   alive     bit i: slot i held a live registered thread at that sample
  *   switches  the GIL's switch_number (low 32 bits): hand-offs between samples are its difference
  *   holder    the slot of the GIL holder; -1 when the GIL is free or held by an unregistered thread
  *   flags     bit 0: the GIL was locked
- * gil_wait and blocked come from /proc/self/task/<tid>/syscall, read only for a thread that is not
+ * gil_wait, blocked and runnable come from /proc/self/task/<tid>/syscall, read only for a thread that is not
  * the holder and whose CPU advanced less than half the time since the previous sample (the
  * ambiguous ones: a thread that ran most of the window is running, and reading /proc costs a few
  * microseconds). A waiter wakes every switch interval to ask the holder to drop the GIL, so "did
@@ -93,13 +96,14 @@ PyMODINIT_FUNC PyInit__gil(void) {
 
 #define MAX_SLOTS 64
 #define DEFAULT_PERIOD_NS 200000LL     /* 5 kHz */
-#define DEFAULT_MAX_SAMPLES (1 << 20)  /* 48 MiB of records: ~3.5 min at 5 kHz between drains */
+#define DEFAULT_MAX_SAMPLES (1 << 20)  /* 56 MiB of records: ~3.5 min at 5 kHz between drains */
 
 typedef struct {
     int64_t t;
     uint64_t on_cpu;
     uint64_t gil_wait;
     uint64_t blocked;
+    uint64_t runnable;
     uint64_t alive;
     uint32_t switches;
     int8_t holder;
@@ -107,7 +111,7 @@ typedef struct {
     uint8_t pad[2];
 } record_t;
 
-_Static_assert(sizeof(record_t) == 48, "record_t is mirrored by a NumPy dtype of 48 bytes");
+_Static_assert(sizeof(record_t) == 56, "record_t is mirrored by a NumPy dtype of 56 bytes");
 
 enum { SLOT_FREE = 0, SLOT_USED = 1, SLOT_RETIRED = 2 };
 
@@ -120,7 +124,7 @@ typedef struct {
     clockid_t cpu_clock;
     int syscall_fd;       /* /proc/self/task/<tid>/syscall, -1 if it could not be opened */
     int64_t last_cpu;     /* CPU ns at the previous sample, -1 before the first */
-    int last_syscall;     /* syscall_state() at the previous sample, 2 when not read then */
+    int last_syscall;     /* syscall_state() at the previous sample, SYS_UNREAD when not read then */
 } slot_t;
 
 static struct _gil_runtime_state *gil_ptr = NULL;
@@ -156,25 +160,30 @@ static inline int clock_ns(clockid_t clk, int64_t *out) {
 
 /* ------------------------------------------------------------------ the sampler thread (no GIL) */
 
-/* 1: parked on the GIL, 0: in another syscall, -1: not in a syscall (running or runnable), -2: gone */
+enum { SYS_GIL_WAIT = 1, SYS_OTHER = 0, SYS_NONE = -1, SYS_GONE = -2, SYS_UNREAD = 2 };
+
+/* SYS_GIL_WAIT: parked in futex() on the GIL struct; SYS_OTHER: in another syscall, or blocked
+ * outside one ("-1 sp pc": a page fault); SYS_NONE: "running" (on a CPU or on a run queue), or the
+ * file is unreadable; SYS_GONE: the thread exited. */
 static int syscall_state(slot_t *s) {
     char text[256];
     ssize_t n;
-    if (s->syscall_fd < 0) return -1;
+    if (s->syscall_fd < 0) return SYS_NONE;
     n = pread(s->syscall_fd, text, sizeof(text) - 1, 0);
     n_proc_reads++;
-    if (n <= 0) return (n < 0 && errno == ESRCH) ? -2 : -1;
+    if (n <= 0) return (n < 0 && errno == ESRCH) ? SYS_GONE : SYS_NONE;
     text[n] = '\0';
-    if (text[0] == 'r') return -1; /* "running" */
+    if (text[0] == 'r') return SYS_NONE; /* "running" */
     char *end;
     long nr = strtol(text, &end, 10);
-    if (end == text || nr < 0) return -1; /* "-1 sp pc": blocked outside a syscall (a page fault) */
+    if (end == text) return SYS_NONE;
+    if (nr < 0) return SYS_OTHER; /* "-1 sp pc": blocked outside a syscall */
     if (nr == SYS_futex) {
         uintptr_t addr = (uintptr_t)strtoull(end, NULL, 16);
         uintptr_t lo = (uintptr_t)gil_ptr, hi = lo + sizeof(*gil_ptr);
-        if (addr >= lo && addr < hi) return 1;
+        if (addr >= lo && addr < hi) return SYS_GIL_WAIT;
     }
-    return 0;
+    return SYS_OTHER;
 }
 
 static void retire(slot_t *s) {
@@ -213,21 +222,22 @@ static void take_sample(void) {
         if (delta > 0) r.on_cpu |= bit;
         if (locked == 1 && (void *)s->tstate == holder_ts) {
             r.holder = (int8_t)i;
-            s->last_syscall = 2;
+            s->last_syscall = SYS_UNREAD;
             continue;
         }
         if (2 * delta >= elapsed) { /* ran most of the window: running, no need to ask /proc */
-            s->last_syscall = 2;
+            s->last_syscall = SYS_UNREAD;
             continue;
         }
         /* Not scheduled at all since the previous sample (its CPU clock did not move): it is still
          * in the state /proc showed then, read after that sample's clock read. Idle threads cost
          * one clock read per sample, not a /proc read. */
-        int st = (delta == 0 && s->last_syscall != 2) ? s->last_syscall : syscall_state(s);
+        int st = (delta == 0 && s->last_syscall != SYS_UNREAD) ? s->last_syscall : syscall_state(s);
         s->last_syscall = st;
-        if (st == 1) r.gil_wait |= bit;
-        else if (st == 0) r.blocked |= bit;
-        else if (st == -2) {
+        if (st == SYS_GIL_WAIT) r.gil_wait |= bit;
+        else if (st == SYS_OTHER) r.blocked |= bit;
+        else if (st == SYS_NONE) r.runnable |= bit;
+        else if (st == SYS_GONE) {
             s->dead = 1;
             r.alive &= ~bit;
             r.on_cpu &= ~bit;
@@ -345,7 +355,7 @@ static PyObject *gil_register_thread(PyObject *self, PyObject *unused) {
         s->cpu_clock = clk;
         s->syscall_fd = fd;
         s->last_cpu = cpu;
-        s->last_syscall = 2;
+        s->last_syscall = SYS_UNREAD;
         fd = -1;
         found = free_slot;
     }
@@ -400,7 +410,7 @@ static PyObject *gil_start(PyObject *self, PyObject *args, PyObject *kwargs) {
     for (int i = 0; i < MAX_SLOTS; i++) /* CPU advance counts from the first sample on */
         if (slots[i].state == SLOT_USED && !slots[i].dead) {
             if (clock_ns(slots[i].cpu_clock, &slots[i].last_cpu) != 0) slots[i].last_cpu = -1;
-            slots[i].last_syscall = 2;
+            slots[i].last_syscall = SYS_UNREAD;
         }
     stop_flag = 0;
     /* The sampler takes no signal: Python's handlers expect them on its own threads. */

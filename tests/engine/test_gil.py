@@ -1,0 +1,455 @@
+"""GIL evidence with known answers: a spinning thread holds the GIL, two spinners wait for each other,
+a sleeper is blocked (never waiting for the GIL), NumPy's dot runs without it; the sampler's own
+cost; the extension on every installed Python; and the pure path that says why it sees nothing."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shlex
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from opprof.engine import gil
+from opprof.engine.gil import GilSampler, GilSamples, GilState
+
+native = pytest.mark.skipif(not gil.AVAILABLE, reason=f"no GIL evidence here: {gil.WHY_NOT}")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def spin(seconds: float) -> tuple[int, int]:
+    """Pure Python busy work holding the GIL (but for the interpreter's forced switches); its span."""
+    start = time.monotonic_ns()
+    end = start + int(seconds * 1e9)
+    while time.monotonic_ns() < end:
+        pass
+    return start, time.monotonic_ns()
+
+
+class Worker(threading.Thread):
+    """A registered thread that runs ``work`` and keeps its slot and what it returned."""
+
+    def __init__(self, work: Callable[[], tuple[int, int]]) -> None:
+        super().__init__(daemon=True)
+        self.work = work
+        self.slot = -1
+        self.span = (0, 0)
+        self.ready = threading.Event()
+        self.go = threading.Event()
+
+    def run(self) -> None:
+        slot = gil.register_thread()
+        assert slot is not None
+        self.slot = slot
+        self.ready.set()
+        self.go.wait()
+        try:
+            self.span = self.work()
+        finally:
+            gil.unregister_thread()
+
+
+@pytest.fixture
+def sampler() -> Iterator[GilSampler]:
+    s = GilSampler()
+    s.drain()  # nothing left over from another test
+    yield s
+    s.stop()
+    s.drain()
+
+
+def scheduled_share(samples: GilSamples, slot: int, state: GilState) -> float:
+    """The share of ``state`` among the samples in which the OS gave the thread a CPU (not RUNNABLE):
+    the known answers hold on a machine of its own; a busy one (other test runs on these 2 cores)
+    adds RUNNABLE samples, which the sampler tells apart, on top."""
+    st = samples.state(slot)
+    had_cpu = (st != GilState.RUNNABLE) & (st != GilState.NONE)
+    return float((st[had_cpu] == state).mean()) if had_cpu.any() else 0.0
+
+
+def retried(attempt: Callable[[], None], tries: int = 3) -> None:
+    """Run a timing test until it passes once, at most ``tries`` times. Its known answers hold on a
+    machine of its own (CI's); other processes on these 2 cores can push one run off them (a holder
+    the OS preempts keeps the GIL longer, a waiter it leaves off a CPU shows RUNNABLE, not WAIT)."""
+    for i in range(tries):
+        try:
+            attempt()
+            return
+        except AssertionError:
+            if i == tries - 1:
+                raise
+
+
+def run_workers(sampler: GilSampler, *workers: Worker, main: Callable[[], object] | None = None) -> tuple[GilSamples, int]:
+    """Register the main thread, start the workers (each waits for go), sample while they work."""
+    main_slot = sampler.register_thread()
+    assert main_slot is not None
+    for w in workers:
+        w.start()
+        assert w.ready.wait(5)
+    assert sampler.start()
+    time.sleep(0.01)
+    for w in workers:
+        w.go.set()
+    if main is not None:
+        main()
+    for w in workers:
+        w.join(10)
+    sampler.stop()
+    return sampler.drain(), main_slot
+
+
+def _a_spinning_thread_holds_the_gil_while_the_main_thread_sleeps_blocked(sampler: GilSampler) -> None:
+    w = Worker(lambda: spin(0.1))
+    samples, main_slot = run_workers(sampler, w, main=lambda: time.sleep(0.3))
+    win = samples.window(*w.span)
+    assert len(win) > 100, samples.stats  # ~500 at 5 kHz; fewer when the machine is busy
+    assert scheduled_share(win, w.slot, GilState.HELD) >= 0.9
+    main_states = samples.window(w.span[0] + 1_000_000, w.span[1]).state(main_slot)  # 1 ms: main goes to sleep
+    # sleeping in time.sleep: blocked, never waiting for the GIL
+    assert (main_states == GilState.BLOCKED).all(), np.unique(main_states, return_counts=True)
+    assert samples.threads[w.slot].name == w.name and samples.threads[w.slot].native_id == w.native_id
+    assert samples.threads[main_slot].registered and not samples.threads[w.slot].registered
+
+
+def _two_spinners_wait_for_the_gil_the_other_holds(sampler: GilSampler) -> None:
+    a, b = Worker(lambda: spin(0.3)), Worker(lambda: spin(0.3))
+    samples, _ = run_workers(sampler, a, b)
+    win = samples.window(max(a.span[0], b.span[0]), min(a.span[1], b.span[1]))
+    assert len(win) > 100, samples.stats
+    for me, other in ((a, b), (b, a)):
+        assert scheduled_share(win, me.slot, GilState.WAIT) >= 0.3, (me.slot, samples.stats)
+        waiting = win.state(me.slot) == GilState.WAIT
+        assert (win.holder[waiting] == other.slot).mean() >= 0.9  # the other one holds it meanwhile
+    waits = samples.intervals().of(a.slot, GilState.WAIT)
+    assert len(waits) > 10 and (waits.holder == b.slot).mean() >= 0.8
+    # ~5 ms turns: the switch interval, the signature of a holder that never blocks
+    assert 1e6 < np.median(waits.end - waits.start) < 20e6
+
+
+def _a_sleeping_thread_is_blocked_not_waiting_while_another_spins(sampler: GilSampler) -> None:
+    nap_ns = 150_000_000
+
+    def nap() -> tuple[int, int]:
+        start = time.monotonic_ns()
+        time.sleep(nap_ns / 1e9)
+        return start, time.monotonic_ns()  # after it took the GIL back
+
+    sleeper, spinner = Worker(nap), Worker(lambda: spin(0.3))
+    samples, _ = run_workers(sampler, spinner, sleeper)
+    start, back = sleeper.span
+    woke = start + nap_ns
+    st, t = samples.state(sleeper.slot), samples.t
+    asleep = (t >= start + 1_000_000) & (t < woke)
+    assert asleep.sum() > 100, samples.stats
+    assert (st[asleep] == GilState.BLOCKED).all()
+    waited = t[(st == GilState.WAIT) & (t >= start) & (t <= back)]
+    assert (waited >= woke).all()  # in its nap, only after it woke (before it, go.set() woke it too)
+    waits = samples.intervals().of(sleeper.slot, GilState.WAIT)
+    after = waits.start >= woke - samples.period_ns
+    waited_ns = int((waits.end[after] - waits.start[after]).sum())
+    assert (waits.holder[after] == spinner.slot).all()
+    # It waits one switch interval for the spinner to give the GIL up, plus the time the spinner,
+    # holding it, had no CPU to notice the request (its CPU clock stood still: none on an idle
+    # machine; other test runs on these 2 cores).
+    i = np.flatnonzero((t >= woke) & (t <= back + samples.period_ns))
+    gaps = np.diff(t[i[0] - 1 : i[-1] + 1])
+    spinner_ran = (samples.on_cpu[i] & (np.uint64(1) << np.uint64(spinner.slot))) != 0
+    stalled_ns = int(gaps[~spinner_ran].sum())
+    assert waited_ns - stalled_ns < sys.getswitchinterval() * 1e9 + 3e6, (waited_ns, stalled_ns)
+
+
+def _numpy_dot_runs_without_the_gil_while_the_main_thread_spins(sampler: GilSampler) -> None:
+    x = np.random.default_rng(0).random((2000, 2000))
+
+    def dot() -> tuple[int, int]:  # one dot of ~0.2 s: it takes the GIL back once, at its end
+        start = time.monotonic_ns()
+        x @ x
+        return start, time.monotonic_ns()
+
+    w = Worker(dot)
+
+    def spin_until_done() -> None:  # the main thread holds the GIL for as long as the dot runs
+        deadline = time.monotonic() + 10
+        while w.is_alive() and time.monotonic() < deadline:
+            pass
+
+    samples, main_slot = run_workers(sampler, w, main=spin_until_done)
+    win = samples.window(*w.span)
+    assert len(win) > 50, samples.stats
+    assert scheduled_share(win, w.slot, GilState.RUNNING_WITHOUT_GIL) >= 0.5, samples.stats
+    assert scheduled_share(win, w.slot, GilState.WAIT) <= 0.1
+    assert scheduled_share(win, main_slot, GilState.HELD) >= 0.9
+
+
+@native
+def test_a_spinning_thread_holds_the_gil_while_the_main_thread_sleeps_blocked(sampler: GilSampler) -> None:
+    retried(lambda: _a_spinning_thread_holds_the_gil_while_the_main_thread_sleeps_blocked(sampler))
+
+
+@native
+def test_two_spinners_wait_for_the_gil_the_other_holds(sampler: GilSampler) -> None:
+    retried(lambda: _two_spinners_wait_for_the_gil_the_other_holds(sampler))
+
+
+@native
+def test_a_sleeping_thread_is_blocked_not_waiting_while_another_spins(sampler: GilSampler) -> None:
+    retried(lambda: _a_sleeping_thread_is_blocked_not_waiting_while_another_spins(sampler))
+
+
+@native
+def test_numpy_dot_runs_without_the_gil_while_the_main_thread_spins(sampler: GilSampler) -> None:
+    retried(lambda: _numpy_dot_runs_without_the_gil_while_the_main_thread_spins(sampler))
+
+
+@native
+def test_samples_are_on_the_clock_of_monotonic_ns_and_perf_counter_ns(sampler: GilSampler) -> None:
+    before, perf = time.monotonic_ns(), time.perf_counter_ns()
+    assert abs(perf - before) < 1_000_000  # the same CLOCK_MONOTONIC on Linux
+    sampler.register_thread()
+    sampler.start()
+    time.sleep(0.02)
+    sampler.stop()
+    after = time.monotonic_ns()
+    samples = sampler.drain()
+    assert len(samples) > 20 and before <= samples.t[0] and samples.t[-1] <= after
+    assert (np.diff(samples.t) > 0).all()
+
+
+@native
+def test_start_stop_drain_twice_and_register_is_idempotent(sampler: GilSampler) -> None:
+    slot = sampler.register_thread()
+    assert sampler.register_thread() == slot
+    assert sampler.start() and not sampler.start() and sampler.running
+    time.sleep(0.01)
+    assert sampler.stop() and not sampler.stop() and not sampler.running
+    assert len(sampler.drain()) > 0 and len(sampler.drain()) == 0
+    with GilSampler() as s:
+        time.sleep(0.01)
+    assert not s.running and len(s.drain()) > 0
+
+
+@native
+def test_a_thread_that_exits_unregistered_is_noticed(sampler: GilSampler) -> None:
+    slots: list[int | None] = []
+    t = threading.Thread(target=lambda: slots.append(gil.register_thread()))
+    sampler.start()
+    t.start()
+    t.join()
+    time.sleep(0.02)
+    sampler.stop()
+    samples = sampler.drain()
+    (slot,) = slots
+    assert slot is not None and not samples.threads[slot].registered
+    assert not (samples.alive[-5:] & (np.uint64(1) << np.uint64(slot))).any()
+
+
+@native
+def test_the_samplers_own_cpu_cost_at_5_khz_with_4_threads(sampler: GilSampler, record_property: Callable[..., None]) -> None:
+    """The goal is at most 2 % of one core. Reported, and bounded loosely: on this kind of VM a
+    timer wake-up alone costs ~18 us of the waking thread's CPU (a bare C loop of clock_nanosleep at
+    5 kHz: ~9 %), so 5 kHz cannot reach 2 % here; 1 kHz does."""
+    stop = threading.Event()
+
+    def idle() -> None:
+        gil.register_thread()
+        stop.wait()
+        gil.unregister_thread()
+
+    threads = [threading.Thread(target=idle) for _ in range(3)]
+    for t in threads:
+        t.start()
+    sampler.register_thread()
+    time.sleep(0.02)
+    cost = {}
+    for period in (200_000, 1_000_000):
+        cpu0 = sampler.stats()["sampler_cpu_ns"]
+        GilSampler(period).start()
+        time.sleep(1.0)
+        sampler.stop()
+        stats = sampler.stats()
+        cost[period] = (stats["sampler_cpu_ns"] - cpu0) / 1e9
+        sampler.drain()
+    stop.set()
+    for t in threads:
+        t.join()
+    record_property("sampler_cpu_share_5khz", cost[200_000])
+    record_property("sampler_cpu_share_1khz", cost[1_000_000])
+    print(f"sampler CPU, 4 threads: {cost[200_000]:.1%} of a core at 5 kHz, {cost[1_000_000]:.1%} at 1 kHz")
+    assert cost[200_000] < 0.25 and cost[1_000_000] < 0.06
+
+
+# ---------------------------------------------------------------------------- without the extension
+def test_the_pure_path_says_why_and_records_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(gil.PURE_ENV, "1")
+    module, why = gil._load()
+    assert module is None and why == "forced off by OPPROF_PURE=1"
+    monkeypatch.setattr(gil, "_native", None)
+    monkeypatch.setattr(gil, "WHY_NOT", why)
+    monkeypatch.setattr(gil, "AVAILABLE", False)
+    with GilSampler() as s:
+        assert s.register_thread() is None and not s.running
+    samples = s.drain()
+    assert not s.available and s.why_not == why
+    assert len(samples) == 0 and not samples.available and samples.why_not == why
+    assert len(samples.intervals()) == 0
+
+
+@pytest.mark.e2e  # a fresh interpreter
+def test_opprof_pure_1_in_a_fresh_interpreter() -> None:
+    code = "from opprof.engine import gil; print(gil.AVAILABLE, gil.WHY_NOT)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "OPPROF_PURE": "1"})
+    assert out.stdout.strip() == "False forced off by OPPROF_PURE=1", out.stderr
+
+
+# ---------------------------------------------------------------------------- intervals, known answers
+def _samples(
+    holder: list[int],
+    on_cpu: list[int],
+    gil_wait: list[int],
+    blocked: list[int],
+    runnable: list[int] | None = None,
+    alive: int = 0b11,
+) -> GilSamples:
+    n = len(holder)
+    u = lambda xs: np.array(xs, np.uint64)
+    return GilSamples(
+        t=np.arange(n, dtype=np.int64) * 100, holder=np.array(holder, np.int8), locked=np.array(holder) >= 0,
+        on_cpu=u(on_cpu), gil_wait=u(gil_wait), blocked=u(blocked), runnable=u(runnable or [0] * n), alive=u([alive] * n),
+        switches=np.zeros(n, np.uint32), period_ns=100,
+        threads={0: gil.GilThread(0, 10, 1, "a", True), 1: gil.GilThread(1, 11, 2, "b", True)},
+    )  # fmt: skip
+
+
+def test_states_and_intervals_from_samples_with_known_answers() -> None:
+    # slot 0 holds for 3 samples, then runs without the GIL (NumPy), then blocks, then waits for a CPU;
+    # slot 1 waits while 0 holds, then holds, then waits for an unregistered holder (-1).
+    s = _samples(
+        holder=[0, 0, 0, 1, 1, -1],
+        on_cpu=[0b11, 0b01, 0b01, 0b11, 0b10, 0b00],
+        gil_wait=[0b10, 0b10, 0b10, 0b00, 0b00, 0b10],
+        blocked=[0, 0, 0, 0, 0b01, 0],
+        runnable=[0, 0, 0, 0, 0, 0b01],
+    )
+    assert list(s.state(0)) == [1, 1, 1, 4, 3, 5]
+    assert list(s.state(1)) == [2, 2, 2, 1, 1, 2]
+    iv = s.intervals()
+    rows = sorted(zip(iv.slot.tolist(), iv.state.tolist(), iv.start.tolist(), iv.end.tolist(), iv.holder.tolist(), strict=True))
+    assert rows == sorted(
+        [
+            (0, GilState.HELD, 0, 300, -1),
+            (0, GilState.RUNNING_WITHOUT_GIL, 300, 400, -1),
+            (0, GilState.BLOCKED, 400, 500, -1),
+            (0, GilState.RUNNABLE, 500, 600, -1),
+            (1, GilState.HELD, 300, 500, -1),
+            (1, GilState.WAIT, 0, 300, 0),
+            (1, GilState.WAIT, 500, 600, -1),
+        ]
+    )
+    assert (np.diff(iv.start) >= 0).all() and iv.of(1, GilState.WAIT).total_ns() == 400
+    assert s.share(1, GilState.WAIT) == pytest.approx(4 / 6)
+
+
+def test_a_thread_not_alive_has_no_state_and_no_interval() -> None:
+    s = _samples(holder=[-1, -1], on_cpu=[0, 0], gil_wait=[0, 0], blocked=[0, 0], alive=0b01)
+    assert list(s.state(1)) == [GilState.NONE] * 2
+    assert set(s.intervals().slot.tolist()) == {0}
+
+
+def test_the_record_dtype_is_the_c_struct() -> None:
+    assert gil.RECORD_DTYPE.itemsize == 56
+    source = (ROOT / "opprof/engine/_gil.c").read_text()
+    assert "_Static_assert(sizeof(record_t) == 56" in source
+
+
+# ---------------------------------------------------------------------------- every installed Python
+PER_VERSION_SCRIPT = textwrap.dedent(
+    """
+    import json, struct, threading, time
+    import _gil
+    REC = struct.Struct("=qQQQQQIbB2x")
+    assert REC.size == _gil.RECORD_SIZE, (REC.size, _gil.RECORD_SIZE)
+
+    def spin(sec):
+        start = time.monotonic_ns(); end = start + int(sec * 1e9)
+        while time.monotonic_ns() < end:
+            pass
+        return start, time.monotonic_ns()
+
+    def worker(out, sec, go):
+        slot = _gil.register_thread(); go.wait(); out[slot] = spin(sec); _gil.unregister_thread()
+
+    def run(n, sec):
+        out, go = {}, threading.Event()
+        ts = [threading.Thread(target=worker, args=(out, sec, go)) for _ in range(n)]
+        for t in ts: t.start()
+        time.sleep(0.02); _gil.start(); time.sleep(0.01); go.set()
+        for t in ts: t.join()
+        _gil.stop()
+        data, table = _gil.drain()
+        recs = [REC.unpack_from(data, i) for i in range(0, len(data), REC.size)]
+        lo = max(s for s, e in out.values()); hi = min(e for s, e in out.values())
+        return [r for r in recs if lo <= r[0] < hi], sorted(out)
+
+    _gil.register_thread()
+    one, (slot,) = run(1, 0.1)
+    held = sum(r[7] == slot for r in one) / len(one)
+    two, (a, b) = run(2, 0.3)
+    def wait_share(s):  # among the samples where the OS gave the thread a CPU (r[5]: runnable)
+        had_cpu = [r for r in two if not r[4] >> s & 1]
+        return sum(bool(r[2] >> s & 1) for r in had_cpu) / len(had_cpu)
+    waits = [wait_share(s) for s in (a, b)]
+    print(json.dumps({"held": held, "waits": waits, "samples": [len(one), len(two)], "stats": _gil.stats()}))
+    """
+)
+
+
+def _pythons() -> list[str]:
+    return sorted(glob.glob("/root/.pyenv/versions/3.1[0-3].*/bin/python"))
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("minor", ["3.10", "3.11", "3.12", "3.13"])
+def test_the_extension_builds_and_sees_the_gil_on_each_python(minor: str, tmp_path: Path) -> None:
+    """Built as setup.py's build_ext would (the interpreter's CC and headers; 3.12+ carry no
+    setuptools of their own), imported as a top-level _gil, and the spin tests run on it."""
+    found = [p for p in _pythons() if f"/versions/{minor}." in p]
+    if not found:
+        pytest.skip(f"no Python {minor} under /root/.pyenv/versions")
+    python = found[-1]
+    config = json.loads(
+        subprocess.run(
+            [python, "-c", "import json, sysconfig as s; print(json.dumps([s.get_config_var('CC'), "
+             "s.get_paths()['include'], s.get_config_var('EXT_SUFFIX'), s.get_config_var('Py_GIL_DISABLED')]))"],
+            capture_output=True, text=True, check=True,
+        ).stdout
+    )  # fmt: skip
+    cc, include, suffix, _ = config
+    compiler = shlex.split(cc or "cc")
+    build = subprocess.run(
+        [*compiler, "-shared", "-fPIC", "-O2", "-std=gnu11", "-Wall", f"-I{include}",
+         str(ROOT / "opprof/engine/_gil.c"), "-o", str(tmp_path / f"_gil{suffix}")],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert build.returncode == 0, build.stderr
+    assert "warning" not in build.stderr, build.stderr
+    (tmp_path / "check.py").write_text(PER_VERSION_SCRIPT)
+
+    def attempt() -> None:
+        run = subprocess.run([python, "check.py"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        assert run.returncode == 0, run.stderr
+        result = json.loads(run.stdout)
+        print(minor, {k: result[k] for k in ("held", "waits", "samples")})
+        assert result["held"] >= 0.9, result
+        assert min(result["waits"]) >= 0.3, result
+
+    retried(attempt)
