@@ -124,7 +124,13 @@ def _promised_files(block: Block) -> list[str]:
     return re.findall(r"""\.save\(\s*["']([^"']+)["']""", block.code)
 
 
-@pytest.mark.parametrize("block", PLAIN, ids=[f"line{b.line}" for b in PLAIN])
+def _block_param(block: Block) -> Any:
+    """A block that starts a Dask cluster (worker processes) is end to end: ``-m "not e2e"`` leaves it out."""
+    marks = [pytest.mark.e2e] if "LocalCluster(" in block.code else []
+    return pytest.param(block, id=f"line{block.line}", marks=marks)
+
+
+@pytest.mark.parametrize("block", [_block_param(b) for b in PLAIN])
 def test_python_block_runs(
     block: Block, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

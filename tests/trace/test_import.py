@@ -533,6 +533,7 @@ def well_formed(draw: st.DrawFn) -> tuple[list[dict[str, Any]], int]:
     return [events[i] for i in merged], n_slices
 
 
+@pytest.mark.e2e  # 150 examples, ~1-2 s
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(well_formed(), st.booleans())
 def test_well_formed_random_traces_load_validate_and_round_trip(

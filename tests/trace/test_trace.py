@@ -227,6 +227,7 @@ def brute_force_split(p: Span, spans: list[Span]) -> tuple[int, int, int]:
     return out[0], out[1], out[2]
 
 
+@pytest.mark.e2e  # 400 examples, ~1-1.5 s
 @settings(max_examples=400, deadline=None)
 @given(random_family())
 def test_split_matches_per_nanosecond_classification(family: tuple[Span, list[Span]]) -> None:
