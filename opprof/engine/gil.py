@@ -365,6 +365,17 @@ class GilSampler:
             return False
         return bool(_native.stop())
 
+    def threads(self) -> list[GilThread]:
+        """The threads registered now, by slot (those that exited without unregistering drop out
+        once the sampler notices)."""
+        if _native is None:
+            return []
+        with _names_lock:
+            names = dict(_names)
+        return [
+            GilThread(slot, native_id, ident, names.get(native_id, ""), True) for slot, native_id, ident in _native.thread_slots()
+        ]
+
     def stats(self) -> dict[str, Any]:
         """The sampler's counters: samples, dropped (buffer full), missed (ticks skipped while the
         sampler was descheduled), proc_reads, sampler_cpu_ns (its own CPU time), nice_applied..."""

@@ -229,6 +229,8 @@ def test_samples_are_on_the_clock_of_monotonic_ns_and_perf_counter_ns(sampler: G
 def test_start_stop_drain_twice_and_register_is_idempotent(sampler: GilSampler) -> None:
     slot = sampler.register_thread()
     assert sampler.register_thread() == slot
+    (me,) = [th for th in sampler.threads() if th.slot == slot]
+    assert me.native_id == threading.get_native_id() and me.ident == threading.get_ident() and me.name == "MainThread"
     assert sampler.start() and not sampler.start() and sampler.running
     time.sleep(0.01)
     assert sampler.stop() and not sampler.stop() and not sampler.running
@@ -297,7 +299,7 @@ def test_the_pure_path_says_why_and_records_nothing(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(gil, "WHY_NOT", why)
     monkeypatch.setattr(gil, "AVAILABLE", False)
     with GilSampler() as s:
-        assert s.register_thread() is None and not s.running
+        assert s.register_thread() is None and not s.running and s.threads() == [] and s.stats() == {}
     samples = s.drain()
     assert not s.available and s.why_not == why
     assert len(samples) == 0 and not samples.available and samples.why_not == why
