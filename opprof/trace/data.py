@@ -26,6 +26,7 @@ import numpy as np
 from .columns import FlowTable, SpanTable
 from .ops import OpTable
 from .records import CounterSample, Flow, Instant, Span, ThreadInfo
+from .threadstates import ThreadStates
 
 __all__ = ["TraceData"]
 
@@ -84,6 +85,7 @@ class TraceData:
         metadata: dict[str, Any] | None = None,
         ops: OpTable | None = None,
         processes: dict[int, str] | None = None,
+        thread_states: ThreadStates | None = None,
     ) -> None:
         self.threads: list[ThreadInfo] = threads if threads is not None else []
         #: The engine's side: pushes, ready times, enabling edges, vars (None for other tools' traces).
@@ -94,6 +96,9 @@ class TraceData:
         #: pid -> the process's display name (``{0: "client", 1: "worker tcp://…"}``); empty for a
         #: trace of one process. A pid without an entry is named by :meth:`process_name`.
         self.processes: dict[int, str] = processes if processes is not None else {}
+        #: Each thread's state over time with respect to the GIL (:mod:`.threadstates`); None where
+        #: the GIL was not sampled (``metadata["gil"]["why_not"]`` says why).
+        self.thread_states: ThreadStates | None = thread_states
         self._span_store: _Held[SpanTable, Span] = _Held(SpanTable, SpanTable.from_spans, SpanTable.to_spans)
         self._flow_store: _Held[FlowTable, Flow] = _Held(FlowTable, FlowTable.from_flows, FlowTable.to_flows)
         self._names: tuple[int, int, dict[int, str]] | None = None
@@ -221,6 +226,7 @@ class TraceData:
             and self.flows_equal(other)
             and self.metadata == other.metadata
             and self.processes == other.processes
+            and _same_states(self.thread_states, other.thread_states)
         )
 
     __hash__ = None  # type: ignore[assignment]
@@ -243,3 +249,10 @@ class TraceData:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.n_spans} spans on {len(self.threads)} threads, {self.n_flows} flows)"
+
+
+def _same_states(a: ThreadStates | None, b: ThreadStates | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    cols = ("tid", "state", "start", "end", "holder")
+    return a.period_ns == b.period_ns and all(np.array_equal(getattr(a, c), getattr(b, c)) for c in cols)

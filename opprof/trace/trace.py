@@ -33,7 +33,9 @@ class Trace(TraceData):
         """``data`` as a :class:`Trace` holding the same records (not copies)."""
         if isinstance(data, Trace):
             return data
-        t = cls(data.threads, None, data.instants, data.counters, None, data.metadata, data.ops, data.processes)
+        t = cls(
+            data.threads, None, data.instants, data.counters, None, data.metadata, data.ops, data.processes, data.thread_states
+        )
         t._span_store, t._flow_store = data._span_store, data._flow_store
         t._analysis = data._analysis
         return t

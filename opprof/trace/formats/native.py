@@ -33,6 +33,7 @@ from ..columns import FlowTable, SpanTable
 from ..data import TraceData
 from ..ops import OpTable
 from ..records import CounterSample, Instant, ThreadInfo
+from ..threadstates import ThreadStates
 from .jsonio import TraceFormatError, dumps, loads
 
 __all__ = ["FORMAT", "VERSION", "is_native", "load", "save"]
@@ -74,6 +75,9 @@ OP_COLUMNS: dict[str, Any] = {
     "acc_var": np.int64,
     "acc_write": np.bool_,
 }
+#: Each thread's state over time (:mod:`..threadstates`): present only where the GIL was sampled,
+#: an extra member older readers skip (so the version stays).
+STATE_COLUMNS: dict[str, Any] = {"tid": np.int64, "state": np.int8, "start": np.int64, "end": np.int64, "holder": np.int64}
 FLOW_COLUMNS: dict[str, Any] = {
     "id": np.int64,
     "name": np.int32,
@@ -117,6 +121,7 @@ def save(trace: TraceData, path: str | os.PathLike[str], *, compress: bool = Fal
         "counters": [[c.name, c.ts, c.values] for c in trace.counters],
         "metadata": trace.metadata,
         "op_strings": trace.ops.strings if trace.ops is not None else None,
+        "state_period_ns": trace.thread_states.period_ns if trace.thread_states is not None else None,
     }
     arrays: dict[str, np.ndarray] = {
         f"spans.{k}": np.ascontiguousarray(getattr(t, k), dtype=dt) for k, dt in SPAN_COLUMNS.items()
@@ -132,6 +137,9 @@ def save(trace: TraceData, path: str | os.PathLike[str], *, compress: bool = Fal
     if trace.ops is not None:
         arrays.update({f"ops.{k}": np.ascontiguousarray(getattr(trace.ops, k), dtype=dt) for k, dt in OP_COLUMNS.items()})
     arrays.update({f"flows.{k}": np.ascontiguousarray(getattr(f, k), dtype=dt) for k, dt in FLOW_COLUMNS.items()})
+    if trace.thread_states is not None:
+        ts = trace.thread_states
+        arrays.update({f"states.{k}": np.ascontiguousarray(getattr(ts, k), dtype=dt) for k, dt in STATE_COLUMNS.items()})
     try:
         head = dumps(header)
     except TypeError as e:
@@ -188,6 +196,11 @@ def load(path: str | os.PathLike[str]) -> TraceData:
             ops = _ops(header, _columns(z, names, "ops", OP_COLUMNS)) if header.get("op_strings") is not None else None
             trace = _trace(header, spans, flows)
             trace.ops = ops
+            trace.thread_states = (
+                _states(header, _columns(z, names, "states", STATE_COLUMNS))
+                if header.get("state_period_ns") is not None
+                else None
+            )
             return trace
         except TraceFormatError as e:
             raise TraceFormatError(f"{path}: {e}") from None
@@ -263,6 +276,21 @@ def _processes(rows: Any) -> dict[int, str]:
             raise TraceFormatError(f"processes entry {k} is not a [pid, name] pair of a new int pid and a string: {row!r}")
         out[row[0]] = row[1]
     return out
+
+
+def _states(header: dict[str, Any], c: dict[str, np.ndarray]) -> ThreadStates:
+    period = header["state_period_ns"]
+    if type(period) is not int or period < 0:
+        raise TraceFormatError(f"{HEADER}: state_period_ns must be a non-negative int, got {period!r}")
+    n = len(c["tid"])
+    for k in STATE_COLUMNS:
+        if c[k].shape != (n,):
+            raise TraceFormatError(f"column states.{k} has shape {c[k].shape}, expected ({n},)")
+    states = ThreadStates(c["tid"], c["state"], c["start"], c["end"], c["holder"], period)
+    problems = states.check()
+    if problems:
+        raise TraceFormatError(f"the thread states are inconsistent: {problems[0]}")
+    return states
 
 
 def _ops(header: dict[str, Any], c: dict[str, np.ndarray]) -> OpTable:

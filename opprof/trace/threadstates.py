@@ -1,0 +1,163 @@
+"""What each thread was doing, over time, with respect to the GIL: the evidence for *why* work waited.
+
+A Python engine's ready work most often waits for the GIL (another thread holds it, running Python)
+or for a thread to wake, and neither shows in spans. While profiling with the compiled part
+(:mod:`opprof.engine.gil`), a sampler records every few hundred µs which thread held the GIL and
+what the others did; the profiler turns those samples into :class:`ThreadStates`: per thread,
+runs of one :class:`ThreadState`, each with the thread that held the GIL meanwhile for a
+``WAIT``. Edges are known to within one sampling period (``period_ns``).
+
+A trace without them (the pure-Python path, a free-threaded build, another tool's trace) has
+``TraceData.thread_states is None`` and says why in ``metadata["gil"]["why_not"]``: the analyses
+then say they cannot tell the GIL from sleep or I/O rather than guess.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["GIL_METADATA", "ThreadState", "ThreadStates"]
+
+#: Metadata key: ``{"period_ns": …, "source": …}`` where the GIL was sampled, ``{"why_not": …}`` where not.
+GIL_METADATA = "gil"
+
+
+class ThreadState(enum.IntEnum):
+    """A thread's state at a moment, as the sampler tells it (values as :class:`opprof.engine.gil.GilState`)."""
+
+    HELD = 1  # held the GIL: running Python (or C code that kept the GIL)
+    WAIT = 2  # waiting for the GIL (parked on the GIL's lock), held by another thread
+    BLOCKED = 3  # in another system call: asleep, in I/O, on a lock or a queue (idle in the engine)
+    RUNNING = 4  # on a CPU without the GIL: C code that released it (NumPy on large arrays)
+    RUNNABLE = 5  # wanted a CPU and had none (a busy machine): neither the GIL nor blocked
+
+
+#: Every state, in column order of :meth:`ThreadStates.overlap`.
+STATES = tuple(ThreadState)
+
+
+@dataclass(eq=False)
+class ThreadStates:
+    """Runs of one state per thread, as columns sorted by (tid, start); runs of a thread never overlap.
+
+    ``holder`` is, for a ``WAIT`` run, the tid of the thread that held the GIL meanwhile (-1: the
+    GIL was free, or held by a thread the sampler did not know); -1 for the other states.
+    """
+
+    tid: np.ndarray  # int64
+    state: np.ndarray  # int8 (ThreadState)
+    start: np.ndarray  # int64 ns
+    end: np.ndarray  # int64 ns
+    holder: np.ndarray  # int64 tid or -1
+    period_ns: int = 0
+
+    def __post_init__(self) -> None:
+        self.tid = np.asarray(self.tid, dtype=np.int64)
+        self.state = np.asarray(self.state, dtype=np.int8)
+        self.start = np.asarray(self.start, dtype=np.int64)
+        self.end = np.asarray(self.end, dtype=np.int64)
+        self.holder = np.asarray(self.holder, dtype=np.int64)
+        order = np.lexsort((self.start, self.tid))
+        if len(order) and not np.array_equal(order, np.arange(len(order))):
+            for name in ("tid", "state", "start", "end", "holder"):
+                setattr(self, name, getattr(self, name)[order])
+
+    def __len__(self) -> int:
+        return len(self.tid)
+
+    @classmethod
+    def empty(cls, period_ns: int = 0) -> ThreadStates:
+        z = np.zeros(0, dtype=np.int64)
+        return cls(z, z.astype(np.int8), z, z, z, period_ns)
+
+    def check(self) -> list[str]:
+        """What is wrong with the columns (empty when nothing): lengths, ends before starts, a
+        thread's runs that overlap, unknown states."""
+        n = len(self.tid)
+        problems = [
+            f"column {c} has {len(getattr(self, c))} rows, tid has {n}"
+            for c in ("state", "start", "end", "holder")
+            if len(getattr(self, c)) != n
+        ]
+        if problems:
+            return problems
+        if np.any(self.end < self.start):
+            problems.append(f"{int(np.count_nonzero(self.end < self.start))} thread-state runs end before they start")
+        same = self.tid[1:] == self.tid[:-1]
+        if np.any(same & (self.start[1:] < self.end[:-1])):
+            problems.append("a thread's state runs overlap")
+        if not np.isin(self.state, [int(s) for s in STATES]).all():
+            problems.append("unknown thread states")
+        return problems
+
+    def take(self, keep: np.ndarray) -> ThreadStates:
+        return ThreadStates(self.tid[keep], self.state[keep], self.start[keep], self.end[keep], self.holder[keep], self.period_ns)
+
+    def overlap(self, tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """(n, len(STATES)) int64: how many ns of each interval ``[start, end)`` on thread ``tid``
+        the thread spent in each state (column ``k`` is ``STATES[k]``); the rest was not sampled.
+
+        One sorted search per interval end over each state's cumulative time: no loop per interval.
+        """
+        tid = np.asarray(tid, dtype=np.int64)
+        start = np.asarray(start, dtype=np.int64)
+        end = np.asarray(end, dtype=np.int64)
+        out = np.zeros((len(tid), len(STATES)), dtype=np.int64)
+        if not len(tid) or not len(self):
+            return out
+        for k, s in enumerate(STATES):
+            runs = self.state == s
+            if runs.any():
+                out[:, k] = self._covered(self.tid[runs], self.start[runs], self.end[runs], tid, start, end)
+        return out
+
+    def holders(self, tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Who held the GIL while the intervals waited for it: (interval row, holder tid, ns), one
+        row per (interval, holder) with any ``WAIT`` time, summed."""
+        tid = np.asarray(tid, dtype=np.int64)
+        start = np.asarray(start, dtype=np.int64)
+        end = np.asarray(end, dtype=np.int64)
+        none = (np.zeros(0, np.int64),) * 3
+        wait = np.flatnonzero(self.state == ThreadState.WAIT)
+        if not len(tid) or not len(wait):
+            return none
+        rows, holders, ns = [], [], []
+        for h in np.unique(self.holder[wait]).tolist():
+            runs = wait[self.holder[wait] == h]
+            got = self._covered(self.tid[runs], self.start[runs], self.end[runs], tid, start, end)
+            hit = np.flatnonzero(got > 0)
+            rows.append(hit)
+            holders.append(np.full(len(hit), h, dtype=np.int64))
+            ns.append(got[hit])
+        return np.concatenate(rows), np.concatenate(holders), np.concatenate(ns)
+
+    @staticmethod
+    def _covered(
+        r_tid: np.ndarray, r_start: np.ndarray, r_end: np.ndarray, tid: np.ndarray, start: np.ndarray, end: np.ndarray
+    ) -> np.ndarray:
+        """ns of each query ``[start, end)`` on ``tid`` covered by the disjoint runs (sorted by tid, start)."""
+        # Runs of all threads on one time line: thread k's times shifted to k * span, so one search serves all.
+        lo = int(min(r_start.min(), start.min()))
+        width = int(max(r_end.max(), end.max())) - lo + 1
+        threads, r_key = np.unique(r_tid, return_inverse=True)
+        r_key = r_key.ravel().astype(np.int64)
+        base = r_key * width - lo
+        a, b = r_start + base, r_end + base
+        order = np.argsort(a, kind="stable")
+        a, b = a[order], b[order]
+        done = np.concatenate(([0], np.cumsum(b - a)))  # covered time before run i starts
+
+        def covered_before(x: np.ndarray) -> np.ndarray:
+            i = np.searchsorted(a, x, side="right")  # runs starting at or before x
+            j = np.maximum(i - 1, 0)
+            inside = np.where(i > 0, np.clip(x - a[j], 0, b[j] - a[j]), 0)
+            return done[np.maximum(i - 1, 0)] * (i > 0) + inside
+
+        pos = np.minimum(np.searchsorted(threads, tid), len(threads) - 1)
+        known = threads[pos] == tid
+        q_base = pos.astype(np.int64) * width - lo
+        got = covered_before(np.minimum(end, lo + width - 1) + q_base) - covered_before(np.maximum(start, lo) + q_base)
+        return np.where(known & (end > start), np.maximum(got, 0), 0)
