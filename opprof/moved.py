@@ -34,7 +34,10 @@ MOVED = {
     "opprof.trace.model": "opprof.trace (Trace, load, from_chrome); the class is in opprof.trace.trace",
     "opprof.trace.replay": "opprof.trace.analysis.whatif (or Trace.what_if)",
     **{f"opprof.trace.{m}": f"opprof.trace.analysis.{m}" for m in ("split", "stats", "causes", "critical", "validate")},
-    **{f"opprof.trace.{m}": f"opprof.trace.formats.{m}" for m in ("jsonio", "chrome", "chrome_fast", "native", "importer", "mxnet")},
+    **{
+        f"opprof.trace.{m}": f"opprof.trace.formats.{m}"
+        for m in ("jsonio", "chrome", "chrome_fast", "native", "importer", "mxnet")
+    },
 }
 
 

@@ -217,7 +217,7 @@ class CustomOpRow:
     subops_ns: int
     waiting_ns: int
     error: str | None = None
-    #: The waiting by cause (ns; :data:`~opprof.trace.causes.CAUSES`), summing to ``waiting_ns``.
+    #: The waiting by cause (ns; :data:`~opprof.trace.analysis.causes.CAUSES`), summing to ``waiting_ns``.
     waiting_by_cause: dict[str, int] = field(default_factory=dict)
     #: Thread CPU time of its Python (ns); ``python_ns`` minus this was off-CPU (GIL, sleep or
     #: I/O). None when not measured (another tool's trace).

@@ -227,7 +227,9 @@ def custom_op_summary(rows: Iterable[CustomOpRow]) -> list[OpTypeSplit]:
         return []
     keys = tuple(dict.fromkeys(k for r in rows for k in r.waiting_by_cause))
     split = np.array([(r.python_ns, r.subops_ns, r.waiting_ns) for r in rows], dtype=np.int64).reshape(-1, 3)
-    by_cause = np.array([[r.waiting_by_cause.get(k, 0) for k in keys] for r in rows], dtype=np.int64).reshape(len(rows), len(keys))
+    by_cause = np.array([[r.waiting_by_cause.get(k, 0) for k in keys] for r in rows], dtype=np.int64).reshape(
+        len(rows), len(keys)
+    )
     cpu = np.array([-1 if r.python_cpu_ns is None else r.python_cpu_ns for r in rows], dtype=np.int64)
     errors = np.array([r.error is not None for r in rows], dtype=float)
     blockers = [(k, b.name, b.ns) for k, r in enumerate(rows) for b in r.blockers]
