@@ -8,11 +8,13 @@ import glob
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import textwrap
 import threading
 import time
+import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -311,6 +313,37 @@ def test_opprof_pure_1_in_a_fresh_interpreter() -> None:
     code = "from opprof.engine import gil; print(gil.AVAILABLE, gil.WHY_NOT)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "OPPROF_PURE": "1"})
     assert out.stdout.strip() == "False forced off by OPPROF_PURE=1", out.stderr
+
+
+@pytest.mark.e2e  # builds a wheel (pip fetches setuptools for its isolated build)
+def test_an_install_without_a_c_compiler_works_and_says_why(tmp_path: Path) -> None:
+    """setuptools' optional=True has let a failed compile fail the install in some versions
+    (setuptools#1969): build a wheel with CC=/bin/false from the tracked files, for real."""
+    src = tmp_path / "src"
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split("\0")
+    for name in filter(None, files):
+        if (ROOT / name).is_file():
+            (src / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, src / name)
+    env = {**os.environ, "CC": "/bin/false", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "wheels"), str(src)],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert build.returncode == 0, build.stderr[-3000:]
+    (wheel,) = (tmp_path / "wheels").glob("opprof-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert not [n for n in names if n.endswith(".so")], names
+    assert "opprof-0.1.0.data/data/etc/jupyter/jupyter_server_config.d/opprof.json" in names
+    zipfile.ZipFile(wheel).extractall(tmp_path / "site")
+    code = "import opprof; from opprof.engine import gil; print(opprof.__file__); print(gil.AVAILABLE); print(gil.WHY_NOT)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tmp_path / "site")},
+    )  # fmt: skip
+    where, available, why = out.stdout.splitlines()
+    assert where.startswith(str(tmp_path / "site")) and available == "False", out.stderr
+    assert "not installed" in why and "no C compiler" in why
 
 
 # ---------------------------------------------------------------------------- intervals, known answers
