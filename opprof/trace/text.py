@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from .analysis import Analysis
+from .analysis.gil import PYTHON_GIL_PARTS, GilHolder, no_gil_evidence
 from .analysis.stats import StatRow, sort_rows, span_stats
 from .analysis.summary import OpTypeSplit, custom_op_summary
 from .columns import ROLE_CODE, SpanTable
@@ -237,6 +238,8 @@ def why_text(trace: Trace, top: int = 5) -> str:
     a = trace.analysis()
     split = a.op_types.rows()
     lines: list[str] = []
+    gil_by_type = a.python_gil_by_type
+    unseen_gil = False
     if split:
         busy = a.pool_busy
         pool = trace.metadata.get(CUSTOM_POOL.size_key)
@@ -261,14 +264,19 @@ def why_text(trace: Trace, top: int = 5) -> str:
                     text += f" — most by {name} ({_dur(b_ns)})"
                 parts.append(text)
             py = f"python {100 * s.python_ns / wall:.0f}%"
+            gil = gil_by_type.get(s.name)
             off = s.python_off_cpu_ns
-            if off is not None:
-                if off * 100 >= wall:
-                    py += f" ({100 * off / wall:.0f}% off a CPU: the GIL, sleep or I/O)"
+            if gil is not None:
+                py += _python_gil_words(gil[0], gil[1], wall)
+            elif off is not None and off * 100 >= wall:
+                py += f" ({100 * off / wall:.0f}% off a CPU: the GIL, sleep or I/O)"
+                unseen_gil = True
             what = "; ".join(parts) if parts else "hardly waits"
             lines.append(
                 f"  {s.name} ({s.calls} calls, {_dur(s.wall_ns)}): {what}; {py}; sub-ops {100 * s.subops_ns / wall:.0f}%."
             )
+    if unseen_gil:
+        lines.append(f"  (The GIL is not told apart from sleep or I/O here: {no_gil_evidence(trace)}.)")
     cp = a.critical_path
     if cp.total > 0:
         kinds = ", ".join(f"{100 * v / cp.total:.0f}% {k}" for k, v in list(cp.by_kind().items())[:4])
@@ -282,6 +290,24 @@ def why_text(trace: Trace, top: int = 5) -> str:
     if sites:
         lines.append("Lines that pushed the most sub-op time: " + "; ".join(sites) + ".")
     return "\n".join(lines) if lines else "(nothing recorded)"
+
+
+_GIL_PART_WORDS = {"GIL wait": "waiting for the GIL", "CPU wait": "waiting for a CPU"}
+
+
+def _python_gil_words(parts: np.ndarray, holders: list[GilHolder], wall: int) -> str:
+    """`` (GIL wait 40% — held by Hog::pure_python on opprof-custom-0 38 ms; blocked 5%)``: the parts of
+    a Python's time that are 1 % of the wall time or more, beyond being on a CPU."""
+    words = []
+    for part, ns in zip(PYTHON_GIL_PARTS, parts.tolist(), strict=True):
+        if part == "on CPU" or ns * 100 < wall:
+            continue
+        text = f"{_GIL_PART_WORDS.get(part, part)} {100 * ns / wall:.0f}%"
+        if part == "GIL wait" and holders:
+            named = "; ".join(f"{h.describe()} {_dur(h.ns)}" for h in holders[:2])
+            text += f", held by {named}"
+        words.append(text)
+    return f" ({'; '.join(words)})" if words else ""
 
 
 def _top_sites(a: Analysis, top: int) -> list[str]:
@@ -375,9 +401,7 @@ def compare_table(comparison: Comparison, top: int = 25) -> str:
     for r in changed[:top]:
         ratio, interval = _ratio_cells(r.ratio, r.low, r.high)
         share = "" if r.key.kind is RowKind.END_TO_END or not r.share else f"{100 * r.share:+.0f} %"
-        body.append(
-            [r.key.label(), fmt_us(r.median_a / 1e3), fmt_us(r.median_b / 1e3), ratio, interval, r.verdict.value, share]
-        )
+        body.append([r.key.label(), fmt_us(r.median_a / 1e3), fmt_us(r.median_b / 1e3), ratio, interval, r.verdict.value, share])
     out = [head, _table(["row", c.label_a, c.label_b, "B/A", "95 % interval", "verdict", "of the change"], body)]
     if len(changed) > top:
         out.append(f"... {len(changed) - top} more rows")

@@ -172,3 +172,50 @@ def test_a_trace_without_custom_ops_sums_to_nothing() -> None:
     assert len(a.parents) == 0 and len(a.op_types) == 0 and a.op_types.rows() == []
     assert trace.custom_ops() == [] and custom_op_summary([]) == []
     assert split_table(trace) == "(no custom operators ran in this cell)"
+
+
+def test_python_time_by_gil_state_and_its_holder_in_words(profile: Trace) -> None:
+    """Hand-made thread states on a real profile: each sleeping op's Python blocked for its first
+    half and waiting for the GIL, held by the main thread, for its second; the spinners hold it."""
+    from opprof.trace.analysis.gil import PYTHON_GIL_PARTS
+    from opprof.trace.records import Role
+    from opprof.trace.threadstates import ThreadState, ThreadStates
+
+    trace = _fresh(profile)
+    t = trace.table
+    main = next(th.tid for th in trace.threads if th.name == "MainThread")
+    py = np.flatnonzero(t.role_is(Role.PYTHON))
+    rows = []
+    for i in py.tolist():
+        a, b, tid = int(t.start[i]), int(t.end[i]), int(t.tid[i])
+        if t.strings[t.name[i]].startswith("AnalysisSleeps"):
+            mid = (a + b) // 2
+            rows += [(tid, ThreadState.BLOCKED, a, mid, -1), (tid, ThreadState.WAIT, mid, b, main)]
+        else:
+            rows.append((tid, ThreadState.HELD, a, b, -1))
+    cols = list(zip(*rows, strict=True))
+    trace.thread_states = ThreadStates(*(np.array(c) for c in cols), period_ns=200_000)
+    assert trace.validate() == []
+    a = trace.analysis()
+    assert a.python_gil is not None
+    by_type = a.python_gil_by_type
+    parts, holders = by_type["AnalysisSleeps"]
+    got = dict(zip(PYTHON_GIL_PARTS, parts.tolist(), strict=True))
+    python = sum(r.python_ns for r in trace.custom_ops() if r.op_type == "AnalysisSleeps")
+    assert sum(got.values()) == python
+    assert abs(got["blocked"] - got["GIL wait"]) <= 3 and got["on CPU"] == 0 and got["not sampled"] == 0
+    assert [h.tid for h in holders] == [main] and holders[0].ns == got["GIL wait"]
+    spins = dict(zip(PYTHON_GIL_PARTS, by_type["AnalysisSpins"][0].tolist(), strict=True))
+    assert spins["on CPU"] > 0 and spins["GIL wait"] == spins["blocked"] == 0
+    text = why_text(trace)
+    line = next(x for x in text.splitlines() if "AnalysisSleeps (" in x)
+    assert "waiting for the GIL" in line and "held by" in line and "on MainThread" in line and "blocked" in line
+    assert "the GIL, sleep or I/O" not in text
+
+
+def test_without_thread_states_the_why_text_says_it_cannot_tell_the_gil(profile: Trace) -> None:
+    trace = _fresh(profile)
+    trace.metadata = {**trace.metadata, "gil": {"why_not": "forced off by OPPROF_PURE=1"}}
+    assert trace.analysis().python_gil is None
+    text = why_text(trace)
+    assert "the GIL, sleep or I/O" in text and "forced off by OPPROF_PURE=1" in text

@@ -26,6 +26,7 @@ from ..ops import OpKind, OpTable
 from ..records import CustomOpRow
 from .causes import Causes, has_edges, pool_busy_with, waiting_causes
 from .critical import CriticalPath, critical_path
+from .gil import GilHolder, PythonGil, python_gil
 from .split import family_members, family_splits
 from .stats import StatRow, span_stats
 from .summary import OpTypeSummary, op_type_summary
@@ -121,6 +122,32 @@ class Analysis:
     def pool_busy(self) -> dict[str, dict[str, int]]:
         """Per op type: what the custom-op threads ran while its calls queued for one (ns by name)."""
         return pool_busy_with(self.table, self.causes) if "custom_pool" in self.causes.keys else {}
+
+    @cached_property
+    def python_gil(self) -> PythonGil | None:
+        """Each invocation's Python time by GIL state and who held the GIL while it waited
+        (:mod:`.gil`); None where the trace holds no thread states (:func:`.gil.no_gil_evidence` says why)."""
+        states = self.data.thread_states
+        if states is None:
+            return None
+        return python_gil(self.data, self.table, states, self.parents, self.members)
+
+    @cached_property
+    def python_gil_by_type(self) -> dict[str, tuple[np.ndarray, list[GilHolder]]]:
+        """Per op type (the parents' names): its calls' Python time by GIL state summed, and the
+        GIL's holders while they waited, summed by thread and most first. Empty without evidence."""
+        pg = self.python_gil
+        if pg is None or not len(self.parents):
+            return {}
+        t = self.table
+        out: dict[str, tuple[np.ndarray, dict[int, GilHolder]]] = {}
+        for name, ns, holders in zip(t.str_list(t.name[self.parents]), pg.ns, pg.holders, strict=True):
+            parts, by_tid = out.setdefault(name, (np.zeros(len(ns), dtype=np.int64), {}))
+            parts += ns
+            for h in holders:
+                prev = by_tid.get(h.tid)
+                by_tid[h.tid] = h if prev is None else GilHolder(h.tid, h.thread, h.running, prev.ns + h.ns)
+        return {n: (p, sorted(b.values(), key=lambda h: -h.ns)) for n, (p, b) in out.items()}
 
     # ------------------------------------------------------------------ the run as a whole
     @cached_property

@@ -1,0 +1,139 @@
+"""Where each custom op's Python time went with respect to the GIL, and who held it.
+
+The split (:mod:`.split`) gives an invocation's *python* time; its thread CPU time alone could
+only say "on a CPU" or "off a CPU: the GIL, sleep or I/O". With the sampler's thread states
+(:mod:`opprof.trace.threadstates`) the Python time splits into **on a CPU** (holding the GIL, or
+running C code that released it), **waiting for the GIL** (and who held it), **blocked** (asleep,
+in I/O, on a lock), **waiting for a CPU** (a busy machine) and **not sampled** (the sampler's
+edges, a thread it did not know). The parts sum to the Python time.
+
+Python time is the Python spans' time less their blocked children (waits, inline sub-ops), as
+the split counts it. A trace without thread states gives None: the readers then say they cannot
+tell the GIL from sleep or I/O, and why (``metadata["gil"]["why_not"]``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..columns import ROLE_CODE, SpanTable
+from ..data import TraceData
+from ..records import Role
+from ..threadstates import GIL_METADATA, STATES, ThreadState, ThreadStates
+from .split import inline_subops
+
+__all__ = ["PYTHON_GIL_PARTS", "GilHolder", "PythonGil", "no_gil_evidence", "python_gil"]
+
+#: The parts of a Python's time, in column order of :attr:`PythonGil.ns`.
+PYTHON_GIL_PARTS = ("on CPU", "GIL wait", "blocked", "CPU wait", "not sampled")
+_PART_OF_STATE = {
+    ThreadState.HELD: 0,
+    ThreadState.RUNNING: 0,
+    ThreadState.WAIT: 1,
+    ThreadState.BLOCKED: 2,
+    ThreadState.RUNNABLE: 3,
+}
+
+
+@dataclass(frozen=True)
+class GilHolder:
+    """A thread that held the GIL while an invocation's Python waited for it, and for how long."""
+
+    tid: int
+    thread: str  # the holder thread's name
+    running: str  # the span it was running (the deepest one at the longest such wait), "" if none
+    ns: int
+
+    def describe(self) -> str:
+        what = f"{self.running} on {self.thread}" if self.running else f"{self.thread}, outside any recorded op"
+        return what
+
+
+@dataclass(eq=False)
+class PythonGil:
+    """Per invocation row (the order of :attr:`~.per_trace.Analysis.parents`): ``ns[k]`` is its
+    Python time in each of :data:`PYTHON_GIL_PARTS`; ``holders[k]`` who held the GIL while it
+    waited, most first."""
+
+    ns: np.ndarray  # (invocations, len(PYTHON_GIL_PARTS)) int64
+    holders: list[list[GilHolder]]
+    period_ns: int
+
+
+def no_gil_evidence(data: TraceData) -> str:
+    """Why a trace has no thread states, in words for the readers."""
+    meta = data.metadata.get(GIL_METADATA)
+    why = meta.get("why_not") if isinstance(meta, dict) else None
+    return str(why) if why else "this trace holds no record of the GIL (made without opprof's sampler, or by another tool)"
+
+
+def python_gil(
+    data: TraceData, table: SpanTable, states: ThreadStates, parents: np.ndarray, members: tuple[np.ndarray, np.ndarray]
+) -> PythonGil:
+    """Each invocation's Python time by GIL state, and its GIL holders (see the module docstring)."""
+    k = len(parents)
+    ns = np.zeros((k, len(PYTHON_GIL_PARTS)), dtype=np.int64)
+    holders: list[list[GilHolder]] = [[] for _ in range(k)]
+    idx, fam = members
+    role, tid = table.role[idx], table.tid[idx]
+    is_py = role == ROLE_CODE[Role.PYTHON]
+    is_sub = (role == ROLE_CODE[Role.SUBOP]) | (role == ROLE_CODE[Role.DUMMY_WAIT])
+    is_blocked = (role == ROLE_CODE[Role.WAIT]) | inline_subops(fam, tid, is_py, is_sub, k)
+    if not k or not np.any(is_py):
+        return PythonGil(ns, holders, states.period_ns)
+    by_state = np.zeros((k, len(STATES)), dtype=np.int64)
+    for pick, sign in ((is_py, 1), (is_blocked, -1)):
+        rows = idx[pick]
+        got = states.overlap(table.tid[rows], table.start[rows], table.end[rows])
+        np.add.at(by_state, fam[pick], sign * got)
+    for j, s in enumerate(STATES):
+        ns[:, _PART_OF_STATE[s]] += np.maximum(by_state[:, j], 0)
+    py_rows = idx[is_py]
+    python = np.bincount(fam[is_py], weights=table.end[py_rows] - table.start[py_rows], minlength=k)[:k]
+    python -= np.bincount(fam[is_blocked], weights=table.end[idx[is_blocked]] - table.start[idx[is_blocked]], minlength=k)[:k]
+    ns[:, 4] = np.maximum(np.rint(python).astype(np.int64) - ns[:, :4].sum(axis=1), 0)
+    _name_holders(data, table, states, py_rows, fam[is_py], holders)
+    return PythonGil(ns, holders, states.period_ns)
+
+
+def _name_holders(
+    data: TraceData, table: SpanTable, states: ThreadStates, py_rows: np.ndarray, py_fam: np.ndarray, out: list[list[GilHolder]]
+) -> None:
+    """Fill ``out[row]`` with the holders of the GIL while that invocation's Python waited for it."""
+    rows, holder, ns = states.holders(table.tid[py_rows], table.start[py_rows], table.end[py_rows])
+    if not len(rows):
+        return
+    fam = py_fam[rows]
+    key = fam * (int(holder.max()) + 2) + (holder + 1)
+    used, group = np.unique(key, return_inverse=True)
+    total = np.bincount(group.ravel(), weights=ns, minlength=len(used))
+    names = data.thread_names()
+    running: dict[int, str] = {}
+    for u, t in zip(used.tolist(), total.tolist(), strict=True):
+        f, h = divmod(u, int(holder.max()) + 2)
+        h -= 1
+        if h not in running:
+            running[h] = _running_on(table, states, h)
+        label = names.get(h, f"thread {h}") if h >= 0 else "a thread opprof does not know"
+        out[f].append(GilHolder(h, label, running[h], round(t)))
+    for row in out:
+        row.sort(key=lambda x: -x.ns)
+
+
+def _running_on(table: SpanTable, states: ThreadStates, holder: int) -> str:
+    """The deepest span on thread ``holder`` at the middle of the longest time others waited for
+    the GIL it held ("" when it ran none: the program's own code between ops)."""
+    if holder < 0:
+        return ""
+    runs = np.flatnonzero((states.state == ThreadState.WAIT) & (states.holder == holder))
+    if not len(runs):
+        return ""
+    r = runs[np.argmax(states.end[runs] - states.start[runs])]
+    mid = (int(states.start[r]) + int(states.end[r])) // 2
+    on = np.flatnonzero((table.tid == holder) & (table.start <= mid) & (table.end > mid))
+    if not len(on):
+        return ""
+    deepest = on[np.argmin(table.end[on] - table.start[on])]
+    return table.strings[table.name[deepest]]
