@@ -13,13 +13,13 @@ import numpy as np
 
 from ...columns import ROLE_CODE, SpanTable
 from ...data import TraceData
+from ...records import CUSTOM_POOL, ENGINE_POOL, Role
 from ...records import WAIT as WAIT_CATEGORY
-from ...records import Role
 from ..critical import APPROXIMATE_PATH
 from .change import check_factors, check_pool, span_factors
 from .model import Replay
 from .predict import model_trace
-from .prepare import CUSTOM_PREFIX, ENGINE_PREFIX, LATENCY_WORDS, Recording, prepare
+from .prepare import LATENCY_WORDS, POOL_PREFIXES, Recording, prepare
 from .warp import naive
 
 __all__ = ["WhatIf", "what_if"]
@@ -106,14 +106,6 @@ def _fmt(ns: int) -> str:
     return f"{ns / 1e3:.0f} µs"
 
 
-def _pool_of(trace: TraceData, key: str, prefix: str) -> int:
-    """The recorded pool size: the profiler's metadata, else the pool's threads in the trace."""
-    n = trace.metadata.get(key)
-    if isinstance(n, int) and not isinstance(n, bool) and n >= 1:
-        return n
-    return max(1, sum(1 for th in trace.threads if th.name.startswith(prefix)))
-
-
 def _notes(rec: Recording, trace: TraceData, dropped: int) -> list[str]:
     """The assumptions behind a prediction, and those this trace shows to matter (in plain words)."""
     lat, n = rec.latency, rec.samples
@@ -138,7 +130,7 @@ def _notes(rec: Recording, trace: TraceData, dropped: int) -> list[str]:
                 f"The custom ops' Python was on a CPU {share:.0%} of its time: it holds the GIL then, so more of it at "
                 "once will not run as much in parallel as predicted."
             )
-    pool = (ENGINE_PREFIX, CUSTOM_PREFIX)
+    pool = POOL_PREFIXES
     programs = [p.tid for p in rec.programs if p.items and not trace.thread_name(p.tid).startswith(pool)]
     if len(programs) > 1:
         names = ", ".join(trace.thread_name(tid) for tid in programs)
@@ -254,8 +246,9 @@ def what_if(
         if len(np.unique(t.tid[t.op >= 0])) > 1:
             notes.append("Threads are replayed each on its own: what one waited for on another is not re-timed.")
         return WhatIf(recorded, predicted, recorded, factors, None, None, predicted_trace, notes)
-    rec_e = _pool_of(trace, "engine_workers", ENGINE_PREFIX)
-    rec_c = _pool_of(trace, "custom_workers", CUSTOM_PREFIX)
+    # The pools' sizes as recorded (a file made before they were: their named threads), at least 1.
+    rec_e = ENGINE_POOL.recorded_size(trace.metadata, trace.threads) or 1
+    rec_c = CUSTOM_POOL.recorded_size(trace.metadata, trace.threads) or 1
     e = e_threads if e_threads is not None else rec_e
     c = c_threads if c_threads is not None else rec_c
     rec = prepare(trace)
@@ -264,8 +257,7 @@ def what_if(
     sim = Replay(rec, factor, e, c).run() if changed else base
     predicted_trace, dropped = model_trace(trace, rec, sim, e)
     predicted_trace.metadata.update(
-        engine_workers=e,
-        custom_workers=c,
+        {ENGINE_POOL.size_key: e, CUSTOM_POOL.size_key: c},
         producer="opprof what_if",
         what_if={"speedup": dict(factors), "engine_threads": e, "custom_threads": c, "recorded_ns": rec.end},
     )

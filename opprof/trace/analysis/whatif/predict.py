@@ -9,9 +9,9 @@ import numpy as np
 from ...columns import ROLE_CODE, FlowTable
 from ...data import TraceData
 from ...ops import OpKind, OpTable
-from ...records import Role, ThreadInfo
+from ...records import CUSTOM_POOL, ENGINE_POOL, Role, ThreadInfo
 from .model import EXTERNAL, Replay
-from .prepare import CUSTOM_PREFIX, ENGINE_PREFIX, Recording
+from .prepare import POOL_PREFIXES, Recording
 
 __all__ = ["model_trace"]
 
@@ -119,7 +119,7 @@ def model_trace(trace: TraceData, rec: Recording, sim: Replay, engine_threads: i
     # Program threads; a pool thread's leftover pushes (a custom op from before the profile) only
     # when they own a span, so its name is not shown twice beside the model's own pool threads.
     with_spans = set(tid)
-    pool = (ENGINE_PREFIX, CUSTOM_PREFIX)
+    pool = POOL_PREFIXES
     tids = sorted({p.tid for p in rec.programs if p.tid in with_spans or not trace.thread_name(p.tid).startswith(pool)})
     # Each program thread stays in its process; the model's pools join the recorded threads' one
     # process (pid 0 when they came from several: the model replays one engine).
@@ -127,8 +127,8 @@ def model_trace(trace: TraceData, rec: Recording, sim: Replay, engine_threads: i
     home = {pid_of.get(p, 0) for p in tids}
     pool_pid = home.pop() if len(home) == 1 else 0
     threads = [ThreadInfo(p, trace.thread_name(p), pid_of.get(p, 0)) for p in tids]
-    threads += [ThreadInfo(base + w, f"{ENGINE_PREFIX}{w}", pool_pid) for w in range(engine_threads)]
-    threads += [ThreadInfo(c_base + th, f"{CUSTOM_PREFIX}{th}", pool_pid) for th in range(sim.threads)]
+    threads += [ThreadInfo(base + w, f"{ENGINE_POOL.thread_prefix}{w}", pool_pid) for w in range(engine_threads)]
+    threads += [ThreadInfo(c_base + th, f"{CUSTOM_POOL.thread_prefix}{th}", pool_pid) for th in range(sim.threads)]
     out = TraceData(
         threads=threads,
         spans=spans.sorted_by_start(),

@@ -15,18 +15,17 @@ import numpy as np
 from ...columns import ROLE_CODE, SpanTable
 from ...data import TraceData
 from ...ops import OpKind, OpTable
-from ...records import Role
+from ...records import CUSTOM_POOL, ENGINE_POOL, Role
 
-__all__ = ["CUSTOM_PREFIX", "ENGINE_PREFIX", "LATENCY_WORDS", "Recording", "extent", "prepare"]
+__all__ = ["LATENCY_WORDS", "POOL_PREFIXES", "Recording", "extent", "prepare"]
 
 _PARENT = ROLE_CODE[Role.PARENT]
 _PYTHON = ROLE_CODE[Role.PYTHON]
 _DUMMY_ROLE = ROLE_CODE[Role.DUMMY_WAIT]
 _CUSTOM, _DUMMY, _WAIT = int(OpKind.CUSTOM), int(OpKind.DUMMY), int(OpKind.WAIT)
 _I64 = np.int64
-#: The names of the engine's pool threads (a recorded pool's size, the model's threads).
-ENGINE_PREFIX = "opprof-engine-"
-CUSTOM_PREFIX = "opprof-custom-"
+#: The name prefixes of the engine's pool threads (opprof.trace.records), to tell them from the program's.
+POOL_PREFIXES = (ENGINE_POOL.thread_prefix, CUSTOM_POOL.thread_prefix)
 
 # Hand-off latencies (ns) for a trace that has no sample of a kind: what this engine shows on a
 # typical two-core machine (a thread hand-off across cores costs 40-55 µs).
