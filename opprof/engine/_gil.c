@@ -32,6 +32,11 @@
  *   3.12, 3.13  interp->ceval.gil              (a pointer, per interpreter; the main one's is used)
  * A free-threaded build (Py_GIL_DISABLED) has no GIL: the module then only says so.
  *
+ * The GIL struct also holds FORCE_SWITCHING's switch_cond: a holder that was asked to drop the GIL
+ * waits there until another thread took it, and counts as waiting for the GIL too (it goes on to
+ * wait for it again in take_gil). The holder's own on_cpu bit is recorded as for any thread: a
+ * holder whose clock stood still held the GIL without a CPU (a busy machine).
+ *
  * One sampler per process (the state below is global); subinterpreters are not supported.
  */
 #define PY_SSIZE_T_CLEAN
@@ -508,19 +513,23 @@ static PyObject *gil_drain(PyObject *self, PyObject *unused) {
 }
 
 static PyObject *gil_stats(PyObject *self, PyObject *unused) {
+    /* Copied under the lock, built after it: no Python allocation (and so no GC, no finalizer that
+     * might call back in) while the sampler may be waiting for the lock. */
     pthread_mutex_lock(&lock);
     int64_t cpu = sampler_cpu_ns_total, live = 0;
     if (running == 1 && sampler_clock != (clockid_t)-1 && clock_ns(sampler_clock, &live) == 0) cpu += live;
-    PyObject *out = Py_BuildValue("{s:K,s:K,s:K,s:K,s:L,s:L,s:O,s:n,s:K,s:K,s:i,s:O}", "samples", (unsigned long long)n_samples,
-                                  "dropped", (unsigned long long)n_dropped, "missed",
-                                  (unsigned long long)__atomic_load_n(&n_missed, __ATOMIC_RELAXED), "proc_reads",
-                                  (unsigned long long)n_proc_reads, "sampler_cpu_ns", (long long)cpu, "period_ns",
-                                  (long long)period_ns, "running", running == 1 ? Py_True : Py_False, "buffered",
-                                  (Py_ssize_t)buf_len, "gil_address", (unsigned long long)(uintptr_t)gil_ptr,
-                                  "gil_size", (unsigned long long)sizeof(*gil_ptr), "nice", sampler_nice,
-                                  "nice_applied", __atomic_load_n(&sampler_nice_applied, __ATOMIC_RELAXED) ? Py_True : Py_False);
+    unsigned long long samples = n_samples, dropped = n_dropped, proc_reads = n_proc_reads;
+    unsigned long long missed = __atomic_load_n(&n_missed, __ATOMIC_RELAXED);
+    long long period = period_ns;
+    int is_running = running == 1, nice = sampler_nice;
+    int nice_applied = __atomic_load_n(&sampler_nice_applied, __ATOMIC_RELAXED);
+    Py_ssize_t buffered = (Py_ssize_t)buf_len;
     pthread_mutex_unlock(&lock);
-    return out;
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:L,s:L,s:O,s:n,s:K,s:K,s:i,s:O}", "samples", samples, "dropped", dropped,
+                         "missed", missed, "proc_reads", proc_reads, "sampler_cpu_ns", (long long)cpu, "period_ns", period,
+                         "running", is_running ? Py_True : Py_False, "buffered", buffered, "gil_address",
+                         (unsigned long long)(uintptr_t)gil_ptr, "gil_size", (unsigned long long)sizeof(*gil_ptr), "nice",
+                         nice, "nice_applied", nice_applied ? Py_True : Py_False);
 }
 
 static PyMethodDef gil_methods[] = {
