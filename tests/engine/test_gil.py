@@ -258,6 +258,18 @@ def test_a_thread_that_exits_unregistered_is_noticed(sampler: GilSampler) -> Non
 
 
 @native
+def test_a_forked_child_starts_with_no_sampler_and_can_start_its_own(sampler: GilSampler) -> None:
+    sampler.register_thread()
+    assert sampler.start()
+    pid = os.fork()
+    if pid == 0:  # the child: only the C sampler's calls, then out
+        ok = not sampler.running and sampler.threads() == [] and sampler.start() and sampler.stop()
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert sampler.running and os.waitstatus_to_exitcode(status) == 0
+
+
+@native
 def test_the_samplers_own_cpu_cost_at_5_khz_with_4_threads(sampler: GilSampler, record_property: Callable[..., None]) -> None:
     """The goal is at most 2 % of one core. Reported, and bounded loosely: on this kind of VM a
     timer wake-up alone costs ~18 us of the waking thread's CPU (a bare C loop of clock_nanosleep at
