@@ -17,6 +17,7 @@ from queue import SimpleQueue
 from typing import Any
 
 from ..trace.records import CUSTOM_THREAD_PREFIX, ENGINE_THREAD_PREFIX
+from . import gil
 from . import interrupts as _guard
 from .core import Engine
 from .interrupts import shielded
@@ -74,6 +75,7 @@ class CustomPool:
 
     def _run(self) -> None:
         thread_state.custom_pool = self
+        gil.register_thread()  # the GIL sampler, when a profile runs, knows this thread (no-op without it)
         tasks = self._tasks
         while True:
             task = tasks.get()
@@ -196,6 +198,7 @@ class ThreadedEngine(Engine):
 
     def _worker(self) -> None:
         thread_state.engine_worker = self
+        gil.register_thread()  # the GIL sampler, when a profile runs, knows this thread (no-op without it)
         ready = self._ready
         execute = self._execute
         complete = self._complete

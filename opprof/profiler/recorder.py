@@ -44,6 +44,7 @@ from ..engine.state import thread_state
 from ..trace import ThreadInfo, Trace
 from ..trace.records import CUSTOM_POOL, CUSTOM_THREAD_PREFIX, ENGINE_POOL, ENGINE_THREAD_PREFIX
 from .build import COUNTER, DUMMY, ERROR, INSTANT, OP, PYTHON, START, USER, WAIT_REC, ThreadRecords, build_columns
+from .gil import GilRecording
 
 __all__ = ["Recorder", "ProfilerError"]
 
@@ -110,6 +111,8 @@ class Recorder(EngineObserver):
         self.engine: Engine | None = None
         self.t_start = clock()
         self.t_stop: int | None = None
+        #: The GIL's evidence, sampled while attached (:mod:`.gil`).
+        self.gil = GilRecording(clock)
 
     # ------------------------------------------------------------------ attach / detach
     def attach(self, engine: Engine | None = None) -> Recorder:
@@ -117,6 +120,7 @@ class Recorder(EngineObserver):
         if any(isinstance(o, Recorder) and o is not self for o in engine.observers):
             raise ProfilerError("another profiler is already recording this engine; stop it first")
         self.engine = engine
+        self.gil.start()
         self.t_start = self.clock()
         if self not in engine.observers:
             engine.add_observer(self)
@@ -126,6 +130,7 @@ class Recorder(EngineObserver):
         if self.engine is not None:
             self.engine.remove_observer(self)
         self.t_stop = self.clock()
+        self.gil.stop()
 
     # ------------------------------------------------------------------ hot path
     # Every call here runs once per engine op, so each attribute lookup counts: thread identity is
@@ -145,7 +150,7 @@ class Recorder(EngineObserver):
 
     def _register(self) -> ThreadRecords:
         """This thread's lists (see :class:`~.build.ThreadRecords`), made on its first record."""
-        lists = ThreadRecords(threading.current_thread().name)
+        lists = ThreadRecords(threading.current_thread().name, threading.get_native_id())
         with self._lock:
             lists.index = len(self._buffers)
             self._buffers.append(lists)
@@ -356,6 +361,11 @@ class Recorder(EngineObserver):
         if live:  # threads append as we read: a copy of each list is consistent
             buffers = [b.copy() for b in buffers]
         threads = [ThreadInfo(i + 1, b.name) for i, b in enumerate(buffers)]
+        # The GIL's evidence once the recording stopped (a live build reads none: still sampling).
+        states = None
+        if not live:
+            native = {b.native_id: i + 1 for i, b in enumerate(buffers)}
+            states = self.gil.thread_states(threads, native, self.t_start, self.t_stop)
         built = build_columns(buffers)
         dropped = max(0, next(self._count) - self.max_events)  # attempts past the cap
         meta = {
@@ -370,12 +380,20 @@ class Recorder(EngineObserver):
             ENGINE_POOL.size_key: getattr(self.engine, "workers", None),
             CUSTOM_POOL.size_key: getattr(self.engine, "custom_workers", None),
             "producer": "opprof",
+            **self.gil.metadata(),
         }
         if metadata:
             meta.update(metadata)
         b = built
         return Trace(
-            threads=threads, spans=b.spans, flows=b.flows, instants=b.instants, counters=b.counters, metadata=meta, ops=b.ops
+            threads=threads,
+            spans=b.spans,
+            flows=b.flows,
+            instants=b.instants,
+            counters=b.counters,
+            metadata=meta,
+            ops=b.ops,
+            thread_states=states,
         )
 
 
