@@ -190,6 +190,16 @@ CAUSE_WORDS = {
     "dependency": "blocked on other ops' results",
     "completion": "finishing (after its last sub-op, until Dummy_Wait ran)",
     "unattributed": "waiting (this trace has no engine edges to tell why)",
+    # Where the GIL was sampled, the queued time splits by what the pool's threads did (causes.QUEUE_PARTS).
+    "custom_pool_wake": "queued while a custom-op thread sat idle: handing over, waking it",
+    "custom_pool_gil": "queued while a custom-op thread waited for the GIL",
+    "subop_queue_wake": "sub-ops ready while an engine worker sat idle: handing over, waking it",
+    "subop_queue_gil": "sub-ops ready while an engine worker waited for the GIL",
+}
+#: The queued causes' own words once the GIL's evidence has split off the rest: every thread busy.
+BUSY_WORDS = {
+    "custom_pool": "queued for a custom-op thread, all of them busy",
+    "subop_queue": "sub-ops ready, every engine worker busy",
 }
 #: Short column heads of the causes in :func:`split_table`.
 CAUSE_HEADS = {
@@ -198,6 +208,10 @@ CAUSE_HEADS = {
     "dependency": "deps",
     "completion": "finish",
     "unattributed": "other",
+    "custom_pool_wake": "p-wake",
+    "custom_pool_gil": "p-GIL",
+    "subop_queue_wake": "q-wake",
+    "subop_queue_gil": "q-GIL",
 }
 
 
@@ -250,7 +264,13 @@ def why_text(trace: Trace, top: int = 5) -> str:
             for key, ns in sorted(s.waiting_by_cause.items(), key=lambda kv: -kv[1]):
                 if ns * 100 < wall:  # under 1 %
                     continue
-                text = f"{100 * ns / wall:.0f}% {CAUSE_WORDS.get(key, key)}"
+                split_off = key in BUSY_WORDS and f"{key}_gil" in s.waiting_by_cause  # the GIL's evidence split it
+                words = BUSY_WORDS[key] if split_off else CAUSE_WORDS.get(key, key)
+                text = f"{100 * ns / wall:.0f}% {words}"
+                if key.endswith("_gil"):
+                    holders = a.queue_gil_holders.get(key.removesuffix("_gil"), {}).get(s.name, [])
+                    if holders:
+                        text += ", held by " + "; ".join(h.describe() for h in holders[:2])
                 if key == "custom_pool":
                     size = f"the pool of {pool}" if pool else "the custom-op threads"
                     if busy.get(s.name):
@@ -300,7 +320,8 @@ def _python_gil_words(parts: np.ndarray, holders: list[GilHolder], wall: int) ->
     a Python's time that are 1 % of the wall time or more, beyond being on a CPU."""
     words = []
     for part, ns in zip(PYTHON_GIL_PARTS, parts.tolist(), strict=True):
-        if part == "on CPU" or ns * 100 < wall:
+        # "not sampled" is the sampler's edges (a period at each end) unless it is large.
+        if part == "on CPU" or ns * 100 < wall or (part == "not sampled" and ns * 10 < wall):
             continue
         text = f"{_GIL_PART_WORDS.get(part, part)} {100 * ns / wall:.0f}%"
         if part == "GIL wait" and holders:

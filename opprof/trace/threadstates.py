@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["GIL_METADATA", "ThreadState", "ThreadStates"]
+__all__ = ["GIL_METADATA", "PoolCondition", "ThreadState", "ThreadStates"]
 
 #: Metadata key: ``{"period_ns": …, "source": …}`` where the GIL was sampled, ``{"why_not": …}`` where not.
 GIL_METADATA = "gil"
@@ -134,6 +134,32 @@ class ThreadStates:
             ns.append(got[hit])
         return np.concatenate(rows), np.concatenate(holders), np.concatenate(ns)
 
+    def pool_condition(self, tids: np.ndarray) -> PoolCondition:
+        """What a pool of threads (``tids``) could do for a ready op at each moment: see
+        :class:`PoolCondition`."""
+        mine = np.isin(self.tid, np.asarray(tids, dtype=np.int64))
+        breaks = [np.zeros(0, dtype=np.int64)]
+        deltas: dict[int, list[np.ndarray]] = {s: [] for s in (ThreadState.WAIT, ThreadState.BLOCKED)}
+        for s in deltas:
+            runs = mine & (self.state == s)
+            breaks += [self.start[runs], self.end[runs]]
+        t = np.unique(np.concatenate(breaks))
+        if not len(t):
+            return PoolCondition(t, np.zeros(0, dtype=np.int8))
+        counts = {}
+        for s in deltas:
+            runs = mine & (self.state == s)
+            d = np.zeros(len(t) + 1, dtype=np.int64)
+            np.add.at(d, np.searchsorted(t, self.start[runs]), 1)
+            np.add.at(d, np.searchsorted(t, self.end[runs]), -1)
+            counts[s] = np.cumsum(d)[:-1]  # threads in state s on [t[i], t[i+1])
+        code = np.where(
+            counts[ThreadState.WAIT] > 0,
+            PoolCondition.GIL,
+            np.where(counts[ThreadState.BLOCKED] > 0, PoolCondition.IDLE, PoolCondition.BUSY),
+        )
+        return PoolCondition(t, code.astype(np.int8))
+
     @staticmethod
     def _covered(
         r_tid: np.ndarray, r_start: np.ndarray, r_end: np.ndarray, tid: np.ndarray, start: np.ndarray, end: np.ndarray
@@ -161,3 +187,35 @@ class ThreadStates:
         q_base = pos.astype(np.int64) * width - lo
         got = covered_before(np.minimum(end, lo + width - 1) + q_base) - covered_before(np.maximum(start, lo) + q_base)
         return np.where(known & (end > start), np.maximum(got, 0), 0)
+
+
+@dataclass(eq=False)
+class PoolCondition:
+    """A pool's condition over time, piecewise constant: on ``[t[i], t[i+1])`` it is ``code[i]``.
+
+    ``GIL``: one of its threads was waiting for the GIL (it had work, or was woken for it, and
+    could not run); else ``IDLE``: one was parked with nothing to run (a ready op waits for it to
+    be woken); else ``BUSY``: every thread was running (or, outside the sampled time, unknown:
+    ``BUSY`` then claims nothing beyond what the queue alone says).
+    """
+
+    t: np.ndarray  # int64 breakpoints, ascending
+    code: np.ndarray  # int8, one per breakpoint (the last one's lasts forever)
+
+    BUSY, IDLE, GIL = 0, 1, 2
+
+    def time_in(self, code: int, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """ns of each ``[start, end)`` the pool spent in condition ``code`` (one sorted search each)."""
+        start = np.asarray(start, dtype=np.int64)
+        end = np.asarray(end, dtype=np.int64)
+        if len(self.t) < 2 or not len(start):
+            return np.zeros(len(start), dtype=np.int64)
+        on = (self.code[:-1] == code).astype(np.int64)
+        done = np.concatenate(([0], np.cumsum(on * np.diff(self.t))))  # time in ``code`` before t[i]
+
+        def before(x: np.ndarray) -> np.ndarray:
+            x = np.clip(x, self.t[0], self.t[-1])
+            i = np.minimum(np.searchsorted(self.t, x, side="right") - 1, len(self.t) - 2)
+            return done[i] + on[i] * (x - self.t[i])
+
+        return np.maximum(before(end) - before(start), 0)

@@ -219,3 +219,39 @@ def test_without_thread_states_the_why_text_says_it_cannot_tell_the_gil(profile:
     assert trace.analysis().python_gil is None
     text = why_text(trace)
     assert "the GIL, sleep or I/O" in text and "forced off by OPPROF_PURE=1" in text
+
+
+@pytest.mark.parametrize(
+    ("state", "part"),
+    [("WAIT", "_gil"), ("BLOCKED", "_wake"), ("HELD", "")],
+)
+def test_queued_time_splits_by_what_the_pools_threads_did(profile: Trace, state: str, part: str) -> None:
+    """Hand-made thread states over the whole run: every pool thread waiting for the GIL (held by
+    the main thread), or parked idle, or running. The queued causes move whole to their ``_gil``,
+    their ``_wake`` part, or stay; every row still sums to the invocation's waiting."""
+    from opprof.trace.analysis.causes import QUEUE_PARTS
+    from opprof.trace.threadstates import ThreadState, ThreadStates
+
+    trace = _fresh(profile)
+    before = trace.analysis().causes
+    t = trace.table
+    lo, hi = int(t.start.min()) - 1, int(t.end.max()) + 1
+    main = next(th.tid for th in trace.threads if th.name == "MainThread")
+    pool = [th.tid for th in trace.threads if th.name.startswith("opprof-")]
+    s = ThreadState[state]
+    trace.thread_states = ThreadStates(
+        np.array(pool), np.full(len(pool), s), np.full(len(pool), lo), np.full(len(pool), hi),
+        np.full(len(pool), main if s is ThreadState.WAIT else -1), period_ns=1_000_000,
+    )  # fmt: skip
+    after = trace.analysis().causes
+    assert after is not before and trace.validate() == []
+    assert np.array_equal(after.ns.sum(axis=1), before.ns.sum(axis=1))
+    for base, parts in QUEUE_PARTS.items():
+        was = before.ns[:, before.keys.index(base)]
+        assert was.sum() > 0 or base == "subop_queue"
+        now = {k: after.ns[:, after.keys.index(k)] for k in (base, *parts)}
+        assert np.array_equal(sum(now.values()), was)
+        assert np.array_equal(now[base + part], was)  # all of it in the one part the states say
+    if part == "_gil":
+        line = next(x for x in why_text(trace).splitlines() if "AnalysisSleeps (" in x)
+        assert "waited for the GIL, held by" in line and "MainThread" in line

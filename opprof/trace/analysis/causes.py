@@ -33,9 +33,10 @@ import numpy as np
 from ..columns import ROLE_CODE, SpanTable
 from ..ops import OpTable
 from ..records import Blocker, Role
+from ..threadstates import PoolCondition
 from .split import by_family_time, family_members, family_splits, inline_subops
 
-__all__ = ["CAUSES", "UNATTRIBUTED", "Causes", "has_edges", "op_names", "pool_busy_with", "waiting_causes"]
+__all__ = ["CAUSES", "QUEUE_PARTS", "UNATTRIBUTED", "Causes", "has_edges", "op_names", "pool_busy_with", "waiting_causes"]
 
 #: The causes of waiting, in the order a waiting instant is given the first that holds.
 CAUSES = ("custom_pool", "subop_queue", "dependency", "completion")
@@ -98,6 +99,43 @@ class Causes:
         return out
 
 
+#: Where the GIL was sampled, the queued causes split by what the pool's threads did meanwhile:
+#: ``<cause>_gil`` one of them waited for the GIL (held by another thread running Python),
+#: ``<cause>_wake`` one was parked with nothing to run (the hand-off: waking it), and the cause's
+#: own key keeps the rest: every thread busy.
+QUEUE_PARTS = {"custom_pool": ("custom_pool_wake", "custom_pool_gil"), "subop_queue": ("subop_queue_wake", "subop_queue_gil")}
+
+
+def _split_queues(
+    out: np.ndarray,
+    keys: tuple[str, ...],
+    pools: tuple[PoolCondition | None, PoolCondition | None],
+    t: np.ndarray,
+    length: np.ndarray,
+    ff: np.ndarray,
+    cause: np.ndarray,
+    counted: np.ndarray,
+    k: int,
+) -> tuple[np.ndarray, tuple[str, ...]]:
+    """The queued time of each invocation (``custom_pool``, ``subop_queue``) split by its pool's
+    condition (:data:`QUEUE_PARTS`); the parts of a cause sum to what it had."""
+    cols = [out]
+    new_keys = list(keys)
+    for base, cond in zip(("custom_pool", "subop_queue"), pools, strict=True):
+        if cond is None or base not in keys:
+            continue
+        j = keys.index(base)
+        sel = np.flatnonzero(counted & (cause == j) & (length > 0))
+        a, b = t[sel], t[sel] + length[sel]
+        for key, code in zip(QUEUE_PARTS[base], (PoolCondition.IDLE, PoolCondition.GIL), strict=True):
+            got = np.bincount(ff[sel], weights=cond.time_in(code, a, b), minlength=k)[:k]
+            col = np.rint(got).astype(np.int64)
+            out[:, j] -= col
+            cols.append(col[:, None])
+            new_keys.append(key)
+    return np.concatenate(cols, axis=1), tuple(new_keys)
+
+
 def op_names(table: SpanTable, op_ids: np.ndarray) -> tuple[list[str], np.ndarray]:
     """(span name, invocation or -1) of each op id: a custom op's is its parent's."""
     span_of = np.flatnonzero(table.op >= 0)
@@ -134,15 +172,18 @@ def waiting_causes(
     families: tuple[np.ndarray, np.ndarray] | None = None,
     family_index: tuple[np.ndarray, np.ndarray] | None = None,
     span_rows: np.ndarray | None = None,
+    pools: tuple[PoolCondition | None, PoolCondition | None] | None = None,
 ) -> Causes:
     """The causes of every invocation's waiting (see the module docstring). What the caller has
     already (:class:`~.per_trace.Analysis` does): ``families``, the table's
     :func:`~.split.family_splits`; ``family_index``, :func:`~.split.family_members` of those parents;
-    ``span_rows``, each span's row in ``ops`` (-1 none)."""
+    ``span_rows``, each span's row in ``ops`` (-1 none). ``pools``: the custom-op pool's and the
+    engine workers' condition over time (:meth:`~opprof.trace.threadstates.ThreadStates.pool_condition`),
+    where the trace holds the GIL's evidence: then the queued time splits further (:data:`QUEUE_PARTS`)."""
     parents, split = families if families is not None else family_splits(table)
     k = len(parents)
     edges = has_edges(table, ops)
-    keys = CAUSES if edges else ("custom_pool", UNATTRIBUTED)
+    keys: tuple[str, ...] = CAUSES if edges else ("custom_pool", UNATTRIBUTED)
     empty = np.zeros(0, dtype=np.int64)
     if not k:
         return Causes(parents, keys, np.zeros((0, len(keys)), np.int64), empty, empty, empty, empty, empty, edges)
@@ -263,6 +304,8 @@ def waiting_causes(
         .astype(np.int64)
         .reshape(k, nk)
     )
+    if pools is not None:
+        out, keys = _split_queues(out, keys, pools, t, length, ff, cause, counted, k)
     # No adjustment to the split's waiting: the rule is the split's and integer sums in float64
     # are exact below 2**53 ns, so validate() can check that each row sums to it.
     # Blockers: each dependency interval gets the dependency time it covers, shared equally with

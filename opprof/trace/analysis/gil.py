@@ -24,7 +24,7 @@ from ..records import Role
 from ..threadstates import GIL_METADATA, STATES, ThreadState, ThreadStates
 from .split import inline_subops
 
-__all__ = ["PYTHON_GIL_PARTS", "GilHolder", "PythonGil", "no_gil_evidence", "python_gil"]
+__all__ = ["PYTHON_GIL_PARTS", "GilHolder", "PythonGil", "no_gil_evidence", "python_gil", "queue_holders"]
 
 #: The parts of a Python's time, in column order of :attr:`PythonGil.ns`.
 PYTHON_GIL_PARTS = ("on CPU", "GIL wait", "blocked", "CPU wait", "not sampled")
@@ -120,6 +120,42 @@ def _name_holders(
         out[f].append(GilHolder(h, label, running[h], round(t)))
     for row in out:
         row.sort(key=lambda x: -x.ns)
+
+
+def queue_holders(
+    data: TraceData, table: SpanTable, states: ThreadStates, parents: np.ndarray, pool_tids: np.ndarray
+) -> dict[str, list[GilHolder]]:
+    """Per op type (parent name): who held the GIL while a pool thread (``pool_tids``) waited for
+    it during the type's calls, summed by holder over the calls' windows, most first. (A moment
+    two pool threads both waited counts twice: this ranks the holders, it adds to no total.)"""
+    wait = np.flatnonzero((states.state == ThreadState.WAIT) & np.isin(states.tid, pool_tids))
+    if not len(wait) or not len(parents):
+        return {}
+    lo, hi = table.start[parents], table.end[parents]
+    names = table.str_list(table.name[parents])
+    thread_names = data.thread_names()
+    out: dict[str, dict[int, int]] = {}
+    for h in np.unique(states.holder[wait]).tolist():
+        runs = wait[states.holder[wait] == h]
+        # Each run against each call window: the runs as one virtual thread (tid 0).
+        got = ThreadStates._covered(
+            np.zeros(len(runs), dtype=np.int64), states.start[runs], states.end[runs], np.zeros(len(lo), dtype=np.int64), lo, hi
+        )
+        for name, ns in zip(names, got.tolist(), strict=True):
+            if ns > 0:
+                by = out.setdefault(name, {})
+                by[h] = by.get(h, 0) + ns
+    running = {h: _running_on(table, states, h) for by in out.values() for h in by}
+    return {
+        name: sorted(
+            (
+                GilHolder(h, thread_names.get(h, f"thread {h}") if h >= 0 else "a thread opprof does not know", running[h], ns)
+                for h, ns in by.items()
+            ),
+            key=lambda x: -x.ns,
+        )
+        for name, by in out.items()
+    }
 
 
 def _running_on(table: SpanTable, states: ThreadStates, holder: int) -> str:

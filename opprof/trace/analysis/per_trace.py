@@ -7,11 +7,12 @@ one :class:`Analysis` on the trace and hands the same one to every reader until 
 changes; each fact in it (the family split, the causes, the rows, the sums per op type, the
 critical path, the stats) is a lazy attribute, computed once, when first asked for.
 
-"Changes" means the trace's records were replaced: its span columns, flow columns, engine table or
-thread list are other objects than the ones the analysis was made from. A trace whose spans are
-held as an editable list (:attr:`~opprof.trace.TraceData.spans`) cannot tell an edit from no edit
-cheaply, so each :func:`analysis_of` call on such a trace makes a fresh one; a reader that takes
-one analysis and passes it on still computes each fact once.
+"Changes" means the trace's records were replaced: its span columns, flow columns, engine table,
+thread list, thread states or metadata are other objects than the ones the analysis was made from
+(or the thread list has another length). A trace whose spans are held as an editable list
+(:attr:`~opprof.trace.TraceData.spans`) cannot tell an edit from no edit cheaply, so each
+:func:`analysis_of` call on such a trace makes a fresh one; a reader that takes one analysis and
+passes it on still computes each fact once.
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ import numpy as np
 from ..columns import SpanTable
 from ..data import TraceData
 from ..ops import OpKind, OpTable
-from ..records import CustomOpRow
+from ..records import CUSTOM_POOL, ENGINE_POOL, CustomOpRow
 from .causes import Causes, has_edges, pool_busy_with, waiting_causes
 from .critical import CriticalPath, critical_path
-from .gil import GilHolder, PythonGil, python_gil
+from .gil import GilHolder, PythonGil, python_gil, queue_holders
 from .split import family_members, family_splits
 from .stats import StatRow, span_stats
 from .summary import OpTypeSummary, op_type_summary
@@ -78,13 +79,48 @@ class Analysis:
     def causes(self) -> Causes:
         """Every invocation's waiting by cause and what blocked it (:mod:`.causes`)."""
         edges = has_edges(self.table, self.ops)
+        states = self.data.thread_states
+        pools = None
+        if states is not None and edges:
+            custom, engine = self.pool_tids
+            # A call queued for a custom-op thread first needs an engine worker to run its engine op,
+            # then a custom-op thread: either pool's thread waiting for the GIL holds it up.
+            both = np.concatenate([custom, engine])
+            pools = (
+                states.pool_condition(both) if len(custom) else None,
+                states.pool_condition(engine) if len(engine) else None,
+            )
         return waiting_causes(
             self.table,
             self.ops,
             families=self._families,
             family_index=self.members if len(self.parents) else None,
             span_rows=self.span_op_rows if edges else None,
+            pools=pools,
         )
+
+    @cached_property
+    def pool_tids(self) -> tuple[np.ndarray, np.ndarray]:
+        """The tids of the custom-op pool's threads and of the engine workers (by their names'
+        prefixes, :data:`~opprof.trace.records.CUSTOM_POOL` / ``ENGINE_POOL``)."""
+        threads = self.data.threads
+        return tuple(  # type: ignore[return-value]
+            np.array([t.tid for t in threads if t.name.startswith(p.thread_prefix)], dtype=np.int64)
+            for p in (CUSTOM_POOL, ENGINE_POOL)
+        )
+
+    @cached_property
+    def queue_gil_holders(self) -> dict[str, dict[str, list[GilHolder]]]:
+        """Per queued cause (``custom_pool``, ``subop_queue``) and op type: who held the GIL while
+        the pool's threads waited for it during the type's calls (:func:`.gil.queue_holders`)."""
+        states = self.data.thread_states
+        if states is None:
+            return {}
+        custom, engine = self.pool_tids
+        return {
+            cause: queue_holders(self.data, self.table, states, self.parents, tids)
+            for cause, tids in (("custom_pool", np.concatenate([custom, engine])), ("subop_queue", engine))
+        }
 
     @cached_property
     def custom_ops(self) -> list[CustomOpRow]:
@@ -209,7 +245,7 @@ def _made_from(data: TraceData) -> tuple[object, ...] | None:
     (spans or flows held as an editable list)."""
     if data.has_span_list or data.has_flow_list:
         return None
-    return (data.table, data.flow_table, data.ops, data.threads)
+    return (data.table, data.flow_table, data.ops, data.threads, data.thread_states, data.metadata)
 
 
 def analysis_of(data: TraceData) -> Analysis:
