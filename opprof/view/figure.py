@@ -187,6 +187,11 @@ CAUSE_LABELS = {
     "dependency": "waiting: dependency",
     "completion": "waiting: completion",
     "unattributed": "waiting: unattributed (no edges)",
+    # Where the GIL was sampled (causes.QUEUE_PARTS): the queues split; their own keys keep "all busy".
+    "custom_pool_wake": "waiting: waking a custom-op thread",
+    "custom_pool_gil": "waiting: custom-op thread wants the GIL",
+    "subop_queue_wake": "waiting: waking an engine worker",
+    "subop_queue_gil": "waiting: engine worker wants the GIL",
 }
 CAUSE_COLORS = {
     "custom_pool": "#f28e2b",
@@ -194,6 +199,11 @@ CAUSE_COLORS = {
     "dependency": ROLE_COLORS["wait"],
     "completion": "#9c755f",
     "unattributed": "#f0abac",
+    # The GIL in one hue (deep red), the hand-offs in another (sand), each pool a shade of it.
+    "custom_pool_gil": "#8b1e3f",
+    "subop_queue_gil": "#c2185b",
+    "custom_pool_wake": "#d4a373",
+    "subop_queue_wake": "#e9c46a",
 }
 #: The critical path's highlight and its hops between lanes: a colour no role uses.
 PATH_COLOR = "#e6007e"
