@@ -197,6 +197,22 @@ static void retire(slot_t *s) {
     s->state = SLOT_RETIRED;
 }
 
+/* Free the slots no sample can name any more (called with the lock held): a retired slot once no
+ * undrained sample exists, and first the slot of a thread that exited without unregistering (an
+ * engine made and dropped per test leaves dozens). Without this, 64 short-lived threads between
+ * two drains would exhaust the slots of a process that never profiles. */
+static void reclaim_locked(void) {
+    pid_t pid = getpid();
+    for (int i = 0; i < MAX_SLOTS; i++) {
+        slot_t *s = &slots[i];
+        if (s->state == SLOT_USED && (s->dead || (syscall(SYS_tgkill, pid, s->tid, 0) != 0 && errno == ESRCH))) retire(s);
+        if (s->state == SLOT_RETIRED && buf_len == 0) {
+            memset(s, 0, sizeof(slot_t));
+            s->syscall_fd = -1;
+        }
+    }
+}
+
 static void take_sample(void) {
     record_t r;
     memset(&r, 0, sizeof(r));
@@ -350,6 +366,11 @@ static PyObject *gil_register_thread(PyObject *self, PyObject *unused) {
         if (slots[i].state == SLOT_USED && !slots[i].dead && slots[i].tid == tid && slots[i].tstate == ts) found = i;
         if (slots[i].state == SLOT_FREE && free_slot < 0) free_slot = i;
     }
+    if (found < 0 && free_slot < 0) {
+        reclaim_locked();
+        for (int i = 0; i < MAX_SLOTS && free_slot < 0; i++)
+            if (slots[i].state == SLOT_FREE) free_slot = i;
+    }
     if (found < 0 && free_slot >= 0) {
         slot_t *s = &slots[free_slot];
         s->state = SLOT_USED;
@@ -384,6 +405,7 @@ static PyObject *gil_unregister_thread(PyObject *self, PyObject *unused) {
             done = 1;
         }
     }
+    if (buf_len == 0) reclaim_locked(); /* no sample names it: free at once */
     pthread_mutex_unlock(&lock);
     return PyBool_FromLong(done);
 }

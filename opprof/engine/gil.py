@@ -46,6 +46,7 @@ __all__ = [
     "GilSamples",
     "GilState",
     "GilThread",
+    "register_engine_thread",
     "register_thread",
     "unregister_thread",
 ]
@@ -126,6 +127,15 @@ def register_thread(name: str | None = None) -> int | None:
     with _names_lock:
         _names[threading.get_native_id()] = name if name is not None else threading.current_thread().name
     return slot
+
+
+def register_engine_thread() -> int | None:
+    """:func:`register_thread` for the engine's own workers, at their start: never raises (a
+    thread past the 64 slots goes unsampled, and the profile's thread states simply lack it)."""
+    try:
+        return register_thread()
+    except (RuntimeError, OSError):
+        return None
 
 
 def unregister_thread() -> None:

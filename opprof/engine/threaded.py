@@ -75,13 +75,14 @@ class CustomPool:
 
     def _run(self) -> None:
         thread_state.custom_pool = self
-        gil.register_thread()  # the GIL sampler, when a profile runs, knows this thread (no-op without it)
+        gil.register_engine_thread()  # a profile's GIL sampler knows this thread (a no-op without it)
         tasks = self._tasks
         while True:
             task = tasks.get()
             with self._lock:
                 self._idle -= 1
             if task is None:
+                gil.unregister_thread()
                 return
             try:
                 task()
@@ -198,13 +199,14 @@ class ThreadedEngine(Engine):
 
     def _worker(self) -> None:
         thread_state.engine_worker = self
-        gil.register_thread()  # the GIL sampler, when a profile runs, knows this thread (no-op without it)
+        gil.register_engine_thread()  # a profile's GIL sampler knows this thread (a no-op without it)
         ready = self._ready
         execute = self._execute
         complete = self._complete
         while True:
             opr = ready.get()
             if opr is None:
+                gil.unregister_thread()
                 return
             # Run the chain of ops that each completion makes ready here, without a hand-off;
             # any further ready ops go to the queue for the other workers.

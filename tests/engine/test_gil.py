@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import opprof
 from opprof.engine import gil
 from opprof.engine.gil import GilSampler, GilSamples, GilState
 
@@ -500,3 +501,24 @@ def test_the_extension_builds_and_sees_the_gil_on_each_python(minor: str, tmp_pa
         assert min(result["waits"]) >= 0.3, result
 
     retried(attempt)
+
+
+@native
+def test_threads_that_come_and_go_never_run_out_of_slots() -> None:
+    """Engines made and dropped (a test suite, a notebook re-run) start hundreds of threads that
+    register; exited threads' slots come back without a drain, and an engine thread past the
+    slots is left unsampled rather than failing."""
+    for _ in range(3 * gil.MAX_THREADS):
+        t = threading.Thread(target=gil.register_thread)  # exits without unregistering
+        t.start()
+        t.join()
+    got: list[int | None] = []
+    t = threading.Thread(target=lambda: got.append(gil.register_thread()))
+    t.start()
+    t.join()
+    assert got and got[0] is not None
+    for _ in range(2):  # and the engine's own never raise
+        opprof.set_engine("threaded", workers=40, custom_workers=40)
+        x = opprof.nd.ones((2, 2))
+        assert float((x + 1).asnumpy().sum()) == 8.0
+    opprof.set_engine("threaded")
