@@ -26,6 +26,7 @@ from .columns import ROLE_CODE, FlowTable, SpanTable, StringTable
 from .data import TraceData
 from .ops import WAIT_ID_BASE, OpTable
 from .records import CUSTOM_OP, CUSTOM_THREAD_PREFIX, ENGINE_THREAD_PREFIX, OPERATOR, Role, ThreadInfo
+from .threadstates import ThreadStates
 from .trace import Trace
 
 __all__ = ["many_threads_trace", "repeated_trace", "synthetic_trace"]
@@ -297,6 +298,21 @@ def repeated_trace(trace: TraceData, times: int) -> Trace:
     )
     if op_tables:
         out.ops = OpTable.concat(op_tables)
+    ts = trace.thread_states
+    if ts is not None:  # each copy's, clipped to its own stretch of time
+        lo = int(t.start.min())
+        if ops is not None and np.any(ops.push >= 0):
+            lo = min(lo, int(ops.push[ops.push >= 0].min()))
+        a, b = np.maximum(ts.start, lo), np.minimum(ts.end, lo + span)
+        keep = b > a
+        out.thread_states = ThreadStates(
+            np.tile(ts.tid[keep], times),
+            np.tile(ts.state[keep], times),
+            np.concatenate([a[keep] + k * span for k in range(times)]),
+            np.concatenate([b[keep] + k * span for k in range(times)]),
+            np.tile(ts.holder[keep], times),
+            ts.period_ns,
+        )
     return out
 
 

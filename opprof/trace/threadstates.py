@@ -134,30 +134,39 @@ class ThreadStates:
             ns.append(got[hit])
         return np.concatenate(rows), np.concatenate(holders), np.concatenate(ns)
 
-    def pool_condition(self, tids: np.ndarray) -> PoolCondition:
-        """What a pool of threads (``tids``) could do for a ready op at each moment: see
-        :class:`PoolCondition`."""
-        mine = np.isin(self.tid, np.asarray(tids, dtype=np.int64))
-        breaks = [np.zeros(0, dtype=np.int64)]
-        deltas: dict[int, list[np.ndarray]] = {s: [] for s in (ThreadState.WAIT, ThreadState.BLOCKED)}
-        for s in deltas:
-            runs = mine & (self.state == s)
-            breaks += [self.start[runs], self.end[runs]]
-        t = np.unique(np.concatenate(breaks))
+    def pool_condition(
+        self,
+        tids: np.ndarray,
+        busy: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+        *,
+        waiters: np.ndarray | None = None,
+    ) -> PoolCondition:
+        """What a pool of threads (``tids``) could do for a ready op at each moment (see
+        :class:`PoolCondition`). ``busy``: (tid, start, end) of the work the threads ran (their
+        spans): a thread blocked *inside* work (a custom op's Python asleep, an op in I/O) is
+        busy, not idle; only one blocked outside all work is parked, waiting to be handed some.
+        ``waiters``: the threads whose wait for the GIL holds the op up (default: ``tids``; a
+        custom op's call also needs an engine worker first)."""
+        tids = np.asarray(tids, dtype=np.int64)
+        waiters = tids if waiters is None else np.asarray(waiters, dtype=np.int64)
+        wait = np.isin(self.tid, waiters) & (self.state == ThreadState.WAIT)
+        blocked = np.isin(self.tid, tids) & (self.state == ThreadState.BLOCKED)
+        w_a, w_b = self.start[wait], self.end[wait]
+        i_a, i_b = self.start[blocked], self.end[blocked]
+        if busy is not None and np.any(blocked):
+            i_a, i_b = _idle_runs(self.tid[blocked], i_a, i_b, *busy)
+        t = np.unique(np.concatenate([w_a, w_b, i_a, i_b]))
         if not len(t):
             return PoolCondition(t, np.zeros(0, dtype=np.int8))
-        counts = {}
-        for s in deltas:
-            runs = mine & (self.state == s)
+
+        def count(a: np.ndarray, b: np.ndarray) -> np.ndarray:  # runs open on [t[i], t[i+1])
             d = np.zeros(len(t) + 1, dtype=np.int64)
-            np.add.at(d, np.searchsorted(t, self.start[runs]), 1)
-            np.add.at(d, np.searchsorted(t, self.end[runs]), -1)
-            counts[s] = np.cumsum(d)[:-1]  # threads in state s on [t[i], t[i+1])
-        code = np.where(
-            counts[ThreadState.WAIT] > 0,
-            PoolCondition.GIL,
-            np.where(counts[ThreadState.BLOCKED] > 0, PoolCondition.IDLE, PoolCondition.BUSY),
-        )
+            np.add.at(d, np.searchsorted(t, a), 1)
+            np.add.at(d, np.searchsorted(t, b), -1)
+            return np.cumsum(d)[:-1]
+
+        n_wait, n_idle = count(w_a, w_b), count(i_a, i_b)
+        code = np.where(n_wait > 0, PoolCondition.GIL, np.where(n_idle > 0, PoolCondition.IDLE, PoolCondition.BUSY))
         return PoolCondition(t, code.astype(np.int8))
 
     @staticmethod
@@ -219,3 +228,25 @@ class PoolCondition:
             return done[i] + on[i] * (x - self.t[i])
 
         return np.maximum(before(end) - before(start), 0)
+
+
+def _idle_runs(
+    tid: np.ndarray, a: np.ndarray, b: np.ndarray, w_tid: np.ndarray, w_a: np.ndarray, w_b: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The parts of the runs ``[a, b)`` of each thread outside every interval ``[w_a, w_b)`` of the
+    same thread (work: spans, which may nest and overlap): one sweep per thread, NumPy only."""
+    out_a, out_b = [], []
+    for th in np.unique(tid).tolist():
+        r, w = tid == th, w_tid == th
+        t = np.concatenate([a[r], b[r], w_a[w], w_b[w]])
+        d_run = np.concatenate([np.ones(int(r.sum())), -np.ones(int(r.sum())), np.zeros(2 * int(w.sum()))])
+        d_work = np.concatenate([np.zeros(2 * int(r.sum())), np.ones(int(w.sum())), -np.ones(int(w.sum()))])
+        order = np.argsort(t, kind="stable")
+        t, in_run, in_work = t[order], np.cumsum(d_run[order]), np.cumsum(d_work[order])
+        idle = (in_run > 0) & (in_work == 0)
+        seg = np.flatnonzero(idle[:-1] & (t[1:] > t[:-1]))
+        out_a.append(t[seg])
+        out_b.append(t[seg + 1])
+    if not out_a:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    return np.concatenate(out_a).astype(np.int64), np.concatenate(out_b).astype(np.int64)

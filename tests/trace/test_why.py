@@ -15,7 +15,7 @@ import opprof
 import opprof as mx
 from opprof import nd
 from opprof.trace import Trace, from_chrome, load
-from opprof.trace.analysis.causes import CAUSES
+from opprof.trace.analysis.causes import CAUSES, QUEUE_PARTS
 from opprof.trace.analysis.critical import SegmentKind
 from opprof.trace.text import why_text
 
@@ -82,7 +82,9 @@ def test_pool_of_one_queues_the_second_invocation_behind_the_first(threaded: Any
     trace = prof.trace
     assert trace.validate() == []
     first, second = sorted(trace.custom_ops(), key=lambda r: r.start_ns)
-    assert set(second.waiting_by_cause) == set(CAUSES)
+    # The four causes, and where the GIL was sampled the queues' parts (causes.QUEUE_PARTS).
+    gil_parts = {p for parts in QUEUE_PARTS.values() for p in parts}
+    assert set(CAUSES) <= set(second.waiting_by_cause) <= set(CAUSES) | gil_parts
     assert sum(second.waiting_by_cause.values()) == second.waiting_ns
     # The second waited for the only custom-op thread while the first's Python (30 ms) ran.
     pool = second.waiting_by_cause["custom_pool"]
@@ -243,6 +245,9 @@ def test_edges_survive_the_native_format_and_chrome_keeps_the_causes(tmp_path: A
     }
     chrome = from_chrome(obj)
     # Chrome JSON holds no edges: the arrows and causes derived from them are not read back.
+    # Nor does it hold the GIL's thread states (yet): they stay in .opprof files.
+    assert back.thread_states is not None or trace.thread_states is None
+    trace.thread_states = None
     assert chrome.ops is None and chrome.n_flows == trace.n_flows and chrome == trace
     assert set(chrome.custom_ops()[0].waiting_by_cause) == {"custom_pool", "unattributed"}
     cp = chrome.critical_path()

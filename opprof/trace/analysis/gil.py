@@ -114,9 +114,11 @@ def _name_holders(
     for u, t in zip(used.tolist(), total.tolist(), strict=True):
         f, h = divmod(u, int(holder.max()) + 2)
         h -= 1
+        if h < 0:  # no holder to name (the GIL changing hands at that sample, or an unknown thread)
+            continue
         if h not in running:
             running[h] = _running_on(table, states, h)
-        label = names.get(h, f"thread {h}") if h >= 0 else "a thread opprof does not know"
+        label = names.get(h, f"thread {h}")
         out[f].append(GilHolder(h, label, running[h], round(t)))
     for row in out:
         row.sort(key=lambda x: -x.ns)
@@ -136,6 +138,8 @@ def queue_holders(
     thread_names = data.thread_names()
     out: dict[str, dict[int, int]] = {}
     for h in np.unique(states.holder[wait]).tolist():
+        if h < 0:  # the GIL changing hands at that sample, or a thread the sampler did not know: no name
+            continue
         runs = wait[states.holder[wait] == h]
         # Each run against each call window: the runs as one virtual thread (tid 0).
         got = ThreadStates._covered(
@@ -148,10 +152,7 @@ def queue_holders(
     running = {h: _running_on(table, states, h) for by in out.values() for h in by}
     return {
         name: sorted(
-            (
-                GilHolder(h, thread_names.get(h, f"thread {h}") if h >= 0 else "a thread opprof does not know", running[h], ns)
-                for h, ns in by.items()
-            ),
+            (GilHolder(h, thread_names.get(h, f"thread {h}"), running[h], ns) for h, ns in by.items()),
             key=lambda x: -x.ns,
         )
         for name, by in out.items()

@@ -84,11 +84,15 @@ class Analysis:
         if states is not None and edges:
             custom, engine = self.pool_tids
             # A call queued for a custom-op thread first needs an engine worker to run its engine op,
-            # then a custom-op thread: either pool's thread waiting for the GIL holds it up.
+            # then a custom-op thread: either pool's thread waiting for the GIL holds it up, but
+            # only an idle custom-op thread means a hand-off (idle engine workers cannot run it).
             both = np.concatenate([custom, engine])
+            t = self.table
+            on = np.flatnonzero(np.isin(t.tid, both))  # the pools' work: blocked inside it is busy
+            busy = (t.tid[on], t.start[on], t.end[on])
             pools = (
-                states.pool_condition(both) if len(custom) else None,
-                states.pool_condition(engine) if len(engine) else None,
+                states.pool_condition(custom, busy, waiters=both) if len(custom) else None,
+                states.pool_condition(engine, busy) if len(engine) else None,
             )
         return waiting_causes(
             self.table,
