@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import threading
 import time
 from collections.abc import Callable
 
@@ -140,7 +141,62 @@ def custom_calls(calls: int, profiled: bool) -> tuple[float, float, int]:
 
 def rows(quick: bool = False, repeats: int | None = None, mxnet: dict[str, float] | None = None) -> list[Row]:
     n, ops, calls = (20_000, 2_000, 200) if quick else (200_000, 20_000, 2_000)
-    return measure(n, ops, calls, repeats or (1 if quick else 5), mxnet) + live.rows(quick, repeats)  # %%opprof's live view
+    out = measure(n, ops, calls, repeats or (1 if quick else 5), mxnet)
+    out += gil_sampler_rows(0.3 if quick else 2.0)
+    return out + live.rows(quick, repeats)  # %%opprof's live view
+
+
+#: The GIL issue's cost goal for the sampler thread: a share of one core.
+GIL_SAMPLER_GOAL = 0.02
+
+
+def gil_sampler_rows(seconds: float) -> list[Row]:
+    """The GIL sampler's own CPU time as a share of one core, with four registered threads (the
+    program and three idle ones, as an engine's are between ops), at the profiler's rate (1 kHz)
+    and at 5 kHz; its stats count the sampler thread's CPU clock."""
+    from opprof.engine import gil
+    from opprof.profiler.gil import PERIOD_NS
+
+    if not gil.AVAILABLE:
+        return [Row(SECTION, "GIL sampler's own CPU", None, "", f"not measured: {gil.WHY_NOT}")]
+    progress(f"profiler: the GIL sampler's own CPU, {seconds:g} s at each rate")
+    stop = threading.Event()
+
+    def idle() -> None:
+        gil.register_thread()
+        stop.wait()
+        gil.unregister_thread()
+
+    threads = [threading.Thread(target=idle) for _ in range(3)]
+    for t in threads:
+        t.start()
+    gil.register_thread()
+    share: dict[int, float] = {}
+    try:
+        for period in (PERIOD_NS, 200_000):
+            sampler = gil.GilSampler(period)
+            cpu0 = sampler.stats().get("sampler_cpu_ns", 0)
+            sampler.start()
+            time.sleep(seconds)
+            sampler.stop()
+            share[period] = (sampler.stats()["sampler_cpu_ns"] - cpu0) / (seconds * 1e9)
+            sampler.drain()
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    rate = 1e9 / PERIOD_NS
+    return [
+        Row(
+            SECTION,
+            f"GIL sampler's own CPU, {rate:g} Hz (the profiler's rate), 4 threads",
+            100 * share[PERIOD_NS],
+            "% of a core",
+            f"at 5 kHz: {100 * share[200_000]:.1f} %",
+            f"≤ {100 * GIL_SAMPLER_GOAL:g} %",
+            share[PERIOD_NS] <= GIL_SAMPLER_GOAL,
+        )
+    ]
 
 
 def measure(n: int, ops: int, calls: int, repeats: int, mxnet: dict[str, float] | None = None) -> list[Row]:
