@@ -269,15 +269,15 @@ def why_text(trace: Trace, top: int = 5) -> str:
                 text = f"{100 * ns / wall:.0f}% {words}"
                 if key.endswith("_gil"):
                     holders = a.queue_gil_holders.get(key.removesuffix("_gil"), {}).get(s.name, [])
-                    if holders:
-                        text += ", held by " + "; ".join(h.describe() for h in holders[:2])
+                    if holders:  # the one that held it most (the rest: the timeline's hover)
+                        text += f", held most by {holders[0].describe()}"
                 if key == "custom_pool":
                     size = f"the pool of {pool}" if pool else "the custom-op threads"
                     if busy.get(s.name):
                         total = sum(busy[s.name].values()) or 1
                         names = ", ".join(f"{n} {100 * v / total:.0f}%" for n, v in list(busy[s.name].items())[:3])
                         text += f" — {size} was busy with {names}"
-                    else:
+                    elif not split_off:  # with the GIL's evidence, the hand-off has a cause of its own
                         text += f" — {size} ran no other Python meanwhile: handing over and waking a thread"
                 if key == "dependency" and s.blockers:
                     name, b_ns = s.blockers[0]

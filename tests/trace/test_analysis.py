@@ -263,4 +263,4 @@ def test_queued_time_splits_by_what_the_pools_threads_did(profile: Trace, state:
         assert woken["subop_queue"] > 0
     if part == "_gil":
         line = next(x for x in why_text(trace).splitlines() if "AnalysisSleeps (" in x)
-        assert "waited for the GIL, held by" in line and "MainThread" in line
+        assert "waited for the GIL, held most by" in line and "MainThread" in line

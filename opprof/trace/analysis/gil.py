@@ -20,7 +20,7 @@ import numpy as np
 
 from ..columns import ROLE_CODE, SpanTable
 from ..data import TraceData
-from ..records import Role
+from ..records import CUSTOM_POOL, ENGINE_POOL, Role
 from ..threadstates import GIL_METADATA, STATES, ThreadState, ThreadStates
 from .split import inline_subops
 
@@ -47,8 +47,13 @@ class GilHolder:
     ns: int
 
     def describe(self) -> str:
-        what = f"{self.running} on {self.thread}" if self.running else f"{self.thread}, outside any recorded op"
-        return what
+        """``Hog::pure_python on opprof-custom-0``; between ops, whose Python it was: the engine's
+        own (its dispatch and bookkeeping) on a pool thread, else the program's code."""
+        if self.running:
+            return f"{self.running} on {self.thread}"
+        if self.thread.startswith((ENGINE_POOL.thread_prefix, CUSTOM_POOL.thread_prefix)):
+            return f"{self.thread} (the engine's own Python, between ops)"
+        return f"{self.thread} (your code, between ops)"
 
 
 @dataclass(eq=False)
