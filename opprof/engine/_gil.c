@@ -331,6 +331,18 @@ static void after_fork_child(void) {
 
 /* ------------------------------------------------------------------ the Python API (with the GIL) */
 
+/* Take the sampler's lock from a Python-facing function without holding the GIL while waiting:
+ * the sampler holds the lock while it reads /proc/<tid>/syscall, and the kernel makes that read
+ * wait until the thread it asks about is off its CPU. A caller that waited for the lock with the
+ * GIL held would stall every Python thread meanwhile (seen: a custom-op thread registering at its
+ * start held the GIL for tens of ms, and a pool of two ran its burst in three rounds). */
+static void lock_nogil(void) {
+    if (pthread_mutex_trylock(&lock) == 0) return;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&lock);
+    Py_END_ALLOW_THREADS
+}
+
 static int check_available(void) {
     if (gil_ptr == NULL) {
         PyErr_Format(PyExc_RuntimeError, "GIL sampling is not available: %s", unavailable_reason);
@@ -360,7 +372,7 @@ static PyObject *gil_register_thread(PyObject *self, PyObject *unused) {
     snprintf(path, sizeof(path), "/proc/self/task/%d/syscall", (int)tid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
 
-    pthread_mutex_lock(&lock);
+    lock_nogil();
     int found = -1, free_slot = -1;
     for (int i = 0; i < MAX_SLOTS; i++) {
         if (slots[i].state == SLOT_USED && !slots[i].dead && slots[i].tid == tid && slots[i].tstate == ts) found = i;
@@ -398,7 +410,7 @@ static PyObject *gil_register_thread(PyObject *self, PyObject *unused) {
 static PyObject *gil_unregister_thread(PyObject *self, PyObject *unused) {
     pid_t tid = (pid_t)syscall(SYS_gettid);
     int done = 0;
-    pthread_mutex_lock(&lock);
+    lock_nogil();
     for (int i = 0; i < MAX_SLOTS; i++) {
         if (slots[i].state == SLOT_USED && slots[i].tid == tid) {
             retire(&slots[i]);
@@ -424,7 +436,7 @@ static PyObject *gil_start(PyObject *self, PyObject *args, PyObject *kwargs) {
         PyErr_SetString(PyExc_ValueError, "max_samples must be positive");
         return NULL;
     }
-    pthread_mutex_lock(&lock);
+    lock_nogil();
     if (running != 0) { /* sampling already, or another thread's stop() is still joining */
         pthread_mutex_unlock(&lock);
         Py_RETURN_FALSE;
@@ -459,7 +471,7 @@ static PyObject *gil_start(PyObject *self, PyObject *args, PyObject *kwargs) {
 }
 
 static PyObject *gil_stop(PyObject *self, PyObject *unused) {
-    pthread_mutex_lock(&lock);
+    lock_nogil();
     if (running != 1) { /* nothing runs, or another thread's stop() joins it */
         pthread_mutex_unlock(&lock);
         Py_RETURN_FALSE;
@@ -471,14 +483,14 @@ static PyObject *gil_stop(PyObject *self, PyObject *unused) {
     Py_BEGIN_ALLOW_THREADS
     pthread_join(joined, NULL);
     Py_END_ALLOW_THREADS
-    pthread_mutex_lock(&lock);
+    lock_nogil();
     running = 0;
     pthread_mutex_unlock(&lock);
     Py_RETURN_TRUE;
 }
 
 static PyObject *gil_running(PyObject *self, PyObject *unused) {
-    pthread_mutex_lock(&lock);
+    lock_nogil();
     int r = running == 1;
     pthread_mutex_unlock(&lock);
     return PyBool_FromLong(r);
@@ -506,7 +518,7 @@ static PyObject *slot_list(slot_t *copy, int with_retired) {
 
 static PyObject *gil_thread_slots(PyObject *self, PyObject *unused) {
     slot_t copy[MAX_SLOTS];
-    pthread_mutex_lock(&lock);
+    lock_nogil();
     memcpy(copy, slots, sizeof(copy));
     pthread_mutex_unlock(&lock);
     return slot_list(copy, 0);
@@ -514,7 +526,7 @@ static PyObject *gil_thread_slots(PyObject *self, PyObject *unused) {
 
 static PyObject *gil_drain(PyObject *self, PyObject *unused) {
     slot_t copy[MAX_SLOTS];
-    pthread_mutex_lock(&lock);
+    lock_nogil();
     record_t *taken = buf;
     size_t n = buf_len;
     buf = NULL;
@@ -537,7 +549,7 @@ static PyObject *gil_drain(PyObject *self, PyObject *unused) {
 static PyObject *gil_stats(PyObject *self, PyObject *unused) {
     /* Copied under the lock, built after it: no Python allocation (and so no GC, no finalizer that
      * might call back in) while the sampler may be waiting for the lock. */
-    pthread_mutex_lock(&lock);
+    lock_nogil();
     int64_t cpu = sampler_cpu_ns_total, live = 0;
     if (running == 1 && sampler_clock != (clockid_t)-1 && clock_ns(sampler_clock, &live) == 0) cpu += live;
     unsigned long long samples = n_samples, dropped = n_dropped, proc_reads = n_proc_reads;
