@@ -380,6 +380,8 @@ class Recorder(EngineObserver):
             ENGINE_POOL.size_key: getattr(self.engine, "workers", None),
             CUSTOM_POOL.size_key: getattr(self.engine, "custom_workers", None),
             "producer": "opprof",
+            # The GIL's switch interval (s) while recording: a what-if replay's GIL hands over at it.
+            "switch_interval": sys.getswitchinterval(),
             **self.gil.metadata(),
         }
         if metadata:

@@ -66,10 +66,23 @@ class Trace(TraceData):
         *,
         engine_threads: int | None = None,
         custom_threads: int | None = None,
+        switch_interval: float | None = None,
+        releases_gil: Mapping[str, bool] | None = None,
+        gil: bool = True,
     ) -> WhatIf:
         """Predict the run after a change: ``speedup`` maps a span name or custom-op type to a factor
-        (2: twice as fast), or other pool sizes; replays the recorded graph (:mod:`opprof.trace.analysis.whatif`)."""
-        return what_if(self, speedup, engine_threads=engine_threads, custom_threads=custom_threads)
+        (2: twice as fast), other pool sizes, another GIL switch interval (s), names that release the GIL
+        (``releases_gil={"T": True}``) or no GIL (``gil=False``); replays the recorded graph with the GIL
+        (:mod:`opprof.trace.analysis.whatif`)."""
+        return what_if(
+            self,
+            speedup,
+            engine_threads=engine_threads,
+            custom_threads=custom_threads,
+            switch_interval=switch_interval,
+            releases_gil=releases_gil,
+            gil=gil,
+        )
 
     def critical_path(self) -> CriticalPath:
         """The chain of work and waiting that set the end-to-end time, with every op's slack

@@ -6,6 +6,7 @@ what the prediction assumes and what this trace shows to matter (see
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -15,8 +16,10 @@ from ...columns import ROLE_CODE, SpanTable
 from ...data import TraceData
 from ...records import CUSTOM_POOL, ENGINE_POOL, Role
 from ...records import WAIT as WAIT_CATEGORY
+from ...threadstates import GIL_METADATA
 from ..critical import APPROXIMATE_PATH
 from .change import check_factors, check_pool, span_factors
+from .gil import DEFAULT_SWITCH_INTERVAL
 from .model import Replay
 from .predict import model_trace
 from .prepare import LATENCY_WORDS, POOL_PREFIXES, Recording, prepare
@@ -28,10 +31,23 @@ _PYTHON = ROLE_CODE[Role.PYTHON]
 _SUBOP = ROLE_CODE[Role.SUBOP]
 _DUMMY_ROLE = ROLE_CODE[Role.DUMMY_WAIT]
 
-_GIL_NOTE = (
-    "The GIL is not modelled: threads run in parallel as if every op released it, which holds for "
-    "NumPy on large arrays, sleep and I/O, or for short ops; Python that computes will run slower than predicted."
+_GIL_SAMPLED = (
+    "The GIL is modelled as one lock handed over first come, first served, and taken from a holder when another "
+    "thread has waited one switch interval ({interval}): each op's run and each stretch of Python holds it for the share "
+    "of its time its thread held the GIL in the recording (sampled), its time waiting for the GIL is left to the model."
 )
+_GIL_CPU = (
+    "The GIL is modelled as one lock handed over first come, first served, and taken from a holder when another "
+    "thread has waited one switch interval ({interval}). This trace did not sample the GIL ({why}): a custom op's Python "
+    "is taken to hold it while on a CPU (its recorded CPU time) and not while off it (which may have been a wait for the "
+    "GIL, replayed as time of its own); ops and the program's Python are taken to release it."
+)
+_GIL_LEFT_OUT = (
+    "Left out of the GIL model: the engine's own Python (pushing, handing ops over, waking threads) beyond the hand-off "
+    "latencies read off the trace, the cost of a switch, CPython's priority to a waiter just woken, and where inside a "
+    "stretch its GIL part fell (the model runs it first)."
+)
+_NO_GIL = "No GIL (a free-threaded build): every thread runs at once; the recorded waits for the GIL are left out."
 
 
 @dataclass(frozen=True, eq=False)
@@ -56,6 +72,10 @@ class WhatIf:
     recorded_engine_threads: int | None = None
     recorded_custom_threads: int | None = None
     calibration: dict[str, int] | None = None
+    switch_interval: float | None = None
+    recorded_switch_interval: float | None = None
+    releases_gil: dict[str, bool] | None = None
+    gil: bool = True
 
     @property
     def change(self) -> float:
@@ -78,6 +98,13 @@ class WhatIf:
         ):
             if n is not None and n != was:
                 parts.append(f"{n} {what} thread{'s' if n != 1 else ''} (recorded {was})")
+        si, was_si = self.switch_interval, self.recorded_switch_interval
+        if self.gil and si is not None and was_si is not None and si != was_si:
+            parts.append(f"switch interval {_num(si * 1e3)} ms (recorded {_num(was_si * 1e3)} ms)")
+        for name, releases in (self.releases_gil or {}).items():
+            parts.append(f"{name} {'releases' if releases else 'holds'} the GIL")
+        if not self.gil:
+            parts.append("no GIL")
         return ", ".join(parts) or "no change"
 
     def __str__(self) -> str:
@@ -106,12 +133,20 @@ def _fmt(ns: int) -> str:
     return f"{ns / 1e3:.0f} µs"
 
 
-def _notes(rec: Recording, trace: TraceData, dropped: int) -> list[str]:
+def _notes(rec: Recording, trace: TraceData, dropped: int, interval: float, gil: bool) -> list[str]:
     """The assumptions behind a prediction, and those this trace shows to matter (in plain words)."""
     lat, n = rec.latency, rec.samples
     words = ", ".join(f"{LATENCY_WORDS[k]} {_fmt(lat[k])} ({f'median of {n[k]}' if n[k] else 'default'})" for k in LATENCY_WORDS)
+    meta = trace.metadata.get(GIL_METADATA)
+    why = meta.get("why_not") if isinstance(meta, dict) else None
+    gil_notes = [
+        _GIL_SAMPLED.format(interval=_fmt(round(interval * 1e9)))
+        if rec.gil_sampled
+        else _GIL_CPU.format(interval=_fmt(round(interval * 1e9)), why=why or "no thread states"),
+        _GIL_LEFT_OUT,
+    ]
     notes = [
-        _GIL_NOTE,
+        *(gil_notes if gil else [_NO_GIL]),
         "Threads do not compete for CPU cores in the model: with more busy threads than cores, expect longer times.",
         "Each op lasts its recorded duration divided by its factor; a custom op's Python its own time (without its "
         "waits) divided by its factor, with its pushes and waits where they were; the program's own time between its "
@@ -123,12 +158,12 @@ def _notes(rec: Recording, trace: TraceData, dropped: int) -> list[str]:
     cpu = t.cpu[py]
     wall = (t.end - t.start)[py]
     have = cpu >= 0
-    if np.any(have) and wall[have].sum() > 0:
+    if np.any(have) and wall[have].sum() > 0 and not gil:
         share = float(cpu[have].sum() / wall[have].sum())
         if share > 0.3:
             notes.append(
-                f"The custom ops' Python was on a CPU {share:.0%} of its time: it holds the GIL then, so more of it at "
-                "once will not run as much in parallel as predicted."
+                f"The custom ops' Python was on a CPU {share:.0%} of its time: with a GIL it held it then; without one "
+                "(as asked) it runs in parallel as predicted only if that Python is thread-safe without it."
             )
     pool = POOL_PREFIXES
     programs = [p.tid for p in rec.programs if p.items and not trace.thread_name(p.tid).startswith(pool)]
@@ -202,6 +237,9 @@ def what_if(
     *,
     engine_threads: int | None = None,
     custom_threads: int | None = None,
+    switch_interval: float | None = None,
+    releases_gil: Mapping[str, bool] | None = None,
+    gil: bool = True,
 ) -> WhatIf:
     """Predict the end-to-end time of the recorded run after a change (see :mod:`opprof.trace.analysis.whatif`).
 
@@ -210,6 +248,10 @@ def what_if(
     plain op ``"_plus_scalar"``) or a custom-op type: ``"T"`` selects all of T's work, forward and
     backward (its Python, sub-ops and ``Dummy_Wait``), ``"_backward_T"`` its backward only.
     ``engine_threads`` / ``custom_threads`` set the pools' sizes (default: the recorded ones).
+    ``switch_interval`` (s, as :func:`sys.setswitchinterval`) sets the GIL's (default: the recorded
+    one, else 5 ms); ``releases_gil`` maps names (as ``speedup``'s) to True (their work runs without
+    the GIL, as NumPy on large arrays) or False (it holds the GIL all along); ``gil=False`` replays
+    on a free-threaded build (no GIL at all).
 
     The trace must carry the engine's edges (``trace.ops``): one recorded by opprof's profiler,
     kept in memory or saved as ``.opprof``. Raises ValueError for an unknown name (with the closest
@@ -231,6 +273,7 @@ def what_if(
             "(Chrome trace JSON keeps no edges, and other tools' traces have none)."
         )
     factor = span_factors(t, factors)
+    interval, rec_interval, gil_span, releases = _gil_change(trace, switch_interval, releases_gil, gil)
     if trace.metadata.get("engine") == "naive":
         if e_threads is not None or c_threads is not None:
             raise ValueError(
@@ -252,16 +295,27 @@ def what_if(
     e = e_threads if e_threads is not None else rec_e
     c = c_threads if c_threads is not None else rec_c
     rec = prepare(trace)
-    base = Replay(rec, np.ones(len(t)), rec_e, rec_c).run()
-    changed = bool(factors) or e != rec_e or c != rec_c
-    sim = Replay(rec, factor, e, c).run() if changed else base
+    rec_ns = max(1, round(rec_interval * 1e9))
+    base = Replay(rec, np.ones(len(t)), rec_e, rec_c, switch_ns=rec_ns).run()
+    changed = bool(factors) or e != rec_e or c != rec_c or interval != rec_interval or bool(releases) or not gil
+    switch_ns = max(1, round(interval * 1e9)) if gil else None
+    sim = Replay(rec, factor, e, c, switch_ns=switch_ns, gil_span=gil_span).run() if changed else base
     predicted_trace, dropped = model_trace(trace, rec, sim, e)
     predicted_trace.metadata.update(
         {ENGINE_POOL.size_key: e, CUSTOM_POOL.size_key: c},
         producer="opprof what_if",
-        what_if={"speedup": dict(factors), "engine_threads": e, "custom_threads": c, "recorded_ns": rec.end},
+        what_if={
+            "speedup": dict(factors),
+            "engine_threads": e,
+            "custom_threads": c,
+            "recorded_ns": rec.end,
+            "switch_interval": interval,
+            "releases_gil": dict(releases),
+            "gil": gil,
+        },
+        switch_interval=interval,
     )
-    notes = _notes(rec, trace, dropped)
+    notes = _notes(rec, trace, dropped, interval, gil)
     if sim.threads > rec.recorded_custom:
         notes.append(
             f"The model starts {sim.threads} custom-op threads (the recording used {rec.recorded_custom}) at no cost; "
@@ -291,4 +345,45 @@ def what_if(
         recorded_engine_threads=rec_e,
         recorded_custom_threads=rec_c,
         calibration=dict(rec.latency),
+        switch_interval=interval,
+        recorded_switch_interval=rec_interval,
+        releases_gil=releases,
+        gil=gil,
     )
+
+
+def _gil_change(
+    trace: TraceData, switch_interval: float | None, releases_gil: Mapping[str, bool] | None, gil: bool
+) -> tuple[float, float, np.ndarray | None, dict[str, bool]]:
+    """(switch interval, the recorded one, per span 1/0 forcing its work to hold/release the GIL or
+    NaN, the names asked), checked."""
+    if not isinstance(gil, bool):
+        raise TypeError(f"gil must be True or False, got {gil!r}")
+    recorded = trace.metadata.get("switch_interval")
+    ok = isinstance(recorded, (int, float)) and not isinstance(recorded, bool) and math.isfinite(recorded) and recorded > 0
+    rec_interval = float(recorded) if ok and isinstance(recorded, (int, float)) else DEFAULT_SWITCH_INTERVAL
+    interval = rec_interval
+    if switch_interval is not None:
+        if isinstance(switch_interval, bool) or not isinstance(switch_interval, (int, float, np.integer, np.floating)):
+            raise TypeError(f"switch_interval must be a number of seconds (0.005), got {switch_interval!r}")
+        interval = float(switch_interval)
+        if not math.isfinite(interval) or interval <= 0:
+            raise ValueError(
+                f"switch_interval must be a finite number of seconds > 0 (as sys.setswitchinterval), got {switch_interval!r}"
+            )
+    releases: dict[str, bool] = {}
+    for name, r in (releases_gil or {}).items():
+        if not isinstance(r, (bool, np.bool_)):
+            raise TypeError(f"releases_gil[{name!r}] must be True (runs without the GIL) or False (holds it), got {r!r}")
+        releases[name] = bool(r)
+    if not releases:
+        return interval, rec_interval, None, releases
+    t = trace.table
+    force = np.full(len(t), np.nan)
+    for name, r in releases.items():
+        try:
+            hit = span_factors(t, {name: 2.0}) != 1.0
+        except ValueError as e:
+            raise ValueError(str(e).replace("speedup name", "releases_gil name", 1)) from None
+        force[hit] = 0.0 if r else 1.0
+    return interval, rec_interval, force, releases

@@ -11,19 +11,20 @@ from collections import defaultdict, deque
 import numpy as np
 
 from ...ops import OpKind
+from .gil import Gil
 from .prepare import Recording
 
 __all__ = ["EXTERNAL", "Replay"]
 
 _CUSTOM, _DUMMY, _WAIT = int(OpKind.CUSTOM), int(OpKind.DUMMY), int(OpKind.WAIT)
-_ACT, _DONE, _RESUME, _EXT, _FREE, _TAKE, _WAKE = range(7)
+_ACT, _DONE, _RESUME, _EXT, _FREE, _TAKE, _WAKE, _GIL = range(8)
 EXTERNAL = -2  # ``Replay.by`` of a row enabled by an op from before the recording (as recorded)
 
 
 class _Actor:
     """A thread replaying its items: a program, or one custom op's Python on a pool thread."""
 
-    __slots__ = ("fam", "gaps", "idx", "items", "pos", "tail", "thread")
+    __slots__ = ("fam", "gaps", "idx", "items", "pos", "tail", "thread", "thread_index")
 
     def __init__(self, idx: int, items: list[int], gaps: list[int], tail: int, thread: int, fam: int) -> None:
         self.idx = idx  # its place in Replay.actors: events name actors by it
@@ -31,6 +32,7 @@ class _Actor:
         self.pos = 0
         self.thread = thread  # a program's recorded tid, or the number of a custom-op thread
         self.fam = fam  # the family whose Python this is; -1 for a program
+        self.thread_index = -1  # a program's place in Recording.programs
 
 
 class Replay:
@@ -40,12 +42,35 @@ class Replay:
     first happens first, so a replay is deterministic.
     """
 
-    def __init__(self, rec: Recording, span_factor: np.ndarray, engine_threads: int, custom_threads: int) -> None:
+    def __init__(
+        self,
+        rec: Recording,
+        span_factor: np.ndarray,
+        engine_threads: int,
+        custom_threads: int,
+        *,
+        switch_ns: int | None = None,
+        gil_span: np.ndarray | None = None,
+    ) -> None:
+        """``switch_ns``: the GIL's switch interval (None: no GIL, a free-threaded build);
+        ``gil_span``: per span, 1.0 / 0.0 to force its work to hold / not hold the GIL, NaN as recorded."""
         self.rec = rec
         n = len(rec.kind)
         f = span_factor.tolist()
         self.dur = [round(d / f[s]) if s >= 0 else d for d, s in zip(rec.dur, rec.span, strict=True)]
         self.py_factor = [f[fam.python] for fam in rec.families]
+        force = gil_span.tolist() if gil_span is not None else None
+        self.gil = Gil(switch_ns, self._gil_at, self._gil_done) if switch_ns is not None else None
+        # Each op's run: (ns with the GIL, ns without), its GIL waits dropped.
+        op_wait, op_share = rec.op_wait or [0] * n, rec.op_share or [0.0] * n
+        self.op_gil = [0] * n
+        for r, s in enumerate(rec.span):
+            if s < 0 or not self.dur[r]:
+                continue
+            work = max(0, round((rec.dur[r] - op_wait[r]) / f[s]))
+            share = op_share[r] if force is None or force[s] != force[s] else force[s]
+            self.dur[r], self.op_gil[r] = work, round(work * share) if self.gil is not None else 0
+        self.py_force = [float("nan") if force is None else force[fam.python] for fam in rec.families]
         lat = rec.latency
         self.l_wake, self.l_next = lat["engine_wake"], lat["engine_next"]
         self.l_cwake, self.l_cnext = lat["custom_wake"], lat["custom_next"]
@@ -97,10 +122,11 @@ class Replay:
 
     def run(self) -> Replay:
         """Replay every program from its first item until no event is left."""
-        for p in self.rec.programs:
+        for k, p in enumerate(self.rec.programs):
             a = self._actor(p.items, p.gaps, 0, p.tid, -1)
+            a.thread_index = k
             if p.items:
-                self.at(p.gaps[0], _ACT, a.idx)
+                self._gap(a, 0, p.gaps[0], 0)
         heap, families = self.heap, self.rec.families
         while heap:
             t, _, what, arg = heapq.heappop(heap)
@@ -123,6 +149,9 @@ class Replay:
                 self._wake(arg, t)
             elif what == _TAKE:
                 self._take(arg, t)
+            elif what == _GIL:
+                assert self.gil is not None
+                self.gil.slice_end(t, arg)
             else:  # _FREE: the thread of a returned Python pushes its Dummy_Wait and is free
                 th = self.py_thread[arg]
                 self._push(families[arg].dummy, t, -1 - th)
@@ -162,9 +191,38 @@ class Replay:
             gap = a.tail
         else:
             return  # a program's last item is done
+        self._gap(a, a.pos, gap, t)
+
+    def _gap(self, a: _Actor, k: int, gap: int, t: int) -> None:
+        """The actor's own time before its item ``k`` (its tail at ``len(items)``), the GIL's part taken
+        when the GIL is free, then ``_ACT``."""
         if a.fam >= 0:
-            gap = round(gap / self.py_factor[a.fam])
-        self.at(t + gap, _ACT, a.idx)
+            fam = self.rec.families[a.fam]
+            waits, shares = fam.gap_wait, fam.gap_share
+            factor, force = self.py_factor[a.fam], self.py_force[a.fam]
+        else:
+            waits, shares = self.rec.programs[a.thread_index].gap_wait, self.rec.programs[a.thread_index].gap_share
+            factor, force = 1.0, float("nan")
+        if waits is None or shares is None:  # a recording read without the GIL's part
+            self.at(t + round(gap / factor), _ACT, a.idx)
+            return
+        work = round(max(0, gap - waits[k]) / factor)
+        share = shares[k] if force != force else force
+        held = round(work * share) if self.gil is not None else 0
+        self._work(t, held, work - held, _ACT, a.idx)
+
+    def _work(self, t: int, held: int, free: int, ev: int, arg: int) -> None:
+        """``held`` ns with the GIL, then ``free`` ns without, then event ``ev`` about ``arg``."""
+        if held <= 0 or self.gil is None:
+            self.at(t + held + free, ev, arg)
+        else:
+            self.gil.request(t, held, free, ev, arg)
+
+    def _gil_at(self, t: int, gen: int) -> None:
+        self.at(t, _GIL, gen)
+
+    def _gil_done(self, t: int, free: int, ev: int, arg: int) -> None:
+        self.at(t + free, ev, arg)
 
     def _wait(self, a: _Actor, r: int, t: int, tid: int) -> None:
         """A wait: like the engine's token, a read of the var queued behind its pending writes."""
@@ -318,7 +376,11 @@ class Replay:
         """``r`` runs on worker ``w`` from ``t`` (a custom op's engine op ends as it starts)."""
         self.start[r], self.worker[r] = t, w
         custom = self.rec.kind[r] == _CUSTOM and self.rec.family_of[r] >= 0
-        self.at(t if custom else t + self.dur[r], _DONE, r)
+        if custom:
+            self.at(t, _DONE, r)
+        else:
+            held = self.op_gil[r]
+            self._work(t, held, self.dur[r] - held, _DONE, r)
 
     def _done(self, r: int, t: int) -> None:
         """``r`` ends on its worker, which then runs the first op that made ready, else the FIFO's head."""
@@ -376,5 +438,4 @@ class Replay:
         fam = self.rec.families[f]
         self.py_thread[f], self.py_start[f] = th, t
         a = self._actor(fam.items, fam.gaps, fam.tail, th, f)
-        gap = fam.gaps[0] if fam.items else fam.tail
-        self.at(t + round(gap / self.py_factor[f]), _ACT, a.idx)
+        self._gap(a, 0, fam.gaps[0] if fam.items else fam.tail, t)

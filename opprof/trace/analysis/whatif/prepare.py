@@ -16,6 +16,7 @@ from ...columns import ROLE_CODE, SpanTable
 from ...data import TraceData
 from ...ops import OpKind, OpTable
 from ...records import CUSTOM_POOL, ENGINE_POOL, Role
+from .gil import gil_shares
 
 __all__ = ["LATENCY_WORDS", "POOL_PREFIXES", "Recording", "extent", "prepare"]
 
@@ -60,6 +61,8 @@ class _Family:
     gaps: list[int]  # the Python's own time before each item (ns, as recorded)
     tail: int  # ... and after the last
     dummy_delay: int  # from the Python's return to the push of Dummy_Wait
+    gap_wait: list[int] | None = None  # of each gap (then the tail): ns it waited for the GIL
+    gap_share: list[float] | None = None  # ... and the share of the rest that held it (see .gil)
 
 
 @dataclass(eq=False)
@@ -69,6 +72,8 @@ class _Program:
     tid: int
     items: list[int]
     gaps: list[int]  # before each item; the first is from the trace's origin
+    gap_wait: list[int] | None = None  # of each gap: ns it waited for the GIL
+    gap_share: list[float] | None = None  # ... and the share of the rest that held it (see .gil)
 
 
 @dataclass(eq=False)
@@ -92,6 +97,9 @@ class Recording:
     latency: dict[str, int]
     samples: dict[str, int]
     recorded_custom: int  # custom-op threads the recording used
+    op_wait: list[int] | None = None  # each op's run: ns it waited for the GIL (see .gil)
+    op_share: list[float] | None = None  # ... and the share of the rest that held it
+    gil_sampled: bool = False  # the shares come from thread states (else from CPU time, or none)
 
 
 def _median(xs: list[int], key: str, latency: dict[str, int], samples: dict[str, int]) -> None:
@@ -181,12 +189,17 @@ def prepare(trace: TraceData) -> Recording:
         """When an item lets its thread go on: a push at once, a wait when it ended."""
         return ready_l[r] if kind_l[r] == _WAIT and ready_l[r] >= push_l[r] else push_l[r]
 
-    def gaps_of(items: list[int], origin: int) -> list[int]:
+    pieces: list[tuple[int, int, int, float]] = []  # (tid, start, end, CPU share): every gap, for the GIL
+
+    def gaps_of(items: list[int], origin: int, tid: int, cpu_share: float, tail_end: int | None = None) -> list[int]:
         """The thread's own time before each item: what stays (or scales) when the rest changes."""
         out, last = [], origin
         for r in items:
             out.append(max(0, push_l[r] - last))
+            pieces.append((tid, last, max(last, push_l[r]), cpu_share))
             last = max(last, item_end(r))
+        if tail_end is not None:
+            pieces.append((tid, last, max(last, tail_end), cpu_share))
         return out
 
     families: list[_Family] = []
@@ -196,10 +209,37 @@ def prepare(trace: TraceData) -> Recording:
         y0, y1 = int(t.start[y]) - t0, int(t.end[y]) - t0
         items = fam_items[f]
         last = max([y0] + [item_end(r) for r in items])
-        families.append(_Family(c, dr, y, items, gaps_of(items, y0), max(0, y1 - last), max(0, push_l[dr] - y1)))
+        y_cpu = int(t.cpu[y])
+        share = y_cpu / (y1 - y0) if y_cpu >= 0 and y1 > y0 else -1.0
+        gaps = gaps_of(items, y0, int(t.tid[y]), share, y1)
+        families.append(_Family(c, dr, y, items, gaps, max(0, y1 - last), max(0, push_l[dr] - y1)))
         family_of[c] = f
         custom_of[dr] = c
-    programs = [_Program(tid, items, gaps_of(items, 0)) for tid, items in sorted(prog_items.items())]
+    programs = [_Program(tid, items, gaps_of(items, 0, tid, -1.0)) for tid, items in sorted(prog_items.items())]
+    # The GIL's part in every piece: the gaps (families' then programs', in order), then the ops' runs.
+    is_run = s_ok & (kind != _CUSTOM) & (kind != _WAIT)
+    run_rows = np.flatnonzero(is_run)
+    run_cpu = t.cpu[span[run_rows]] if len(t) else np.zeros(0, dtype=_I64)
+    run_dur = np.maximum(dur[run_rows], 1)
+    p_arr = np.array([p[:3] for p in pieces], dtype=_I64).reshape(-1, 3)
+    all_tid = np.concatenate([p_arr[:, 0], s_tid[run_rows]])
+    all_a = np.concatenate([p_arr[:, 1], s_start[run_rows]]) + t0
+    all_b = np.concatenate([p_arr[:, 2], s_end[run_rows]]) + t0
+    p_cpu = np.array([p[3] for p in pieces], dtype=np.float64)
+    all_cpu = np.concatenate([p_cpu, np.where(run_cpu >= 0, run_cpu / run_dur, -1.0)])
+    g_wait, g_share = gil_shares(trace, all_tid, all_a, all_b, all_cpu)
+    k = 0
+    for fam in families:
+        m = len(fam.items) + 1
+        fam.gap_wait, fam.gap_share = g_wait[k : k + m].tolist(), g_share[k : k + m].tolist()
+        k += m
+    for prog in programs:
+        m = len(prog.items)
+        prog.gap_wait, prog.gap_share = g_wait[k : k + m].tolist(), g_share[k : k + m].tolist()
+        k += m
+    op_wait = np.zeros(n, dtype=_I64)
+    op_share = np.zeros(n, dtype=np.float64)
+    op_wait[run_rows], op_share[run_rows] = g_wait[k:], g_share[k:]
 
     latency, samples = _calibrate(o, kind, push, ready, s_start, s_end, s_tid, fam_rows, t, t0, pusher)
 
@@ -240,6 +280,9 @@ def prepare(trace: TraceData) -> Recording:
         latency=latency,
         samples=samples,
         recorded_custom=n_custom,
+        op_wait=op_wait.tolist(),
+        op_share=op_share.tolist(),
+        gil_sampled=trace.thread_states is not None and len(trace.thread_states) > 0,
     )
 
 
