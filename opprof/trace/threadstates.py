@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["GIL_METADATA", "PoolCondition", "ThreadState", "ThreadStates"]
+__all__ = ["GIL_METADATA", "STATE_LABELS", "PoolCondition", "ThreadState", "ThreadStates"]
 
 #: Metadata key: ``{"period_ns": …, "source": …}`` where the GIL was sampled, ``{"why_not": …}`` where not.
 GIL_METADATA = "gil"
@@ -37,6 +37,16 @@ class ThreadState(enum.IntEnum):
 
 #: Every state, in column order of :meth:`ThreadStates.overlap`.
 STATES = tuple(ThreadState)
+
+#: Each state in words: the timeline's legend and hover, and the slice names of the ``gil`` tracks in
+#: Chrome JSON (opprof reads its own files back by these names).
+STATE_LABELS = {
+    ThreadState.HELD: "holds the GIL",
+    ThreadState.WAIT: "waits for the GIL",
+    ThreadState.BLOCKED: "blocked",
+    ThreadState.RUNNING: "runs without the GIL",
+    ThreadState.RUNNABLE: "waits for a CPU",
+}
 
 
 @dataclass(eq=False)

@@ -281,6 +281,19 @@ def test_chrome_export_loads_in_perfetto_without_errors(exported, perfetto_url, 
     flows = _query(page, "select count(*) as n from flow")[0]["n"]
     assert flows == len(trace.flows) + hops, f"Perfetto has {flows} flows, the trace {len(trace.flows)} + {hops}; {context}"
 
+    # The GIL's thread states: a track of their own per sampled thread, every run a slice on it.
+    gil_runs = [e for e in events if e["ph"] == "b" and e.get("cat") == "gil"]
+    assert trace.thread_states is not None and len(gil_runs) == len(trace.thread_states) > 0
+    gil = _query(page, "select count(*) as n, count(distinct track_id) as tracks from slice where category = 'gil'")[0]
+    sampled = len(set(trace.thread_states.tid.tolist()))
+    assert gil == {"n": len(gil_runs), "tracks": sampled}, (
+        f"GIL slices in Perfetto: {gil}, the file: {len(gil_runs)} on {sampled} threads; {context}"
+    )
+    with_holder = "select count(*) as n from slice join args using (arg_set_id) where args.key = 'args.holder_thread'"
+    holders = _query(page, with_holder)[0]["n"]
+    waits = sum(1 for e in gil_runs if "holder" in (e.get("args") or {}))
+    assert holders == waits, f"{holders} of {waits} GIL waits name their holder in Perfetto; {context}"
+
     perfetto_threads = {r["name"] for r in _query(page, "select name from thread")}
     assert thread_names <= perfetto_threads, (
         f"thread names missing in Perfetto: {sorted(thread_names - perfetto_threads)}; Perfetto has {perfetto_threads}"

@@ -1,9 +1,10 @@
 """The columnar trace: lossless against the Span objects it replaced, and its files.
 
 Random traces (hypothesis) hold everything a trace may hold: plain spans, custom-op families with
-known and unknown roles, parents with stored splits (whole ns, or µs that are not), errors and
-imported args. Properties: columns -> spans -> columns is the identity; ``.opprof`` and Chrome JSON
-files read back the same trace (Chrome's fast reader and its careful one alike); and stats,
+known and unknown roles, parents with stored splits (whole ns, or µs that are not), errors,
+imported args and the GIL's thread states (or none). Properties: columns -> spans -> columns is the
+identity; ``.opprof`` and Chrome JSON files read back the same trace, thread states included
+(Chrome's fast reader and its careful one alike); and stats,
 ``custom_ops()`` and ``validate()`` on the columns equal the object-model implementations they
 replaced, kept here as plain loops over :class:`Span` objects (the oracle).
 """
@@ -38,6 +39,7 @@ from opprof.trace import (
 )
 from opprof.trace.analysis.split import stored_split
 from opprof.trace.formats import chrome_fast, native
+from opprof.trace.threadstates import ThreadState, ThreadStates
 
 pytestmark = pytest.mark.timeout(120)
 THREADS = [ThreadInfo(1, "MainThread"), ThreadInfo(2, "opprof-engine-0"), ThreadInfo(3, "opprof-custom-0", 1)]
@@ -96,7 +98,7 @@ def traces(draw: st.DrawFn, max_spans: int = 30) -> Trace:
         Flow(k + 1, draw(st.sampled_from(["MyOp::_plus", "x"])), "push", draw(st.sampled_from([1, 3])), a, 2, a + d)
         for k, (a, d) in enumerate(draw(st.lists(st.tuples(st.integers(0, 400), st.integers(0, 50)), max_size=4)))
     ]
-    return Trace(
+    trace = Trace(
         threads=list(THREADS),
         spans=spans,
         flows=flows,
@@ -104,6 +106,29 @@ def traces(draw: st.DrawFn, max_spans: int = 30) -> Trace:
         counters=[CounterSample("memory", 9, {"value": 2.5})] if draw(st.booleans()) else [],
         metadata={"producer": "test", "n": n},
     )
+    trace.thread_states = draw(thread_states())
+    return trace
+
+
+@st.composite
+def thread_states(draw: st.DrawFn) -> ThreadStates | None:
+    """None (no GIL evidence), or runs on some of the threads: back to back or with gaps, of any
+    state, a wait's holder another thread or unknown (-1)."""
+    if draw(st.booleans()):
+        return None
+    rows = []
+    for tid in draw(st.lists(st.sampled_from([th.tid for th in THREADS]), unique=True, max_size=3)):
+        t = draw(st.integers(-50, 300))
+        for _ in range(draw(st.integers(0, 6))):
+            t += draw(st.sampled_from([0, 0, 3]))  # mostly back to back, as the sampler makes them
+            state = draw(st.sampled_from(list(ThreadState)))
+            others = [-1, *(th.tid for th in THREADS if th.tid != tid)]
+            holder = draw(st.sampled_from(others)) if state == ThreadState.WAIT else -1
+            d = draw(st.integers(0, 80))
+            rows.append((tid, int(state), t, t + d, holder))
+            t += d
+    cols = [np.array(c, dtype=np.int64) for c in zip(*rows, strict=True)] if rows else [np.zeros(0, dtype=np.int64)] * 5
+    return ThreadStates(*cols, period_ns=draw(st.sampled_from([0, 200_000, 1_000_000])))
 
 
 @st.composite
@@ -161,6 +186,16 @@ def _same(a: Trace, b: Trace, *, ordered: bool = True) -> None:
     assert b.instants == a.instants and b.counters == a.counters
     assert b.metadata == a.metadata
     assert b.processes == a.processes
+    _same_states(a, b)
+
+
+def _same_states(a: Trace, b: Trace) -> None:
+    sa, sb = a.thread_states, b.thread_states
+    assert (sa is None) == (sb is None)
+    if sa is not None and sb is not None:
+        assert sb.period_ns == sa.period_ns
+        for col in ("tid", "state", "start", "end", "holder"):
+            assert getattr(sb, col).tolist() == getattr(sa, col).tolist(), col
 
 
 @pytest.mark.e2e  # 100 files, ~2-4 s
@@ -202,7 +237,9 @@ def _chrome_safe(t: Trace) -> Trace:
     # A process's name that only says what it is called without one is not read back.
     unnamed = Trace(metadata=t.metadata)
     processes = {p: n for p, n in t.processes.items() if n != unnamed.process_name(p)}
-    return Trace(t.threads, spans, t.instants, t.counters, t.flows, t.metadata, processes=processes)
+    out = Trace(t.threads, spans, t.instants, t.counters, t.flows, t.metadata, processes=processes)
+    out.thread_states = t.thread_states
+    return out
 
 
 def _both_readers(tmp_path: Path, t: Trace, monkeypatch: pytest.MonkeyPatch) -> tuple[Trace, Trace]:
@@ -231,6 +268,7 @@ def test_chrome_files_round_trip_through_the_fast_and_the_careful_reader(
     _same(t, fast, ordered=False)
     assert careful.spans == fast.spans  # the same trace, in the same order
     assert careful.flows == fast.flows and careful.threads == fast.threads
+    _same_states(t, careful)  # the thread states too, through either reader
 
 
 @pytest.mark.e2e  # 100 files, ~2 s

@@ -245,9 +245,9 @@ def test_edges_survive_the_native_format_and_chrome_keeps_the_causes(tmp_path: A
     }
     chrome = from_chrome(obj)
     # Chrome JSON holds no edges: the arrows and causes derived from them are not read back.
-    # Nor does it hold the GIL's thread states (yet): they stay in .opprof files.
+    # It holds the GIL's thread states (a gil track per thread), as .opprof files do.
     assert back.thread_states is not None or trace.thread_states is None
-    trace.thread_states = None
+    assert (chrome.thread_states is None) == (trace.thread_states is None)
     assert chrome.ops is None and chrome.n_flows == trace.n_flows and chrome == trace
     assert set(chrome.custom_ops()[0].waiting_by_cause) == {"custom_pool", "unattributed"}
     cp = chrome.critical_path()

@@ -12,16 +12,21 @@ nanoseconds survive):
 * flow events (``s``/``f``) from the push inside a custom op's Python to the sub-op's slice;
 * for a profile with engine edges, what they tell a reader in Perfetto: each parent's waiting by
   cause in the ``args`` of its closing ``e`` event (Perfetto shows them on the slice), and the
-  critical path as flow arrows of category ``critical_path`` where it moves between threads.
+  critical path as flow arrows of category ``critical_path`` where it moves between threads;
+* where the GIL was sampled, the thread states (:mod:`..threadstates`): per thread one async track
+  of category ``gil`` (``id2.local`` = the thread's tid, so each thread's track is its own in its
+  process), a ``b``/``e`` slice per run named by its state (:data:`~..threadstates.STATE_LABELS`),
+  a wait's ``args`` naming the thread that held the GIL (``holder``, ``holder_thread``).
 
 Every event carries the pid of its thread's process (:attr:`~.records.ThreadInfo.pid`; counters,
 which have no thread, pid 0), so Perfetto groups a trace of several processes by process. A trace
 of one process writes pid 0 throughout, as files always had.
 
-``load`` reads such a file back losslessly but for the engine's edges (:mod:`.ops`), which Chrome
-JSON has no place for, and what is derived from them (the causes, the path's arrows: dropped, made
-again from the trace). ``otherData.opprof`` carries what Chrome has no field for. Every other
-Chrome trace (MXNet, PyTorch, VizTracer, Chrome itself) goes to :mod:`.importer`.
+``load`` reads such a file back losslessly (the thread states too: ``otherData.opprof`` says their
+sampling period) but for the engine's edges (:mod:`.ops`), which Chrome JSON has no place for, and
+what is derived from them (the causes, the path's arrows: dropped, made again from the trace).
+``otherData.opprof`` carries what Chrome has no field for. Every other Chrome trace (MXNet,
+PyTorch, VizTracer, Chrome itself) goes to :mod:`.importer`.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from ..analysis.causes import has_edges
 from ..columns import ROLE_CODE, FlowTable, SpanTable
 from ..data import TraceData
 from ..records import CUSTOM_OP, CounterSample, Instant, Role, ThreadInfo
+from ..threadstates import STATE_LABELS, ThreadStates
 from . import chrome_fast
 from .importer import NS_LIMIT, SourceThread, import_chrome
 from .jsonio import TraceFormatError, dumps, loads, no_gc, open_maybe_gzip, parse_json, read_trace_file
@@ -83,12 +89,26 @@ def _origin(trace: TraceData) -> int:
     firsts = [int(t.start.min()) if len(t) else 0]
     if len(f):
         firsts.append(int(f.src_ts.min()))
+    states = trace.thread_states
+    if states is not None and len(states):  # the sampler starts with the profile, before its first span
+        firsts.append(int(states.start.min()))
     return min([*firsts, *(i.ts for i in trace.instants), *(c.ts for c in trace.counters)])
 
 
 def _other_data(trace: TraceData, t0: int) -> dict[str, Any]:
     # Flows are not repeated here: their s/f events hold every field (files before 2026-11-30 did).
-    return {"opprof": {"t0_ns": t0, "metadata": trace.metadata}}
+    ours: dict[str, Any] = {"t0_ns": t0, "metadata": trace.metadata}
+    if trace.thread_states is not None:  # the runs are events (category GIL); this says there are states at all
+        ours[STATES_KEY] = {"period_ns": trace.thread_states.period_ns}
+    return {"opprof": ours}
+
+
+#: The async tracks of the thread states (one per thread), and the key in ``otherData.opprof``
+#: that says the trace has them (``{"period_ns": …}``).
+GIL = chrome_fast.GIL
+STATES_KEY = "thread_states"
+#: A ``gil`` slice's name -> its state (what :func:`_state_chunks` writes).
+STATE_OF_LABEL = {label: int(s) for s, label in STATE_LABELS.items()}
 
 
 class _Columns:
@@ -122,6 +142,7 @@ def _event_chunks(trace: TraceData, t0: int) -> Iterator[list[dict[str, Any]]]:
     yield from _slice_chunks(trace, c, t0)
     yield from _track_chunks(c, t0, _why_args(trace))
     yield from _flow_chunks(trace, t0)
+    yield from _state_chunks(trace, t0)
     yield _path_flows(trace, t0)
     yield _point_events(trace, t0)
 
@@ -307,6 +328,52 @@ def _flow_chunks(trace: TraceData, t0: int) -> Iterator[list[dict[str, Any]]]:
     yield events
 
 
+def _state_chunks(trace: TraceData, t0: int) -> Iterator[list[dict[str, Any]]]:
+    """The thread states: a ``b``/``e`` pair per run on its thread's ``gil`` track (runs of a thread
+    never overlap, so the track's slices never cross); a run with a holder names it in its args."""
+    ts = trace.thread_states
+    if ts is None or not len(ts):
+        return
+    names = trace.thread_names()
+    labels = {int(s): label for s, label in STATE_LABELS.items()}
+    state_names = [labels.get(k, str(k)) for k in ts.state.tolist()]
+    cols = (
+        ts.tid.tolist(),
+        trace.pids_of(ts.tid).tolist(),
+        state_names,
+        ((ts.start - t0) / 1e3).tolist(),
+        ((ts.end - t0) / 1e3).tolist(),
+        ts.holder.tolist(),
+    )
+    events: list[dict[str, Any]] = []
+    append = events.append
+    for tid, pid, name, a, b, holder in zip(*cols, strict=True):
+        track = {"local": tid}
+        begin = {"name": name, "cat": GIL, "id2": track, "pid": pid, "tid": tid, "ph": "b", "ts": a}
+        if holder >= 0:
+            begin["args"] = {"holder": holder, "holder_thread": names.get(holder, f"thread {holder}")}
+        append(begin)
+        append({"name": name, "cat": GIL, "id2": track, "pid": pid, "tid": tid, "ph": "e", "ts": b})
+        if len(events) >= CHUNK:
+            yield events
+            events = []
+            append = events.append
+    yield events
+
+
+def _states_of(ours: Any, runs: tuple[np.ndarray, ...] | None) -> ThreadStates | None:
+    """The thread states read back: the runs (tid, state, start, end, holder) where the file says it
+    has states (``otherData.opprof``'s :data:`STATES_KEY`), else None."""
+    meta = ours.get(STATES_KEY) if isinstance(ours, dict) else None
+    if not isinstance(meta, dict):
+        return None
+    period = int(meta.get("period_ns", 0))
+    if runs is None or not len(runs[0]):
+        return ThreadStates.empty(period)
+    tid, state, start, end, holder = runs
+    return ThreadStates(tid, state, start, end, holder, period)
+
+
 def _point_events(trace: TraceData, t0: int) -> list[dict[str, Any]]:
     """Instants and counter samples."""
     events: list[dict[str, Any]] = []
@@ -403,7 +470,7 @@ def _load_chunked(raw: bytes, path: str) -> TraceData | None:
                 except (TraceFormatError, ValueError, KeyError, TypeError, AttributeError, OverflowError):
                     raise chrome_fast.NotFast from None  # the careful reader names the event
 
-            spans, flows = chrome_fast.read_lines((line for _, line in lines()), reader.t0, point)
+            spans, flows, reader.run_columns = chrome_fast.read_lines((line for _, line in lines()), reader.t0, point)
             return reader.assemble(spans, flows, ours)
         except chrome_fast.NotFast:
             pass  # the careful reader below reads it, and names what is wrong if anything is
@@ -548,6 +615,11 @@ class _OwnEventReader:
         self.open_b: dict[tuple[int, Any], list[dict[str, Any]]] = {}
         self.flows: list[tuple[Any, str, str, int, int, int, int]] = []
         self.open_flows: dict[Any, list[dict[str, Any]]] = {}  # ``s`` events waiting for their ``f``
+        # thread states: open ``b`` events of the ``gil`` tracks per tid, and the runs they closed
+        self.open_states: dict[int, list[dict[str, Any]]] = {}
+        self.runs: list[tuple[int, int, int, int, int]] = []  # (tid, state, start, end, holder)
+        #: the fast reader's runs as columns (tid, state, start, end, holder), when it read the file
+        self.run_columns: tuple[np.ndarray, ...] | None = None
 
     def span(self, name: str, cat: str, tid: int, start: int, end: int, args: dict[str, Any] | None) -> None:
         self.names.append(name)
@@ -591,6 +663,20 @@ class _OwnEventReader:
                 if args.get("role") == Role.PARENT:
                     start, end = _ns(b.get("ts"), t0, i), _ns(ev.get("ts"), t0, i)
                     self.parents[args["invocation"]] = (str(b.get("name", "")), tid, start, end, dict(args))
+        elif ph == "b" and ev.get("cat") == GIL:
+            self.open_states.setdefault(tid, []).append(ev)
+        elif ph == "e" and ev.get("cat") == GIL:
+            stack = self.open_states.get(tid)
+            if stack:
+                b = stack.pop()
+                name = b.get("name")
+                if name not in STATE_OF_LABEL:
+                    raise TraceFormatError(f"event {i}: unknown thread state {name!r} on a {GIL!r} track")
+                holder = (b.get("args") or {}).get("holder", -1)
+                if type(holder) is not int:
+                    raise TraceFormatError(f"event {i}: the GIL's holder {holder!r} is not a thread id")
+                run = (tid, STATE_OF_LABEL[name], _ns(b.get("ts"), t0, i), _ns(ev.get("ts"), t0, i), holder)
+                self.runs.append(run)
         elif ph == "s":
             self.open_flows.setdefault(ev.get("id"), []).append(ev)
         elif ph == "f":
@@ -633,6 +719,10 @@ class _OwnEventReader:
         # A name the writer gave a process only for want of one (pid 0's "opprof", "process 3") is
         # not kept: a trace of one process reads back with no process names, as it was written.
         trace.processes = {p: n for p, n in sorted(self.process_names.items()) if n != trace.process_name(p)}
+        runs = self.run_columns
+        if runs is None and self.runs:
+            runs = tuple(np.array(c, dtype=np.int64) for c in zip(*self.runs, strict=True))
+        trace.thread_states = _states_of(ours, runs)
         return trace
 
 

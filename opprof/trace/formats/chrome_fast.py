@@ -3,7 +3,8 @@
 :func:`.chrome.save` writes one chunk of events per line. Here each line is decoded by msgspec
 into small typed structs (no dict per event: about twice as fast as orjson on these files) and
 every step after that works on whole lines at once: the slices' columns through ``map`` and
-NumPy, the custom-op tracks and flow arrows matched as brackets with array operations.
+NumPy, the custom-op tracks, the thread states' ``gil`` tracks and flow arrows matched as brackets
+with array operations.
 
 Anything this path does not expect (a field of the wrong type, a negative duration, a track
 that closes more than it opened, a phase it does not read) raises :class:`NotFast`, and the
@@ -23,6 +24,7 @@ import numpy as np
 
 from ..columns import FlowTable, SpanTable, StringTable
 from ..records import CUSTOM_OP, Role
+from ..threadstates import STATE_LABELS
 
 __all__ = ["NotFast", "read_lines"]
 
@@ -85,10 +87,27 @@ class _Gathered:
         self.flow_cat: list[Any] = []
         self.flow_tid: list[Any] = []
         self.flow_ts: list[np.ndarray] = []
+        # b/e events of the thread states' gil tracks: is it a b, its tid, its state (a b's), time, holder
+        self.state_open: list[np.ndarray] = []
+        self.state_tid: list[Any] = []
+        self.state_code: list[int] = []
+        self.state_ts: list[np.ndarray] = []
+        self.state_holder: list[Any] = []
 
 
-def read_lines(lines: Iterator[bytes], t0: int, point: Callable[[dict[str, Any]], None]) -> tuple[SpanTable, FlowTable]:
-    """The spans and flows of the lines ``save`` wrote (each a chunk of events without brackets).
+#: The category of the thread states' tracks (:data:`.chrome.GIL`), and each state by its slice name.
+GIL = "gil"
+_STATE_OF_LABEL = {label: int(s) for s, label in STATE_LABELS.items()}
+
+#: Thread-state runs as columns: (tid, state, start, end, holder).
+Runs = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def read_lines(
+    lines: Iterator[bytes], t0: int, point: Callable[[dict[str, Any]], None]
+) -> tuple[SpanTable, FlowTable, Runs | None]:
+    """The spans, flows and thread-state runs (None: no ``gil`` track) of the lines ``save`` wrote
+    (each a chunk of events without brackets).
 
     The few other events (thread names, instants, counters) go to ``point`` as dicts: the careful
     reader's own handling, so both readers give them one meaning.
@@ -104,7 +123,7 @@ def read_lines(lines: Iterator[bytes], t0: int, point: Callable[[dict[str, Any]]
     parents = _parents(g, t0)
     tables = g.tables + ([parents] if parents is not None else [])
     spans = SpanTable.concat(tables) if tables else SpanTable.empty()
-    return spans.sorted_by_start(), _flows(g, t0)
+    return spans.sorted_by_start(), _flows(g, t0), _runs(g, t0)
 
 
 #: Phase -> a small code, so that each line is split by phase with integer comparisons.
@@ -137,6 +156,12 @@ def _line(g: _Gathered, evs: list[_Ev], t0: int, point: Callable[[dict[str, Any]
             raise NotFast from None
     is_be = (ph == 1) | (ph == 2)
     if is_be.any():
+        is_gil = np.zeros(len(evs), dtype=bool)
+        is_gil[is_be] = np.fromiter((ev.cat == GIL for ev in compress(evs, is_be.tolist())), dtype=bool, count=int(is_be.sum()))
+        if is_gil.any():
+            _states(g, list(compress(evs, is_gil.tolist())), ph[is_gil] == 1)
+            is_be &= ~is_gil
+    if is_be.any():
         evs_be = list(compress(evs, is_be.tolist()))
         if set(map(attrgetter("cat"), evs_be)) != {CUSTOM_OP}:
             raise NotFast  # another tool's async events: the careful reader skips them as it should
@@ -160,6 +185,39 @@ def _line(g: _Gathered, evs: list[_Ev], t0: int, point: Callable[[dict[str, Any]
         g.flow_ts.append(_numbers(list(map(attrgetter("ts"), evs_sf))))
     for ev in compress(evs, (ph == _OTHER_PH).tolist()):
         point({"ph": ev.ph, "name": ev.name, "cat": ev.cat, "pid": ev.pid, "tid": ev.tid, "ts": ev.ts, "args": ev.args})
+
+
+def _states(g: _Gathered, evs: list[_Ev], opens: np.ndarray) -> None:
+    """Gather the ``b``/``e`` events of ``gil`` tracks (a ``b`` names its state, and its holder if any)."""
+    g.state_open.append(opens)
+    g.state_tid.extend(map(attrgetter("tid"), evs))
+    g.state_ts.append(_numbers(list(map(attrgetter("ts"), evs))))
+    for ev, b in zip(evs, opens.tolist(), strict=True):
+        if not b:
+            g.state_code.append(0)
+            g.state_holder.append(-1)
+            continue
+        code = _STATE_OF_LABEL.get(ev.name) if type(ev.name) is str else None
+        args = ev.args
+        if code is None or not (args is None or type(args) is dict):
+            raise NotFast  # the careful reader names it
+        g.state_code.append(code)
+        g.state_holder.append(-1 if args is None else args.get("holder", -1))
+
+
+def _runs(g: _Gathered, t0: int) -> Runs | None:
+    """A run per ``b`` and the ``e`` that closes it on its thread's ``gil`` track."""
+    if not g.state_tid:
+        return None
+    if set(map(type, g.state_tid)) - {int} or set(map(type, g.state_holder)) - {int}:
+        raise NotFast
+    opens = np.concatenate(g.state_open)
+    tid = np.array(g.state_tid, dtype=np.int64)
+    ts = _ns(t0, np.concatenate(g.state_ts))
+    b, e = _brackets(tid, opens)
+    code = np.array(g.state_code, dtype=np.int8)
+    holder = np.array(g.state_holder, dtype=np.int64)
+    return tid[b], code[b], ts[b], ts[e], holder[b]
 
 
 def _keys(values: list[Any]) -> np.ndarray:
