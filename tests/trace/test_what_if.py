@@ -318,7 +318,9 @@ def test_predicted_trace_is_a_profile(training_trace: Trace) -> None:
 
 def test_selections_scale_what_they_name(training_trace: Trace) -> None:
     t = training_trace.table
-    w = what_if(training_trace, {"_backward_WhatIfSleep": 2.0})
+    # Without the GIL (gil=False): its model re-times each Python's waits for it, and this test is
+    # about what a selection scales, to the µs.
+    w = what_if(training_trace, {"_backward_WhatIfSleep": 2.0}, gil=False)
     p = w.trace.table
 
     def python_durations(table: Any, backward: bool) -> list[int]:
@@ -331,14 +333,14 @@ def test_selections_scale_what_they_name(training_trace: Trace) -> None:
     for got, rec in zip(python_durations(p, True), python_durations(t, True), strict=True):
         assert abs(got - rec / 2) <= 1_000
     # A type selects its whole family; an exact name beats it where both apply.
-    whole = what_if(training_trace, {"WhatIfSleep": 2.0})
+    whole = what_if(training_trace, {"WhatIfSleep": 2.0}, gil=False)
     sub = "WhatIfSleep::_plus_scalar"
     rec_sub = sorted((t.end - t.start)[t.strs(t.name) == sub].tolist())
     q = whole.trace.table
     got_sub = sorted((q.end - q.start)[q.strs(q.name) == sub].tolist())
     assert got_sub == [round(d / 2) for d in rec_sub]
-    only_python = what_if(training_trace, {"WhatIfSleep::pure_python": 2.0})
-    both = what_if(training_trace, {"WhatIfSleep": 1.0, "WhatIfSleep::pure_python": 2.0})
+    only_python = what_if(training_trace, {"WhatIfSleep::pure_python": 2.0}, gil=False)
+    both = what_if(training_trace, {"WhatIfSleep": 1.0, "WhatIfSleep::pure_python": 2.0}, gil=False)
     assert both.predicted_ns == only_python.predicted_ns
     assert whole.predicted_ns < w.predicted_ns < w.baseline_ns
 

@@ -35,99 +35,151 @@ _K = {s: k for k, s in enumerate(STATES)}
 
 
 def gil_shares(
-    trace: TraceData, tid: np.ndarray, start: np.ndarray, end: np.ndarray, cpu_share: np.ndarray
+    trace: TraceData,
+    tid: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    cpu_share: np.ndarray,
+    python: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """For each piece ``[start, end)`` on thread ``tid`` (absolute ns): the ns it waited for the GIL
     (dropped from its work) and the share of the rest that held the GIL.
 
-    ``cpu_share`` is the fallback where the GIL was not sampled (-1: none known, taken as 0).
+    ``cpu_share`` is the piece's share of time on a CPU where known (a custom op's Python; -1 where
+    not). Where the GIL was sampled, a piece with a CPU share holds the GIL for its CPU time (less
+    what the states say ran without it) and waited for it for the part of its off-CPU time the
+    states call a wait: the CPU clock is exact, the states are samples. A piece without one splits
+    by the states alone. Where the GIL was not sampled, the CPU share holds it (else nothing);
+    in a trace that sampled it, a ``python`` piece outside the sampled time (a program's own
+    time before the sampler's first sample) is taken to hold it.
     """
     n = len(tid)
     wait = np.zeros(n, dtype=np.int64)
-    share = np.where(cpu_share >= 0, np.clip(cpu_share, 0.0, 1.0), 0.0).astype(np.float64)
+    has_cpu = cpu_share >= 0
+    cpu = np.where(has_cpu, np.clip(cpu_share, 0.0, 1.0), 0.0).astype(np.float64)
     ts = trace.thread_states
     if ts is None or not len(ts) or not n:
-        return wait, share
-    ov = ts.overlap(tid, start, end)
-    held = ov[:, _K[ThreadState.HELD]]
-    waited = ov[:, _K[ThreadState.WAIT]]
-    # A piece shorter than two sampling periods sits inside one sampled run, which may have been a
-    # wait for the GIL before it ran: its waiting is not told apart, and counts as needing the GIL.
-    short = (end - start) < 2 * (ts.period_ns or 1_000_000)
-    held = np.where(short, held + waited, held)
-    waited = np.where(short, 0, waited)
-    rest = ov.sum(axis=1) - waited
-    sampled = (rest > 0) | (waited > 0)
-    wait = np.where(sampled, np.minimum(waited, np.maximum(end - start, 0)), 0)
-    share = np.where(rest > 0, held / np.maximum(rest, 1), np.where(sampled, 0.0, share))
-    return wait.astype(np.int64), share
+        return wait, cpu
+    period = ts.period_ns or 1_000_000
+    # A RUNNING run of one sample is most often a thread caught between dropping and taking the GIL.
+    keep = (ts.state != ThreadState.RUNNING) | (ts.end - ts.start > period * 3 // 2)
+    ov = ts.take(keep).overlap(tid, start, end).astype(np.float64)
+    h, w = ov[:, _K[ThreadState.HELD]], ov[:, _K[ThreadState.WAIT]]
+    run, off = ov[:, _K[ThreadState.RUNNING]], w + ov[:, _K[ThreadState.BLOCKED]] + ov[:, _K[ThreadState.RUNNABLE]]
+    d = np.maximum(end - start, 0).astype(np.float64)
+    sampled = ov.sum(axis=1) > 0
+    # With a CPU share: held = CPU time x HELD / (HELD + RUNNING); waited = off-CPU x WAIT / off states.
+    on = d * cpu
+    c_wait = np.where(off > 0, (d - on) * w / np.maximum(off, 1), 0.0)
+    c_held = np.where(h + run > 0, on * h / np.maximum(h + run, 1), on)
+    # Without: the states' shares. A piece shorter than two periods sits inside one sampled run, which
+    # may have been a wait for the GIL before it ran: its waiting is not told apart and needs the GIL.
+    short = d < 2 * period
+    s_wait = np.where(short, 0.0, np.minimum(w, d))
+    total = ov.sum(axis=1)
+    s_rest = total - np.where(short, 0.0, w)
+    s_held = np.where(short, h + w, h)
+    s_share = np.where(s_rest > 0, s_held / np.maximum(s_rest, 1), 0.0)
+    work_c = d - c_wait
+    c_share = np.where(work_c > 0, c_held / np.maximum(work_c, 1), 0.0)
+    wait_f = np.where(sampled, np.where(has_cpu, c_wait, s_wait), 0.0)
+    unknown = cpu if python is None else np.where(python & ~has_cpu, 1.0, cpu)
+    share = np.where(sampled, np.where(has_cpu, c_share, s_share), unknown)
+    return np.round(wait_f).astype(np.int64), np.clip(share, 0.0, 1.0)
 
 
 class Gil:
-    """The lock as a resource of the discrete-event model; ``at(t, arg)`` schedules a callback
-    to :meth:`slice_end` with ``arg`` (stale ones are ignored by their generation number)."""
+    """The lock as a resource of the discrete-event model. ``at(t, arg)`` schedules a callback to
+    :meth:`event` with ``arg`` (stale ones are ignored by their generation number); ``done(t, free,
+    ev, arg)`` is called when a piece's GIL part is over.
+
+    A thread (``key``) whose piece ends with nothing off the GIL after it keeps the GIL for that
+    instant: when its next piece asks at the same time (a program pushing in a loop, a Python
+    between its pushes) it goes on holding, as CPython's thread does until the switch interval
+    forces a drop; otherwise the GIL goes to the first waiter.
+    """
 
     def __init__(self, interval_ns: int, at: Callable[[int, int], None], done: Callable[[int, int, int, int], None]) -> None:
         self.interval = max(1, interval_ns)
         self._at = at
-        self._done = done  # (t, free ns, event, arg): the GIL part of a piece is over
-        self.holder = -1
-        self.since = 0
+        self._done = done
+        self.piece = -1  # the piece holding the GIL, -1 none
+        self.key = -1  # the thread holding it (or keeping it for this instant), -1 none
+        self.lingering = False
+        self.slice_since = 0  # when the holding thread got it (or last kept it past a waiter)
+        self.piece_since = 0
         self.gen = 0
         self.queue: deque[int] = deque()
+        self.keys: list[int] = []
         self.left: list[int] = []
         self.free: list[int] = []
         self.ev: list[int] = []
         self.arg: list[int] = []
         self.arrived: list[int] = []
-        self.held_ns = 0
-        self.switches = 0
+        self.switches = 0  # drops forced by the switch interval
 
-    def request(self, t: int, gil_ns: int, free_ns: int, ev: int, arg: int) -> None:
-        """A piece needs ``gil_ns`` with the GIL, then ``free_ns`` without; then event ``ev``."""
+    def request(self, t: int, key: int, gil_ns: int, free_ns: int, ev: int, arg: int) -> None:
+        """Thread ``key``'s piece needs ``gil_ns`` with the GIL, then ``free_ns`` without; then event ``ev``."""
         i = len(self.left)
+        self.keys.append(key)
         self.left.append(gil_ns)
         self.free.append(free_ns)
         self.ev.append(ev)
         self.arg.append(arg)
         self.arrived.append(t)
-        if self.holder < 0:
+        if self.lingering and self.key == key:  # the holder goes on
+            self.lingering = False
+            self.piece, self.piece_since = i, t
+            self._schedule(t)
+        elif self.piece < 0 and not self.lingering:
             self._acquire(i, t)
         else:
             self.queue.append(i)
-            if len(self.queue) == 1:
+            if len(self.queue) == 1 and self.piece >= 0:
                 self._schedule(t)
 
     def _acquire(self, i: int, t: int) -> None:
-        self.holder, self.since = i, t
+        self.piece, self.key = i, self.keys[i]
+        self.slice_since = self.piece_since = t
         self._schedule(t)
 
     def _schedule(self, t: int) -> None:
         """When the holder lets go: its work done, or a waiter's interval up, whichever first."""
-        i = self.holder
-        end = self.since + self.left[i]
+        end = self.piece_since + self.left[self.piece]
         if self.queue:
-            first = max(self.since, self.arrived[self.queue[0]])
+            first = max(self.slice_since, self.arrived[self.queue[0]])
             end = min(end, max(t, first + self.interval))
         self.gen += 1
         self._at(end, self.gen)
 
-    def slice_end(self, t: int, gen: int) -> None:
-        if gen != self.gen or self.holder < 0:
+    def event(self, t: int, gen: int) -> None:
+        if gen < 0:  # the instant a piece ended is over: a thread that did not ask again lets go
+            if gen == -self.gen and self.lingering:
+                self.lingering = False
+                self._hand_over(t)
             return
-        i = self.holder
-        used = t - self.since
-        self.held_ns += used
-        self.left[i] -= used
-        self.holder = -1
+        if gen != self.gen or self.piece < 0:
+            return
+        i = self.piece
+        self.left[i] -= t - self.piece_since
+        self.piece = -1
         if self.left[i] <= 0:
             self._done(t, self.free[i], self.ev[i], self.arg[i])
-        else:  # forced to drop: to the back of the queue, its waiter's timer starts now
+            if self.free[i] <= 0:  # keep it for this instant: its thread may ask again at once
+                self.lingering = True
+                self.gen += 1
+                self._at(t, -self.gen)
+                return
+        else:  # forced to drop: to the back of the queue
             self.switches += 1
             self.arrived[i] = t
             self.queue.append(i)
-        if self.queue and self.holder < 0:
+        self._hand_over(t)
+
+    def _hand_over(self, t: int) -> None:
+        self.key = -1
+        if self.queue:
             nxt = self.queue.popleft()
-            if self.queue:
+            if self.queue:  # the next waiter's interval starts at the switch
                 self.arrived[self.queue[0]] = max(self.arrived[self.queue[0]], t)
             self._acquire(nxt, t)

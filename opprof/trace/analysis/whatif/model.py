@@ -151,7 +151,7 @@ class Replay:
                 self._take(arg, t)
             elif what == _GIL:
                 assert self.gil is not None
-                self.gil.slice_end(t, arg)
+                self.gil.event(t, arg)
             else:  # _FREE: the thread of a returned Python pushes its Dummy_Wait and is free
                 th = self.py_thread[arg]
                 self._push(families[arg].dummy, t, -1 - th)
@@ -209,14 +209,14 @@ class Replay:
         work = round(max(0, gap - waits[k]) / factor)
         share = shares[k] if force != force else force
         held = round(work * share) if self.gil is not None else 0
-        self._work(t, held, work - held, _ACT, a.idx)
+        self._work(t, a.idx, held, work - held, _ACT, a.idx)
 
-    def _work(self, t: int, held: int, free: int, ev: int, arg: int) -> None:
-        """``held`` ns with the GIL, then ``free`` ns without, then event ``ev`` about ``arg``."""
+    def _work(self, t: int, key: int, held: int, free: int, ev: int, arg: int) -> None:
+        """Thread ``key`` works ``held`` ns with the GIL, then ``free`` ns without, then event ``ev`` about ``arg``."""
         if held <= 0 or self.gil is None:
             self.at(t + held + free, ev, arg)
         else:
-            self.gil.request(t, held, free, ev, arg)
+            self.gil.request(t, key, held, free, ev, arg)
 
     def _gil_at(self, t: int, gen: int) -> None:
         self.at(t, _GIL, gen)
@@ -380,7 +380,7 @@ class Replay:
             self.at(t, _DONE, r)
         else:
             held = self.op_gil[r]
-            self._work(t, held, self.dur[r] - held, _DONE, r)
+            self._work(t, -1 - w, held, self.dur[r] - held, _DONE, r)
 
     def _done(self, r: int, t: int) -> None:
         """``r`` ends on its worker, which then runs the first op that made ready, else the FIFO's head."""

@@ -16,6 +16,7 @@ from ...columns import ROLE_CODE, SpanTable
 from ...data import TraceData
 from ...ops import OpKind, OpTable
 from ...records import CUSTOM_POOL, ENGINE_POOL, Role
+from ...threadstates import STATES, ThreadState, ThreadStates
 from .gil import gil_shares
 
 __all__ = ["LATENCY_WORDS", "POOL_PREFIXES", "Recording", "extent", "prepare"]
@@ -227,7 +228,8 @@ def prepare(trace: TraceData) -> Recording:
     all_b = np.concatenate([p_arr[:, 2], s_end[run_rows]]) + t0
     p_cpu = np.array([p[3] for p in pieces], dtype=np.float64)
     all_cpu = np.concatenate([p_cpu, np.where(run_cpu >= 0, run_cpu / run_dur, -1.0)])
-    g_wait, g_share = gil_shares(trace, all_tid, all_a, all_b, all_cpu)
+    python = np.concatenate([np.ones(len(pieces), dtype=bool), np.zeros(len(run_rows), dtype=bool)])
+    g_wait, g_share = gil_shares(trace, all_tid, all_a, all_b, all_cpu, python)
     k = 0
     for fam in families:
         m = len(fam.items) + 1
@@ -241,7 +243,7 @@ def prepare(trace: TraceData) -> Recording:
     op_share = np.zeros(n, dtype=np.float64)
     op_wait[run_rows], op_share[run_rows] = g_wait[k:], g_share[k:]
 
-    latency, samples = _calibrate(o, kind, push, ready, s_start, s_end, s_tid, fam_rows, t, t0, pusher)
+    latency, samples = _calibrate(o, kind, push, ready, s_start, s_end, s_tid, fam_rows, t, t0, pusher, trace.thread_states)
 
     # A dependency on an op from before the recording: its recorded release stands.
     by = o.by
@@ -298,6 +300,7 @@ def _calibrate(
     t: SpanTable,
     t0: int,
     pusher: list[int],
+    states: ThreadStates | None = None,
 ) -> tuple[dict[str, int], dict[str, int]]:
     """The hand-off latencies, each the median of the recorded gaps where nothing queued.
 
@@ -309,8 +312,19 @@ def _calibrate(
     ``custom_wake``. A thread's first Python is left out while there are other samples: it may
     have paid for starting the thread. Waits: from the end of the op that ended a blocking wait
     to the wait's end, for programs and for custom-op Python apart (the latter competes with the
-    engine's threads to wake).
+    engine's threads to wake). Where the GIL was sampled, the time the thread that took over
+    waited for the GIL is taken out of each gap: the model's GIL adds it back where it happens.
     """
+
+    def less_gil(tids: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """``b - a``, less the time thread ``tids`` waited for the GIL meanwhile (never below 0)."""
+        gap = np.asarray(b, dtype=_I64) - np.asarray(a, dtype=_I64)
+        if states is None or not len(states) or not len(gap):
+            return gap
+        w = states.overlap(np.asarray(tids, dtype=_I64), np.asarray(a, dtype=_I64) + t0, np.asarray(b, dtype=_I64) + t0)
+        waited = w[:, list(STATES).index(ThreadState.WAIT)]
+        return np.where(gap >= 0, np.maximum(gap - waited, 0), gap)
+
     latency: dict[str, int] = {}
     samples: dict[str, int] = {}
     # Engine workers: every op's run (a custom op's start is a point on its worker).
@@ -334,8 +348,8 @@ def _calibrate(
     by_row = o.rows_of(np.maximum(o.by[run], 0))
     by_row = np.where((o.by[run] >= 0) & (by_row >= 0), dummy_of[np.maximum(by_row, 0)], -1)
     busy = same & ((r_ready <= prev_end) | (by_row == prev_row))
-    nxt = (a[busy] - prev_end[busy]).tolist()
-    wake = (a[~busy] - r_ready[~busy]).tolist()
+    nxt = less_gil(tids[busy], prev_end[busy], a[busy]).tolist()
+    wake = less_gil(tids[~busy], r_ready[~busy], a[~busy]).tolist()
     _median(wake, "engine_wake", latency, samples)
     _median(nxt, "engine_next", latency, samples)
 
@@ -347,15 +361,30 @@ def _calibrate(
         ((int(t.tid[y]), int(t.start[y]) - t0, int(s_start[c]), int(push[dr]), c) for c, dr, y in fam_rows),
         key=lambda x: (x[0], x[1]),
     )
+    c_tid: list[int] = []
+    c_from: list[int] = []
+    c_to: list[int] = []
+    c_kind: list[int] = []
     for k, (tid, y0, p0, _, _) in enumerate(tasks):
         if p0 < 0:
             continue
+        c_tid.append(tid)
+        c_to.append(y0)
         if k == 0 or tasks[k - 1][0] != tid:
-            c_first.append(y0 - p0)
+            c_from.append(p0)
+            c_kind.append(0)
         elif p0 <= tasks[k - 1][3]:
-            c_next.append(y0 - tasks[k - 1][3])
+            c_from.append(tasks[k - 1][3])
+            c_kind.append(1)
         else:
-            c_wake.append(y0 - p0)
+            c_from.append(p0)
+            c_kind.append(2)
+    for kd, g in zip(
+        c_kind,
+        less_gil(np.array(c_tid, dtype=_I64), np.array(c_from, dtype=_I64), np.array(c_to, dtype=_I64)).tolist(),
+        strict=True,
+    ):
+        (c_first, c_next, c_wake)[kd].append(g)
     _median(c_wake or c_first, "custom_wake", latency, samples)
     _median(c_next, "custom_next", latency, samples)
 
@@ -367,6 +396,9 @@ def _calibrate(
     quiet: list[int] = []
     w_rows = np.flatnonzero(kind == _WAIT)
     by_rows = o.rows_of(np.maximum(o.by[w_rows], 0))
+    w_tid: list[int] = []
+    w_from: list[int] = []
+    w_to: list[int] = []
     for r, br, by in zip(w_rows.tolist(), by_rows.tolist(), o.by[w_rows].tolist(), strict=True):
         if by < 0:
             if ready[r] >= push[r]:
@@ -374,7 +406,12 @@ def _calibrate(
             continue
         if br < 0 or done[br] < 0 or done[br] < push[r]:
             continue
-        (w_py if pusher[r] in python_threads else w_prog).append(int(ready[r] - done[br]))
+        w_tid.append(pusher[r])
+        w_from.append(int(done[br]))
+        w_to.append(int(ready[r]))
+    w_gap = less_gil(np.array(w_tid, dtype=_I64), np.array(w_from, dtype=_I64), np.array(w_to, dtype=_I64)).tolist()
+    for tid, g in zip(w_tid, w_gap, strict=True):
+        (w_py if tid in python_threads else w_prog).append(g)
     _median(w_prog, "wake_program", latency, samples)
     _median(w_py or w_prog, "wake_python", latency, samples)
     _median(quiet, "quiet_wait", latency, samples)
