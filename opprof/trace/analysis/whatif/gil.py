@@ -13,8 +13,11 @@ and programs are taken to release it (nothing recorded says otherwise).
 **The lock.** One holder at a time. A piece takes it when free, else queues (first come, first
 served). The holder keeps it until its GIL work is done, or, while another thread waits, until that
 waiter has waited one switch interval (``sys.getswitchinterval()``: the waiter asks for a drop, the
-holder drops at once and queues again at the back). The work without the GIL follows the work
-with it. A free-threaded build (``gil=False``) has no lock: every piece runs at once.
+holder drops at once and queues again at the back). A piece with work both with and without the
+GIL alternates them in chunks of one switch interval with the GIL (and its share of the rest
+without), as Python that computes and sleeps or calls into NumPy in turn does; where inside a piece
+the recording had them is not kept. A free-threaded build (``gil=False``) has no lock: every piece
+runs at once.
 """
 
 from __future__ import annotations
@@ -116,6 +119,8 @@ class Gil:
         self.ev: list[int] = []
         self.arg: list[int] = []
         self.arrived: list[int] = []
+        self.ratio: list[float] = []  # ns without the GIL per ns with it
+        self.chunk: list[int] = []  # ns with the GIL since the piece's last stretch without
         self.switches = 0  # drops forced by the switch interval
 
     def request(self, t: int, key: int, gil_ns: int, free_ns: int, ev: int, arg: int) -> None:
@@ -127,11 +132,19 @@ class Gil:
         self.ev.append(ev)
         self.arg.append(arg)
         self.arrived.append(t)
+        self.ratio.append(free_ns / gil_ns if gil_ns > 0 else 0.0)
+        self.chunk.append(0)
+        self._ask(i, t)
+
+    def _ask(self, i: int, t: int) -> None:
+        key = self.keys[i]
+        self.arrived[i] = t
         if self.lingering and self.key == key:  # the holder goes on
             self.lingering = False
             self.piece, self.piece_since = i, t
             self._schedule(t)
-        elif self.piece < 0 and not self.lingering:
+            return
+        if self.piece < 0 and not self.lingering:
             self._acquire(i, t)
         else:
             self.queue.append(i)
@@ -145,14 +158,22 @@ class Gil:
 
     def _schedule(self, t: int) -> None:
         """When the holder lets go: its work done, or a waiter's interval up, whichever first."""
-        end = self.piece_since + self.left[self.piece]
+        i = self.piece
+        run = self.left[i]
+        if self.free[i] > 0:  # to the end of its chunk, then a stretch without the GIL
+            run = min(run, max(1, self.interval - self.chunk[i]))
+        end = self.piece_since + run
         if self.queue:
             first = max(self.slice_since, self.arrived[self.queue[0]])
             end = min(end, max(t, first + self.interval))
         self.gen += 1
-        self._at(end, self.gen)
+        self._at(end, 2 * self.gen)
 
     def event(self, t: int, gen: int) -> None:
+        if gen > 0 and gen % 2:  # a piece back from a stretch without the GIL
+            self._ask((gen - 1) // 2, t)
+            return
+        gen //= 2  # slice ends even, instants' ends negative and even
         if gen < 0:  # the instant a piece ended is over: a thread that did not ask again lets go
             if gen == -self.gen and self.lingering:
                 self.lingering = False
@@ -161,14 +182,23 @@ class Gil:
         if gen != self.gen or self.piece < 0:
             return
         i = self.piece
-        self.left[i] -= t - self.piece_since
+        used = t - self.piece_since
+        self.left[i] -= used
+        self.chunk[i] += used
         self.piece = -1
+        if self.left[i] > 0 and self.free[i] > 0 and self.chunk[i] >= self.interval:
+            off = min(self.free[i], max(1, round(self.chunk[i] * self.ratio[i])))
+            self.free[i] -= off
+            self.chunk[i] = 0
+            self._at(t + off, 2 * i + 1)
+            self._hand_over(t)
+            return
         if self.left[i] <= 0:
             self._done(t, self.free[i], self.ev[i], self.arg[i])
             if self.free[i] <= 0:  # keep it for this instant: its thread may ask again at once
                 self.lingering = True
                 self.gen += 1
-                self._at(t, -self.gen)
+                self._at(t, -2 * self.gen)
                 return
         else:  # forced to drop: to the back of the queue
             self.switches += 1
