@@ -166,13 +166,32 @@ def _factor(text: str) -> tuple[str, float]:
     return name, factor
 
 
+def _positive_float(text: str) -> float:
+    """A number above 0 (a switch interval in ms)."""
+    try:
+        x = float(text)
+    except ValueError:
+        x = float("nan")
+    if not x > 0 or x == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number above 0, got {text!r}")
+    return x
+
+
 def cmd_why(args: argparse.Namespace) -> int:
     """Why the custom ops wait and what bounds the run; with ``--what-if``, what a change would buy."""
     trace = _load(args.trace)
     print(why_text(trace, top=args.top))
-    if args.what_if or args.engine_threads or args.custom_threads:
+    gil_asked = args.switch_interval is not None or args.releases_gil or args.no_gil
+    if args.what_if or args.engine_threads or args.custom_threads or gil_asked:
         try:
-            result = trace.what_if(dict(args.what_if), engine_threads=args.engine_threads, custom_threads=args.custom_threads)
+            result = trace.what_if(
+                dict(args.what_if),
+                engine_threads=args.engine_threads,
+                custom_threads=args.custom_threads,
+                switch_interval=args.switch_interval / 1e3 if args.switch_interval is not None else None,
+                releases_gil={name: True for name in args.releases_gil},
+                gil=not args.no_gil,
+            )
         except ValueError as e:
             raise CommandError(str(e)) from None
         print(f"What if: {result}")
@@ -279,6 +298,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     w.add_argument("--engine-threads", type=_positive, default=None, help="predict with this many engine workers")
     w.add_argument("--custom-threads", type=_positive, default=None, help="predict with this many custom-op threads")
+    w.add_argument(
+        "--switch-interval", type=_positive_float, default=None, metavar="MS",
+        help="predict with this GIL switch interval in ms (as sys.setswitchinterval; recorded: the profile's)",
+    )  # fmt: skip
+    w.add_argument(
+        "--releases-gil", action="append", default=[], metavar="NAME",
+        help="predict with NAME (a span name or custom-op type) running without the GIL; repeatable",
+    )  # fmt: skip
+    w.add_argument("--no-gil", action="store_true", help="predict on a free-threaded Python (no GIL)")
     w.add_argument("--top", type=_positive, default=5, help="how many op types and path entries to name (default 5)")
     w.set_defaults(func=cmd_why)
 

@@ -99,6 +99,7 @@ def test_run_reports_a_failing_script_and_keeps_the_trace(tmp_path: Path) -> Non
         (["bogus"], "invalid choice"),
         (["why", "x.opprof", "--what-if", "Slow"], "expected NAME=FACTOR"),
         (["why", "x.opprof", "--what-if", "Slow=0"], "a factor above 0"),
+        (["why", "x.opprof", "--switch-interval", "0"], "a number above 0"),
     ],
 )
 def test_bad_input_is_one_line_and_nonzero(tmp_path: Path, args: list[str], message: str) -> None:
@@ -164,3 +165,8 @@ def test_why_explains_a_profile_and_predicts_a_change(tmp_path: Path) -> None:
     assert r.returncode == 1 and ".opprof" in r.stderr and "Traceback" not in r.stderr
     r = opprof("why", str(native), "--what-if", "NoSuchOp=2")
     assert r.returncode == 1 and "NoSuchOp" in r.stderr and "Traceback" not in r.stderr
+    # The GIL's knobs: another switch interval, an op that releases it, no GIL at all.
+    r = opprof("why", str(native), "--switch-interval", "0.5", "--releases-gil", "ScaledTanh", "--no-gil")
+    assert r.returncode == 0, r.stderr
+    (line,) = [line for line in r.stdout.splitlines() if line.startswith("What if:")]
+    assert "ScaledTanh releases the GIL" in line and "no GIL" in line
