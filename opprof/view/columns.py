@@ -14,6 +14,11 @@ and the figure only places them in models:
 * :func:`label_columns`: the names on the bars for a view (the browser runs the same rule).
 * The critical path on the layout (:func:`path_index`, :func:`path_columns`): its rectangles, the
   widest in view first, and its hops between lanes.
+* The GIL strip (:func:`state_index`, :func:`state_columns`): where the trace holds thread states,
+  a thin strip under each thread's lane coloured by its state (holds the GIL, waits for it,
+  blocked, runs without it, waits for a CPU), runs narrower than a pixel merged per lane and pixel
+  column into a block of their main state; a wait's hover names the thread that held the GIL and
+  the span it ran, made only for the runs drawn.
 
 Nothing here imports Bokeh, ipywidgets or jupyter_bokeh (an import-linter contract in
 ``pyproject.toml`` says so).
@@ -34,6 +39,7 @@ from ..trace.analysis.summary import python_cpu_parts
 from ..trace.columns import ROLE_CODE
 from ..trace.records import FAMILY_ARGS
 from ..trace.text import fmt_us
+from ..trace.threadstates import STATE_LABELS, STATES, ThreadState
 from .layout import ROLE_NAMES, ROW_HEIGHT, Blocks, LaneKind, Layout, blocks, busy_fraction, runs
 
 __all__ = [
@@ -47,16 +53,21 @@ __all__ = [
     "LABEL_PAD_PX",
     "PATH_LIMIT",
     "PathIndex",
+    "STATE_STRIP",
+    "StateIndex",
     "busy_alpha",
     "drawn_blocks",
     "empty_flows",
     "empty_path",
+    "empty_states",
     "every_span",
     "label_columns",
     "op_type_splits",
     "path_columns",
     "path_index",
     "span_columns",
+    "state_columns",
+    "state_index",
 ]
 
 #: Fill alpha by busy share (column ``busy_fraction``: 1 for a span, busy time / width for a merged
@@ -473,3 +484,236 @@ def path_columns(
         "y1": (layout.top[nxt] + layout.bottom[nxt]) / 2,
     }
     return rects, edges
+
+
+# ---------------------------------------------------------------------------- the GIL strip
+#: Where the strip lies under its thread's lane, in rows below the lane's last row: in the gap between
+#: lanes (:data:`.layout.LANE_GAP` 0.6), inside the lane's shading (0.25), so spans keep their places.
+STATE_STRIP = (0.03, 0.27)
+
+
+@dataclass(eq=False)
+class StateIndex:
+    """The thread states laid onto the layout once: each run of a thread that has its own lane, as
+    the strip's rectangle (x in µs, as the spans), sorted by (lane, start)."""
+
+    lane: np.ndarray  # int32, index into layout.lanes
+    left: np.ndarray  # us
+    right: np.ndarray
+    top: np.ndarray  # float32
+    bottom: np.ndarray
+    code: np.ndarray  # int8: the state's index in STATES (the palette's order)
+    tid: np.ndarray  # int64
+    holder: np.ndarray  # int64, -1: none or unknown
+    start_ns: np.ndarray  # int64 (for what the holder ran, at the middle of a wait)
+    end_ns: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.left)
+
+
+def state_index(trace: Trace, layout: Layout) -> StateIndex | None:
+    """The trace's thread states on the layout's thread lanes (None: the trace holds none; a thread
+    in the collapsed lane, or without spans and so without a lane, gets no strip)."""
+    ts = trace.thread_states
+    if ts is None:
+        return None
+    lane_of = {ln.tid: k for k, ln in enumerate(layout.lanes) if ln.kind == LaneKind.THREAD and ln.tid is not None}
+    tids = np.array(sorted(lane_of), dtype=np.int64)
+    keep = np.flatnonzero(np.isin(ts.tid, tids)) if len(tids) else np.zeros(0, dtype=np.int64)
+    tid = ts.tid[keep]
+    lane = (
+        np.array([lane_of[t] for t in tids.tolist()], dtype=np.int32)[np.searchsorted(tids, tid)]
+        if len(keep)
+        else (np.zeros(0, dtype=np.int32))
+    )
+    order = np.lexsort((ts.start[keep], lane))
+    keep, tid, lane = keep[order], tid[order], lane[order]
+    floor = np.array([ln.top + ln.rows for ln in layout.lanes], dtype=np.float64)[lane] if len(lane) else np.zeros(0)
+    code_of = np.zeros(max(int(s) for s in STATES) + 1, dtype=np.int8)
+    code_of[[int(s) for s in STATES]] = np.arange(len(STATES))
+    t0 = layout.t0_ns
+    return StateIndex(
+        lane=lane,
+        left=(ts.start[keep] - t0) / 1e3,
+        right=(ts.end[keep] - t0) / 1e3,
+        top=(floor + STATE_STRIP[0]).astype(np.float32),
+        bottom=(floor + STATE_STRIP[1]).astype(np.float32),
+        code=code_of[ts.state[keep]],
+        tid=tid,
+        holder=ts.holder[keep],
+        start_ns=ts.start[keep],
+        end_ns=ts.end[keep],
+    )
+
+
+def empty_states() -> tuple[dict[str, Any], dict[str, Any]]:
+    data: dict[str, Any] = {k: np.zeros(0) for k in ("left", "right", "top", "bottom", "dur")}
+    data.update({k: np.zeros(0, dtype=np.int32) for k in ("c", "thread", "detail", "count")})
+    return data, {"thread": [""], "detail": [""]}
+
+
+def state_columns(
+    trace: Trace,
+    layout: Layout,
+    si: StateIndex,
+    lo: float,
+    hi: float,
+    pixels: int | None,
+    lanes: np.ndarray | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(strip rectangles, lookup) for the view ``[lo, hi]`` at ``pixels`` wide (None: every run as
+    itself). ``lanes``: the lanes shown (None: all).
+
+    A run at least a pixel wide is drawn as itself; narrower ones in one lane and pixel column
+    merge into a block of the state they spent most time in, at least a pixel wide, and touching
+    blocks of one state in a lane are drawn as one (as :func:`.layout.runs` does for spans), so
+    the strip holds about a rectangle per lane and pixel column whatever the trace holds. Column
+    ``c`` is the state's index in :data:`~opprof.trace.threadstates.STATES`; ``detail`` a code
+    into the lookup's texts: for a wait drawn as itself, its holder and what the holder ran; for a
+    merged block, how many runs and each state's share of their time.
+    """
+    on = (si.right >= lo) & (si.left <= hi)
+    if lanes is not None:
+        on &= np.isin(si.lane, lanes)
+    idx = np.flatnonzero(on)
+    if not len(idx):
+        return empty_states()
+    n_states = len(STATES)
+    if pixels is None:
+        single, merged_first = idx, np.zeros(0, dtype=np.int64)
+        m_right = np.zeros(0)
+        m_count = np.zeros(0, dtype=np.int64)
+        m_share = np.zeros((0, n_states))
+        m_code = np.zeros(0, dtype=np.int8)
+    else:
+        px = (hi - lo) / max(1, pixels)
+        width = si.right[idx] - si.left[idx]
+        single = idx[width >= px]
+        small = idx[width < px]
+        col = np.clip(np.floor((si.left[small] - lo) / px).astype(np.int64), -1, pixels + 1) + 1
+        key = si.lane[small].astype(np.int64) * (pixels + 3) + col
+        used, group = np.unique(key, return_inverse=True)
+        group = group.ravel()
+        g = len(used)
+        share = np.zeros((g, n_states))
+        np.add.at(share, (group, si.code[small]), si.right[small] - si.left[small])
+        first = np.full(g, len(small), dtype=np.int64)
+        np.minimum.at(first, group, np.arange(len(small)))  # sorted by (lane, start): the leftmost
+        right = np.full(g, -np.inf)
+        np.maximum.at(right, group, si.right[small])
+        count = np.bincount(group, minlength=g)
+        code = np.argmax(share, axis=1).astype(np.int8)
+        # Touching blocks (gap under a pixel, no run drawn as itself between) of one main state: one block.
+        lane = si.lane[small][first]
+        left = si.left[small][first]
+        between = np.searchsorted(single, small[first])  # runs drawn as themselves before each block
+        joins = (lane[1:] == lane[:-1]) & (code[1:] == code[:-1]) & (left[1:] - right[:-1] < px)
+        joins &= between[1:] == between[:-1]
+        starts = np.flatnonzero(np.concatenate(([True], ~joins))) if g else np.zeros(0, dtype=np.int64)
+        merged_first = small[first][starts]
+        m_right = np.maximum(np.maximum.reduceat(right, starts), si.left[merged_first] + px) if g else right
+        m_count = np.add.reduceat(count, starts) if g else count
+        m_share = np.add.reduceat(share, starts, axis=0) if g else share
+        m_code = code[starts]
+        # A "block" of one run is that run, drawn as it is.
+        alone = m_count == 1
+        single = np.sort(np.concatenate([single, merged_first[alone]]))
+        keep = ~alone
+        merged_first, m_right, m_count, m_share, m_code = (
+            merged_first[keep],
+            m_right[keep],
+            m_count[keep],
+            m_share[keep],
+            m_code[keep],
+        )
+    texts: dict[str, int] = {"": 0}
+    detail = np.zeros(len(single) + len(merged_first), dtype=np.int32)
+    wait = np.flatnonzero(si.code[single] == STATES.index(ThreadState.WAIT))
+    for j, text in zip(wait.tolist(), _holder_texts(trace, si, single[wait]), strict=True):
+        detail[j] = texts.setdefault(text, len(texts))
+    for j, (n, row) in enumerate(zip(m_count.tolist(), m_share.tolist(), strict=True)):
+        detail[len(single) + j] = texts.setdefault(_merged_state_text(n, row), len(texts))
+    items = np.concatenate([single, merged_first])
+    drawn_tids, thread_code = np.unique(si.tid[items], return_inverse=True)
+    names_of = layout.thread_labels or trace.thread_names()
+    thread_list = [names_of.get(t, f"thread {t}") for t in drawn_tids.tolist()]
+    data = {
+        "left": si.left[items],
+        "right": np.concatenate([si.right[single], m_right]),
+        "top": si.top[items],
+        "bottom": si.bottom[items],
+        "dur": np.concatenate([si.right[single] - si.left[single], m_share.sum(axis=1)]),
+        "c": np.concatenate([si.code[single], m_code]).astype(np.int32),
+        "thread": thread_code.ravel().astype(np.int32),
+        "detail": detail,
+        "count": np.concatenate([np.ones(len(single), dtype=np.int32), m_count.astype(np.int32)]),
+    }
+    detail_list = list(texts)
+    n = max(len(thread_list), len(detail_list))
+    return data, {"thread": thread_list + [""] * (n - len(thread_list)), "detail": detail_list + [""] * (n - len(detail_list))}
+
+
+def _merged_state_text(n: int, share: list[float]) -> str:
+    """``1,234 runs merged (zoom in): holds the GIL 62% · waits for the GIL 30% · blocked 8%``."""
+    total = sum(share) or 1.0
+    parts = sorted(((v, k) for k, v in enumerate(share) if v > 0), reverse=True)
+    words = " · ".join(f"{STATE_LABELS[STATES[k]]} {100 * v / total:.0f}%" for v, k in parts)
+    return f"{n:,} runs merged (zoom in): {words}"
+
+
+def _holder_texts(trace: Trace, si: StateIndex, rows: np.ndarray) -> list[str]:
+    """For each wait run ``rows`` of ``si``: the thread that held the GIL and the deepest span it was
+    running at the run's middle (``held by opprof-custom-0, running Hog::pure_python``)."""
+    holder = si.holder[rows]
+    mid = (si.start_ns[rows] + si.end_ns[rows]) // 2
+    running = np.full(len(rows), -1, dtype=np.int64)
+    t = trace.table
+    for h in np.unique(holder[holder >= 0]).tolist():
+        at = np.flatnonzero(holder == h)
+        running[at] = _span_at(t, h, mid[at])
+    names = trace.thread_names()
+    out = []
+    for h, r in zip(holder.tolist(), running.tolist(), strict=True):
+        if h < 0:
+            out.append("holder not known (the GIL changing hands, or a thread the sampler did not know)")
+            continue
+        who = names.get(h, f"thread {h}")
+        out.append(f"held by {who}, running {t.strings[t.name[r]]}" if r >= 0 else f"held by {who}, outside any recorded op")
+    return out
+
+
+#: Steps back from the last span started before a moment, looking for the deepest one still open.
+_SPAN_AT_STEPS = 64
+
+
+def _span_at(t: Any, tid: int, at: np.ndarray) -> np.ndarray:
+    """Per moment ``at``: the row of the deepest span on thread ``tid`` open then (-1: none). Spans of
+    a thread nest, so it is the last one started by then that has not ended: found stepping back
+    from the last started (at most :data:`_SPAN_AT_STEPS` steps; past them, the outermost open span,
+    found by one sorted search over the thread's top-level spans). A custom-op parent, which
+    crosses threads, is no thread's span."""
+    rows = np.flatnonzero((t.tid == tid) & (t.role != ROLE_CODE[Role.PARENT]))
+    out = np.full(len(at), -1, dtype=np.int64)
+    if not len(rows):
+        return out
+    if np.any(np.diff(t.start[rows]) < 0):  # a table is sorted by (start, -end); a list-built one may not be
+        rows = rows[np.lexsort((-t.end[rows], t.start[rows]))]
+    start, end = t.start[rows], t.end[rows]
+    j = np.searchsorted(start, at, side="right") - 1
+    todo = j >= 0
+    for _ in range(_SPAN_AT_STEPS):
+        if not todo.any():
+            break
+        hit = todo & (end[np.maximum(j, 0)] > at)
+        out[hit] = rows[j[hit]]
+        todo &= ~hit
+        j = np.where(todo, j - 1, j)
+        todo &= j >= 0
+    if todo.any():  # many spans ended in between: the outermost open one
+        reach = np.concatenate(([np.iinfo(np.int64).min], np.maximum.accumulate(end)[:-1]))
+        top = np.flatnonzero(start >= reach)
+        k = np.searchsorted(start[top], at[todo], side="right") - 1
+        ok = (k >= 0) & (end[top[np.maximum(k, 0)]] > at[todo])
+        out[np.flatnonzero(todo)[ok]] = rows[top[k[ok]]]
+    return out

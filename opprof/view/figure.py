@@ -25,6 +25,11 @@ path (:mod:`opprof.trace.analysis.critical`: computed once per figure, outlined 
 lanes behind a toggle that works in the browser alone). The analyses are read once into an
 the trace's :meth:`~opprof.trace.Trace.analysis` and every hover text is made only for the rectangles actually drawn.
 
+Where the trace holds the GIL's thread states (:mod:`opprof.trace.threadstates`), a thin strip
+under each thread's lane says, in colour, whether the thread held the GIL, waited for it, was
+blocked, ran without it or waited for a CPU (:func:`.columns.state_columns`: merged per pixel like
+the spans); hovering a wait names the thread that held the GIL and what it ran.
+
 What keeps it safe: a trace's names and args are data. Tooltips use plain ``@field`` placeholders
 (Bokeh escapes them; ``{safe}`` is never used), axis labels and table cells are drawn as text.
 """
@@ -72,6 +77,7 @@ from ..trace.analysis.causes import has_edges
 from ..trace.analysis.critical import CriticalPath
 from ..trace.analysis.stats import stat_columns
 from ..trace.text import fmt_us
+from ..trace.threadstates import STATE_LABELS, STATES, ThreadState
 from .columns import (
     BUSY_ALPHA,
     LABEL_CHAR_PX,
@@ -82,6 +88,7 @@ from .columns import (
     LABEL_PAD_PX,
     PATH_LIMIT,
     PathIndex,
+    StateIndex,
     busy_alpha,
     drawn_blocks,
     empty_flows,
@@ -92,6 +99,8 @@ from .columns import (
     path_columns,
     path_index,
     span_columns,
+    state_columns,
+    state_index,
 )
 from .layout import (
     LANE_GAP,
@@ -113,6 +122,7 @@ __all__ = [
     "PATH_LIMIT",
     "ROLE_COLORS",
     "ROLE_LABELS",
+    "STATE_COLORS",
     "Timeline",
     "build_timeline",
     "busy_alpha",
@@ -205,6 +215,19 @@ CAUSE_COLORS = {
     "custom_pool_wake": "#d4a373",
     "subop_queue_wake": "#e9c46a",
 }
+#: The GIL strip's colour per thread state: holding it in the python green's darker shade, waiting
+#: for it in the split bars' "wants the GIL" red, blocked a pale grey (idle), running without it a
+#: dark slate (busy, no GIL), waiting for a CPU orange.
+STATE_COLORS = {
+    ThreadState.HELD: "#2a9d8f",
+    ThreadState.WAIT: CAUSE_COLORS["custom_pool_gil"],
+    ThreadState.BLOCKED: "#c9c9c9",
+    ThreadState.RUNNING: "#264653",
+    ThreadState.RUNNABLE: "#f4a261",
+}
+#: The strip's palette, by column ``c`` (a state's index in STATES).
+STATE_PALETTE = [STATE_COLORS[s] for s in STATES]
+
 #: The critical path's highlight and its hops between lanes: a colour no role uses.
 PATH_COLOR = "#e6007e"
 
@@ -262,6 +285,11 @@ class Timeline:
     path_drawn: int = 0  # path rectangles drawn in the current view
     path_total: int = 0  # path rectangles (every copy of every span on the path)
     _path_index: PathIndex | None = field(default=None, repr=False)
+    #: The GIL strip (None: the trace holds no thread states): its rectangles and hover lookup.
+    state_source: ColumnDataSource | None = None
+    state_lookup: ColumnDataSource | None = None
+    states_full: bool = True  # every run drawn as itself: the strip never needs refining
+    _state_index: StateIndex | None = field(default=None, repr=False)
 
     def set_path(self, path: CriticalPath) -> None:
         """Draw ``path`` into the path layer made empty by ``build_timeline(..., critical_path="lazy")``
@@ -300,6 +328,13 @@ class Timeline:
         self.view = (x0, x1)
         rows = abs(float(self.figure.y_range.start) - float(self.figure.y_range.end))
         self.labels.data = label_columns(data, names["name"], x0, x1, self.frame_px, rows, limit=LABEL_LIMIT)
+        if self.state_source is not None and self.state_lookup is not None and self._state_index is not None:
+            lanes = None if mask is None else np.unique(self.layout.lane[mask])
+            data, lookup = state_columns(
+                self.trace, self.layout, self._state_index, lo, hi, None if self.states_full else self.pixels * 2, lanes
+            )
+            self.state_lookup.data = lookup
+            self.state_source.data = data
         if self.path_source is not None and self.path_edges is not None and self._path_index is not None:
             limit = len(self.layout) if self.full_detail else PATH_LIMIT  # full detail: never refined, so all of it
             rects, edges = path_columns(self._path_index, self.layout, lo, hi, mask, limit)
@@ -567,9 +602,7 @@ def _path_label(approximate: bool) -> str:
     return "critical path (approximate)" if approximate else "critical path"
 
 
-def _path_layer(
-    p: Any, approximate: bool = False
-) -> tuple[ColumnDataSource, ColumnDataSource, list[Any], Toggle, Div]:
+def _path_layer(p: Any, approximate: bool = False) -> tuple[ColumnDataSource, ColumnDataSource, list[Any], Toggle, Div]:
     """The path's layer on ``p``, empty and hidden: outlines, hops between lanes, the toggle that
     shows them and its summary, for :meth:`Timeline.set_path` to fill (at once, or on the toggle's
     first use)."""
@@ -702,7 +735,14 @@ def build_timeline(
     if path is not None or lazy:
         approximate = path.approximate if path is not None else not has_edges(trace.table, trace.ops)
         path_source, path_edges, path_renderers, toggle, path_bar = _path_layer(p, approximate)
-    _legend(p)
+    si = state_index(trace, layout)
+    state_source: ColumnDataSource | None = None
+    state_lookup: ColumnDataSource | None = None
+    # Every run as itself only where every span is, and both fit the budget together: else merged per pixel.
+    states_full = si is None or (full_detail and len(layout) + len(si) <= detail_limit)
+    if si is not None:
+        state_source, state_lookup = _state_layer(p, trace, layout, si, (x0 - pad, x1 + pad), None if states_full else px)
+    _legend(p, states=si is not None)
     # The overview shows the whole trace coarsely: the first view's blocks when it is merged
     # already (bounded by the pixels; one pass over 10M spans saved), else its own.
     overview = _overview(layout, x_range, width, backend, pad, None if full_detail else b)
@@ -714,6 +754,12 @@ def build_timeline(
     bars = _split_bars(analysis, width)
     n_merged = int(b.counts[b.counts > 1].sum())
     note_text = _note_text(len(layout), len(b), n_merged, layout.collapsed_threads, max_lanes)
+    if si is not None:
+        note_text += (
+            " The strip under each thread's lane is the GIL, as sampled: "
+            + ", ".join(f"{STATE_LABELS[s]} ({_COLOR_WORDS[s]})" for s in STATES)
+            + "; hover a wait to see who held it."
+        )
     if skipped:
         note_text += (
             f" No critical path: this trace has no engine edges and {trace.n_spans:,} spans, where its approximation "
@@ -730,9 +776,64 @@ def build_timeline(
         view=(x0 - pad, x1 + pad), frame_px=frame_px, analysis=analysis, path_source=path_source,
         path_edges=path_edges, path_toggle=toggle, path_summary=path_bar, path_renderers=path_renderers,
     )  # fmt: skip
+    tl.state_source, tl.state_lookup, tl.states_full, tl._state_index = state_source, state_lookup, states_full, si
     if path is not None:
         tl.set_path(path)
     return tl
+
+
+#: The strip's colours in words, for the note above the figure.
+_COLOR_WORDS = {
+    ThreadState.HELD: "teal",
+    ThreadState.WAIT: "red",
+    ThreadState.BLOCKED: "grey",
+    ThreadState.RUNNING: "slate",
+    ThreadState.RUNNABLE: "orange",
+}
+
+
+def _state_layer(
+    p: Any, trace: Trace, layout: Layout, si: StateIndex, window: tuple[float, float], pixels: int | None
+) -> tuple[ColumnDataSource, ColumnDataSource]:
+    """The GIL strip on ``p``: a quad per drawn run or merged block (:func:`.columns.state_columns`),
+    coloured by state, with a hover of its own (state, thread, start, duration, runs, and a wait's
+    holder). Drawn under the spans' renderers in the hover's and tap's eyes: neither selects it."""
+    data, lookup = state_columns(trace, layout, si, window[0], window[1], pixels)
+    source = ColumnDataSource(data, name="gil_states")
+    names = ColumnDataSource(lookup, name="gil_lookup")
+    mapper = LinearColorMapper(palette=STATE_PALETTE, low=-0.5, high=len(STATE_PALETTE) - 0.5)
+    strip = p.quad(
+        left="left", right="right", top="top", bottom="bottom", source=source, name="gil_strip",
+        fill_color={"field": "c", "transform": mapper}, line_color=None, fill_alpha=0.95,
+    )  # fmt: skip
+    strip.nonselection_glyph = None
+    strip.muted_glyph = None
+    labels = [STATE_LABELS[s] for s in STATES]
+    state = CustomJSHover(args={"labels": labels}, code="return labels[value];")
+    thread = CustomJSHover(args={"names": names}, code="return value < 0 ? '' : names.data.thread[value];")
+    detail = CustomJSHover(args={"names": names}, code="return value < 0 ? '' : names.data.detail[value];")
+    p.add_tools(
+        HoverTool(
+            renderers=[strip],
+            tooltips=[
+                ("GIL", "@c{custom}"),
+                ("thread", "@thread{custom}"),
+                ("start", "@left{custom}"),
+                ("duration", "@dur{custom}"),
+                ("runs", "@count"),
+                ("detail", "@detail{custom}"),
+            ],
+            formatters={
+                "@c": state,
+                "@thread": thread,
+                "@detail": detail,
+                "@left": CustomJSHover(code=_FMT_US_JS + "return fmt(value);"),
+                "@dur": CustomJSHover(code=_FMT_US_JS + "return fmt(value);"),
+            },
+            name="gil_hover",
+        )
+    )
+    return source, names
 
 
 def _frame_estimate(layout: Layout, width: int, height: int) -> tuple[float, float]:
@@ -764,22 +865,26 @@ def _label_layer(p: Any, source: ColumnDataSource, names: ColumnDataSource, firs
     return labels
 
 
-def _legend(p: Any) -> None:
-    """Fixed legend entries: one off-data renderer per role (a NaN point draws nothing but its swatch)."""
+def _legend(p: Any, states: bool = False) -> None:
+    """Fixed legend entries: one off-data renderer per role (a NaN point draws nothing but its swatch),
+    and with ``states`` one per colour of the GIL strip."""
     items = []
     # One shared source and no selection/muted glyphs: each swatch was 9 Bokeh models, and every
     # model costs ~1 ms to build and serialise (the 1M-span widget's first paint counts them).
     nan = [float("nan")]
     shared = ColumnDataSource({"left": nan, "right": nan, "top": nan, "bottom": nan})
-    for role, fill in [*((r, ROLE_COLORS[r]) for r in ROLE_NAMES), ("merged", "#999999")]:
-        alpha = 1.0 if role in ROLE_COLORS else 0.4  # a merged block: paler the idler
+    entries = [(ROLE_LABELS[r], ROLE_COLORS[r], 1.0) for r in ROLE_NAMES]
+    entries.append(("merged: pale = idle", "#999999", 0.4))  # a merged block: paler the idler
+    if states:
+        entries += [(f"GIL: {STATE_LABELS[s]}", STATE_COLORS[s], 0.95) for s in STATES]
+    for label, fill, alpha in entries:
         dummy = p.quad(
             left="left", right="right", top="top", bottom="bottom", source=shared,
             fill_color=fill, line_color=fill, fill_alpha=alpha,
         )  # fmt: skip
         dummy.nonselection_glyph = None
         dummy.muted_glyph = None
-        items.append(LegendItem(label=ROLE_LABELS.get(role, "merged: pale = idle"), renderers=[dummy]))
+        items.append(LegendItem(label=label, renderers=[dummy]))
     p.add_layout(Legend(items=items, click_policy="none", label_text_font_size="9pt"), "right")
 
 

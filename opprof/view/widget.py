@@ -169,7 +169,7 @@ class TimelineWidget(W.VBox):
 
     def _needs_refine(self, x0: float, x1: float) -> bool:
         """Idempotent: BokehJS reports the range on first render, and small pans stay in the window."""
-        if self.timeline.full_detail or x1 <= x0:
+        if (self.timeline.full_detail and self.timeline.states_full) or x1 <= x0:
             return False
         lo, hi = self.timeline.window
         v0, v1 = self.timeline.view  # a refinement pads it by half a view each side; the first view is the window

@@ -187,7 +187,7 @@ def test_colours_are_fixed_per_role_with_a_legend(demo) -> None:
 
 
 def test_hover_shows_text_only(demo) -> None:
-    (hover,) = [t for t in demo.figure.toolbar.tools if type(t).__name__ == "HoverTool"]
+    (hover,) = [t for t in demo.figure.toolbar.tools if type(t).__name__ == "HoverTool" and t.name != "gil_hover"]
     fields = dict(hover.tooltips)
     assert set(fields) >= {"name", "thread", "start", "duration", "detail"}
     assert not any("{safe}" in v for v in fields.values())
@@ -359,7 +359,7 @@ def test_merged_blocks_show_how_busy_their_pixels_are() -> None:
     )
     assert LINE_PALETTE[len(ROLE_NAMES) :] == ["#00000000"] * len(ROLE_NAMES)  # no outline: blocks a third of a pixel wide
     # The hover of a merged block: "1,234 spans merged, 3% busy".
-    (hover,) = [t for t in tl.figure.toolbar.tools if isinstance(t, HoverTool)]
+    (hover,) = [t for t in tl.figure.toolbar.tools if isinstance(t, HoverTool) and t.name != "gil_hover"]
     js = hover.formatters["@name"].code
     assert "spans merged, " in js and "% busy" in js and "busy_fraction" in js and 'toLocaleString("en-US")' in js
     # The overview shades its merged blocks alike.
@@ -731,7 +731,7 @@ def test_parent_hover_says_waiting_by_cause_python_cpu_and_the_top_blocker(edges
         assert top.name.endswith("TimelineSlow::_mul_scalar") and top.invocation == int(t.inv[causes.parents[k]])
         named += 1
     assert named >= 6  # each forward's _plus_scalar waited for its _mul_scalar
-    (hover,) = [t for t in edges_tl.figure.toolbar.tools if isinstance(t, HoverTool)]
+    (hover,) = [t for t in edges_tl.figure.toolbar.tools if isinstance(t, HoverTool) and t.name != "gil_hover"]
     fields = dict(hover.tooltips)
     assert fields["waiting by cause"] == "@why{custom}" and fields["blocked by"] == "@blocker{custom}"
     assert all(isinstance(f, CustomJSHover) for f in hover.formatters.values())
@@ -787,7 +787,7 @@ def test_critical_path_toggle_outlines_exactly_the_paths_spans_and_hops_between_
     assert any(toggle in getattr(child, "children", []) for child in tl.root.children)  # placed with the figure
     # A tap selects spans only, never the outlines; the hover is the spans' too.
     (tap,) = [t for t in tl.figure.toolbar.tools if isinstance(t, TapTool)]
-    (hover,) = [t for t in tl.figure.toolbar.tools if isinstance(t, HoverTool)]
+    (hover,) = [t for t in tl.figure.toolbar.tools if isinstance(t, HoverTool) and t.name != "gil_hover"]
     assert tap.renderers == hover.renderers and hover.renderers[0].data_source is tl.source
 
 
@@ -861,3 +861,139 @@ def test_critical_path_can_be_given_or_left_out_and_the_widget_computes_it_once(
     # Empty traces have no path and a disabled toggle, and still draw.
     empty = build_timeline(Trace())
     assert empty.path_toggle is not None and empty.path_toggle.disabled and empty.path_drawn == 0
+
+
+# ---------------------------------------------------------------------------- the GIL strip
+def _with_states(trace: Trace) -> Trace:
+    """``trace`` (a copy: the fixture is shared) with hand-made thread states: each custom op's
+    Python blocked for its first half and waiting for the GIL, held by the main thread, for its
+    second; the main thread holding the GIL from its first span to its last."""
+    from opprof.trace import Role
+    from opprof.trace.threadstates import ThreadState, ThreadStates
+
+    out = Trace(trace.threads, trace.table, trace.instants, trace.counters, trace.flow_table, trace.metadata, trace.ops)
+    t = out.table
+    main = next(th.tid for th in out.threads if th.name == "MainThread")
+    on_main = np.flatnonzero(t.tid == main)
+    rows = [(main, ThreadState.HELD, int(t.start[on_main].min()), int(t.end[on_main].max()), -1)]
+    for i in np.flatnonzero(t.role_is(Role.PYTHON)).tolist():
+        a, b, tid = int(t.start[i]), int(t.end[i]), int(t.tid[i])
+        rows += [(tid, ThreadState.BLOCKED, a, (a + b) // 2, -1), (tid, ThreadState.WAIT, (a + b) // 2, b, main)]
+    rows.sort(key=lambda r: (r[0], r[2]))
+    # Back-to-back Pythons on one thread: each run ends where the next begins at the latest.
+    cols = [np.array(c, dtype=np.int64) for c in zip(*rows, strict=True)]
+    out.thread_states = ThreadStates(*cols, period_ns=200_000)
+    assert out.validate() == [], out.validate()
+    return out
+
+
+def _strip(tl):
+    (r,) = tl.figure.select(name="gil_strip")
+    return r
+
+
+def test_the_gil_strip_lies_under_each_threads_lane_coloured_by_state_and_a_wait_names_its_holder(edges_trace) -> None:
+    from opprof.trace.threadstates import STATE_LABELS, STATES, ThreadState
+    from opprof.view.figure import STATE_COLORS
+
+    trace = _with_states(edges_trace)
+    tl = build_timeline(trace)
+    ts = trace.thread_states
+    d = tl.state_source.data
+    assert tl.states_full and len(d["left"]) == len(ts)  # a small trace: every run drawn as itself
+    # Each run where it happened, on its own thread's lane, in the gap under the lane's last row.
+    lanes = {ln.tid: ln for ln in tl.layout.lanes if ln.kind == LaneKind.THREAD}
+    labels = tl.state_lookup.data["thread"]
+    by_label = {tl.layout.thread_labels[tid]: ln for tid, ln in lanes.items()}
+    t0 = tl.layout.t0_ns
+    want = sorted(zip(((ts.start - t0) / 1e3).tolist(), ((ts.end - t0) / 1e3).tolist(), strict=True))
+    assert sorted(zip(np.asarray(d["left"]).tolist(), np.asarray(d["right"]).tolist(), strict=True)) == want
+    for top, bottom, th in zip(d["top"], d["bottom"], d["thread"], strict=True):
+        ln = by_label[labels[th]]
+        assert ln.top + ln.rows < top < bottom < ln.top + ln.rows + LANE_GAP / 2
+    # Colours: one per state, none a role's, in the palette the renderer maps ``c`` through.
+    colors = [STATE_COLORS[s] for s in STATES]
+    assert len(set(colors)) == len(STATES) and not set(colors) & set(ROLE_COLORS.values())
+    assert list(_strip(tl).glyph.fill_color.transform.palette) == colors
+    codes = Counter(STATES[c] for c in np.asarray(d["c"]).tolist())
+    assert codes == Counter(ThreadState(s) for s in ts.state.tolist())
+    # The hover of a wait names the thread that held the GIL; other runs say nothing more.
+    details = tl.state_lookup.data["detail"]
+    waits = [j for j, c in enumerate(d["c"]) if STATES[c] == ThreadState.WAIT]
+    assert waits and all(details[d["detail"][j]].startswith("held by MainThread") for j in waits)
+    assert all(details[d["detail"][j]] == "" for j in range(len(d["c"])) if j not in set(waits))
+    (hover,) = tl.figure.select(name="gil_hover")
+    assert hover.renderers == [_strip(tl)] and not any("{safe}" in v for _, v in hover.tooltips)
+    assert hover.formatters["@c"].args["labels"] == [STATE_LABELS[s] for s in STATES]
+    # Neither the spans' hover nor a tap picks the strip; the legend names each colour.
+    assert all(_strip(tl) not in t.renderers for t in tl.figure.select({"type": TapTool}))
+    legend = {item.label["value"]: item.renderers[0].glyph.fill_color for item in tl.figure.legend[0].items}
+    assert all(legend[f"GIL: {STATE_LABELS[s]}"] == STATE_COLORS[s] for s in STATES)
+    assert "the GIL, as sampled" in tl.note.text
+
+
+def test_a_wait_names_what_its_holder_ran(edges_trace) -> None:
+    """The hover names the deepest span open on the holder thread at the middle of the wait."""
+    from opprof.trace import Role
+    from opprof.trace.threadstates import ThreadState, ThreadStates
+
+    trace = Trace(edges_trace.threads, edges_trace.table, metadata=edges_trace.metadata)
+    t = trace.table
+    parent = t.role_is(Role.PARENT)  # no custom-op parent: it is no thread's span
+    py = int(np.flatnonzero(t.role_is(Role.PYTHON))[0])
+    holder, a, b = int(t.tid[py]), int(t.start[py]), int(t.end[py])
+    deepest = [i for i in np.flatnonzero((t.tid == holder) & ~parent).tolist() if t.start[i] <= (a + b) // 2 < t.end[i]]
+    name = t.strings[t.name[min(deepest, key=lambda i: t.end[i] - t.start[i])]]
+    waiter = next(th.tid for th in trace.threads if th.tid != holder)
+    trace.thread_states = ThreadStates([waiter], [ThreadState.WAIT], [a], [b], [holder])
+    tl = build_timeline(trace, critical_path=False)
+    (text,) = [x for x in tl.state_lookup.data["detail"] if x]
+    assert text == f"held by {trace.thread_names()[holder]}, running {name}"
+
+
+def test_a_trace_without_thread_states_draws_no_strip(demo_trace) -> None:
+    trace = Trace(demo_trace.threads, demo_trace.table, metadata=demo_trace.metadata)
+    assert trace.thread_states is None
+    tl = build_timeline(trace, critical_path=False)
+    assert tl.state_source is None and tl.state_lookup is None
+    assert not list(tl.figure.select(name="gil_strip")) and not list(tl.figure.select(name="gil_hover"))
+    assert not [s for s in tl.root.select({"type": ColumnDataSource}) if s.name in ("gil_states", "gil_lookup")]
+    labels = [item.label["value"] for item in tl.figure.legend[0].items]
+    assert labels == [*(ROLE_LABELS[r] for r in ROLE_NAMES), "merged: pale = idle"]
+    assert "GIL" not in tl.note.text
+
+
+def test_the_gil_strip_merges_runs_narrower_than_a_pixel_and_the_widget_refines_it() -> None:
+    """100,000 runs on 4 threads: the strip draws about a block per lane and pixel column, each of
+    its main state, and every run drawn or in a block; zoomed in, runs are drawn as themselves."""
+    from opprof.trace.threadstates import STATES, ThreadStates
+
+    trace = synthetic_trace(2_000, seed=5)
+    tab = trace.table
+    lo, hi = int(tab.start.min()), int(tab.end.max())
+    tids = sorted({int(x) for x in np.unique(tab.tid)})[:4]
+    rng = np.random.default_rng(1)
+    per = 25_000
+    cols = []
+    for tid in tids:
+        edges = np.concatenate(([lo], np.sort(rng.integers(lo, hi, per - 1)), [hi]))
+        state = np.where(np.arange(per) % 10 < 7, 1, rng.integers(2, 6, per))  # mostly held
+        cols.append((np.full(per, tid), state, edges[:-1], edges[1:], np.where(state == 2, tids[0], -1)))
+    trace.thread_states = ThreadStates(*(np.concatenate(c) for c in zip(*cols, strict=True)), period_ns=1_000)
+    tl = build_timeline(trace, width=800, critical_path=False)
+    d = tl.state_source.data
+    assert not tl.states_full and len(d["left"]) <= len(tids) * (800 + 3)
+    assert int(np.sum(d["count"])) == len(trace.thread_states)  # every run drawn or merged, once
+    merged = np.asarray(d["count"]) > 1
+    assert merged.any() and (np.asarray(d["right"])[merged] - np.asarray(d["left"])[merged]).min() > 0
+    assert Counter(np.asarray(d["c"])[merged].tolist()).most_common(1)[0][0] == 0  # held, the main state
+    texts = tl.state_lookup.data["detail"]
+    assert all("runs merged (zoom in)" in texts[k] for k in np.asarray(d["detail"])[merged].tolist())
+    w = TimelineWidget(trace, width=800, picture=False, critical_path=False)
+    x0, x1 = w.timeline.layout.extent
+    span = (x1 - x0) / 50_000  # a few runs in view
+    assert w.redraw(view=(x0 + (x1 - x0) / 2, x0 + (x1 - x0) / 2 + span))
+    d = w.timeline.state_source.data
+    assert len(d["left"]) and set(np.asarray(d["count"]).tolist()) == {1} and len(d["left"]) < 100
+    assert set(np.asarray(d["c"]).tolist()) <= set(range(len(STATES)))
+    w.close()
