@@ -41,18 +41,26 @@ close to the recording):
   to its Python, a finished op to the thread waiting for it) are calibrated from the trace itself:
   the median of the recorded gaps of each kind where nothing queued, so a slower machine's
   latencies come with its traces. Defaults apply when a trace has no sample of a kind.
-* **Not modelled:** the GIL (predictions hold for ops that release it, NumPy on large arrays,
-  ``sleep``, I/O, or that are short), contention between threads for cores and memory (durations
+* **The GIL** (:mod:`.gil`): one lock, handed first come, first served, and taken from a holder
+  once another thread has waited one switch interval (the recorded ``sys.getswitchinterval()``,
+  else 5 ms). Each op's run and each stretch of Python holds it for the share of its time its
+  thread held the GIL in the recorded thread states (a custom op's Python: its CPU time); its time
+  waiting for the GIL is left to the model. Without thread states, a custom op's Python holds it
+  while on a CPU and ops and programs are taken to release it. ``switch_interval=``,
+  ``releases_gil={"T": True}`` and ``gil=False`` (a free-threaded build) change it.
+* **Not modelled:** the engine's own Python beyond the calibrated hand-offs, the cost of a GIL
+  switch, where inside a stretch its GIL part fell, contention between threads for cores and memory (durations
   are replayed as recorded, with whatever slowdown the work beside them caused), the start of a
   new pool thread, and synchronisation between program threads outside the engine. A trace's
   :attr:`WhatIf.notes` say which of these matter for it (an op slower beside other work than
-  alone, Python busy on a CPU, workers waiting long to wake, several pushing threads).
+  alone, workers waiting long to wake, several pushing threads) and how the GIL was read.
 
 The naive engine runs everything inline on the pushing thread, so there is nothing to schedule:
 its replay is a time warp of each thread, where every span's own time (without the spans nested
 in it) is divided by its factor.
 
-One module per phase: :mod:`.change` (the change checked, and the factor of every span),
+One module per phase: :mod:`.change` (the change checked, and the factor of every span), :mod:`.gil` (the GIL's part
+in every piece, and the lock),
 :mod:`.prepare` (the recorded graph read into the replay's inputs, with the hand-offs calibrated
 from it), :mod:`.model` (the discrete-event model of the engine's workers and custom-op pool),
 :mod:`.predict` (the model's run as a trace), :mod:`.warp` (the naive engine's time warp) and
