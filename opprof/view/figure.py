@@ -679,7 +679,9 @@ def build_timeline(
     flows_all = ColumnDataSource(flows_all_data, name="flows_all")
     flows = ColumnDataSource(empty_flows(), name="flows")
 
-    fig_h = height or int(min(720, max(260, 60 + 22 * layout.height)))
+    si = state_index(trace, layout)
+    # The legend's 13 entries with the GIL strip's need ~300 px (8 without: the 260 px floor holds them).
+    fig_h = height or int(min(720, max(260 if si is None else 340, 60 + 22 * layout.height)))
     x_range = Range1d(x0 - pad, x1 + pad, bounds=(x0 - 20 * pad, x1 + 20 * pad))
     y_range = Range1d(layout.height + 0.3, -0.3)  # row 0 at the top
     wheel = WheelZoomTool(dimensions="width")
@@ -735,7 +737,6 @@ def build_timeline(
     if path is not None or lazy:
         approximate = path.approximate if path is not None else not has_edges(trace.table, trace.ops)
         path_source, path_edges, path_renderers, toggle, path_bar = _path_layer(p, approximate)
-    si = state_index(trace, layout)
     state_source: ColumnDataSource | None = None
     state_lookup: ColumnDataSource | None = None
     # Every run as itself only where every span is, and both fit the budget together: else merged per pixel.

@@ -81,7 +81,6 @@ def _center(page: Any, index: int) -> tuple[float, float]:
     )
 
 
-
 def _open_painted(page: Any, path: Path) -> None:
     """Open a saved timeline and wait until its main canvas is painted."""
     page.goto(path.as_uri())
@@ -90,6 +89,7 @@ def _open_painted(page: Any, path: Path) -> None:
     page.wait_for_function("() => window.__tl() && window.__tl().canvas_view")
     page.wait_for_timeout(300)
     assert page.evaluate(_PIXELS_JS) > 2000, "the main canvas looks blank"
+
 
 def test_saved_timeline_draws_hovers_and_runs_no_injected_code(chromium_page, tmp_path: Path) -> None:
     page, console, page_errors = chromium_page
@@ -418,3 +418,58 @@ def test_merged_blocks_are_shaded_by_busy_share_and_zoomed_bars_carry_their_name
     errors = [text for kind, text in console if kind == "error"]
     assert errors == [] and page_errors == [], (errors, page_errors)
     print(f"\nscreenshots: {tmp_path}")
+
+
+# ---------------------------------------------------------------------------- the GIL strip
+_GIL_RED_JS = """
+() => {
+  // Pixels of the strip's "waits for the GIL" colour (#8b1e3f) on the main figure's canvas.
+  const c = window.__tl().canvas_view.primary.canvas;
+  const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+  let n = 0;
+  for (let i = 0; i < d.length; i += 4) {
+    if (d[i + 3] > 0 && Math.abs(d[i] - 139) < 20 && Math.abs(d[i + 1] - 30) < 20 && Math.abs(d[i + 2] - 63) < 20) n++;
+  }
+  return n;
+}
+"""
+
+
+def test_the_gil_strip_draws_and_a_waits_hover_names_its_holder_as_text(chromium_page, tmp_path: Path) -> None:
+    import numpy as np
+
+    from opprof.trace.threadstates import ThreadState as S
+    from opprof.trace.threadstates import ThreadStates
+
+    page, console, page_errors = chromium_page
+    trace = _malicious_trace()
+    runs = [
+        (1, S.HELD, 0, 400_000, -1), (1, S.BLOCKED, 400_000, 500_000, -1), (1, S.HELD, 500_000, 900_000, -1),
+        (2, S.BLOCKED, 0, 450_000, -1), (2, S.RUNNING, 450_000, 600_000, -1), (2, S.RUNNABLE, 600_000, 700_000, -1),
+        (3, S.HELD, 150_000, 250_000, -1), (3, S.WAIT, 250_000, 400_000, 1),
+    ]  # fmt: skip
+    trace.thread_states = ThreadStates(*(np.array(c, dtype=np.int64) for c in zip(*runs, strict=True)), period_ns=1_000)
+    assert trace.validate() == []
+    path = tmp_path / "gil.html"
+    tl = save_html(trace, str(path))
+    assert tl.state_source is not None and len(tl.state_source.data["left"]) == len(runs)
+    _open_painted(page, path)
+    assert page.evaluate("() => window.__src('gil_states').data.left.length") == len(runs)
+    assert page.evaluate(_GIL_RED_JS) > 100, "the wait's red is not on the canvas"
+    # Hover the wait: its holder and what the holder ran, the span named like an <img> tag, as text.
+    d = tl.state_source.data
+    (j,) = [i for i, c in enumerate(d["detail"]) if tl.state_lookup.data["detail"][c]]
+    x, y = page.evaluate(
+        """(i) => { const d = window.__src('gil_states').data;
+                    return window.__at((d.left[i] + d.right[i]) / 2, (d.top[i] + d.bottom[i]) / 2); }""",
+        j,
+    )
+    page.mouse.move(x, y)
+    tip = page.get_by_text(f"held by MainThread, running {IMG}", exact=False)
+    tip.first.wait_for(state="visible", timeout=10_000)
+    assert page.get_by_text("waits for the GIL", exact=False).first.is_visible()
+    page.screenshot(path=str(tmp_path / "gil-hover.png"))
+    assert page.evaluate("() => window.__pwned") is None
+    errors = [text for kind, text in console if kind == "error"]
+    assert errors == [] and page_errors == [], (errors, page_errors)
+    print(f"\nscreenshot: {tmp_path / 'gil-hover.png'}")
