@@ -30,8 +30,10 @@ import numpy as np
 from ...data import TraceData
 from ...threadstates import STATES, ThreadState
 
-__all__ = ["DEFAULT_SWITCH_INTERVAL", "Gil", "gil_shares"]
+__all__ = ["DEFAULT_SWITCH_INTERVAL", "EXACT_PERIOD_NS", "Gil", "gil_shares"]
 
+#: The ``period_ns`` of thread states a model wrote (a predicted trace's): exact, not sampled.
+EXACT_PERIOD_NS = 1
 #: CPython's default switch interval (s), for a trace that did not record its own.
 DEFAULT_SWITCH_INTERVAL = 0.005
 _K = {s: k for k, s in enumerate(STATES)}
@@ -64,6 +66,8 @@ def gil_shares(
     if ts is None or not len(ts) or not n:
         return wait, cpu
     period = ts.period_ns or 1_000_000
+    if period <= EXACT_PERIOD_NS:  # a model's own states (a predicted trace): exact, used alone
+        has_cpu = np.zeros(n, dtype=bool)
     # A RUNNING run of one sample is most often a thread caught between dropping and taking the GIL.
     keep = (ts.state != ThreadState.RUNNING) | (ts.end - ts.start > period * 3 // 2)
     ov = ts.take(keep).overlap(tid, start, end).astype(np.float64)
@@ -102,8 +106,15 @@ class Gil:
     forces a drop; otherwise the GIL goes to the first waiter.
     """
 
-    def __init__(self, interval_ns: int, at: Callable[[int, int], None], done: Callable[[int, int, int, int], None]) -> None:
+    def __init__(
+        self,
+        interval_ns: int,
+        at: Callable[[int, int], None],
+        done: Callable[[int, int, int, int], None],
+        log: Callable[[int, int, int, int], None] | None = None,
+    ) -> None:
         self.interval = max(1, interval_ns)
+        self._log = log or (lambda key, state, a, b: None)  # (thread, ThreadState, start, end): what it did
         self._at = at
         self._done = done
         self.piece = -1  # the piece holding the GIL, -1 none
@@ -152,6 +163,8 @@ class Gil:
                 self._schedule(t)
 
     def _acquire(self, i: int, t: int) -> None:
+        if t > self.arrived[i]:
+            self._log(self.keys[i], int(ThreadState.WAIT), self.arrived[i], t)
         self.piece, self.key = i, self.keys[i]
         self.slice_since = self.piece_since = t
         self._schedule(t)
@@ -183,6 +196,7 @@ class Gil:
             return
         i = self.piece
         used = t - self.piece_since
+        self._log(self.keys[i], int(ThreadState.HELD), self.piece_since, t)
         self.left[i] -= used
         self.chunk[i] += used
         self.piece = -1
@@ -190,10 +204,13 @@ class Gil:
             off = min(self.free[i], max(1, round(self.chunk[i] * self.ratio[i])))
             self.free[i] -= off
             self.chunk[i] = 0
+            self._log(self.keys[i], int(ThreadState.BLOCKED), t, t + off)
             self._at(t + off, 2 * i + 1)
             self._hand_over(t)
             return
         if self.left[i] <= 0:
+            if self.free[i] > 0:
+                self._log(self.keys[i], int(ThreadState.BLOCKED), t, t + self.free[i])
             self._done(t, self.free[i], self.ev[i], self.arg[i])
             if self.free[i] <= 0:  # keep it for this instant: its thread may ask again at once
                 self.lingering = True

@@ -11,12 +11,14 @@ from collections import defaultdict, deque
 import numpy as np
 
 from ...ops import OpKind
+from ...threadstates import ThreadState
 from .gil import Gil
 from .prepare import Recording
 
 __all__ = ["EXTERNAL", "Replay"]
 
 _CUSTOM, _DUMMY, _WAIT = int(OpKind.CUSTOM), int(OpKind.DUMMY), int(OpKind.WAIT)
+_BLOCKED = int(ThreadState.BLOCKED)
 _ACT, _DONE, _RESUME, _EXT, _FREE, _TAKE, _WAKE, _GIL = range(8)
 EXTERNAL = -2  # ``Replay.by`` of a row enabled by an op from before the recording (as recorded)
 
@@ -60,7 +62,9 @@ class Replay:
         self.dur = [round(d / f[s]) if s >= 0 else d for d, s in zip(rec.dur, rec.span, strict=True)]
         self.py_factor = [f[fam.python] for fam in rec.families]
         force = gil_span.tolist() if gil_span is not None else None
-        self.gil = Gil(switch_ns, self._gil_at, self._gil_done) if switch_ns is not None else None
+        #: What each thread did about the GIL: (thread key: an actor's index, or -1 - worker; ThreadState; start; end).
+        self.gil_log: list[tuple[int, int, int, int]] = []
+        self.gil = Gil(switch_ns, self._gil_at, self._gil_done, self._gil_log) if switch_ns is not None else None
         # Each op's run: (ns with the GIL, ns without), its GIL waits dropped.
         op_wait, op_share = rec.op_wait or [0] * n, rec.op_share or [0.0] * n
         self.op_gil = [0] * n
@@ -214,9 +218,15 @@ class Replay:
     def _work(self, t: int, key: int, held: int, free: int, ev: int, arg: int) -> None:
         """Thread ``key`` works ``held`` ns with the GIL, then ``free`` ns without, then event ``ev`` about ``arg``."""
         if held <= 0 or self.gil is None:
+            if self.gil is not None and held + free > 0:
+                self.gil_log.append((key, _BLOCKED, t, t + held + free))
             self.at(t + held + free, ev, arg)
         else:
             self.gil.request(t, key, held, free, ev, arg)
+
+    def _gil_log(self, key: int, state: int, a: int, b: int) -> None:
+        if b > a:
+            self.gil_log.append((key, state, a, b))
 
     def _gil_at(self, t: int, gen: int) -> None:
         self.at(t, _GIL, gen)

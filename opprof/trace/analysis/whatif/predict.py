@@ -10,6 +10,8 @@ from ...columns import ROLE_CODE, FlowTable
 from ...data import TraceData
 from ...ops import OpKind, OpTable
 from ...records import CUSTOM_POOL, ENGINE_POOL, Role, ThreadInfo
+from ...threadstates import GIL_METADATA, ThreadStates
+from .gil import EXACT_PERIOD_NS
 from .model import EXTERNAL, Replay
 from .prepare import POOL_PREFIXES, Recording
 
@@ -129,12 +131,36 @@ def model_trace(trace: TraceData, rec: Recording, sim: Replay, engine_threads: i
     threads = [ThreadInfo(p, trace.thread_name(p), pid_of.get(p, 0)) for p in tids]
     threads += [ThreadInfo(base + w, f"{ENGINE_POOL.thread_prefix}{w}", pool_pid) for w in range(engine_threads)]
     threads += [ThreadInfo(c_base + th, f"{CUSTOM_POOL.thread_prefix}{th}", pool_pid) for th in range(sim.threads)]
+    states = None
+    if sim.gil is not None and sim.gil_log:
+        # The model's own GIL states, exact: a replay of the predicted trace reads them as recorded.
+        def tid_of_key(key: int) -> int:
+            if key < 0:
+                return base + (-1 - key)
+            a = sim.actors[key]
+            return a.thread if a.fam < 0 else c_base + a.thread
+
+        log = sim.gil_log
+        states = ThreadStates(
+            np.array([tid_of_key(k) for k, _, _, _ in log], dtype=_I64),
+            np.array([s for _, s, _, _ in log], dtype=np.int8),
+            np.array([a for _, _, a, _ in log], dtype=_I64) + t0,
+            np.array([b for _, _, _, b in log], dtype=_I64) + t0,
+            np.full(len(log), -1, dtype=_I64),
+            EXACT_PERIOD_NS,
+        )
+    metadata = dict(trace.metadata)
+    if sim.gil is not None:
+        metadata[GIL_METADATA] = {"source": "opprof what_if (the model's GIL)", "period_ns": EXACT_PERIOD_NS}
+    else:
+        metadata[GIL_METADATA] = {"why_not": "a what-if prediction without the GIL (gil=False)"}
     out = TraceData(
         threads=threads,
         spans=spans.sorted_by_start(),
         flows=flows,
-        metadata=dict(trace.metadata),
+        metadata=metadata,
         ops=table,
         processes=dict(trace.processes),
+        thread_states=states,
     )
     return out, len(t) - len(idx)
