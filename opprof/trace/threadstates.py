@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["GIL_METADATA", "STATE_LABELS", "PoolCondition", "ThreadState", "ThreadStates"]
+__all__ = ["GIL_CATEGORY", "GIL_METADATA", "STATE_LABELS", "STATE_OF_LABEL", "PoolCondition", "ThreadState", "ThreadStates"]
 
 #: Metadata key: ``{"period_ns": …, "source": …}`` where the GIL was sampled, ``{"why_not": …}`` where not.
 GIL_METADATA = "gil"
@@ -47,6 +47,10 @@ STATE_LABELS = {
     ThreadState.RUNNING: "runs without the GIL",
     ThreadState.RUNNABLE: "waits for a CPU",
 }
+#: A slice name of a ``gil`` track -> its state's value.
+STATE_OF_LABEL = {label: int(s) for s, label in STATE_LABELS.items()}
+#: The Chrome JSON category of the states' tracks (one async track per thread: :mod:`.formats.chrome`).
+GIL_CATEGORY = "gil"
 
 
 @dataclass(eq=False)

@@ -562,3 +562,38 @@ def test_a_large_foreign_trace_loads_in_linear_time() -> None:
     t, _ = imported(ev)
     assert time.perf_counter() - t0 < 10
     assert len(t.spans) == 100_000
+
+
+def test_opprofs_gil_tracks_without_its_other_data_come_back_as_thread_states_not_spans() -> None:
+    """A file of ours stripped of its ``otherData`` goes through the importer: its ``gil`` tracks
+    are the thread states (holders mapped to the importer's thread ids; the period is lost), not spans."""
+    import numpy as np
+
+    from opprof.trace import Span, ThreadInfo
+    from opprof.trace.threadstates import ThreadState as S
+    from opprof.trace.threadstates import ThreadStates
+
+    threads = [ThreadInfo(1, "MainThread"), ThreadInfo(7, "opprof-custom-0"), ThreadInfo(9, "worker", 1)]
+    spans = [Span("a", "operator", 1, 0, 100), Span("b", "operator", 7, 10, 90), Span("c", "operator", 9, 0, 50)]
+    runs = [
+        (1, S.HELD, 0, 60, -1),
+        (7, S.BLOCKED, 0, 30, -1),
+        (7, S.WAIT, 30, 60, 1),
+        (7, S.WAIT, 60, 80, -1),
+        (9, S.RUNNING, 5, 45, -1),
+    ]
+    trace = Trace(threads=threads, spans=spans)
+    trace.thread_states = ThreadStates(*(np.array(c, dtype=np.int64) for c in zip(*runs, strict=True)), period_ns=1_000)
+    obj = to_chrome(trace)
+    del obj["otherData"]
+    back = from_chrome(obj)
+    assert back.n_spans == 3 and "gil" not in set(back.table.strs(back.table.cat).tolist())
+    ts = back.thread_states
+    assert ts is not None and ts.period_ns == 0 and ts.check() == []
+    name, names = back.thread_names(), trace.thread_names()
+    got = sorted(
+        (name[t], s, a, b, name.get(h, "-"))
+        for t, s, a, b, h in zip(*(c.tolist() for c in (ts.tid, ts.state, ts.start, ts.end, ts.holder)), strict=True)
+    )
+    want = sorted((names[t], int(s), a, b, names.get(h, "-")) for t, s, a, b, h in runs)
+    assert got == want

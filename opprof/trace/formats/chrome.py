@@ -42,7 +42,7 @@ from ..analysis.causes import has_edges
 from ..columns import ROLE_CODE, FlowTable, SpanTable
 from ..data import TraceData
 from ..records import CUSTOM_OP, CounterSample, Instant, Role, ThreadInfo
-from ..threadstates import STATE_LABELS, ThreadStates
+from ..threadstates import GIL_CATEGORY, STATE_LABELS, STATE_OF_LABEL, ThreadStates
 from . import chrome_fast
 from .importer import NS_LIMIT, SourceThread, import_chrome
 from .jsonio import TraceFormatError, dumps, loads, no_gc, open_maybe_gzip, parse_json, read_trace_file
@@ -105,10 +105,8 @@ def _other_data(trace: TraceData, t0: int) -> dict[str, Any]:
 
 #: The async tracks of the thread states (one per thread), and the key in ``otherData.opprof``
 #: that says the trace has them (``{"period_ns": …}``).
-GIL = chrome_fast.GIL
+GIL = GIL_CATEGORY
 STATES_KEY = "thread_states"
-#: A ``gil`` slice's name -> its state (what :func:`_state_chunks` writes).
-STATE_OF_LABEL = {label: int(s) for s, label in STATE_LABELS.items()}
 
 
 class _Columns:

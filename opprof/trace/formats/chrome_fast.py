@@ -24,7 +24,7 @@ import numpy as np
 
 from ..columns import FlowTable, SpanTable, StringTable
 from ..records import CUSTOM_OP, Role
-from ..threadstates import STATE_LABELS
+from ..threadstates import GIL_CATEGORY, STATE_OF_LABEL
 
 __all__ = ["NotFast", "read_lines"]
 
@@ -95,9 +95,9 @@ class _Gathered:
         self.state_holder: list[Any] = []
 
 
-#: The category of the thread states' tracks (:data:`.chrome.GIL`), and each state by its slice name.
-GIL = "gil"
-_STATE_OF_LABEL = {label: int(s) for s, label in STATE_LABELS.items()}
+#: The category of the thread states' tracks, and each state by its slice name.
+GIL = GIL_CATEGORY
+_STATE_OF_LABEL = STATE_OF_LABEL
 
 #: Thread-state runs as columns: (tid, state, start, end, holder).
 Runs = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]

@@ -8,7 +8,8 @@ opprof's own to :func:`import_chrome`. What it understands, by phase (``ph``):
   closes the innermost open ``B``, as Chrome and Perfetto do);
 * ``b``/``n``/``e`` nestable async and legacy ``S``/``T``/``F`` async slices, matched per
   (scope, category, id) with ``id`` or ``id2``; a track whose id equals its thread id is drawn on
-  that thread, the others are packed into a few "async" lanes per process;
+  that thread, the others are packed into a few "async" lanes per process (opprof's own ``gil``
+  tracks, in a file of ours stripped of its ``otherData``, become the thread states instead);
 * ``s``/``t``/``f`` flows, chained per (category, id), one :class:`~opprof.trace.Flow` per hop;
 * ``i``/``I``/``R`` instants, ``C`` counters (one :class:`~opprof.trace.CounterSample` per event,
   numeric values only), ``M`` metadata (process/thread names and sort indices);
@@ -49,9 +50,12 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from ..columns import FlowTable, SpanTable
 from ..data import TraceData
 from ..records import CUSTOM_OP, CounterSample, Flow, Instant, Role, Span, ThreadInfo, role_of
+from ..threadstates import GIL_CATEGORY, STATE_OF_LABEL, ThreadStates
 from .jsonio import TraceFormatError
 from .mxnet import MXNET_PROCESSES, recover_mxnet
 
@@ -221,6 +225,8 @@ class _Importer:
         self.tids: dict[tuple[Any, Any], int] = {}
         self.tid_key: list[tuple[Any, Any]] = []
         self.procs_of_tid: dict[Any, list[str]] = {}
+        # opprof's GIL tracks (a file of ours without its otherData): (tid, state, start, end, holder)
+        self.state_runs: list[tuple[int, int, int, int, int]] = []
 
     # -------------------------------------------------------------- threads
     def _key(self, pid: Any, tid: Any) -> tuple[Any, Any]:
@@ -461,6 +467,9 @@ class _Importer:
         for key, span, bi in async_spans:
             b = events[bi]
             args = span.args or {}
+            if span.cat == GIL_CATEGORY and span.name in STATE_OF_LABEL:  # opprof's thread states, not spans
+                self._state_run(span, args, b)
+                continue
             role = role_of(args.get("role"))
             if span.cat == CUSTOM_OP and role is not None:
                 args["role"] = role
@@ -503,6 +512,15 @@ class _Importer:
                 for s in tracks[key]:
                     s.tid = lane_tid[n]
                     spans.append(s)
+
+    def _state_run(self, span: Span, args: dict[str, Any], b: dict[str, Any]) -> None:
+        """A run of opprof's thread states; its holder (a tid of the file) is a thread of the same
+        process (the GIL is one per process), -1 when the file names none the trace knows."""
+        raw = args.get("holder", -1)
+        holder = -1
+        if type(raw) is int and raw >= 0:
+            holder = self.tids.get(self._key(b.get("pid", 0), raw), -1)
+        self.state_runs.append((span.tid, STATE_OF_LABEL[span.name], span.start, span.end, holder))
 
     def _tid_of_key(self, key: tuple[Any, ...], pid: Any) -> int:
         small = self.tids.get(key)
@@ -632,6 +650,9 @@ class _Importer:
             recover_mxnet(trace)  # edits the span list, so it runs before the columns are made
         trace.set_table(SpanTable.from_spans(trace.spans))
         trace.flows = FlowTable.from_flows(trace.flows)
+        if self.state_runs:  # the sampling period went with the otherData: unknown (0)
+            tid, state, start, end, holder = (np.array(c, dtype=np.int64) for c in zip(*self.state_runs, strict=True))
+            trace.thread_states = ThreadStates(tid, state, start, end, holder)
         meta["dropped_events"] = self.drops.total
         if self.drops.total:
             meta["dropped"] = dict(self.drops.count)
