@@ -83,7 +83,8 @@ def chrome_problems(obj: dict[str, Any]) -> list[str]:
 
     * no ``B``/``E`` events; every tid a small non-negative int;
     * ``X`` slices nest properly on each tid, and every tid with a slice or flow has ``thread_name``;
-    * async ``b``/``e`` per id, read in time order: every ``e`` closes the most recent open ``b`` of
+    * async ``b``/``e`` per track (category and ``id``, or ``id2``: a ``local`` one within its
+      pid), read in time order: every ``e`` closes the most recent open ``b`` of
       the same name (as Perfetto matches them; ends at one timestamp may come in any order), every
       ``b`` is closed, and the resulting intervals nest;
     * every flow ``s`` has exactly one ``f`` with its id, not earlier in time;
@@ -125,7 +126,11 @@ def chrome_problems(obj: dict[str, Any]) -> list[str]:
             x_by_tid[tid].append((a, b, ev["name"]))
             used_tids.add(tid)
         elif ph in ("b", "e"):
-            async_by_id[(ev.get("cat"), ev.get("id"))].append((_ns(ev["ts"]), i, ev))
+            track = ev.get("id")
+            id2 = ev.get("id2")
+            if track is None and isinstance(id2, dict):  # the GIL's tracks: id2.local, one per thread of a process
+                track = ("local", ev.get("pid"), id2["local"]) if "local" in id2 else ("global", id2.get("global"))
+            async_by_id[(ev.get("cat"), track)].append((_ns(ev["ts"]), i, ev))
         elif ph == "s":
             starts[ev.get("id")].append(ev)
             used_tids.add(tid)
