@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import threading
 import time
 from collections.abc import Callable
 
@@ -160,31 +159,7 @@ def gil_sampler_rows(seconds: float) -> list[Row]:
     if not gil.AVAILABLE:
         return [Row(SECTION, "GIL sampler's own CPU", None, "", f"not measured: {gil.WHY_NOT}")]
     progress(f"profiler: the GIL sampler's own CPU, {seconds:g} s at each rate")
-    stop = threading.Event()
-
-    def idle() -> None:
-        gil.register_thread()
-        stop.wait()
-        gil.unregister_thread()
-
-    threads = [threading.Thread(target=idle) for _ in range(3)]
-    for t in threads:
-        t.start()
-    gil.register_thread()
-    share: dict[int, float] = {}
-    try:
-        for period in (PERIOD_NS, 200_000):
-            sampler = gil.GilSampler(period)
-            cpu0 = sampler.stats().get("sampler_cpu_ns", 0)
-            sampler.start()
-            time.sleep(seconds)
-            sampler.stop()
-            share[period] = (sampler.stats()["sampler_cpu_ns"] - cpu0) / (seconds * 1e9)
-            sampler.drain()
-    finally:
-        stop.set()
-        for t in threads:
-            t.join()
+    share = gil.sampler_cpu_share((PERIOD_NS, 200_000), seconds)
     rate = 1e9 / PERIOD_NS
     return [
         Row(

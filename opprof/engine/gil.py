@@ -27,6 +27,7 @@ import os
 import sys
 import sysconfig
 import threading
+import time
 from dataclasses import dataclass, field
 from types import ModuleType, TracebackType
 from typing import Any
@@ -48,6 +49,7 @@ __all__ = [
     "GilThread",
     "register_engine_thread",
     "register_thread",
+    "sampler_cpu_share",
     "unregister_thread",
 ]
 
@@ -405,3 +407,37 @@ class GilSampler:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.stop()
+
+
+def sampler_cpu_share(periods_ns: tuple[int, ...], seconds: float, idle_threads: int = 3) -> dict[int, float]:
+    """The sampler's own CPU time as a share of one core at each period, with the calling thread
+    and ``idle_threads`` parked threads registered (as an engine's are between ops): what the
+    benchmark row and the cost test report. Empty on the pure path."""
+    if _native is None:
+        return {}
+    stop = threading.Event()
+
+    def idle() -> None:
+        register_thread()
+        stop.wait()
+        unregister_thread()
+
+    threads = [threading.Thread(target=idle) for _ in range(idle_threads)]
+    for t in threads:
+        t.start()
+    register_thread()
+    share: dict[int, float] = {}
+    try:
+        for period in periods_ns:
+            sampler = GilSampler(period)
+            cpu0 = sampler.stats().get("sampler_cpu_ns", 0)
+            sampler.start()
+            time.sleep(seconds)
+            sampler.stop()
+            share[period] = (sampler.stats()["sampler_cpu_ns"] - cpu0) / (seconds * 1e9)
+            sampler.drain()
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    return share

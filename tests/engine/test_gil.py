@@ -272,33 +272,11 @@ def test_a_forked_child_starts_with_no_sampler_and_can_start_its_own(sampler: Gi
 
 @native
 def test_the_samplers_own_cpu_cost_at_5_khz_with_4_threads(sampler: GilSampler, record_property: Callable[..., None]) -> None:
-    """The goal is at most 2 % of one core. Reported, and bounded loosely: on this kind of VM a
-    timer wake-up alone costs ~18 us of the waking thread's CPU (a bare C loop of clock_nanosleep at
-    5 kHz: ~9 %), so 5 kHz cannot reach 2 % here; 1 kHz does."""
-    stop = threading.Event()
-
-    def idle() -> None:
-        gil.register_thread()
-        stop.wait()
-        gil.unregister_thread()
-
-    threads = [threading.Thread(target=idle) for _ in range(3)]
-    for t in threads:
-        t.start()
-    sampler.register_thread()
-    time.sleep(0.02)
-    cost = {}
-    for period in (200_000, 1_000_000):
-        cpu0 = sampler.stats()["sampler_cpu_ns"]
-        GilSampler(period).start()
-        time.sleep(1.0)
-        sampler.stop()
-        stats = sampler.stats()
-        cost[period] = (stats["sampler_cpu_ns"] - cpu0) / 1e9
-        sampler.drain()
-    stop.set()
-    for t in threads:
-        t.join()
+    """The goal is at most 2 % of one core (a benchmark row judges it). Reported here, and bounded
+    loosely: on this kind of VM a timer wake-up alone costs ~18 us of the waking thread's CPU (a
+    bare C loop of clock_nanosleep at 5 kHz: ~9 %), so 5 kHz cannot reach 2 %; 1 kHz came to
+    1.7-3.8 %."""
+    cost = gil.sampler_cpu_share((200_000, 1_000_000), 1.0)
     record_property("sampler_cpu_share_5khz", cost[200_000])
     record_property("sampler_cpu_share_1khz", cost[1_000_000])
     print(f"sampler CPU, 4 threads: {cost[200_000]:.1%} of a core at 5 kHz, {cost[1_000_000]:.1%} at 1 kHz")
