@@ -35,6 +35,7 @@ import numpy as np
 from ..trace import Analysis, Role, Trace
 from ..trace.analysis.causes import op_names
 from ..trace.analysis.critical import CriticalPath
+from ..trace.analysis.gil import span_at
 from ..trace.analysis.summary import python_cpu_parts
 from ..trace.columns import ROLE_CODE
 from ..trace.records import FAMILY_ARGS
@@ -671,7 +672,7 @@ def _holder_texts(trace: Trace, si: StateIndex, rows: np.ndarray) -> list[str]:
     t = trace.table
     for h in np.unique(holder[holder >= 0]).tolist():
         at = np.flatnonzero(holder == h)
-        running[at] = _span_at(t, h, mid[at])
+        running[at] = span_at(t, h, mid[at])
     names = trace.thread_names()
     out = []
     for h, r in zip(holder.tolist(), running.tolist(), strict=True):
@@ -680,40 +681,4 @@ def _holder_texts(trace: Trace, si: StateIndex, rows: np.ndarray) -> list[str]:
             continue
         who = names.get(h, f"thread {h}")
         out.append(f"held by {who}, running {t.strings[t.name[r]]}" if r >= 0 else f"held by {who}, outside any recorded op")
-    return out
-
-
-#: Steps back from the last span started before a moment, looking for the deepest one still open.
-_SPAN_AT_STEPS = 64
-
-
-def _span_at(t: Any, tid: int, at: np.ndarray) -> np.ndarray:
-    """Per moment ``at``: the row of the deepest span on thread ``tid`` open then (-1: none). Spans of
-    a thread nest, so it is the last one started by then that has not ended: found stepping back
-    from the last started (at most :data:`_SPAN_AT_STEPS` steps; past them, the outermost open span,
-    found by one sorted search over the thread's top-level spans). A custom-op parent, which
-    crosses threads, is no thread's span."""
-    rows = np.flatnonzero((t.tid == tid) & (t.role != ROLE_CODE[Role.PARENT]))
-    out = np.full(len(at), -1, dtype=np.int64)
-    if not len(rows):
-        return out
-    if np.any(np.diff(t.start[rows]) < 0):  # a table is sorted by (start, -end); a list-built one may not be
-        rows = rows[np.lexsort((-t.end[rows], t.start[rows]))]
-    start, end = t.start[rows], t.end[rows]
-    j = np.searchsorted(start, at, side="right") - 1
-    todo = j >= 0
-    for _ in range(_SPAN_AT_STEPS):
-        if not todo.any():
-            break
-        hit = todo & (end[np.maximum(j, 0)] > at)
-        out[hit] = rows[j[hit]]
-        todo &= ~hit
-        j = np.where(todo, j - 1, j)
-        todo &= j >= 0
-    if todo.any():  # many spans ended in between: the outermost open one
-        reach = np.concatenate(([np.iinfo(np.int64).min], np.maximum.accumulate(end)[:-1]))
-        top = np.flatnonzero(start >= reach)
-        k = np.searchsorted(start[top], at[todo], side="right") - 1
-        ok = (k >= 0) & (end[top[np.maximum(k, 0)]] > at[todo])
-        out[np.flatnonzero(todo)[ok]] = rows[top[k[ok]]]
     return out

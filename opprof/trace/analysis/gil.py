@@ -24,7 +24,7 @@ from ..records import CUSTOM_POOL, ENGINE_POOL, Role
 from ..threadstates import GIL_METADATA, STATES, ThreadState, ThreadStates
 from .split import inline_subops
 
-__all__ = ["PYTHON_GIL_PARTS", "GilHolder", "PythonGil", "no_gil_evidence", "python_gil", "queue_holders"]
+__all__ = ["PYTHON_GIL_PARTS", "GilHolder", "PythonGil", "no_gil_evidence", "python_gil", "queue_holders", "span_at"]
 
 #: The parts of a Python's time, in column order of :attr:`PythonGil.ns`.
 PYTHON_GIL_PARTS = ("on CPU", "GIL wait", "blocked", "CPU wait", "not sampled")
@@ -174,8 +174,41 @@ def _running_on(table: SpanTable, states: ThreadStates, holder: int) -> str:
         return ""
     r = runs[np.argmax(states.end[runs] - states.start[runs])]
     mid = (int(states.start[r]) + int(states.end[r])) // 2
-    on = np.flatnonzero((table.tid == holder) & (table.start <= mid) & (table.end > mid))
-    if not len(on):
-        return ""
-    deepest = on[np.argmin(table.end[on] - table.start[on])]
-    return table.strings[table.name[deepest]]
+    (row,) = span_at(table, holder, np.array([mid], dtype=np.int64)).tolist()
+    return table.strings[table.name[row]] if row >= 0 else ""
+
+
+#: Steps back from the last span started before a moment, looking for the deepest one still open.
+_SPAN_AT_STEPS = 64
+
+
+def span_at(t: SpanTable, tid: int, at: np.ndarray) -> np.ndarray:
+    """Per moment ``at``: the row of the deepest span on thread ``tid`` open then (-1: none). Spans of
+    a thread nest, so it is the last one started by then that has not ended: found stepping back
+    from the last started (at most :data:`_SPAN_AT_STEPS` steps; past them, the outermost open span,
+    found by one sorted search over the thread's top-level spans). A custom-op parent, which
+    crosses threads, is no thread's span."""
+    rows = np.flatnonzero((t.tid == tid) & (t.role != ROLE_CODE[Role.PARENT]))
+    out = np.full(len(at), -1, dtype=np.int64)
+    if not len(rows):
+        return out
+    if np.any(np.diff(t.start[rows]) < 0):  # a table is sorted by (start, -end); a list-built one may not be
+        rows = rows[np.lexsort((-t.end[rows], t.start[rows]))]
+    start, end = t.start[rows], t.end[rows]
+    j = np.searchsorted(start, at, side="right") - 1
+    todo = j >= 0
+    for _ in range(_SPAN_AT_STEPS):
+        if not todo.any():
+            break
+        hit = todo & (end[np.maximum(j, 0)] > at)
+        out[hit] = rows[j[hit]]
+        todo &= ~hit
+        j = np.where(todo, j - 1, j)
+        todo &= j >= 0
+    if todo.any():  # many spans ended in between: the outermost open one
+        reach = np.concatenate(([np.iinfo(np.int64).min], np.maximum.accumulate(end)[:-1]))
+        top = np.flatnonzero(start >= reach)
+        k = np.searchsorted(start[top], at[todo], side="right") - 1
+        ok = (k >= 0) & (end[top[np.maximum(k, 0)]] > at[todo])
+        out[np.flatnonzero(todo)[ok]] = rows[top[k[ok]]]
+    return out
