@@ -142,14 +142,9 @@ class Analysis:
         """Per invocation row: index into ``causes.blocked_*`` of the op that held it up longest
         (the first such, as :meth:`Causes.all_blockers` orders them), -1 for none."""
         c = self.causes
-        k = len(self.parents)
-        top = np.full(k, -1, dtype=np.int64)
-        bf = c.blocked_fam
-        if len(bf):
-            order = np.lexsort((np.arange(len(bf)), -c.blocked_ns, bf))
-            first = np.ones(len(order), dtype=bool)
-            first[1:] = bf[order[1:]] != bf[order[:-1]]
-            top[bf[order[first]]] = order[first]
+        top = np.full(len(self.parents), -1, dtype=np.int64)
+        first = c.top_blockers(1)  # the same order as all_blockers and the per-type sums
+        top[c.blocked_fam[first]] = first
         return top
 
     @cached_property
