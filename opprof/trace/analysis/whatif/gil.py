@@ -129,7 +129,8 @@ class Gil:
         self.free: list[int] = []
         self.ev: list[int] = []
         self.arg: list[int] = []
-        self.arrived: list[int] = []
+        self.arrived: list[int] = []  # when the piece's switch-interval clock started (its ask, or a switch)
+        self.asked: list[int] = []  # when the piece last asked for the GIL: where its wait began
         self.ratio: list[float] = []  # ns without the GIL per ns with it
         self.chunk: list[int] = []  # ns with the GIL since the piece's last stretch without
         self.switches = 0  # drops forced by the switch interval
@@ -143,13 +144,14 @@ class Gil:
         self.ev.append(ev)
         self.arg.append(arg)
         self.arrived.append(t)
+        self.asked.append(t)
         self.ratio.append(free_ns / gil_ns if gil_ns > 0 else 0.0)
         self.chunk.append(0)
         self._ask(i, t)
 
     def _ask(self, i: int, t: int) -> None:
         key = self.keys[i]
-        self.arrived[i] = t
+        self.arrived[i] = self.asked[i] = t
         if self.lingering and self.key == key:  # the holder goes on
             self.lingering = False
             self.piece, self.piece_since = i, t
@@ -163,8 +165,8 @@ class Gil:
                 self._schedule(t)
 
     def _acquire(self, i: int, t: int) -> None:
-        if t > self.arrived[i]:
-            self._log(self.keys[i], int(ThreadState.WAIT), self.arrived[i], t)
+        if t > self.asked[i]:
+            self._log(self.keys[i], int(ThreadState.WAIT), self.asked[i], t)
         self.piece, self.key = i, self.keys[i]
         self.slice_since = self.piece_since = t
         self._schedule(t)
@@ -219,7 +221,7 @@ class Gil:
                 return
         else:  # forced to drop: to the back of the queue
             self.switches += 1
-            self.arrived[i] = t
+            self.arrived[i] = self.asked[i] = t
             self.queue.append(i)
         self._hand_over(t)
 
