@@ -1,8 +1,10 @@
 """The one thing pyproject.toml cannot say: the optional C extension (metadata stays in [project]).
 
-opprof.engine._gil samples who holds the GIL (opprof/engine/_gil.c). It is optional: without a C
-compiler or the Python headers the build skips it and opprof runs on its pure-Python path
-(opprof/engine/gil.py says why the GIL evidence is missing).
+opprof.engine._gil samples who holds the GIL (opprof/engine/_gil.c); opprof.engine._handoff is the
+engine's work queue, waited on in C so each hand-off's wake and GIL wait are timed
+(opprof/engine/_handoff.c). Both are optional: without a C compiler or the Python headers the build
+skips them and opprof runs on its pure-Python path (opprof/engine/gil.py and handoff.py say what
+is then missing).
 
 data_files installs the Jupyter server config that enables opprof's server extension (it serves
 BokehJS to notebook pages: opprof/jupyter/server.py) as <prefix>/etc/jupyter/jupyter_server_config.d/opprof.json.
@@ -29,7 +31,13 @@ setup(
             ["opprof/engine/_gil.c"],
             optional=True,  # no compiler, no headers, not Linux: opprof installs without it
             extra_compile_args=["-O2", "-std=gnu11"],
-        )
+        ),
+        Extension(
+            "opprof.engine._handoff",
+            ["opprof/engine/_handoff.c"],
+            optional=True,
+            extra_compile_args=["-O2", "-std=gnu11"],
+        ),
     ],
     data_files=[("etc/jupyter/jupyter_server_config.d", ["jupyter-config/jupyter_server_config.d/opprof.json"])],
 )

@@ -24,14 +24,13 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
-from queue import SimpleQueue
 from typing import Any
 
 import numpy as np
 
 import opprof as mx
+from opprof.engine.handoff import ping_pong_us
 
 try:
     from benchmarks.common import Row, interleaved, print_rows, progress
@@ -111,46 +110,6 @@ def custom_forward_backward(calls: int) -> float:
     dt = time.perf_counter() - t
     assert x.grad.asnumpy()[0, 0] == 1
     return dt
-
-
-def handoff_us(trips: int, one_cpu: bool) -> float:
-    """One way of a hand-off between two Python threads (a queue ping-pong), in µs.
-
-    The threaded engine's floor: a trivial custom op crosses threads twice a call in steady state
-    (the worker hands the Python to a custom-op thread, which hands its sub-ops back). With
-    ``one_cpu`` both threads are pinned to one CPU, where a hand-off is a context switch rather
-    than waking a CPU that went idle.
-    """
-    there: SimpleQueue[int | None] = SimpleQueue()
-    back: SimpleQueue[int] = SimpleQueue()
-    cpu = {min(os.sched_getaffinity(0))} if one_cpu else None
-
-    def echo() -> None:
-        if cpu:
-            os.sched_setaffinity(0, cpu)
-        while (x := there.get()) is not None:
-            back.put(x)
-
-    def run() -> None:
-        nonlocal took
-        if cpu:
-            os.sched_setaffinity(0, cpu)
-        there.put(0)
-        back.get()  # both threads up and pinned
-        t = time.perf_counter()
-        for i in range(trips):
-            there.put(i)
-            back.get()
-        took = time.perf_counter() - t
-        there.put(None)
-
-    took = 0.0
-    threads = [threading.Thread(target=echo), threading.Thread(target=run)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    return took / trips / 2 * 1e6
 
 
 def one_cpu_child(ops: int, calls: int, repeats: int) -> dict[str, float]:
@@ -278,7 +237,7 @@ def _machine_floor(
         return []
     trips = max(200, calls)
     progress(f"engine: thread hand-offs, {trips} round trips, across CPUs / on one CPU, {repeats} rounds")
-    hand = interleaved({"across": lambda: handoff_us(trips, False), "one": lambda: handoff_us(trips, True)}, repeats)
+    hand = interleaved({"across": lambda: ping_pong_us(trips, False), "one": lambda: ping_pong_us(trips, True)}, repeats)
     out = [
         Row(
             SECTION,

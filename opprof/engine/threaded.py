@@ -13,11 +13,10 @@ import os
 import sys
 import threading
 from collections.abc import Callable
-from queue import SimpleQueue
 from typing import Any
 
 from ..trace.records import CUSTOM_THREAD_PREFIX, ENGINE_THREAD_PREFIX
-from . import gil
+from . import gil, handoff
 from . import interrupts as _guard
 from .core import Engine
 from .interrupts import shielded
@@ -41,7 +40,7 @@ class CustomPool:
     def __init__(self, size: int, prefix: str) -> None:
         self._size = max(1, size)
         self._prefix = prefix
-        self._tasks: SimpleQueue[Callable[[], None] | None] = SimpleQueue()
+        self._tasks = handoff.work_queue(handoff.QueueKind.CUSTOM)  # timed hand-offs where compiled
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._idle = 0
@@ -119,7 +118,7 @@ class ThreadedEngine(Engine):
         cpus = os.cpu_count() or 1
         self.workers = max(1, workers if workers is not None else cpus)
         self.custom_workers = max(1, custom_workers if custom_workers is not None else max(2, cpus))
-        self._ready: SimpleQueue[Opr | None] = SimpleQueue()
+        self._ready = handoff.work_queue(handoff.QueueKind.ENGINE)
         self._threads = [
             threading.Thread(target=self._worker, name=f"{ENGINE_THREAD_PREFIX}{i}", daemon=True) for i in range(self.workers)
         ]

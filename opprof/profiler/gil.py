@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from ..engine import gil
+from ..engine import gil, handoff
 from ..trace.records import ThreadInfo
-from ..trace.threadstates import GIL_METADATA, ThreadStates
+from ..trace.threadstates import GIL_METADATA, ThreadState, ThreadStates
 
 __all__ = ["PERIOD_NS", "GilRecording"]
 
@@ -33,6 +33,8 @@ class GilRecording:
 
     def __init__(self, clock: Callable[[], int]) -> None:
         self.samples: gil.GilSamples | None = None
+        self.handoffs: handoff.Handoffs | None = None
+        self._timing_handoffs = False
         self.why_not = ""
         if not gil.AVAILABLE:
             self.why_not = gil.WHY_NOT
@@ -52,6 +54,10 @@ class GilRecording:
         s.drain()  # samples of an earlier session are not this one's
         if not s.start():
             self.sampler, self.why_not = None, "the GIL sampler did not start"
+            return
+        self._timing_handoffs = handoff.start()
+        if self._timing_handoffs:
+            handoff.drain()
 
     def stop(self) -> None:
         """Stop sampling and keep the samples (idempotent)."""
@@ -60,6 +66,9 @@ class GilRecording:
             return
         s.stop()
         self.samples = s.drain()
+        if self._timing_handoffs:
+            handoff.stop()
+            self.handoffs = handoff.drain()
 
     def thread_states(
         self, threads: list[ThreadInfo], native_ids: dict[int, int], t0: int, t1: int | None
@@ -87,7 +96,32 @@ class GilRecording:
         keep = end > start
         slots = runs.slot.astype(np.int64)[keep]
         holders = runs.holder.astype(np.int64)[keep]
-        return ThreadStates(tid_of_slot[slots], runs.state[keep], start[keep], end[keep], tid_of_slot[holders], samples.period_ns)
+        states, holder = runs.state[keep], tid_of_slot[holders]
+        sampled = ThreadStates(tid_of_slot[slots], states, start[keep], end[keep], holder, samples.period_ns)
+        return sampled.overlaid(self._handoff_runs(native_ids, t0, t1))
+
+    def _handoff_runs(self, native_ids: dict[int, int], t0: int, t1: int | None) -> ThreadStates:
+        """Each timed hand-off as exact runs of its getter: parked (``BLOCKED``) until the put, being
+        woken (``RUNNABLE``) until the OS ran it, then waiting for the GIL (``WAIT``) until it held it."""
+        h = self.handoffs
+        if h is None or not len(h):
+            return ThreadStates.empty()
+        r = h.records
+        tid = np.array([native_ids.get(int(n), -1) for n in r["native_id"].tolist()], dtype=np.int64)
+        park = r["park"]
+        put = np.clip(r["put"], park, r["woke"])
+        woke = r["woke"]
+        edges = [(ThreadState.BLOCKED, park, put), (ThreadState.RUNNABLE, put, woke), (ThreadState.WAIT, woke, r["gil"])]
+        hi = np.iinfo(np.int64).max if t1 is None else t1
+        cols: list[list[np.ndarray]] = [[], [], [], []]
+        for state, a, b in edges:
+            a, b = np.maximum(a, t0), np.minimum(b, hi)
+            keep = (tid >= 0) & (b > a)
+            code = np.full(int(keep.sum()), int(state), dtype=np.int8)
+            for col, v in zip(cols, (tid[keep], code, a[keep], b[keep]), strict=True):
+                col.append(v)
+        t, s, a, b = (np.concatenate(c) for c in cols)
+        return ThreadStates(t, s, a, b, np.full(len(t), -1, dtype=np.int64))
 
     def metadata(self) -> dict[str, Any]:
         """``metadata["gil"]``: how the evidence was taken, or why there is none."""
@@ -100,5 +134,27 @@ class GilRecording:
                 "period_ns": self.samples.period_ns,
                 "samples": len(self.samples),
                 **{k: stats[k] for k in ("dropped", "missed", "sampler_cpu_ns") if k in stats},
+                "handoffs": self._handoff_summary(),
             }
         }
+
+    def _handoff_summary(self) -> dict[str, Any]:
+        """``metadata["gil"]["handoffs"]``: how many hand-offs were timed and their median wake and
+        GIL wait per queue (the per-hop cost the why-text quotes), or why none were."""
+        if not handoff.AVAILABLE:
+            return {"why_not": handoff.WHY_NOT}
+        h = self.handoffs
+        if h is None:
+            return {"why_not": "hand-offs were not timed (another session was timing them)"}
+        out: dict[str, Any] = {"source": "the engine's queues, waited on in C", "count": len(h), "dropped": h.dropped}
+        r = h.records
+        for kind in handoff.QueueKind:
+            m = r["queue"] == int(kind)
+            if np.any(m):
+                wake = r["woke"][m] - np.clip(r["put"][m], r["park"][m], r["woke"][m])
+                out[kind.name.lower()] = {
+                    "count": int(m.sum()),
+                    "wake_ns_median": int(np.median(wake)),
+                    "gil_ns_median": int(np.median(r["gil"][m] - r["woke"][m])),
+                }
+        return out

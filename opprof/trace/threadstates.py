@@ -110,6 +110,36 @@ class ThreadStates:
     def take(self, keep: np.ndarray) -> ThreadStates:
         return ThreadStates(self.tid[keep], self.state[keep], self.start[keep], self.end[keep], self.holder[keep], self.period_ns)
 
+    def overlaid(self, exact: ThreadStates) -> ThreadStates:
+        """These runs with ``exact`` ones (timed, not sampled: the engine's hand-offs) in their place
+        wherever the exact ones are. An exact ``WAIT`` run without a holder gets the thread these
+        runs saw holding the GIL at its middle (-1 if none). ``exact``'s runs of a thread must not
+        overlap each other."""
+        if not len(exact):
+            return self
+        holder = exact.holder.copy()
+        held = np.flatnonzero(self.state == ThreadState.HELD)
+        ask = np.flatnonzero((exact.state == ThreadState.WAIT) & (holder < 0))
+        mid = (exact.start[ask] + exact.end[ask]) // 2
+        for th in np.unique(self.tid[held]).tolist():  # a thread's runs are sorted and disjoint
+            if not len(ask):
+                break
+            runs = held[self.tid[held] == th]
+            i = np.searchsorted(self.start[runs], mid, side="right") - 1
+            j = runs[np.maximum(i, 0)]
+            hit = (i >= 0) & (self.end[j] > mid) & (exact.tid[ask] != th)
+            holder[ask[hit]] = th
+            ask, mid = ask[~hit], mid[~hit]
+        parts = [(exact.tid, exact.state, exact.start, exact.end, holder)]
+        # The samples outside the exact runs, kept per (state, holder) so each part keeps both.
+        keys = np.unique(np.stack([self.state.astype(np.int64), self.holder]), axis=1) if len(self) else np.zeros((2, 0))
+        for st, h in keys.T.tolist():
+            m = (self.state == st) & (self.holder == h)
+            tids, a, b = _runs_outside(self.tid[m], self.start[m], self.end[m], exact.tid, exact.start, exact.end)
+            parts.append((tids, np.full(len(tids), st, dtype=np.int8), a, b, np.full(len(tids), h, dtype=np.int64)))
+        tid, state, start, end, holders = (np.concatenate([p[k] for p in parts]) for k in range(5))
+        return ThreadStates(tid, state, start, end, holders, self.period_ns)
+
     def overlap(self, tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
         """(n, len(STATES)) int64: how many ns of each interval ``[start, end)`` on thread ``tid``
         the thread spent in each state (column ``k`` is ``STATES[k]``); the rest was not sampled.
@@ -164,7 +194,9 @@ class ThreadStates:
         tids = np.asarray(tids, dtype=np.int64)
         waiters = tids if waiters is None else np.asarray(waiters, dtype=np.int64)
         wait = np.isin(self.tid, waiters) & (self.state == ThreadState.WAIT)
-        blocked = np.isin(self.tid, tids) & (self.state == ThreadState.BLOCKED)
+        # Parked, or woken and not yet on a CPU (the hand-off's wake, timed where the engine's
+        # queues are compiled): both mean the thread could not yet run the ready op.
+        blocked = np.isin(self.tid, tids) & ((self.state == ThreadState.BLOCKED) | (self.state == ThreadState.RUNNABLE))
         w_a, w_b = self.start[wait], self.end[wait]
         i_a, i_b = self.start[blocked], self.end[blocked]
         if busy is not None and np.any(blocked):
@@ -249,7 +281,16 @@ def _idle_runs(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The parts of the runs ``[a, b)`` of each thread outside every interval ``[w_a, w_b)`` of the
     same thread (work: spans, which may nest and overlap): one sweep per thread, NumPy only."""
-    out_a, out_b = [], []
+    _, out_a, out_b = _runs_outside(tid, a, b, w_tid, w_a, w_b)
+    return out_a, out_b
+
+
+def _runs_outside(
+    tid: np.ndarray, a: np.ndarray, b: np.ndarray, w_tid: np.ndarray, w_a: np.ndarray, w_b: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(tid, start, end) of the parts of the runs ``[a, b)`` (disjoint per thread) outside every
+    interval ``[w_a, w_b)`` of the same thread (which may nest and overlap)."""
+    out_t, out_a, out_b = [], [], []
     for th in np.unique(tid).tolist():
         r, w = tid == th, w_tid == th
         t = np.concatenate([a[r], b[r], w_a[w], w_b[w]])
@@ -259,8 +300,10 @@ def _idle_runs(
         t, in_run, in_work = t[order], np.cumsum(d_run[order]), np.cumsum(d_work[order])
         idle = (in_run > 0) & (in_work == 0)
         seg = np.flatnonzero(idle[:-1] & (t[1:] > t[:-1]))
+        out_t.append(np.full(len(seg), th, dtype=np.int64))
         out_a.append(t[seg])
         out_b.append(t[seg + 1])
     if not out_a:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    return np.concatenate(out_a).astype(np.int64), np.concatenate(out_b).astype(np.int64)
+        z = np.zeros(0, dtype=np.int64)
+        return z, z, z
+    return np.concatenate(out_t), np.concatenate(out_a).astype(np.int64), np.concatenate(out_b).astype(np.int64)

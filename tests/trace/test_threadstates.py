@@ -85,3 +85,58 @@ def test_thread_states_survive_an_opprof_file_and_validate_checks_them(tmp_path)
         np.array([1, 1]), np.array([1, 1]), np.array([0, 5]), np.array([10, 20]), np.array([-1, -1])
     )
     assert any(p.startswith("thread states:") for p in trace.validate())
+
+
+def _run_at(ts: ThreadStates, tid: int, t: int) -> int | None:
+    """The row of thread ``tid``'s run at instant ``t``, or None: not sampled."""
+    for k in range(len(ts)):
+        if ts.tid[k] == tid and ts.start[k] <= t < ts.end[k]:
+            return k
+    return None
+
+
+def _at(ts: ThreadStates, tid: int, t: int) -> tuple[int, int] | None:
+    k = _run_at(ts, tid, t)
+    return None if k is None else (int(ts.state[k]), int(ts.holder[k]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(sampled=_states(), exact=_states())
+def test_exact_runs_replace_the_samples_where_they_are(sampled: ThreadStates, exact: ThreadStates) -> None:
+    """The engine's timed hand-offs laid over the samples: at every instant a thread is in its exact
+    state where it has one (a WAIT without a holder gets a thread sampled holding the GIL at the
+    run's middle), else in its sampled one; runs never overlap."""
+    got = sampled.overlaid(exact)
+    assert got.check() == []
+    ends = np.concatenate([sampled.start, sampled.end, exact.start, exact.end])
+    for tid in set(sampled.tid.tolist()) | set(exact.tid.tolist()):
+        for t in sorted(set(ends.tolist())):
+            k = _run_at(exact, tid, t)
+            if k is None:
+                assert _at(got, tid, t) == _at(sampled, tid, t), (tid, t)
+                continue
+            state, holder = int(exact.state[k]), int(exact.holder[k])
+            if state == ThreadState.WAIT and holder < 0:
+                mid = (int(exact.start[k]) + int(exact.end[k])) // 2
+                others = set(sampled.tid.tolist()) - {tid}
+                holders = {h for h in others if _at(sampled, h, mid) == (int(ThreadState.HELD), -1)} or {-1}
+                got_here = _at(got, tid, t)
+                assert got_here is not None and got_here[0] == state and got_here[1] in holders, (tid, t, holders)
+            else:
+                assert _at(got, tid, t) == (state, holder), (tid, t)
+
+
+def test_an_exact_wait_is_held_by_the_sampled_holder() -> None:
+    """Known answer: thread 2 sampled HELD over [0, 100); thread 1's timed GIL wait [40, 60) is held by 2."""
+    sampled = ThreadStates([1, 2], [int(ThreadState.BLOCKED), int(ThreadState.HELD)], [0, 0], [100, 100], [-1, -1], 10)
+    exact = ThreadStates([1, 1], [int(ThreadState.RUNNABLE), int(ThreadState.WAIT)], [30, 40], [40, 60], [-1, -1])
+    got = sampled.overlaid(exact)
+    rows = list(zip(got.tid.tolist(), got.state.tolist(), got.start.tolist(), got.end.tolist(), got.holder.tolist(), strict=True))
+    assert rows == [
+        (1, int(ThreadState.BLOCKED), 0, 30, -1),
+        (1, int(ThreadState.RUNNABLE), 30, 40, -1),
+        (1, int(ThreadState.WAIT), 40, 60, 2),
+        (1, int(ThreadState.BLOCKED), 60, 100, -1),
+        (2, int(ThreadState.HELD), 0, 100, -1),
+    ]
+    assert got.period_ns == 10
