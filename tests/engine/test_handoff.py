@@ -75,15 +75,21 @@ def test_items_are_released_with_the_queue() -> None:
     assert sys.getrefcount(item) == before
 
 
-@needs_compiled
-def test_a_parked_getter_is_timed(log: object) -> None:
-    """Known answer: the getter parks at least 20 ms before the put; then put <= woke <= gil."""
+def _parked_getter(settle: float) -> tuple[handoff.WorkQueue, threading.Thread]:
+    """A thread parked in get() on a new engine queue for at least ``settle`` s."""
     q = handoff.work_queue(handoff.QueueKind.ENGINE)
     parked = threading.Event()
     th = threading.Thread(target=lambda: (parked.set(), q.get()))
     th.start()
     parked.wait()
-    time.sleep(0.02)
+    time.sleep(settle)
+    return q, th
+
+
+@needs_compiled
+def test_a_parked_getter_is_timed(log: object) -> None:
+    """Known answer: the getter parks at least 20 ms before the put; then put <= woke <= gil."""
+    q, th = _parked_getter(0.02)
     put_at = time.monotonic_ns()
     q.put(1)
     th.join(5)
@@ -123,12 +129,7 @@ def test_nothing_is_logged_while_not_profiling() -> None:
 def test_waking_behind_a_spinning_holder_waits_for_the_gil(log: object) -> None:
     """Known answer: the putter spins in pure Python for 30 ms right after the put, so the woken
     getter waits for the GIL about one switch interval (5 ms), not for the OS."""
-    q = handoff.work_queue(handoff.QueueKind.ENGINE)
-    parked = threading.Event()
-    th = threading.Thread(target=lambda: (parked.set(), q.get()))
-    th.start()
-    parked.wait()
-    time.sleep(0.01)
+    q, th = _parked_getter(0.01)
     q.put(1)
     end = time.perf_counter() + 0.03
     while time.perf_counter() < end:
