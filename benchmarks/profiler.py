@@ -57,6 +57,20 @@ class _AddOneProp(mx.operator.CustomOpProp):
         return _AddOne()
 
 
+class _Nap(mx.operator.CustomOp):
+    """Sleeps 20 ms, the GIL released: the program pushes a chain behind it meanwhile."""
+
+    def forward(self, is_train, req, in_data, out_data, aux):  # type: ignore[no-untyped-def]
+        time.sleep(0.02)
+        self.assign(out_data[0], req[0], in_data[0] + 1)
+
+
+@mx.operator.register("ProfBenchNap")
+class _NapProp(mx.operator.CustomOpProp):
+    def create_operator(self, ctx, in_shapes, in_dtypes):  # type: ignore[no-untyped-def]
+        return _Nap()
+
+
 def _noop() -> None:
     pass
 
@@ -142,6 +156,7 @@ def rows(quick: bool = False, repeats: int | None = None, mxnet: dict[str, float
     n, ops, calls = (20_000, 2_000, 200) if quick else (200_000, 20_000, 2_000)
     out = measure(n, ops, calls, repeats or (1 if quick else 5), mxnet)
     out += gil_sampler_rows(0.3 if quick else 2.0)
+    out += handoff_rows(100 if quick else 300, 3 if quick else 9)
     return out + live.rows(quick, repeats)  # %%opprof's live view
 
 
@@ -170,6 +185,49 @@ def gil_sampler_rows(seconds: float) -> list[Row]:
             f"at 5 kHz: {100 * share[200_000]:.1f} %",
             f"≤ {100 * GIL_SAMPLER_GOAL:g} %",
             share[PERIOD_NS] <= GIL_SAMPLER_GOAL,
+        )
+    ]
+
+
+#: The GIL issue's goal for a profile's timed hand-offs: their median hop within 20 % of a ping-pong.
+HANDOFF_GOAL = 0.2
+
+
+def profiled_hop_us(calls: int) -> float:
+    """The median hop (put to GIL held) a profile times in a chain of trivial custom ops, pushed
+    behind a 20 ms nap so that it runs with nothing else running (the GIL issue's known answer 4)."""
+    from opprof.trace.analysis.gil import handoff_costs
+
+    a = mx.nd.ones((10, 10))
+    with mx.profile() as prof:
+        a = mx.nd.Custom(a, op_type="ProfBenchNap")
+        for _ in range(calls):
+            a = mx.nd.Custom(a, op_type="ProfBenchAddOne")
+        mx.nd.waitall()
+    assert prof.trace is not None
+    return handoff_costs(prof.trace)["all"].hop_ns / 1e3
+
+
+def handoff_rows(calls: int, repeats: int) -> list[Row]:
+    """A hop as a profile times it (a chain of trivial custom ops: each call hands off twice) beside
+    the two-thread ping-pong through the same queue, interleaved round by round: a hop swings
+    30-130 µs here from one second to the next (idle vCPUs halt)."""
+    from opprof.engine import handoff
+
+    if not handoff.AVAILABLE:
+        return [Row(SECTION, "thread hand-off as a profile times it", None, "", f"not measured: {handoff.WHY_NOT}")]
+    progress(f"profiler: timed hand-offs in a chain of {calls} custom ops vs a ping-pong, {repeats} rounds")
+    got = interleaved({"hop": lambda: profiled_hop_us(calls), "pong": lambda: handoff.ping_pong_us(calls)}, repeats)
+    ratio = got["hop"] / got["pong"]
+    return [
+        Row(
+            SECTION,
+            f"thread hand-off as a profile times it, median hop of {calls} trivial custom ops",
+            got["hop"],
+            "µs",
+            f"{ratio:.2f}x the ping-pong's one way ({got['pong']:.1f} µs), same rounds",
+            f"within {100 * HANDOFF_GOAL:g} % of the ping-pong",
+            abs(ratio - 1) <= HANDOFF_GOAL,
         )
     ]
 

@@ -93,3 +93,16 @@ class MyAddOneProp(mx.operator.CustomOpProp):
 
     def create_operator(self, ctx, shapes, dtypes):
         return MyAddOne()
+
+
+def retried(attempt: Callable[[], None], tries: int = 3) -> None:
+    """Run a timing test until it passes once, at most ``tries`` times. Its known answers hold on a
+    machine of its own (CI's); other processes on these 2 cores can push one run off them (a holder
+    the OS preempts keeps the GIL longer, a waiter it leaves off a CPU shows RUNNABLE, not WAIT)."""
+    for i in range(tries):
+        try:
+            attempt()
+            return
+        except AssertionError:
+            if i == tries - 1:
+                raise

@@ -148,13 +148,14 @@ class GilRecording:
             return {"why_not": "hand-offs were not timed (another session was timing them)"}
         out: dict[str, Any] = {"source": "the engine's queues, waited on in C", "count": len(h), "dropped": h.dropped}
         r = h.records
-        for kind in handoff.QueueKind:
-            m = r["queue"] == int(kind)
+        signal = np.clip(r["put"], r["park"], r["woke"])  # a put before the park: no wait for it
+        pools = [(kind.name.lower(), r["queue"] == int(kind)) for kind in handoff.QueueKind]
+        for name, m in [*pools, ("all", np.ones(len(r), dtype=bool))]:
             if np.any(m):
-                wake = r["woke"][m] - np.clip(r["put"][m], r["park"][m], r["woke"][m])
-                out[kind.name.lower()] = {
+                out[name] = {
                     "count": int(m.sum()),
-                    "wake_ns_median": int(np.median(wake)),
+                    "wake_ns_median": int(np.median(r["woke"][m] - signal[m])),
                     "gil_ns_median": int(np.median(r["gil"][m] - r["woke"][m])),
+                    "hop_ns_median": int(np.median(r["gil"][m] - signal[m])),
                 }
         return out

@@ -308,7 +308,10 @@ class Recorder(EngineObserver):
     def on_wait(self, name: str, t0: int, t1: int, by: int = 0, var: int = 0) -> None:
         if self._admit():
             inv = current_invocation()
-            site = _site(4) if inv is not None else None  # past wait_for_var and its wrapper
+            # Past wait_for_var and its wrapper. Every wait keeps its line, a program's too (a wait
+            # blocks, so the few µs of the walk are small beside it): where a program that held
+            # the GIL between its ops was in its code (analysis.gil.code_between).
+            site = _site(4)
             self._buf().append((WAIT_REC, t0, t1, name, inv, None, (by, var, site)))
 
     def on_python(self, inv: Invocation, t0: int, t1: int, cpu_ns: int = -1) -> None:

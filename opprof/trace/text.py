@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .analysis import Analysis
-from .analysis.gil import PYTHON_GIL_PARTS, GilHolder, no_gil_evidence
+from .analysis.gil import PYTHON_GIL_PARTS, GilHolder, handoff_costs, no_gil_evidence
 from .analysis.stats import StatRow, sort_rows, span_stats
 from .analysis.summary import OpTypeSplit, custom_op_summary
 from .columns import ROLE_CODE, SpanTable
@@ -253,6 +253,7 @@ def why_text(trace: Trace, top: int = 5) -> str:
     split = a.op_types.rows()
     lines: list[str] = []
     gil_by_type = a.python_gil_by_type
+    hops = handoff_costs(trace)
     unseen_gil = False
     if split:
         busy = a.pool_busy
@@ -267,6 +268,10 @@ def why_text(trace: Trace, top: int = 5) -> str:
                 split_off = key in BUSY_WORDS and f"{key}_gil" in s.waiting_by_cause  # the GIL's evidence split it
                 words = BUSY_WORDS[key] if split_off else CAUSE_WORDS.get(key, key)
                 text = f"{100 * ns / wall:.0f}% {words}"
+                if key.endswith("_wake") and key.split("_")[0] in ("custom", "subop"):
+                    cost = hops.get("custom" if key.startswith("custom") else "engine")
+                    if cost is not None:  # the wake alone: waiting for the GIL after it is the _gil part
+                        text += f" ({_dur(cost.wake_ns)} a wake)"
                 if key.endswith("_gil"):
                     holders = a.queue_gil_holders.get(key.removesuffix("_gil"), {}).get(s.name, [])
                     if holders:  # the one that held it most (the rest: the timeline's hover)
@@ -306,6 +311,14 @@ def why_text(trace: Trace, top: int = 5) -> str:
             lines.append("  Largest on it: " + "; ".join(biggest) + ".")
         if cp.approximate:
             lines.append(f"  ({cp.note})")
+    if hops:
+        pools = {"custom": "custom-op threads", "engine": "engine workers"}
+        said = [
+            f"{c.count} to {pools[p]}, {_dur(c.wake_ns)} to wake + {_dur(c.gil_ns)} for the GIL (medians)"
+            for p, c in hops.items()
+            if p in pools
+        ]
+        lines.append("Thread hand-offs (timed in the engine's queues): " + "; ".join(said) + ".")
     sites = _top_sites(a, top)
     if sites:
         lines.append("Lines that pushed the most sub-op time: " + "; ".join(sites) + ".")

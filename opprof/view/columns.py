@@ -35,7 +35,7 @@ import numpy as np
 from ..trace import Analysis, Role, Trace
 from ..trace.analysis.causes import op_names
 from ..trace.analysis.critical import CriticalPath
-from ..trace.analysis.gil import span_at
+from ..trace.analysis.gil import GilHolder, code_between, span_at
 from ..trace.analysis.summary import python_cpu_parts
 from ..trace.columns import ROLE_CODE
 from ..trace.records import FAMILY_ARGS
@@ -675,10 +675,13 @@ def _holder_texts(trace: Trace, si: StateIndex, rows: np.ndarray) -> list[str]:
         running[at] = span_at(t, h, mid[at])
     names = trace.thread_names()
     out = []
-    for h, r in zip(holder.tolist(), running.tolist(), strict=True):
+    for h, r, m in zip(holder.tolist(), running.tolist(), mid.tolist(), strict=True):
         if h < 0:
             out.append("holder not known (the GIL changing hands, or a thread the sampler did not know)")
             continue
-        who = names.get(h, f"thread {h}")
-        out.append(f"held by {who}, running {t.strings[t.name[r]]}" if r >= 0 else f"held by {who}, outside any recorded op")
+        if r >= 0:
+            out.append(f"held by {names.get(h, f'thread {h}')}, running {t.strings[t.name[r]]}")
+            continue
+        (after,), (before,) = code_between(trace.ops, h, np.array([m], dtype=np.int64))
+        out.append("held by " + GilHolder(h, names.get(h, f"thread {h}"), "", 0, after, before).describe())
     return out

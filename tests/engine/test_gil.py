@@ -24,6 +24,7 @@ import pytest
 import opprof
 from opprof.engine import gil
 from opprof.engine.gil import GilSampler, GilSamples, GilState
+from tests.helpers import retried
 
 native = pytest.mark.skipif(not gil.AVAILABLE, reason=f"no GIL evidence here: {gil.WHY_NOT}")
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,19 +78,6 @@ def scheduled_share(samples: GilSamples, slot: int, state: GilState) -> float:
     st = samples.state(slot)
     had_cpu = (st != GilState.RUNNABLE) & (st != GilState.NONE)
     return float((st[had_cpu] == state).mean()) if had_cpu.any() else 0.0
-
-
-def retried(attempt: Callable[[], None], tries: int = 3) -> None:
-    """Run a timing test until it passes once, at most ``tries`` times. Its known answers hold on a
-    machine of its own (CI's); other processes on these 2 cores can push one run off them (a holder
-    the OS preempts keeps the GIL longer, a waiter it leaves off a CPU shows RUNNABLE, not WAIT)."""
-    for i in range(tries):
-        try:
-            attempt()
-            return
-        except AssertionError:
-            if i == tries - 1:
-                raise
 
 
 def run_workers(sampler: GilSampler, *workers: Worker, main: Callable[[], object] | None = None) -> tuple[GilSamples, int]:

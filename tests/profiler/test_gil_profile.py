@@ -13,6 +13,7 @@ from opprof import nd
 from opprof.engine import gil
 from opprof.trace.analysis.gil import PYTHON_GIL_PARTS
 from opprof.trace.text import why_text
+from tests.helpers import retried
 
 needs_gil = pytest.mark.skipif(not gil.AVAILABLE, reason=f"no GIL evidence here: {gil.WHY_NOT}")
 
@@ -63,17 +64,6 @@ def _parts(trace: opprof.trace.Trace, name: str) -> dict[str, int]:
     return dict(zip(PYTHON_GIL_PARTS, parts.tolist(), strict=True))
 
 
-def _retry(check, tries: int = 3) -> None:  # type: ignore[no-untyped-def]
-    """Other processes share the 2 cores: a run can lose its CPU for tens of ms. Up to 3 runs."""
-    for k in range(tries):
-        try:
-            check()
-            return
-        except AssertionError:
-            if k == tries - 1:
-                raise
-
-
 @needs_gil
 def test_two_spinning_pythons_wait_for_the_gil_held_by_each_other() -> None:
     def check() -> None:
@@ -91,7 +81,7 @@ def test_two_spinning_pythons_wait_for_the_gil_held_by_each_other() -> None:
         line = next(x for x in why_text(trace).splitlines() if "GilProfileSpin (" in x)
         assert "waiting for the GIL" in line and "held by GilProfileSpin::pure_python on opprof-custom-" in line
 
-    _retry(check)
+    retried(check)
 
 
 @needs_gil
@@ -106,7 +96,7 @@ def test_a_sleeping_python_is_blocked_not_waiting_for_the_gil() -> None:
         states = trace.thread_states
         assert states is not None and set(np.unique(states.tid).tolist()) <= {t.tid for t in trace.threads}
 
-    _retry(check)
+    retried(check)
 
 
 def test_without_the_sampler_the_trace_says_why(monkeypatch: pytest.MonkeyPatch) -> None:

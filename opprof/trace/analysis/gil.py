@@ -14,17 +14,30 @@ tell the GIL from sleep or I/O, and why (``metadata["gil"]["why_not"]``).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..columns import ROLE_CODE, SpanTable
 from ..data import TraceData
+from ..ops import OpTable
 from ..records import CUSTOM_POOL, ENGINE_POOL, Role
 from ..threadstates import GIL_METADATA, STATES, ThreadState, ThreadStates
 from .split import inline_subops
 
-__all__ = ["PYTHON_GIL_PARTS", "GilHolder", "PythonGil", "no_gil_evidence", "python_gil", "queue_holders", "span_at"]
+__all__ = [
+    "PYTHON_GIL_PARTS",
+    "GilHolder",
+    "PythonGil",
+    "HandoffCost",
+    "code_between",
+    "handoff_costs",
+    "no_gil_evidence",
+    "python_gil",
+    "queue_holders",
+    "span_at",
+]
 
 #: The parts of a Python's time, in column order of :attr:`PythonGil.ns`.
 PYTHON_GIL_PARTS = ("on CPU", "GIL wait", "blocked", "CPU wait", "not sampled")
@@ -45,15 +58,29 @@ class GilHolder:
     thread: str  # the holder thread's name
     running: str  # the span it was running (the deepest one at the longest such wait), "" if none
     ns: int
+    #: Running no span: the user's lines ("file:line") of the thread's ops just before and after
+    #: that moment (:func:`code_between`), "" where it pushed none.
+    after: str = ""
+    before: str = ""
 
     def describe(self) -> str:
         """``Hog::pure_python on opprof-custom-0``; between ops, whose Python it was: the engine's
-        own (its dispatch and bookkeeping) on a pool thread, else the program's code."""
+        own (its dispatch and bookkeeping) on a pool thread, else the program's code, placed
+        between the lines that pushed its ops (``MainThread (your code after spin.py:12, before
+        spin.py:15)``)."""
         if self.running:
             return f"{self.running} on {self.thread}"
         if self.thread.startswith((ENGINE_POOL.thread_prefix, CUSTOM_POOL.thread_prefix)):
             return f"{self.thread} (the engine's own Python, between ops)"
-        return f"{self.thread} (your code, between ops)"
+        if self.after and self.after == self.before:  # a loop whose one wait (or push) is on that line
+            return f"{self.thread} (your code around {_short(self.after)})"
+        where = [f"{w} {_short(line)}" for w, line in (("after", self.after), ("before", self.before)) if line]
+        return f"{self.thread} (your code{' ' + ', '.join(where) if where else ', between ops'})"
+
+
+def _short(site: str) -> str:
+    path, _, line = site.rpartition(":")
+    return f"{os.path.basename(path)}:{line}" if path else site
 
 
 @dataclass(eq=False)
@@ -65,6 +92,34 @@ class PythonGil:
     ns: np.ndarray  # (invocations, len(PYTHON_GIL_PARTS)) int64
     holders: list[list[GilHolder]]
     period_ns: int
+
+
+@dataclass(frozen=True)
+class HandoffCost:
+    """The engine's timed hand-offs to one pool's threads (``metadata["gil"]["handoffs"]``, written
+    by the profiler from the engine's queues waited on in C): how many, and the median ns from the
+    put to the OS running the woken thread, and from then to its holding the GIL."""
+
+    count: int
+    wake_ns: int
+    gil_ns: int
+    hop_ns: int  # the median of the whole hop, put to GIL held (not the sum of the two medians)
+
+
+def handoff_costs(data: TraceData) -> dict[str, HandoffCost]:
+    """Per pool (``"custom"``, ``"engine"``, and ``"all"`` of them): its hand-offs' cost, where the
+    profile timed any."""
+    meta = data.metadata.get(GIL_METADATA)
+    hand = meta.get("handoffs") if isinstance(meta, dict) else None
+    if not isinstance(hand, dict):
+        return {}
+    out = {}
+    for pool in ("custom", "engine", "all"):
+        got = hand.get(pool)
+        if isinstance(got, dict) and got.get("count"):
+            keys = ("count", "wake_ns_median", "gil_ns_median", "hop_ns_median")
+            out[pool] = HandoffCost(*(int(got.get(k, 0)) for k in keys))
+    return out
 
 
 def no_gil_evidence(data: TraceData) -> str:
@@ -115,16 +170,16 @@ def _name_holders(
     used, group = np.unique(key, return_inverse=True)
     total = np.bincount(group.ravel(), weights=ns, minlength=len(used))
     names = data.thread_names()
-    running: dict[int, str] = {}
+    running: dict[int, tuple[str, str, str]] = {}
     for u, t in zip(used.tolist(), total.tolist(), strict=True):
         f, h = divmod(u, int(holder.max()) + 2)
         h -= 1
         if h < 0:  # no holder to name (the GIL changing hands at that sample, or an unknown thread)
             continue
         if h not in running:
-            running[h] = _running_on(table, states, h)
-        label = names.get(h, f"thread {h}")
-        out[f].append(GilHolder(h, label, running[h], round(t)))
+            running[h] = _running_on(data, table, states, h)
+        span, after, before = running[h]
+        out[f].append(GilHolder(h, names.get(h, f"thread {h}"), span, round(t), after, before))
     for row in out:
         row.sort(key=lambda x: -x.ns)
 
@@ -154,28 +209,52 @@ def queue_holders(
             if ns > 0:
                 by = out.setdefault(name, {})
                 by[h] = by.get(h, 0) + ns
-    running = {h: _running_on(table, states, h) for by in out.values() for h in by}
+    running = {h: _running_on(data, table, states, h) for by in out.values() for h in by}
     return {
         name: sorted(
-            (GilHolder(h, thread_names.get(h, f"thread {h}"), running[h], ns) for h, ns in by.items()),
+            (GilHolder(h, thread_names.get(h, f"thread {h}"), running[h][0], ns, *running[h][1:]) for h, ns in by.items()),
             key=lambda x: -x.ns,
         )
         for name, by in out.items()
     }
 
 
-def _running_on(table: SpanTable, states: ThreadStates, holder: int) -> str:
-    """The deepest span on thread ``holder`` at the middle of the longest time others waited for
-    the GIL it held ("" when it ran none: the program's own code between ops)."""
+def _running_on(data: TraceData, table: SpanTable, states: ThreadStates, holder: int) -> tuple[str, str, str]:
+    """What thread ``holder`` ran at the middle of the longest time others waited for the GIL it
+    held: (the deepest span, "" for none; and where it ran none, the lines around that moment,
+    :func:`code_between`)."""
     if holder < 0:
-        return ""
+        return "", "", ""
     runs = np.flatnonzero((states.state == ThreadState.WAIT) & (states.holder == holder))
     if not len(runs):
-        return ""
+        return "", "", ""
     r = runs[np.argmax(states.end[runs] - states.start[runs])]
-    mid = (int(states.start[r]) + int(states.end[r])) // 2
-    (row,) = span_at(table, holder, np.array([mid], dtype=np.int64)).tolist()
-    return table.strings[table.name[row]] if row >= 0 else ""
+    at = np.array([(int(states.start[r]) + int(states.end[r])) // 2], dtype=np.int64)
+    (row,) = span_at(table, holder, at).tolist()
+    if row >= 0:
+        return table.strings[table.name[row]], "", ""
+    (after,), (before,) = code_between(data.ops, holder, at)
+    return "", after, before
+
+
+def code_between(ops: OpTable | None, tid: int, at: np.ndarray) -> tuple[list[str], list[str]]:
+    """Per moment ``at``: the user's lines ("file:line") of the last op thread ``tid`` pushed (or
+    waited on) by then and of the first it pushed after ("" none). A program holding the GIL
+    between its ops ran the code between those two lines: the recording has no frames there, but
+    it knows where each push came from."""
+    at = np.asarray(at, dtype=np.int64)
+    none = [""] * len(at)
+    if ops is None or not len(ops):
+        return none, list(none)
+    rows = np.flatnonzero((ops.pusher == tid) & (ops.site >= 0) & (ops.push >= 0))
+    if not len(rows):
+        return none, list(none)
+    rows = rows[np.argsort(ops.push[rows], kind="stable")]
+    push, site = ops.push[rows], ops.site[rows]
+    i = np.searchsorted(push, at, side="right")
+    after = [ops.strings[site[k - 1]] if k > 0 else "" for k in i.tolist()]
+    before = [ops.strings[site[k]] if k < len(rows) else "" for k in i.tolist()]
+    return after, before
 
 
 #: Steps back from the last span started before a moment, looking for the deepest one still open.

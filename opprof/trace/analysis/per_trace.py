@@ -17,6 +17,7 @@ passes it on still computes each fact once.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import cached_property
 
 import numpy as np
@@ -181,7 +182,7 @@ class Analysis:
             parts += ns
             for h in holders:
                 prev = by_tid.get(h.tid)
-                by_tid[h.tid] = h if prev is None else GilHolder(h.tid, h.thread, h.running, prev.ns + h.ns)
+                by_tid[h.tid] = h if prev is None else replace(prev, ns=prev.ns + h.ns)
         return {n: (p, sorted(b.values(), key=lambda h: -h.ns)) for n, (p, b) in out.items()}
 
     # ------------------------------------------------------------------ the run as a whole
