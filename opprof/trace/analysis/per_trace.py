@@ -26,6 +26,7 @@ from ..columns import SpanTable
 from ..data import TraceData
 from ..ops import OpKind, OpTable
 from ..records import CUSTOM_POOL, ENGINE_POOL, CustomOpRow
+from ..threadstates import PoolCondition
 from .causes import Causes, has_edges, pool_busy_with, waiting_causes
 from .critical import CriticalPath, critical_path
 from .gil import GilHolder, PythonGil, python_gil, queue_holders
@@ -77,24 +78,32 @@ class Analysis:
         return self.ops.rows_of(self.table.op)
 
     @cached_property
+    def pool_conditions(self) -> tuple[PoolCondition | None, PoolCondition | None]:
+        """The custom-op pool's and the engine workers' condition over time (busy, idle: a hand-off,
+        or a thread waiting for the GIL), where the trace holds thread states and engine edges;
+        (None, None) where not. The queued causes split by them (:data:`.causes.QUEUE_PARTS`)."""
+        states = self.data.thread_states
+        if states is None or not has_edges(self.table, self.ops):
+            return None, None
+        custom, engine = self.pool_tids
+        # A call queued for a custom-op thread first needs an engine worker to run its engine op,
+        # then a custom-op thread: either pool's thread waiting for the GIL holds it up, but
+        # only an idle custom-op thread means a hand-off (idle engine workers cannot run it).
+        both = np.concatenate([custom, engine])
+        t = self.table
+        on = np.flatnonzero(np.isin(t.tid, both))  # the pools' work: blocked inside it is busy
+        busy = (t.tid[on], t.start[on], t.end[on])
+        return (
+            states.pool_condition(custom, busy, waiters=both) if len(custom) else None,
+            states.pool_condition(engine, busy) if len(engine) else None,
+        )
+
+    @cached_property
     def causes(self) -> Causes:
         """Every invocation's waiting by cause and what blocked it (:mod:`.causes`)."""
         edges = has_edges(self.table, self.ops)
-        states = self.data.thread_states
-        pools = None
-        if states is not None and edges:
-            custom, engine = self.pool_tids
-            # A call queued for a custom-op thread first needs an engine worker to run its engine op,
-            # then a custom-op thread: either pool's thread waiting for the GIL holds it up, but
-            # only an idle custom-op thread means a hand-off (idle engine workers cannot run it).
-            both = np.concatenate([custom, engine])
-            t = self.table
-            on = np.flatnonzero(np.isin(t.tid, both))  # the pools' work: blocked inside it is busy
-            busy = (t.tid[on], t.start[on], t.end[on])
-            pools = (
-                states.pool_condition(custom, busy, waiters=both) if len(custom) else None,
-                states.pool_condition(engine, busy) if len(engine) else None,
-            )
+        conditions = self.pool_conditions
+        pools = conditions if any(c is not None for c in conditions) else None
         return waiting_causes(
             self.table,
             self.ops,
