@@ -105,6 +105,11 @@ def test_small_ops_behind_a_spinning_python_wait_for_the_gil_it_holds() -> None:
         holders = trace.analysis().queue_gil_holders["custom_pool"]["KnownTiny"]
         assert holders[0].running == "KnownSpin::pure_python", holders
         assert "held most by KnownSpin::pure_python on opprof-custom-" in why_text(trace)
+        # The critical path steps across to the spinner while the small ops' threads waited.
+        path = trace.critical_path()
+        assert path.check() == []
+        stepped = [s for s in path.segments if s.kind.value == "gil" and s.name.startswith("KnownSpin::pure_python on")]
+        assert sum(s.dur for s in stepped) >= 0.3 * path.total, path.by_name()
 
     retried(check)
 
@@ -130,6 +135,9 @@ def test_a_program_spinning_after_its_pushes_holds_the_gil_at_its_line() -> None
         assert top.thread == "MainThread" and top.running == "", top
         assert top.before.endswith(f"test_gil_known_answers.py:{wait_line}"), top
         assert f"held most by MainThread (your code before test_gil_known_answers.py:{wait_line})" in why_text(trace)
+        path = trace.critical_path()
+        main = [s for s in path.segments if s.kind.value == "gil" and s.name == "MainThread holding the GIL, between its ops"]
+        assert sum(s.dur for s in main) >= 0.5 * path.total, path.by_name()
 
     retried(check)
 

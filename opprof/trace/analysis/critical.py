@@ -33,8 +33,10 @@ from ..columns import ROLE_CODE, SpanTable
 from ..data import TraceData
 from ..ops import OpKind, OpTable
 from ..records import Role
+from ..threadstates import PoolCondition, ThreadState, ThreadStates
+from .gil import span_at
 
-__all__ = ["CriticalPath", "Segment", "SegmentKind", "critical_path"]
+__all__ = ["CriticalPath", "Segment", "SegmentKind", "critical_path", "step_to_gil_holders"]
 
 
 class SegmentKind(str, enum.Enum):
@@ -47,6 +49,9 @@ class SegmentKind(str, enum.Enum):
     HANDOFF = "handoff"  # an op completed; the engine making its dependents ready
     WAIT = "wait"  # a wait that ended without an op ending it
     PROGRAM = "program"  # the user's thread running its own Python between pushes and waits
+    #: The op was ready but its pool's thread waited for the GIL: the path steps across to the
+    #: thread that held it (``tid``), and to the span it ran (``span``; -1: between its ops).
+    GIL = "gil"
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +75,7 @@ _KINDS = list(SegmentKind)
 _CODE = {k: i for i, k in enumerate(_KINDS)}
 #: Kinds of segment that are a span running on its own thread (a queue, hand-off, pool wait or
 #: program time is not, though it may name the span it concerns).
-_ON_THREAD = np.array([k in (SegmentKind.RUN, SegmentKind.PYTHON, SegmentKind.WAIT) for k in _KINDS])
+_ON_THREAD = np.array([k in (SegmentKind.RUN, SegmentKind.PYTHON, SegmentKind.WAIT, SegmentKind.GIL) for k in _KINDS])
 
 
 @dataclass(eq=False)
@@ -126,7 +131,7 @@ class CriticalPath:
             strict=True,
         ):
             kind = _KINDS[k]
-            ref = s if s >= 0 else about
+            ref = s if s >= 0 or kind is SegmentKind.GIL else about  # the GIL's: its holder's span or none
             name = _label(kind, names[ref] if ref >= 0 else "", self._trace, tid)
             inv = invs[ref] if ref >= 0 else -1
             out.append(Segment(a, b, kind, tid, name, s, inv if inv >= 0 else None))
@@ -163,7 +168,7 @@ class CriticalPath:
         if not len(self) or self._trace is None:
             return []
         t = self._trace.table
-        ref = np.where(self.seg_span >= 0, self.seg_span, self.seg_about)
+        ref = np.where((self.seg_span >= 0) | (self.seg_kind == _GIL), self.seg_span, self.seg_about)
         name = np.where(ref >= 0, t.name[np.maximum(ref, 0)], -1).astype(np.int64)
         key = self.seg_kind.astype(np.int64) * (len(t.strings) + 1) + (name + 1)
         uk, inv = np.unique(key, return_inverse=True)
@@ -204,6 +209,9 @@ def _label(kind: SegmentKind, name: str, trace: TraceData | None, tid: int) -> s
     if kind is SegmentKind.PROGRAM:
         thread = (trace.thread_name(tid) if trace is not None else "") or f"thread {tid}"
         return f"{thread} (the program's own Python)"
+    if kind is SegmentKind.GIL:
+        thread = (trace.thread_name(tid) if trace is not None else "") or f"thread {tid}"
+        return f"{name} on {thread}, holding the GIL" if name else f"{thread} holding the GIL, between its ops"
     return name
 
 
@@ -234,7 +242,7 @@ def critical_path(trace: TraceData, *, table: SpanTable | None = None) -> Critic
 APPROXIMATE_PATH = "critical_path_approximate"
 
 _INF = np.int64(2**62)
-_RUN, _PY, _QUEUE, _POOL, _HAND, _WAIT, _PROG = (
+_RUN, _PY, _QUEUE, _POOL, _HAND, _WAIT, _PROG, _GIL = (
     _CODE[k]
     for k in (
         SegmentKind.RUN,
@@ -244,6 +252,7 @@ _RUN, _PY, _QUEUE, _POOL, _HAND, _WAIT, _PROG = (
         SegmentKind.HANDOFF,
         SegmentKind.WAIT,
         SegmentKind.PROGRAM,
+        SegmentKind.GIL,
     )
 )
 
@@ -749,4 +758,68 @@ def _slack(t: SpanTable, ops: OpTable | None) -> np.ndarray:
         slack[x] = best
     sl = np.array(slack, dtype=np.int64)
     out[span_of[has_span]] = np.maximum(0, sl[has_span])
+    return out
+
+
+def step_to_gil_holders(
+    path: CriticalPath, table: SpanTable, states: ThreadStates, custom: PoolCondition | None, engine: PoolCondition | None
+) -> CriticalPath:
+    """The path with its waits for a pool that were the GIL handed to the GIL's holder: where a
+    ``queue`` segment's engine workers (a ``custom_pool`` one's pool threads) waited for the GIL
+    (:class:`~opprof.trace.threadstates.PoolCondition`), the piece becomes a ``gil`` segment on
+    the thread that held it (its ``HELD`` run), running the span it ran then. The pieces still tile
+    the path exactly; a moment with no known holder keeps its kind."""
+    pick = np.flatnonzero(((path.seg_kind == _QUEUE) & (engine is not None)) | ((path.seg_kind == _POOL) & (custom is not None)))
+    held = np.flatnonzero(states.state == ThreadState.HELD)
+    if not len(pick) or not len(held):
+        return path
+    held = held[np.argsort(states.start[held], kind="stable")]
+    h_start, h_end, h_tid = states.start[held], states.end[held], states.tid[held]
+    rows: list[tuple[int, int, int, int, int, int]] = []
+    cols = (path.seg_start, path.seg_end, path.seg_kind, path.seg_tid, path.seg_span, path.seg_about)
+    cuts = set(pick.tolist())
+    for i, seg in enumerate(zip(*(c.tolist() for c in cols), strict=True)):
+        if i not in cuts:
+            rows.append(seg)
+            continue
+        a, b, kind, tid, span, about = seg
+        cond = engine if kind == _QUEUE else custom
+        assert cond is not None
+        at = a
+        for ga, gb in _gil_pieces(cond, a, b):
+            # Within the pool's GIL wait: one piece per holder run (the HELD runs are disjoint).
+            j = max(0, int(np.searchsorted(h_end, ga, side="right")))
+            while ga < gb and j < len(held) and h_start[j] < gb:
+                x, y = max(ga, at, int(h_start[j])), min(gb, int(h_end[j]))
+                if y > x:
+                    if x > at:
+                        rows.append((at, x, kind, tid, span, about))
+                    holder = int(h_tid[j])
+                    (run,) = span_at(table, holder, np.array([(x + y) // 2], dtype=np.int64)).tolist()
+                    rows.append((x, y, _GIL, holder, run, about))
+                    at = y
+                j += 1
+        if b > at:
+            rows.append((at, b, kind, tid, span, about))
+    if len(rows) == len(path):
+        return path
+    return _path(path._trace, path.start, path.end, rows, path.approximate, path.note)  # type: ignore[arg-type]
+
+
+def _gil_pieces(cond: PoolCondition, a: int, b: int) -> list[tuple[int, int]]:
+    """The parts of ``[a, b)`` in which the pool was in its ``GIL`` condition."""
+    t, code = cond.t, cond.code
+    if not len(t):
+        return []
+    i = max(0, int(np.searchsorted(t, a, side="right")) - 1)
+    out: list[tuple[int, int]] = []
+    while i < len(t) and t[i] < b:
+        lo = max(a, int(t[i]))
+        hi = min(b, int(t[i + 1])) if i + 1 < len(t) else b
+        if code[i] == PoolCondition.GIL and hi > lo:
+            if out and out[-1][1] == lo:
+                out[-1] = (out[-1][0], hi)
+            else:
+                out.append((lo, hi))
+        i += 1
     return out

@@ -28,7 +28,7 @@ from ..ops import OpKind, OpTable
 from ..records import CUSTOM_POOL, ENGINE_POOL, CustomOpRow
 from ..threadstates import PoolCondition
 from .causes import Causes, has_edges, pool_busy_with, waiting_causes
-from .critical import CriticalPath, critical_path
+from .critical import CriticalPath, critical_path, step_to_gil_holders
 from .gil import GilHolder, PythonGil, python_gil, queue_holders
 from .split import family_members, family_splits
 from .stats import StatRow, span_stats
@@ -197,8 +197,14 @@ class Analysis:
     # ------------------------------------------------------------------ the run as a whole
     @cached_property
     def critical_path(self) -> CriticalPath:
-        """The critical path and every op's slack (:mod:`.critical`)."""
-        return critical_path(self.data, table=self.table)
+        """The critical path and every op's slack (:mod:`.critical`); where the GIL held a pool's
+        thread back, the path steps across to the GIL's holder (:func:`.critical.step_to_gil_holders`)."""
+        path = critical_path(self.data, table=self.table)
+        states = self.data.thread_states
+        custom, engine = self.pool_conditions
+        if states is None or path.approximate or (custom is None and engine is None):
+            return path
+        return step_to_gil_holders(path, self.table, states, custom, engine)
 
     @cached_property
     def stats(self) -> list[StatRow]:
