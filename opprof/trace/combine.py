@@ -28,6 +28,7 @@ from .columns import FlowTable, SpanTable, StringTable
 from .data import TraceData
 from .ops import WAIT_ID_BASE, OpTable
 from .records import CounterSample, Instant, ThreadInfo
+from .threadstates import GIL_METADATA, ThreadStates
 from .trace import Trace
 
 __all__ = ["Combiner", "Lanes"]
@@ -121,6 +122,8 @@ class Combiner:
         self._ops: list[OpTable] = []
         self._instants: list[Instant] = []
         self._counters: list[CounterSample] = []
+        self._states: list[ThreadStates] = []
+        self._gil_meta: dict[str, Any] | None = None  # the first part's that sampled the GIL
 
     def add(self, trace: TraceData, pid: int, *, shift_ns: int = 0, group: Hashable = None) -> None:
         """Every record of ``trace``, its threads in process ``pid``, its times minus ``shift_ns``.
@@ -166,6 +169,13 @@ class Combiner:
             replace(i, tid=lut.get(i.tid) or self.lanes.tid(pid, f"thread {i.tid}"), ts=i.ts - shift_ns) for i in trace.instants
         )
         self._counters.extend(replace(c, ts=c.ts - shift_ns) for c in trace.counters)
+        ts = trace.thread_states
+        if ts is not None and len(ts):  # each part's GIL evidence on its own threads' lanes
+            holder = np.where(ts.holder >= 0, tid(np.maximum(ts.holder, 0)), -1)
+            self._states.append(ThreadStates(tid(ts.tid), ts.state, ts.start - shift_ns, ts.end - shift_ns, holder, ts.period_ns))
+            gil = trace.metadata.get(GIL_METADATA)
+            if self._gil_meta is None and isinstance(gil, dict) and "period_ns" in gil:
+                self._gil_meta = gil
 
     def add_spans(self, table: SpanTable) -> None:
         """Spans already on the combined lanes and clock (tids from :attr:`lanes`)."""
@@ -180,6 +190,15 @@ class Combiner:
         spans = SpanTable.concat(self._tables).sorted_by_start() if self._tables else SpanTable.empty()
         # One string table for the sites: every part's, added as their ops were.
         ops = OpTable.concat([replace(o, strings=self._ids.strings.strings) for o in self._ops]) if self._ops else None
+        states = None
+        if self._states:  # the coarsest part's period bounds every edge
+            tid, state, start, end, holder = (
+                np.concatenate([getattr(x, c) for x in self._states]) for c in ("tid", "state", "start", "end", "holder")
+            )
+            states = ThreadStates(tid, state, start, end, holder, max(x.period_ns for x in self._states))
+            gil = metadata.get(GIL_METADATA)
+            if self._gil_meta is not None and not (isinstance(gil, dict) and "period_ns" in gil):
+                metadata = {**metadata, GIL_METADATA: {**self._gil_meta, "period_ns": states.period_ns}}
         return Trace(
             list(self.lanes.threads),
             spans,
@@ -189,6 +208,7 @@ class Combiner:
             metadata,
             ops,
             processes,
+            thread_states=states,
         )
 
 

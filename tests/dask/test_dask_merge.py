@@ -24,7 +24,7 @@ def clusters(draw: st.DrawFn) -> tuple[list[WorkerRecords], int]:
     all_keys: list[str] = []
     for w in range(n_workers):
         rec = WorkerRecords(f"tcp://w{w}:1", name=str(w), pid=100 + w)
-        offset = draw(st.integers(-10**7, 10**7))
+        offset = draw(st.integers(-(10**7), 10**7))
         rec.clock = ClockEstimate(offset, 300_000, 0, 30)
         for _ in range(draw(st.integers(0, 3))):  # chunks
             c = TaskChunk()
@@ -82,3 +82,37 @@ def test_every_task_arrives_on_its_worker_and_the_clients_clock_with_its_edges(c
     f = trace.flow_table
     assert bool(np.all(f.src_ts <= f.dst_ts))  # from an input's end to its consumer's start, on one clock
     assert trace.validate() == []
+
+
+def test_each_workers_gil_evidence_stays_on_its_threads_and_clock() -> None:
+    """A worker's engine segment with thread states (the GIL's evidence): the merged trace keeps
+    them, each run on that worker's lane of the same thread, shifted onto the client's clock, a WAIT's
+    holder mapped with it; the metadata says the GIL was sampled."""
+    from opprof.trace import Trace
+    from opprof.trace.records import ThreadInfo
+    from opprof.trace.threadstates import GIL_METADATA, ThreadState, ThreadStates
+
+    workers = []
+    for w, offset in enumerate((1_000, -5_000)):
+        rec = WorkerRecords(f"tcp://w{w}:1", name=str(w), pid=100 + w)
+        rec.clock = ClockEstimate(offset, 300_000, 0, 30)
+        held_wait = [int(ThreadState.HELD), int(ThreadState.WAIT)]
+        states = ThreadStates([1, 2], held_wait, [10_000 + offset] * 2, [20_000 + offset] * 2, [-1, 1], 1_000_000)
+        seg = Trace(
+            [ThreadInfo(1, "MainThread"), ThreadInfo(2, "opprof-engine-0")],
+            metadata={GIL_METADATA: {"period_ns": 1_000_000, "source": "test"}},
+            thread_states=states,
+        )
+        rec.segments.append(seg)
+        workers.append(rec)
+    trace = merge(None, workers, {})
+    ts = trace.thread_states
+    assert ts is not None and len(ts) == 4
+    lane = {th.tid: (th.pid, th.name) for th in trace.threads}
+    runs = zip(ts.tid, ts.state, ts.start, ts.end, ts.holder, strict=True)
+    got = sorted((lane[t], s, a, b, lane.get(h)) for t, s, a, b, h in runs)
+    assert got == sorted(
+        [((pid, "MainThread"), int(ThreadState.HELD), 10_000, 20_000, None) for pid in (1, 2)]
+        + [((pid, "opprof-engine-0"), int(ThreadState.WAIT), 10_000, 20_000, (pid, "MainThread")) for pid in (1, 2)]
+    )
+    assert trace.metadata[GIL_METADATA]["period_ns"] == 1_000_000
