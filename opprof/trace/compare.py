@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from .analysis.causes import QUEUE_PARTS
 from .analysis.critical import APPROXIMATE_PATH
 from .columns import NO_ROLE
 from .combine import Combiner
@@ -44,8 +45,19 @@ from .records import CustomOpRow
 from .trace import Trace
 
 __all__ = [
-    "CONFIDENCE", "Comparison", "RowKey", "RowKind", "RowResult", "Verdict",
-    "CallResult", "compare", "ratio_interval", "run_rows", "side_by_side", "typical_run", "verdict_of",
+    "CONFIDENCE",
+    "Comparison",
+    "RowKey",
+    "RowKind",
+    "RowResult",
+    "Verdict",
+    "CallResult",
+    "compare",
+    "ratio_interval",
+    "run_rows",
+    "side_by_side",
+    "typical_run",
+    "verdict_of",
 ]
 
 #: The parts of one call that :meth:`Comparison.calls` pairs (ns, from :class:`CustomOpRow`).
@@ -83,10 +95,16 @@ class RowKey:
         return f"{self.name} · {self.part}" if self.part else self.name
 
 
-def run_rows(trace: Trace) -> dict[RowKey, float]:
+#: Each queued cause's part (split off where the GIL was sampled) -> the cause it is part of.
+_QUEUE_BASE = {part: base for base, parts in QUEUE_PARTS.items() for part in parts}
+
+
+def run_rows(trace: Trace, *, fold_gil: bool = False) -> dict[RowKey, float]:
     """One run's rows, in ns: end to end, every custom op type's parts summed over its calls (the
     split table's sums: :attr:`~opprof.trace.analysis.Analysis.op_types`), and every regular span
-    name's total (spans outside custom ops, by category and name)."""
+    name's total (spans outside custom ops, by category and name). ``fold_gil``: the queued causes'
+    GIL and hand-off parts (:data:`~opprof.trace.analysis.causes.QUEUE_PARTS`) added back to their
+    cause, as a run without the GIL's evidence has them."""
     t = trace.table
     rows: dict[RowKey, float] = {}
     if not len(t):
@@ -101,7 +119,8 @@ def run_rows(trace: Trace) -> dict[RowKey, float]:
         else:  # another tool's trace: no thread CPU time
             parts["python (CPU not measured)"] = op.python_ns
         for cause, ns in op.waiting_by_cause.items():
-            parts[f"waiting: {cause}"] = ns
+            base = _QUEUE_BASE.get(cause, cause) if fold_gil else cause
+            parts[f"waiting: {base}"] = parts.get(f"waiting: {base}", 0) + ns
         for part, part_ns in parts.items():
             sums[RowKey(RowKind.CUSTOM_OP, op.name, part)] = part_ns
     plain = np.flatnonzero(t.role == NO_ROLE)
@@ -341,11 +360,21 @@ def compare(
         raise ValueError(f"compare() needs at least one run per side, got {len(a)} and {len(b)}")
     ops_a = [t.analysis().custom_ops for t in a]
     ops_b = [t.analysis().custom_ops for t in b]
-    rows_a = [run_rows(t) for t in a]
-    rows_b = [run_rows(t) for t in b]
+    # A run with the GIL's evidence splits its queued causes further than one without: where the
+    # runs differ in that, every run's are compared whole (else "queued, all busy" in A would meet
+    # "queued, for any reason" in B and differ for no reason of the program's).
+    evidence = {t.thread_states is not None for t in (*a, *b)}
+    fold = len(evidence) > 1
+    rows_a = [run_rows(t, fold_gil=fold) for t in a]
+    rows_b = [run_rows(t, fold_gil=fold) for t in b]
     keys_a = set().union(*rows_a)
     keys_b = set().union(*rows_b)
     notes: list[str] = []
+    if fold:
+        notes.append(
+            "some runs hold the GIL's evidence and some do not: their queued waiting is compared whole, "
+            "not split into the GIL, the hand-off and busy threads"
+        )
     if min(len(a), len(b)) < 2:
         notes.append(
             f"{min(len(a), len(b))} run on one side: ratios without intervals, so no verdicts "

@@ -377,3 +377,24 @@ def test_opprof_diff_html_writes_both_runs_on_one_axis(tmp_path: Path, capsys: p
     assert "A \\u00b7 MainThread" in html and "B \\u00b7 MainThread" in html  # the lanes of both, named by side
     assert cli(["diff", str(tmp_path / "a"), str(tmp_path / "b"), "--html", str(tmp_path / "nowhere" / "x.html")]) == 1
     assert "no such directory" in capsys.readouterr().err
+
+
+def test_runs_with_and_without_the_gils_evidence_compare_their_queued_time_whole() -> None:
+    """The same recording twice a side, B's stripped of its thread states (as on the pure path): the
+    queued causes are compared whole on both sides, equal, with a note; no row of a GIL part."""
+    from opprof.trace import load
+
+    path = Path(__file__).parent.parent / "data" / "whatif-gil-replay-drift.opprof"
+    a = [load(path) for _ in range(2)]
+    b = [load(path) for _ in range(2)]
+    for t in b:
+        t.thread_states = None
+    assert any(k.endswith(("_gil", "_wake")) for r in a[0].custom_ops() for k in r.waiting_by_cause)
+    c = compare(a, b)
+    waiting = [r for r in c.rows if r.key.kind is RowKind.CUSTOM_OP and r.key.part.startswith("waiting: ")]
+    assert waiting and not any(r.key.part.endswith(("_gil", "_wake")) for r in waiting)
+    for r in waiting:
+        assert r.median_a == r.median_b and r.verdict is Verdict.NO_CLEAR_CHANGE, r
+    assert any("GIL's evidence" in n for n in c.notes)
+    both = compare(a, a)  # the same evidence on both sides: the parts are rows of their own
+    assert any(r.key.part.endswith("_gil") for r in both.rows if r.key.kind is RowKind.CUSTOM_OP)
