@@ -79,13 +79,14 @@ def gil_shares(
     on = d * cpu
     c_wait = np.where(off > 0, (d - on) * w / np.maximum(off, 1), 0.0)
     c_held = np.where(h + run > 0, on * h / np.maximum(h + run, 1), on)
-    # Without: the states' shares. A piece shorter than two periods sits inside one sampled run, which
-    # may have been a wait for the GIL before it ran: its waiting is not told apart and needs the GIL.
+    # Without: the states' shares. A piece shorter than two periods sits inside one or two sampled
+    # runs, taken before or after it ran (a worker parked at the tick, woken and gone back since):
+    # only a run of RUNNING says it ran without the GIL; anything else is Python that needs it.
     short = d < 2 * period
     s_wait = np.where(short, 0.0, np.minimum(w, d))
     total = ov.sum(axis=1)
     s_rest = total - np.where(short, 0.0, w)
-    s_held = np.where(short, h + w, h)
+    s_held = np.where(short, total - run, h)
     s_share = np.where(s_rest > 0, s_held / np.maximum(s_rest, 1), 0.0)
     work_c = d - c_wait
     c_share = np.where(work_c > 0, c_held / np.maximum(work_c, 1), 0.0)
