@@ -214,6 +214,18 @@ def _details(a: Analysis, idx: np.ndarray) -> tuple[dict[str, np.ndarray], list[
         site_of[has_site] = inverse.ravel()
         lookup = np.array([texts.setdefault(x, len(texts)) for x in site_texts], dtype=np.int32)
         codes["detail"][has_site] = lookup[site_of[has_site]]
+    # The span's own wait for the GIL, where it was a fifth of it or more (a 3 ms sub-op of µs of work).
+    gil_wait = a.span_gil_wait[idx]
+    dur = t.end[idx] - t.start[idx]
+    waited = np.flatnonzero((gil_wait * 5 >= dur) & (gil_wait >= 10_000) & ~is_parent)
+    if len(waited):
+        for j in waited.tolist():
+            text = f"waited {fmt_us(gil_wait[j] / 1e3)} of its {fmt_us(dur[j] / 1e3)} for the GIL"
+            if site_of[j] >= 0:
+                text = f"{site_texts[site_of[j]]} · {text}"
+            site_texts.append(text)
+            site_of[j] = len(site_texts) - 1
+            codes["detail"][j] = texts.setdefault(text, len(texts))
     if len(t.args_at):
         pos = np.minimum(np.searchsorted(t.args_at, idx), len(t.args_at) - 1)
         has = (t.args_at[pos] == idx) & ~is_parent

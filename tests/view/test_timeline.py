@@ -742,10 +742,29 @@ def test_subop_and_wait_hover_names_the_users_line(edges_tl) -> None:
     detail = {}
     for j, c in enumerate(d["name"]):
         detail.setdefault(names[c], set()).add(texts[d["detail"][j]])
-    assert detail["TimelineSlow::_mul_scalar"] == {f"pushed at test_timeline.py:{_line_of('# site: push')}"}
-    assert detail["TimelineSlow::WaitForVar"] == {f"waited at test_timeline.py:{_line_of('# site: wait')}"}
-    assert detail["TimelineSlow::_plus_scalar"] == {f"pushed at test_timeline.py:{_line_of('# site: wait') + 1}"}
-    assert detail["_mul_scalar"] == {""}  # a plain op: pushed by no custom op's Python
+    # Each text is the line, then (where the span waited a fifth of itself or more for the GIL) how long.
+    lines = {k: {x.split(" · ")[0] for x in v} for k, v in detail.items()}
+    assert lines["TimelineSlow::_mul_scalar"] == {f"pushed at test_timeline.py:{_line_of('# site: push')}"}
+    assert lines["TimelineSlow::WaitForVar"] == {f"waited at test_timeline.py:{_line_of('# site: wait')}"}
+    assert lines["TimelineSlow::_plus_scalar"] == {f"pushed at test_timeline.py:{_line_of('# site: wait') + 1}"}
+    assert detail["_mul_scalar"] <= {""} | {x for x in detail["_mul_scalar"] if x.endswith("for the GIL")}  # no line
+
+
+def test_a_spans_own_wait_for_the_gil_is_in_its_hover() -> None:
+    """Known answer: a 3.2 ms _copyto whose thread waited 3 ms of it for the GIL held by MainThread."""
+    from opprof.trace.threadstates import ThreadState, ThreadStates
+
+    spans = [Span("_copyto", "operator", 2, 0, 3_200_000), Span("_plus_scalar", "operator", 2, 4_000_000, 4_100_000)]
+    states = ThreadStates(
+        [1, 2, 2], [int(ThreadState.HELD), int(ThreadState.HELD), int(ThreadState.WAIT)],
+        [0, 0, 100_000], [5_000_000, 100_000, 3_100_000], [-1, -1, 1], 1_000_000,
+    )  # fmt: skip
+    trace = Trace([ThreadInfo(1, "MainThread"), ThreadInfo(2, "opprof-engine-0")], spans, thread_states=states)
+    assert trace.analysis().span_gil_wait.tolist() == [3_000_000, 0]
+    tl = build_timeline(trace)
+    d, texts, names = tl.source.data, tl.names.data["detail"], tl.names.data["name"]
+    detail = {names[c]: texts[d["detail"][j]] for j, c in enumerate(d["name"])}
+    assert detail == {"_copyto": "waited 3.00 ms of its 3.20 ms for the GIL", "_plus_scalar": ""}
 
 
 def test_critical_path_toggle_outlines_exactly_the_paths_spans_and_hops_between_lanes(edges_tl, edges_trace: Trace) -> None:

@@ -22,11 +22,11 @@ from functools import cached_property
 
 import numpy as np
 
-from ..columns import SpanTable
+from ..columns import ROLE_CODE, SpanTable
 from ..data import TraceData
 from ..ops import OpKind, OpTable
-from ..records import CUSTOM_POOL, ENGINE_POOL, CustomOpRow
-from ..threadstates import PoolCondition
+from ..records import CUSTOM_POOL, ENGINE_POOL, CustomOpRow, Role
+from ..threadstates import STATES, PoolCondition, ThreadState
 from .causes import Causes, has_edges, pool_busy_with, waiting_causes
 from .critical import CriticalPath, critical_path, step_to_gil_holders
 from .gil import GilHolder, PythonGil, python_gil, queue_holders
@@ -167,6 +167,20 @@ class Analysis:
     def pool_busy(self) -> dict[str, dict[str, int]]:
         """Per op type: what the custom-op threads ran while its calls queued for one (ns by name)."""
         return pool_busy_with(self.table, self.causes) if "custom_pool" in self.causes.keys else {}
+
+    @cached_property
+    def span_gil_wait(self) -> np.ndarray:
+        """Per span: the ns its thread waited for the GIL while it ran (0 without thread states; a
+        custom-op parent, on no single thread, 0). A sub-op that lasted 3 ms while doing µs of work
+        says so in its hover."""
+        t, states = self.table, self.data.thread_states
+        out = np.zeros(len(t), dtype=np.int64)
+        if states is None or not len(states) or not len(t):
+            return out
+        on = np.flatnonzero(t.role != ROLE_CODE[Role.PARENT])
+        col = list(STATES).index(ThreadState.WAIT)
+        out[on] = states.overlap(t.tid[on], t.start[on], t.end[on])[:, col]
+        return out
 
     @cached_property
     def python_gil(self) -> PythonGil | None:
