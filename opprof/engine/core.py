@@ -30,7 +30,7 @@ from typing import Any
 from . import interrupts as _guard
 from .interrupts import call_user, shielded
 from .observer import EngineObserver, Observers
-from .opr import INTERNAL, EngineError, Opr, OprInfo, Var, as_mxnet_error
+from .opr import INTERNAL, OP_SEQ, EngineError, Opr, OprInfo, Var, as_mxnet_error
 from .state import thread_state
 
 __all__ = ["Engine", "closed_gate", "open_gates"]
@@ -104,19 +104,48 @@ class Engine:
         # 13.7 µs with 1,024 and 10.4 µs with 64 (which hands the GIL over more often).
         self.max_pending: float = float("inf")
         self._space_gates: list[threading.Lock] = []  # throttled pushers, released when the backlog halves
-        # What the hot path calls: None, one observer, or several as one (see add_observer).
+        # What the hot path calls: None, one observer, or several as one (see add_observer). The
+        # hot path reads it without a lock (one attribute read); changes are made under the lock,
+        # each from the current list, so that two threads attaching and detaching at once can
+        # neither lose an observer nor bring back one that was removed.
         self.observer: EngineObserver | None = None
+        self._observers_lock = threading.Lock()
         # The op whose completion last let a waiter of wait_for_all go (its seq), for observers.
         self._last_done = 0
 
     # ------------------------------------------------------------------ observers
-    def add_observer(self, observer: EngineObserver) -> None:
-        """Let ``observer`` hear of every push, op, wait and custom-op call from now on."""
-        self.observer = _combine([*self.observers, observer])
+    def add_observer(self, observer: EngineObserver, *, unless: Callable[[EngineObserver], bool] | None = None) -> bool:
+        """Let ``observer`` hear of every push, op, wait and custom-op call from now on (once: one
+        already added stays as it is). ``unless``: refuse (return False, add nothing) if any
+        observer already added satisfies it; the check and the adding are one step, so two
+        profilers started at once cannot both get in."""
+        with self._observers_lock:
+            current = self.observers
+            if unless is not None and any(unless(o) for o in current if o is not observer):
+                return False
+            if not any(o is observer for o in current):
+                self.observer = _combine([*current, observer])
+            return True
 
     def remove_observer(self, observer: EngineObserver) -> None:
         """Stop telling ``observer``; one that was never added is ignored."""
-        self.observer = _combine([o for o in self.observers if o is not observer])
+        with self._observers_lock:
+            self.observer = _combine([o for o in self.observers if o is not observer])
+
+    def hand_observers_to(self, engine: Engine, drain: Callable[[], None]) -> None:
+        """Move every observer of this engine onto ``engine`` (which becomes current in its place),
+        telling each (:meth:`EngineObserver.follow`): a profile follows an engine switch. They hear
+        both engines while ``drain`` runs (this engine finishing its queued work), so that no op
+        pushed on either side of the switch goes unrecorded; then they leave this one."""
+        moving = self.observers if engine is not self else ()
+        for o in moving:
+            engine.add_observer(o)
+            o.follow(engine)
+        try:
+            drain()
+        finally:
+            for o in moving:
+                self.remove_observer(o)
 
     @property
     def observers(self) -> tuple[EngineObserver, ...]:
@@ -319,8 +348,7 @@ class Engine:
             with self._lock:
                 try:
                     self._pending += 1
-                    self._seq += 1
-                    opr.seq = self._seq
+                    self._seq = opr.seq = next(OP_SEQ)
                     for v in opr.reads:
                         if v._writing or v._queue:
                             blocked += 1

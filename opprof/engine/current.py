@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from . import interrupts
-from .core import Engine
+from .core import Engine, EngineError
 from .naive import NaiveEngine
 from .state import thread_state
 from .threaded import ThreadedEngine
@@ -94,15 +94,27 @@ def set_engine(kind: str | Engine = "threaded", *, workers: int | None = None, c
 
     Errors that the old engine held and nobody waited for are raised here rather than lost.
     """
+    _refuse_inside_the_engine("set_engine")
     engine = kind if isinstance(kind, Engine) else make_engine(kind, workers=workers, custom_workers=custom_workers)
     with _current_lock:
         old = _set(engine)
     if old is not None and old is not engine:
-        try:
-            old.wait_for_all()
+        try:  # a running profile goes on recording on the new engine
+            old.hand_observers_to(engine, old.wait_for_all)
         finally:
             old.shutdown()
     return engine
+
+
+def _refuse_inside_the_engine(what: str) -> None:
+    """Switching engines from an engine op or a custom op's Python would wait for that op itself
+    (the old engine finishes its work first): refuse, as ``waitall`` does there."""
+    st = thread_state
+    if st.engine_worker is not None or st.custom_pool is not None or st.async_body or st.invocation is not None:
+        raise EngineError(
+            f"{what} was called inside an engine op or a custom operator's Python; it would wait for "
+            "that operator itself. Switch engines outside the operator."
+        )
 
 
 @contextmanager
@@ -119,6 +131,7 @@ def use(kind: str | Engine = "threaded", *, workers: int | None = None, custom_w
     an error of its own, which is the one to report. Nested, each ``use`` restores the engine its
     own block started from.
     """
+    _refuse_inside_the_engine("engine.use")
     engine = kind if isinstance(kind, Engine) else make_engine(kind, workers=workers, custom_workers=custom_workers)
     pid = os.getpid()
     with _current_lock:
@@ -126,7 +139,7 @@ def use(kind: str | Engine = "threaded", *, workers: int | None = None, custom_w
     block_failed = False
     try:
         if previous is not None and previous is not engine:
-            previous.wait_for_all()
+            previous.hand_observers_to(engine, previous.wait_for_all)
         yield engine
     except BaseException:
         block_failed = True
@@ -143,7 +156,10 @@ def use(kind: str | Engine = "threaded", *, workers: int | None = None, custom_w
         if inner is not None and inner is not previous:
             try:
                 try:
-                    inner.wait_for_all()
+                    if previous is not None:
+                        inner.hand_observers_to(previous, inner.wait_for_all)
+                    else:
+                        inner.wait_for_all()
                 finally:
                     if inner is not kind:
                         inner.shutdown()

@@ -14,7 +14,7 @@ from typing import Any
 from . import interrupts as _guard
 from .core import Engine, closed_gate, open_gates
 from .interrupts import call_user, shielded
-from .opr import Opr, OprInfo, Var
+from .opr import OP_SEQ, Opr, OprInfo, Var
 from .state import thread_state
 
 __all__ = ["NaiveEngine"]
@@ -91,8 +91,7 @@ class NaiveEngine(Engine):
                             break
                 if taken:
                     self._pending += 1
-                    self._seq += 1
-                    seq = self._seq
+                    self._seq = seq = next(OP_SEQ)
                     for v in reads:
                         v._running_reads += 1
                     for v in writes:

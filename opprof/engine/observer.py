@@ -57,6 +57,10 @@ class EngineObserver:
     def on_error(self, inv: Invocation, error: BaseException) -> None:
         """A custom-op invocation ended with ``error``."""
 
+    def follow(self, engine: Any) -> None:
+        """``set_engine`` (or ``use``) made ``engine`` current and moved this observer onto it: what
+        is pushed from now on goes there (a profiler records it, rather than losing it)."""
+
 
 class Observers(EngineObserver):
     """Several observers as one: each hears every hook, the first one's clock times them all."""
@@ -88,3 +92,7 @@ class Observers(EngineObserver):
     def on_error(self, inv: Invocation, error: BaseException) -> None:
         for o in self.observers:
             o.on_error(inv, error)
+
+    def follow(self, engine: Any) -> None:
+        for o in self.observers:
+            o.follow(engine)

@@ -35,6 +35,12 @@ class MXNetError(RuntimeError):
     """An operation failed (MXNet's ``mx.base.MXNetError``); what failed is its ``__cause__``."""
 
 
+#: Op sequence numbers, one series for the whole process: every engine numbers its pushes from it,
+#: so that an op's number names it across engines (a profile that follows ``set_engine`` keeps
+#: every op apart). ``next()`` on it is atomic under the GIL.
+OP_SEQ = itertools.count(1)
+
+
 class EngineError(MXNetError):
     """Misuse of the engine that would otherwise deadlock or corrupt state."""
 

@@ -20,7 +20,7 @@ from . import gil, handoff
 from . import interrupts as _guard
 from .core import Engine
 from .interrupts import shielded
-from .opr import Opr, OprInfo, Var
+from .opr import OP_SEQ, Opr, OprInfo, Var
 from .state import thread_state
 
 __all__ = ["CUSTOM_THREAD_PREFIX", "ENGINE_THREAD_PREFIX", "CustomPool", "ThreadedEngine"]
@@ -167,8 +167,7 @@ class ThreadedEngine(Engine):
         lock.acquire()  # not ``with``: 0.18 µs less a push, and nothing can interrupt this frame
         try:
             self._pending += 1
-            self._seq += 1
-            opr.seq = self._seq
+            self._seq = opr.seq = next(OP_SEQ)
             # Engine._push's registration without its interruption bookkeeping (the shield holds here).
             for v in reads:
                 if v._writing or v._queue:

@@ -113,18 +113,25 @@ class Recorder(EngineObserver):
         self.t_stop: int | None = None
         #: The GIL's evidence, sampled while attached (:mod:`.gil`).
         self.gil = GilRecording(clock)
+        #: (when, engine kind) of each engine switch followed while recording.
+        self.switches: list[tuple[int, str]] = []
 
     # ------------------------------------------------------------------ attach / detach
     def attach(self, engine: Engine | None = None) -> Recorder:
         engine = engine or get_engine()
-        if any(isinstance(o, Recorder) and o is not self for o in engine.observers):
+        self.t_start = self.clock()
+        # One step: check that no other recorder is on the engine, and add this one.
+        if not engine.add_observer(self, unless=lambda o: isinstance(o, Recorder)):
             raise ProfilerError("another profiler is already recording this engine; stop it first")
         self.engine = engine
         self.gil.start()
-        self.t_start = self.clock()
-        if self not in engine.observers:
-            engine.add_observer(self)
         return self
+
+    def follow(self, engine: Engine) -> None:
+        """The engine was switched mid-recording (``set_engine``, ``engine.use``): go on with the new
+        one, and say so in the trace's metadata."""
+        self.engine = engine
+        self.switches.append((self.clock(), engine.kind))
 
     def detach(self) -> None:
         if self.engine is not None:
@@ -385,6 +392,8 @@ class Recorder(EngineObserver):
             "producer": "opprof",
             # The GIL's switch interval (s) while recording: a what-if replay's GIL hands over at it.
             "switch_interval": sys.getswitchinterval(),
+            # Engines switched to while recording (the recording followed each): "engine" is the last.
+            **({"engine_switches": [{"t_ns": t, "engine": kind} for t, kind in self.switches]} if self.switches else {}),
             **self.gil.metadata(),
         }
         if metadata:

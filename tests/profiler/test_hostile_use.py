@@ -1,0 +1,132 @@
+"""Unlucky and hostile use of the profiler: races between threads that start profiles and add or
+remove observers (run for seconds, not once), an engine switched mid-recording, and an engine
+switched from inside a custom op's Python. Nothing may hang, and nothing recorded may be lost."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+import opprof as mx
+from opprof import nd
+from opprof.engine import EngineObserver, get_engine
+from opprof.engine.opr import EngineError
+from opprof.profiler import Profiler, ProfilerError, Recorder
+
+
+class _Quiet(EngineObserver):
+    """An observer that hears everything and keeps nothing (a live view, a user's hook)."""
+
+
+def test_profiles_started_and_observers_changed_at_once_never_leave_two_or_a_stray_recorder() -> None:
+    """For 2 s, three threads start and stop profiles while two add and remove other observers: a
+    started profile is the one recorder on the engine, a refused one leaves nothing behind, and
+    afterwards the engine has no observer and a new profile records."""
+    mx.set_engine("threaded", workers=2)
+    engine = get_engine()
+    stop_at = time.monotonic() + 2.0
+    problems: list[str] = []
+    started = Counter[str]()
+
+    def profiler() -> None:
+        while time.monotonic() < stop_at:
+            try:
+                prof = Profiler().start()
+            except ProfilerError:
+                started["refused"] += 1
+                continue
+            time.sleep(0.0005)  # hold it a moment: the other threads' starts meet it
+            mine = [o for o in engine.observers if isinstance(o, Recorder)]
+            if len(mine) != 1:
+                problems.append(f"{len(mine)} recorders attached")
+            started["ran"] += 1
+            prof.stop(wait=False)
+
+    def churn() -> None:
+        while time.monotonic() < stop_at:
+            o = _Quiet()
+            engine.add_observer(o)
+            engine.remove_observer(o)
+
+    threads = [threading.Thread(target=profiler) for _ in range(3)] + [threading.Thread(target=churn) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not any(t.is_alive() for t in threads)
+    assert problems == []
+    assert started["ran"] > 10 and started["refused"] > 0, started
+    assert engine.observers == ()
+    with mx.profile() as prof:
+        a = nd.ones((2, 2)) + 1
+        a.wait_to_read()
+    assert prof.trace is not None and any(s.name == "_plus_scalar" for s in prof.trace.spans)
+    assert engine.observers == ()
+    mx.set_engine("threaded")
+
+
+@pytest.mark.parametrize("first", ["threaded", "naive"])
+def test_a_profile_follows_the_engine_switched_mid_recording(first: str) -> None:
+    """``set_engine`` and ``engine.use`` inside a profile: every op pushed before and after each
+    switch is recorded, their ids stay apart, and the metadata lists the switches."""
+    mx.set_engine(first)
+    with mx.profile() as prof:
+        a = nd.ones((3, 3))
+        for _ in range(40):
+            a = a + 1
+        mx.set_engine("naive" if first == "threaded" else "threaded")
+        b = nd.ones((3, 3))
+        for _ in range(60):
+            b = b + 1
+        with mx.engine.use(first):
+            c = nd.ones((2, 2))
+            for _ in range(30):
+                c = c + 1
+        nd.waitall()
+    mx.set_engine("threaded")
+    trace = prof.trace
+    assert trace is not None and trace.validate() == []
+    assert Counter(s.name for s in trace.spans)["_plus_scalar"] == 130
+    switches = trace.metadata["engine_switches"]
+    assert [s["engine"] for s in switches] == [("naive" if first == "threaded" else "threaded"), first, switches[0]["engine"]]
+    assert trace.metadata["engine"] == switches[-1]["engine"]
+    assert float(c.asnumpy()[0, 0]) == 31.0 and float(b.asnumpy()[0, 0]) == 61.0
+
+
+class _Switcher(mx.operator.CustomOp):
+    def forward(self, is_train, req, in_data, out_data, aux):  # type: ignore[no-untyped-def]
+        mx.set_engine("naive")  # would wait for this very operator: refused
+        self.assign(out_data[0], req[0], in_data[0] + 1)
+
+
+@mx.operator.register("HostileSwitcher")
+class _SwitcherProp(mx.operator.CustomOpProp):
+    def create_operator(self, ctx, shapes, dtypes):  # type: ignore[no-untyped-def]
+        return _Switcher()
+
+
+@pytest.mark.parametrize("kind", ["threaded", "naive"])
+def test_switching_engines_inside_a_custom_ops_python_is_refused_not_a_deadlock(kind: str) -> None:
+    mx.set_engine(kind)
+    engine = get_engine()
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            nd.Custom(nd.ones((2, 2)), op_type="HostileSwitcher").asnumpy()
+        except BaseException as e:  # the op's error, raised at the read
+            errors.append(e)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    assert done.wait(20), "set_engine inside a custom op's Python hung"
+    assert errors and "set_engine was called inside" in str(errors[0])
+    assert isinstance(errors[0], EngineError) or "EngineError" in type(errors[0]).__name__ or errors[0].__cause__ is not None
+    assert get_engine() is engine  # nothing was switched
+    assert float((nd.ones((2, 2)) + 1).asnumpy()[0, 0]) == 2.0  # and the engine still works
+    mx.set_engine("threaded")
