@@ -69,8 +69,38 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return code
 
 
+#: The endings of a trace file's name, longest first: a directory given for a side of `opprof diff`
+#: is searched for these, and a default output name drops only these.
+_TRACE_SUFFIXES = (".json.gz", ".opprof", ".json")
+
+
+def default_html_path(trace_path: str) -> str:
+    """``report.v2.json`` -> ``report.v2.html``: the trace's name less its trace ending (only that:
+    ``report.v2`` is the user's name, not an ending), plus ``.html``."""
+    base = trace_path
+    for suffix in _TRACE_SUFFIXES:
+        if base.endswith(suffix) and len(base) > len(suffix):
+            base = base[: -len(suffix)]
+            break
+    return base + ".html"
+
+
+def _not_ours(path: str) -> bool:
+    """Whether ``path`` is a file opprof did not write as a timeline (one the user made)."""
+    if not os.path.exists(path):
+        return False
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return True
+    return b"<title>opprof" not in head
+
+
 def cmd_view(args: argparse.Namespace) -> int:
-    out = args.output or str(Path(args.trace).with_suffix("").with_suffix("")) + ".html"
+    out = args.output or default_html_path(args.trace)
+    if not args.output and _not_ours(out):  # never replace a file the user did not name
+        raise CommandError(f"{out} exists and is not an opprof timeline: not replaced (name the output with -o)")
     _check_outputs(output=out)
     trace = _load(args.trace)
     print(summary_line(trace))
@@ -196,9 +226,6 @@ def cmd_why(args: argparse.Namespace) -> int:
             raise CommandError(str(e)) from None
         print(f"What if: {result}")
     return 0
-
-
-_TRACE_SUFFIXES = (".opprof", ".json", ".json.gz")
 
 
 def _runs(spec: str) -> list[Trace]:

@@ -20,6 +20,7 @@ from .analysis.validate import validate
 from .analysis.whatif import WhatIf, what_if
 from .data import TraceData
 from .formats import chrome, native
+from .formats.atomic import not_a_regular_file, written
 from .records import CustomOpRow
 
 __all__ = ["Trace", "from_chrome", "load"]
@@ -101,10 +102,15 @@ class Trace(TraceData):
         """Write the trace: opprof's own format when the name ends in ``.opprof`` (lossless, loads
         without parsing; ``compress`` makes it ~5x smaller), else Chrome trace JSON (gzipped when
         the name ends in ``.gz``), the format Perfetto and chrome://tracing open."""
+        problem = not_a_regular_file(path)  # a FIFO would block the save, a device take it whole
+        if problem:
+            raise OSError(problem)
         if os.fspath(path).endswith(NATIVE_SUFFIX):
             native.save(self, path, compress=compress)
         else:
-            chrome.save(self, path)
+            # Written aside and renamed: a save that fails leaves the file that was there as it was.
+            with written(path) as tmp:
+                chrome.save(self, tmp)
 
 
 #: The file name ending that :meth:`Trace.save` writes opprof's own format for.

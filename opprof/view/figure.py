@@ -76,6 +76,7 @@ from ..trace import Analysis, Trace
 from ..trace.analysis.causes import has_edges
 from ..trace.analysis.critical import CriticalPath
 from ..trace.analysis.stats import stat_columns
+from ..trace.formats.atomic import written
 from ..trace.text import fmt_us
 from ..trace.threadstates import STATE_LABELS, STATES, ThreadState
 from .columns import (
@@ -956,6 +957,6 @@ def save_html(trace: Trace, path: str, *, title: str = "opprof timeline", **opti
 
     tl = build_timeline(trace, **options)
     html = file_html(tl.root, INLINE, title=title)
-    with open(path, "w", encoding="utf-8") as f:
+    with written(path) as tmp, open(tmp, "w", encoding="utf-8") as f:  # the old file kept if this fails
         f.write(html)
     return tl

@@ -130,3 +130,73 @@ def test_switching_engines_inside_a_custom_ops_python_is_refused_not_a_deadlock(
     assert get_engine() is engine  # nothing was switched
     assert float((nd.ones((2, 2)) + 1).asnumpy()[0, 0]) == 2.0  # and the engine still works
     mx.set_engine("threaded")
+
+
+# ---------------------------------------------------------------------------- no file lost, none blocked on
+def _small_trace() -> mx.trace.Trace:
+    from opprof.trace.synthetic import synthetic_trace
+
+    return synthetic_trace(200, seed=1)
+
+
+def test_a_failed_chrome_save_leaves_the_file_that_was_there(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from opprof.trace.formats import chrome
+
+    path = tmp_path / "trace.json"
+    path.write_bytes(b"the user's own file")
+    real = chrome._event_chunks
+
+    def fail_half_way(*a, **k):  # type: ignore[no-untyped-def]
+        it = real(*a, **k)
+        yield next(it)
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(chrome, "_event_chunks", fail_half_way)
+    with pytest.raises(RuntimeError, match="disk full"):
+        _small_trace().save(path)
+    assert path.read_bytes() == b"the user's own file"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trace.json"]  # no partial file left behind
+    monkeypatch.undo()
+    _small_trace().save(path)  # a save that works replaces it
+    assert mx.trace.load(path).n_spans == _small_trace().n_spans
+
+
+@pytest.mark.parametrize("name", ["out.json", "out.json.gz", "out.opprof", "out.html"])
+def test_an_output_that_is_a_fifo_is_refused_at_once_not_blocked_on(tmp_path, name: str) -> None:  # type: ignore[no-untyped-def]
+    import os
+    import stat
+
+    from opprof.view import save_html
+
+    fifo = tmp_path / name
+    os.mkfifo(fifo)
+    t0 = time.monotonic()
+    with pytest.raises(OSError, match="is a FIFO"):
+        if name.endswith(".html"):
+            save_html(_small_trace(), str(fifo))
+        else:
+            _small_trace().save(fifo)
+    assert time.monotonic() - t0 < 5
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)  # still the user's FIFO
+
+
+def test_opprof_view_never_replaces_a_file_the_user_did_not_name(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from opprof.cli import main as cli
+
+    trace_path = tmp_path / "report.v2.json"
+    _small_trace().save(trace_path)
+    own = tmp_path / "report.html"
+    own.write_text("the user's report")
+    assert cli(["view", str(trace_path)]) == 0
+    assert own.read_text() == "the user's report"  # "report.v2" is the name, ".json" the ending
+    made = tmp_path / "report.v2.html"
+    assert b"<title>opprof" in made.read_bytes()[:4096]
+    assert cli(["view", str(trace_path)]) == 0  # its own earlier timeline is replaced
+    made.write_text("the user's notes, saved over the timeline")
+    assert cli(["view", str(trace_path)]) == 1
+    assert "not replaced" in capsys.readouterr().err
+    assert made.read_text() == "the user's notes, saved over the timeline"
+    out = tmp_path / "named.html"
+    out.write_text("replace me")
+    assert cli(["view", str(trace_path), "-o", str(out)]) == 0  # a file the user named is theirs to replace
+    assert b"<title>opprof" in out.read_bytes()[:4096]
