@@ -9,7 +9,9 @@ uint64 length and UTF-8 bytes). Reading is NumPy on bytes: a file is data, never
 
 from __future__ import annotations
 
+import math
 import os
+import stat
 import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -25,6 +27,8 @@ _LIST_MAGIC = 0x112
 _V2_MAGIC = 0xF993FAC9
 _V3_MAGIC = 0xF993FACA  # written by MXNet's NumPy-shape mode; the same layout for dense arrays
 _CPU = 1
+#: MXNet's own limit on an array's dimensions (``TShape``'s ``kMaxNDim``).
+_MAX_NDIM = 32
 #: MXNet's (mshadow's) type flags.
 _TYPE_FLAGS = {
     0: np.float32,
@@ -76,6 +80,12 @@ def save(fname: str | os.PathLike[str], data: NDArray | Sequence[NDArray] | Mapp
 
 def load(fname: str | os.PathLike[str]) -> list[NDArray] | dict[str, NDArray]:
     """Read a ``.params`` file: a dict when it names its arrays, else a list (``mx.nd.load``)."""
+    try:
+        mode = os.stat(fname).st_mode
+    except OSError as e:
+        raise MXNetError(f"{fname}: cannot read: {e.strerror or e}") from None
+    if not stat.S_ISREG(mode):  # a FIFO would block, /dev/zero never end
+        raise MXNetError(f"{fname}: not a regular file, not an MXNet .params file")
     with open(fname, "rb") as f:
         return _read(f.read(), str(fname))
 
@@ -97,24 +107,49 @@ class _Reader:
         self.pos += size
         return values
 
+    @property
+    def left(self) -> int:
+        return len(self.raw) - self.pos
+
+    def count(self, what: str, per_item: int) -> int:
+        """A uint64 count of items of at least ``per_item`` bytes, checked against the bytes left."""
+        at = self.pos
+        (n,) = self.take("<Q")
+        if n * per_item > self.left:
+            raise MXNetError(
+                f"{self.source}: {what} {n} at byte {at} cannot fit in the {self.left} bytes left (a corrupt or hostile file)"
+            )
+        return int(n)
+
     def array(self, i: int) -> NDArray:
+        at = self.pos
         magic, stype = self.take("<Ii")
         if magic not in (_V2_MAGIC, _V3_MAGIC):
-            raise MXNetError(f"{self.source}: array {i} starts with {magic:#x}, not an MXNet array (legacy files are not read)")
+            raise MXNetError(
+                f"{self.source}: array {i} at byte {at} starts with {magic:#x}, not an MXNet array (legacy files are not read)"
+            )
         if stype != 0:
             raise MXNetError(f"{self.source}: array {i} is sparse (storage type {stype}); opprof holds dense arrays only")
         (ndim,) = self.take("<i")
+        if ndim > _MAX_NDIM or 8 * max(ndim, 0) > self.left:
+            raise MXNetError(f"{self.source}: array {i} at byte {at} has {ndim} dimensions, which cannot be (a corrupt file)")
+        dims_at = self.pos
         shape = self.take(f"<{ndim}q") if ndim > 0 else ()
-        if ndim <= 0 and magic == _V2_MAGIC:
+        if any(d < 0 for d in shape):
+            raise MXNetError(f"{self.source}: array {i} has a negative dimension in its shape {shape} (at byte {dims_at})")
+        if ndim < 0 or (ndim == 0 and magic == _V2_MAGIC):  # (-1: MXNet's NumPy mode's unknown shape)
             return array(np.zeros((0,), dtype=np.float32))  # MXNet's "none" array: no context, no data
         _dev_type, _dev_id, flag = self.take("<iii")
         dtype = _TYPE_FLAGS.get(flag)
         if dtype is None:
             raise MXNetError(f"{self.source}: array {i} has type flag {flag}, which opprof does not know")
         dt = np.dtype(dtype).newbyteorder("<")
-        n = int(np.prod(shape, dtype=np.int64))
-        if self.pos + n * dt.itemsize > len(self.raw):
-            raise MXNetError(f"{self.source}: array {i} is cut short (needs {n * dt.itemsize} bytes at byte {self.pos})")
+        n = math.prod(shape)  # Python ints: a product past int64 is not wrapped round
+        if n * dt.itemsize > self.left:
+            raise MXNetError(
+                f"{self.source}: array {i} of shape {shape} is cut short (needs {n * dt.itemsize} bytes at byte {self.pos}, "
+                f"{self.left} left)"
+            )
         value: np.ndarray = np.frombuffer(self.raw, dtype=dt, count=n, offset=self.pos).reshape(shape).astype(dtype)
         self.pos += n * dt.itemsize
         return array(value, dtype=value.dtype)
@@ -122,16 +157,18 @@ class _Reader:
 
 def _read(raw: bytes, source: str) -> list[NDArray] | dict[str, NDArray]:
     r = _Reader(raw, source)
-    magic, _reserved, count = r.take("<QQQ")
+    magic, _reserved = r.take("<QQ")
     if magic != _LIST_MAGIC:
         raise MXNetError(f"{source}: not an MXNet .params file (magic {magic:#x}, expected {_LIST_MAGIC:#x})")
+    count = r.count("an array count of", 12)  # an array is at least its magic, storage type and ndim
     arrays = [r.array(i) for i in range(count)]
-    (n_names,) = r.take("<Q")
+    n_names = r.count("a name count of", 8)
     names = []
     for _ in range(n_names):
+        at = r.pos
         (length,) = r.take("<Q")
-        if r.pos + length > len(raw):
-            raise MXNetError(f"{source}: a name is cut short at byte {r.pos}")
+        if length > r.left:
+            raise MXNetError(f"{source}: a name at byte {at} is cut short ({length} bytes, {r.left} left)")
         names.append(raw[r.pos : r.pos + length].decode("utf-8", errors="replace"))
         r.pos += length
     if names and len(names) != len(arrays):

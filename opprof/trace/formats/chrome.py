@@ -418,7 +418,29 @@ def save(trace: TraceData, path: str | os.PathLike[str]) -> None:
 def load(path: str | os.PathLike[str]) -> TraceData:
     """Read a Chrome trace JSON file (``.json`` or ``.json.gz``): opprof's own losslessly (but for the edges), any other
     tool's through :mod:`.importer`."""
-    raw = read_trace_file(path)
+    box = [read_trace_file(path)]  # handed over, not held here: the parse frees the bytes early
+    try:
+        return _load_raw(box, path)
+    except TraceFormatError:
+        raise
+    except _DATA_ERRORS as e:  # a shape no reader foresaw: still the file's fault, said as such
+        raise TraceFormatError(f"{path}: malformed trace: {type(e).__name__}: {_short(e)}") from None
+    except MemoryError:
+        raise TraceFormatError(f"{path}: too large to load here (out of memory)") from None
+
+
+#: What malformed data raises from deep inside a reader (a list where a dict was, a huge number,
+#: nesting too deep): a load turns it into :class:`TraceFormatError` naming the file.
+_DATA_ERRORS = (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError, RecursionError, ZeroDivisionError)
+
+
+def _short(e: BaseException) -> str:
+    msg = str(e)
+    return msg if len(msg) <= 200 else msg[:200] + "…"
+
+
+def _load_raw(box: list[bytes], path: str | os.PathLike[str]) -> TraceData:
+    raw = box.pop()
     with no_gc():
         if raw.startswith(_CHUNKED_HEAD):
             trace = _load_chunked(raw, str(path))

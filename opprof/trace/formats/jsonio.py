@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import gc
 import gzip
+import io
 import json
 import os
+import stat
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +22,7 @@ import orjson
 
 __all__ = [
     "TraceFormatError",
+    "check_regular_file",
     "dumps",
     "loads",
     "no_gc",
@@ -51,10 +54,32 @@ def no_gc() -> Iterator[None]:
 
 
 # ---------------------------------------------------------------------------- reading the file
+#: A gzipped file is refused when it inflates past ``max(GZIP_FLOOR, MAX_GZIP_INFLATION x its size)``
+#: (trace JSON gzips ~10-20x; a stream of one repeated byte ~1,000x, so 1 MB could hold 1 GB): it is
+#: inflated a chunk at a time and stops at the limit, never holding more.
+MAX_GZIP_INFLATION = 100
+GZIP_FLOOR = 64 << 20
+_CHUNK = 1 << 20
+
+
+def check_regular_file(path: str | os.PathLike[str]) -> None:
+    """Refuse what is not a regular file: a FIFO blocks, a device (``/dev/zero``) never ends."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        raise TraceFormatError(f"{path}: cannot read: {e.strerror or e}") from None
+    if not stat.S_ISREG(mode):
+        kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a device or other special file"
+        raise TraceFormatError(f"{path}: {kind}, not a trace file (only regular files are read)")
+
+
 def read_trace_file(path: str | os.PathLike[str]) -> bytes:
     """The decompressed bytes of a trace file. ``.gz`` must be gzip; other names are sniffed."""
+    check_regular_file(path)
     try:
         with open(path, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # replaced since the check
+                raise TraceFormatError(f"{path}: not a regular file (only regular files are read)")
             raw = f.read()
     except OSError as e:
         raise TraceFormatError(f"{path}: cannot read: {e.strerror or e}") from None
@@ -62,11 +87,28 @@ def read_trace_file(path: str | os.PathLike[str]) -> bytes:
     if gz or raw[:2] == b"\x1f\x8b":
         if not raw:
             raise TraceFormatError(f"{path}: the file is empty")
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as e:  # not gzip, or cut short
-            raise TraceFormatError(f"{path}: cannot read: not a complete gzip stream ({e})") from None
+        raw = _gunzip(raw, str(path))
     return raw
+
+
+def _gunzip(raw: bytes, source: str) -> bytes:
+    """``gzip.decompress`` (concatenated members too), a chunk at a time up to the limit."""
+    limit = max(GZIP_FLOOR, MAX_GZIP_INFLATION * len(raw))
+    parts: list[bytes] = []
+    total = 0
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(raw)) as g:
+            while chunk := g.read(_CHUNK):
+                total += len(chunk)
+                if total > limit:
+                    raise TraceFormatError(
+                        f"{source}: inflates past {limit:,} bytes, more than {MAX_GZIP_INFLATION}x its {len(raw):,} "
+                        f"(at least {GZIP_FLOOR:,}): refused as a gzip bomb; gunzip it yourself if it is a real trace"
+                    )
+                parts.append(chunk)
+    except (OSError, EOFError, zlib.error) as e:  # not gzip, or cut short
+        raise TraceFormatError(f"{source}: cannot read: not a complete gzip stream ({e})") from None
+    return b"".join(parts)
 
 
 def loads(data: bytes) -> Any:

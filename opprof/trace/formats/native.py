@@ -24,7 +24,9 @@ loads in ~0.1 s; ``compress=True`` (``np.savez_compressed``) makes it 12 MB, at 
 from __future__ import annotations
 
 import os
+import stat
 import zipfile
+import zlib
 from typing import Any
 
 import numpy as np
@@ -34,7 +36,7 @@ from ..data import TraceData
 from ..ops import OpTable
 from ..records import CounterSample, Instant, ThreadInfo
 from ..threadstates import ThreadStates
-from .jsonio import TraceFormatError, dumps, loads
+from .jsonio import TraceFormatError, check_regular_file, dumps, loads
 
 __all__ = ["FORMAT", "VERSION", "is_native", "load", "save"]
 
@@ -44,6 +46,19 @@ FORMAT = "opprof"
 VERSION = 2
 HEADER = "opprof.json"
 _ZIP_MAGIC = b"PK\x03\x04"
+
+#: A file is refused when its members would inflate past ``max(INFLATION_FLOOR, MAX_INFLATION x
+#: its size)`` (checked on the sizes the ZIP declares before anything is read, and each read bounded
+#: by them): deflate makes 1,000x of zeros, so a 2 MB file could otherwise ask for 2 GB. Real files
+#: are 1x (the default, uncompressed) to ~5x (``compress=True``, measured), 2x for a profile.
+MAX_INFLATION = 50
+INFLATION_FLOOR = 64 << 20
+#: The JSON header: parsing builds Python objects of up to ~20x its bytes, so it is held tighter.
+MAX_HEADER_INFLATION = 50
+HEADER_FLOOR = 8 << 20
+_CHUNK = 1 << 20
+#: What reading a damaged member raises (an encrypted one: RuntimeError; an unknown method: NotImplementedError).
+_ZIP_ERRORS = (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError, RuntimeError)
 
 #: Each column and its dtype; a file's columns must match these exactly.
 SPAN_COLUMNS: dict[str, Any] = {
@@ -91,15 +106,23 @@ _PER_SPAN = ("start", "end", "tid", "name", "cat", "role", "inv", "op_type", "ba
 
 
 def is_native(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` holds an opprof trace file (by content: a ZIP with ``opprof.json``)."""
+    """Whether ``path`` holds an opprof trace file (by content: a ZIP with ``opprof.json``; a ZIP
+    too broken to list counts, so that :func:`load` says what is wrong with it).
+
+    Only a regular file is opened: a FIFO would block here, a device never end."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return False
         with open(path, "rb") as f:
             if f.read(4) != _ZIP_MAGIC:
                 return False
+    except OSError:
+        return False
+    try:
         with zipfile.ZipFile(path) as z:
             return HEADER in z.namelist()
-    except (OSError, zipfile.BadZipFile):
-        return False
+    except (OSError, ValueError, zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, NotImplementedError):
+        return True
 
 
 def save(trace: TraceData, path: str | os.PathLike[str], *, compress: bool = False) -> None:
@@ -160,64 +183,151 @@ def save(trace: TraceData, path: str | os.PathLike[str], *, compress: bool = Fal
 
 
 def load(path: str | os.PathLike[str]) -> TraceData:
-    """Read a native trace file; :class:`TraceFormatError` says what is wrong and where."""
+    """Read a native trace file; :class:`TraceFormatError` says what is wrong and where.
+
+    Nothing is inflated before its declared size is checked against what the file can hold (see
+    :data:`MAX_INFLATION`), and every read is bounded by that size: a small hostile file is refused
+    in milliseconds, never read into gigabytes."""
+    check_regular_file(path)
     try:
-        z = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
+        zf = zipfile.ZipFile(path)
+    except (OSError, ValueError, zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, NotImplementedError) as e:
         raise TraceFormatError(f"{path}: not a readable opprof trace file ({e})") from None
-    with z:
-        names = set(z.files)
+    with zf:
         try:
-            with zipfile.ZipFile(path) as zf:
-                raw = zf.read(HEADER)
-        except KeyError:
-            raise TraceFormatError(f"{path}: no {HEADER} inside: not an opprof trace file") from None
-        except (OSError, zipfile.BadZipFile) as e:
-            raise TraceFormatError(f"{path}: cannot read {HEADER}: {e}") from None
-        try:
-            header = loads(raw)
-        except ValueError as e:
-            raise TraceFormatError(f"{path}: {HEADER} is not valid JSON ({e})") from None
-        if not isinstance(header, dict) or header.get("format") != FORMAT:
-            raise TraceFormatError(f"{path}: {HEADER} does not say format {FORMAT!r}")
-        version = header.get("version")
-        if not isinstance(version, int) or version < 1:
-            raise TraceFormatError(f"{path}: {HEADER} has no valid version (got {version!r})")
-        if version > VERSION:
-            raise TraceFormatError(
-                f"{path}: format version {version} is newer than this opprof reads ({VERSION}); upgrade opprof"
-            )
-        try:
-            spans = _columns(z, names, "spans", SPAN_COLUMNS)
-            if version >= 2:
-                present = {k: dt for k, dt in SPAN_COLUMNS_V2.items() if f"spans.{k}" in names}
-                spans.update(_columns(z, names, "spans", present))
-            flows = _columns(z, names, "flows", FLOW_COLUMNS)
-            ops = _ops(header, _columns(z, names, "ops", OP_COLUMNS)) if header.get("op_strings") is not None else None
-            trace = _trace(header, spans, flows)
-            trace.ops = ops
-            trace.thread_states = (
-                _states(header, _columns(z, names, "states", STATE_COLUMNS))
-                if header.get("state_period_ns") is not None
-                else None
-            )
-            return trace
+            z = _Members(zf, os.stat(path).st_size)
+            raw = z.header()
+            try:
+                header = loads(raw)
+            except (ValueError, RecursionError) as e:
+                raise TraceFormatError(f"{HEADER} is not valid JSON ({_short(e)})") from None
+            del raw
+            return _from_members(z, header)
         except TraceFormatError as e:
             raise TraceFormatError(f"{path}: {e}") from None
-        except (KeyError, TypeError, ValueError, IndexError) as e:
-            raise TraceFormatError(f"{path}: {HEADER}: malformed field: {type(e).__name__}: {e}") from None
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError, RecursionError) as e:
+            raise TraceFormatError(f"{path}: {HEADER}: malformed field: {type(e).__name__}: {_short(e)}") from None
+        except MemoryError:
+            raise TraceFormatError(f"{path}: too large to load here (out of memory)") from None
 
 
-def _columns(z: Any, names: set[str], part: str, spec: dict[str, Any]) -> dict[str, np.ndarray]:
+def _short(e: BaseException) -> str:
+    msg = str(e)
+    return msg if len(msg) <= 200 else msg[:200] + "…"
+
+
+def _from_members(z: _Members, header: Any) -> TraceData:
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise TraceFormatError(f"{HEADER} does not say format {FORMAT!r}")
+    version = header.get("version")
+    if not isinstance(version, int) or version < 1:
+        raise TraceFormatError(f"{HEADER} has no valid version (got {version!r})")
+    if version > VERSION:
+        raise TraceFormatError(f"format version {version} is newer than this opprof reads ({VERSION}); upgrade opprof")
+    names = z.columns
+    spans = _columns(z, names, "spans", SPAN_COLUMNS)
+    if version >= 2:
+        present = {k: dt for k, dt in SPAN_COLUMNS_V2.items() if f"spans.{k}" in names}
+        spans.update(_columns(z, names, "spans", present))
+    flows = _columns(z, names, "flows", FLOW_COLUMNS)
+    ops = _ops(header, _columns(z, names, "ops", OP_COLUMNS)) if header.get("op_strings") is not None else None
+    trace = _trace(header, spans, flows)
+    trace.ops = ops
+    trace.thread_states = (
+        _states(header, _columns(z, names, "states", STATE_COLUMNS)) if header.get("state_period_ns") is not None else None
+    )
+    return trace
+
+
+class _Members:
+    """The ZIP's members, each checked against the sizes it declares before a byte is inflated."""
+
+    def __init__(self, zf: zipfile.ZipFile, file_size: int) -> None:
+        self.zf = zf
+        self.infos = {i.filename: i for i in zf.infolist()}
+        #: The column members, by name without ``.npy`` (as ``np.load(...).files`` names them).
+        self.columns = {n[:-4] for n in self.infos if n.endswith(".npy")}
+        self.file_size = file_size
+        self.limit = max(INFLATION_FLOOR, MAX_INFLATION * file_size)
+        total = sum(i.file_size for n, i in self.infos.items() if n.endswith(".npy") or n == HEADER)
+        if total > self.limit:
+            raise TraceFormatError(
+                f"its members declare {total:,} bytes inflated, more than the limit of {self.limit:,} for a file "
+                f"of {file_size:,} bytes ({MAX_INFLATION}x its size, at least {INFLATION_FLOOR:,}): refused as a ZIP bomb"
+            )
+
+    def header(self) -> bytes:
+        info = self.infos.get(HEADER)
+        if info is None:
+            raise TraceFormatError(f"no {HEADER} inside: not an opprof trace file")
+        limit = max(HEADER_FLOOR, MAX_HEADER_INFLATION * self.file_size)
+        if info.file_size > limit:
+            raise TraceFormatError(
+                f"{HEADER} declares {info.file_size:,} bytes inflated, more than the limit of {limit:,} for a file "
+                f"of {self.file_size:,} bytes ({MAX_HEADER_INFLATION}x its size, at least {HEADER_FLOOR:,})"
+            )
+        try:
+            with self.zf.open(info) as f:
+                raw = f.read(limit + 1)  # bounded whatever the ZIP declared
+        except _ZIP_ERRORS as e:
+            raise TraceFormatError(f"cannot read {HEADER}: {_short(e)}") from None
+        if len(raw) > limit:
+            raise TraceFormatError(f"{HEADER} inflates past the limit of {limit:,} bytes")
+        return raw
+
+    def array(self, member: str, dtype: Any) -> np.ndarray:
+        """Column ``member`` (``spans.start``), its dtype, shape and size checked before its data is read."""
+        info = self.infos[f"{member}.npy"]
+        want = np.dtype(dtype)
+        try:
+            with self.zf.open(info) as f:
+                version = np.lib.format.read_magic(f)
+                if version == (1, 0):
+                    shape, fortran, dt = np.lib.format.read_array_header_1_0(f)
+                elif version == (2, 0):
+                    shape, fortran, dt = np.lib.format.read_array_header_2_0(f)
+                else:
+                    raise TraceFormatError(f"column {member}: .npy format version {version} is not read")
+                if dt.hasobject:  # what np.load(..., allow_pickle=False) refuses too
+                    raise TraceFormatError(
+                        f"column {member} holds Python objects, which only pickle stores: refused, not unpickled"
+                    )
+                if dt != want:
+                    raise TraceFormatError(f"column {member} has dtype {dt}, expected {want}")
+                if not all(type(d) is int and d >= 0 for d in shape):
+                    raise TraceFormatError(f"column {member} declares an invalid shape {shape!r}")
+                count = 1
+                for d in shape:
+                    count *= d
+                nbytes = count * dt.itemsize
+                data_size = info.file_size - f.tell()
+                if nbytes != data_size:
+                    raise TraceFormatError(
+                        f"column {member} declares shape {shape} ({nbytes:,} bytes) but the member holds {data_size:,} bytes"
+                    )
+                out = np.empty(count, dtype=dt)
+                buf = out.view(np.uint8)
+                pos = 0
+                while pos < nbytes:  # bounded by the declared size, checked above against the file
+                    chunk = f.read(min(_CHUNK, nbytes - pos))
+                    if not chunk:
+                        raise TraceFormatError(f"column {member} is cut short at byte {pos:,} of {nbytes:,}")
+                    buf[pos : pos + len(chunk)] = np.frombuffer(chunk, dtype=np.uint8)
+                    pos += len(chunk)
+        except TraceFormatError:
+            raise
+        except (*_ZIP_ERRORS, SyntaxError) as e:
+            raise TraceFormatError(f"column {member} cannot be read: {type(e).__name__}: {_short(e)}") from None
+        return out.reshape(shape, order="F" if fortran else "C")
+
+
+def _columns(z: _Members, names: set[str], part: str, spec: dict[str, Any]) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     for k, dtype in spec.items():
         member = f"{part}.{k}"
         if member not in names:
             raise TraceFormatError(f"column {member} is missing")
-        a = z[member]
-        if a.dtype != np.dtype(dtype):
-            raise TraceFormatError(f"column {member} has dtype {a.dtype}, expected {np.dtype(dtype)}")
-        out[k] = a
+        out[k] = z.array(member, dtype)
     return out
 
 
