@@ -263,3 +263,35 @@ def test_repeated_runs_saved_to_a_directory_compare_another_day_with_opprof_diff
     (tmp_path / "afile").write_text("x")
     result, out = run(ip, f"--repeat 2 -o {tmp_path / 'afile'}", cell)
     assert isinstance(result.error_in_exec, UsageError) and "is a file" in out
+
+
+@pytest.mark.parametrize("var", ["__builtins__", "get_ipython", "In", "Out", "_oh", "__name__"])
+def test_a_var_name_python_or_ipython_lives_on_is_refused_and_changes_nothing(ip: Any, var: str) -> None:
+    ip.user_ns.pop("ran_it", None)
+    result, _ = run(ip, f"--no-widget --var {var}", "ran_it = 1")
+    assert isinstance(result.error_in_exec, UsageError) and "choose another" in str(result.error_in_exec)
+    assert "ran_it" not in ip.user_ns  # the cell did not run
+    assert ip.run_cell("x = len([1, 2])").error_in_exec is None  # later cells work
+    result, _ = run(ip, "--no-widget --var fine_name", "ran_it = 1")
+    assert result.error_in_exec is None and ip.user_ns["ran_it"] == 1  # and later magics
+
+
+@pytest.mark.parametrize("option", ["-o", "--html"])
+def test_an_output_that_is_a_fifo_refuses_the_cell_before_it_runs(ip: Any, tmp_path: Path, option: str) -> None:
+    import os
+
+    fifo = tmp_path / ("out.json" if option == "-o" else "out.html")
+    os.mkfifo(fifo)
+    ip.user_ns.pop("ran_it", None)
+    result, _ = run(ip, f"--no-widget {option} {fifo}", "ran_it = 1")
+    assert isinstance(result.error_in_exec, UsageError) and "is a FIFO" in str(result.error_in_exec)
+    assert "ran_it" not in ip.user_ns
+
+
+def test_a_cell_refused_for_its_compare_label_keeps_the_engine_it_found(ip: Any) -> None:
+    before = get_engine()
+    result, _ = run(ip, "--no-widget --engine naive --threads 1 --compare no-such-label", "ran_it = 1")
+    assert isinstance(result.error_in_exec, UsageError)
+    result, _ = run(ip, "--no-widget --engine naive --compare no-such-label", "ran_it = 1")
+    assert isinstance(result.error_in_exec, UsageError) and "no result has that label" in str(result.error_in_exec)
+    assert get_engine() is before

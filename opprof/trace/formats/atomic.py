@@ -14,7 +14,15 @@ import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["not_a_regular_file", "written"]
+__all__ = ["not_a_regular_file", "special_kind", "written"]
+
+
+def special_kind(mode: int) -> str | None:
+    """What a file of ``st_mode`` is when it is not a regular file (``a FIFO``), else None: a FIFO
+    blocks a reader or writer, a device (``/dev/zero``) never ends, a directory is no file."""
+    if stat.S_ISREG(mode):
+        return None
+    return "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a device or other special file"
 
 
 def not_a_regular_file(path: str | os.PathLike[str]) -> str | None:
@@ -25,10 +33,8 @@ def not_a_regular_file(path: str | os.PathLike[str]) -> str | None:
         return None
     except OSError as e:
         return f"{os.fspath(path)}: {e.strerror}"
-    if stat.S_ISREG(mode):
-        return None
-    kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
-    return f"{os.fspath(path)} is {kind}: not written (name a regular file)"
+    kind = special_kind(mode)
+    return None if kind is None else f"{os.fspath(path)} is {kind}: not written (name a regular file)"
 
 
 @contextmanager

@@ -20,6 +20,8 @@ from typing import IO, Any, cast
 
 import orjson
 
+from .atomic import not_a_regular_file, special_kind
+
 __all__ = [
     "TraceFormatError",
     "check_regular_file",
@@ -68,9 +70,9 @@ def check_regular_file(path: str | os.PathLike[str]) -> None:
         mode = os.stat(path).st_mode
     except OSError as e:
         raise TraceFormatError(f"{path}: cannot read: {e.strerror or e}") from None
-    if not stat.S_ISREG(mode):
-        kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a device or other special file"
-        raise TraceFormatError(f"{path}: {kind}, not a trace file (only regular files are read)")
+    kind = special_kind(mode)
+    if kind is not None:
+        raise TraceFormatError(f"{path}: cannot read {kind}, not a trace file (only regular files are read)")
 
 
 def read_trace_file(path: str | os.PathLike[str]) -> bytes:
@@ -183,6 +185,8 @@ def output_path_problem(path: str, directory: bool = False) -> str | None:
             return f"{path} is a file, not a directory"
     elif os.path.isdir(path):
         return f"{path} is a directory"
+    elif (special := not_a_regular_file(path)) is not None:  # a FIFO would block the write
+        return special
     if not os.path.isdir(parent):
         return f"no such directory: {parent}"
     if not os.access(parent, os.W_OK):

@@ -290,7 +290,7 @@ class _Members:
                     raise TraceFormatError(f"column {member}: .npy format version {version} is not read")
                 if dt.hasobject:  # what np.load(..., allow_pickle=False) refuses too
                     raise TraceFormatError(
-                        f"column {member} holds Python objects, which only pickle stores: refused, not unpickled"
+                        f"column {member} holds Python objects (a NumPy object array): refused, never unpickled"
                     )
                 if dt != want:
                     raise TraceFormatError(f"column {member} has dtype {dt}, expected {want}")
