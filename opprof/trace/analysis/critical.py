@@ -290,17 +290,28 @@ def _span_of_row(t: SpanTable, ops: OpTable) -> np.ndarray:
     return out
 
 
-def _families(t: SpanTable, ops: OpTable) -> tuple[np.ndarray, np.ndarray]:
-    """Per invocation id: its parent span and its ``Dummy_Wait``'s op row (-1: none)."""
-    top = int(t.inv.max()) + 2 if len(t) else 1
-    parent_of = np.full(top, -1, dtype=np.int64)
+def _families(t: SpanTable, ops: OpTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(the invocation ids, ascending; per id: its parent span; its ``Dummy_Wait``'s op row; -1:
+    none), indexed by an id's position among the ids (:func:`_inv_code`). Ids are labels, never
+    array sizes: an id of 10^9 once sized two arrays of 8 GB here."""
+    ids = np.unique(t.inv[t.inv >= 0])
+    parent_of = np.full(len(ids) + 1, -1, dtype=np.int64)  # the last entry: an id not among them
     idx = np.flatnonzero((t.role == ROLE_CODE[Role.PARENT]) & (t.inv >= 0))
-    parent_of[t.inv[idx][::-1]] = idx[::-1]  # the first one wins
-    dummy_of = np.full(top, -1, dtype=np.int64)
+    parent_of[_inv_code(ids, t.inv[idx])[::-1]] = idx[::-1]  # the first one wins
+    dummy_of = np.full(len(ids) + 1, -1, dtype=np.int64)
     d = np.flatnonzero((t.role == ROLE_CODE[Role.DUMMY_WAIT]) & (t.inv >= 0) & (t.op >= 0))
     dr = ops.rows_of(t.op[d])
-    dummy_of[t.inv[d][dr >= 0]] = dr[dr >= 0]
-    return parent_of, dummy_of
+    dummy_of[_inv_code(ids, t.inv[d][dr >= 0])] = dr[dr >= 0]
+    parent_of[-1] = dummy_of[-1] = -1
+    return ids, parent_of, dummy_of
+
+
+def _inv_code(ids: np.ndarray, inv: np.ndarray) -> np.ndarray:
+    """Each invocation id's position in ``ids`` (``len(ids)`` for one not there, such as -1)."""
+    if not len(ids):
+        return np.zeros(len(inv), dtype=np.int64)
+    pos = np.minimum(np.searchsorted(ids, inv), len(ids) - 1)
+    return np.where(ids[pos] == inv, pos, len(ids))
 
 
 class _Nodes:
@@ -322,7 +333,7 @@ class _Nodes:
         self.fill = np.zeros(m, dtype=np.int64)  # slots used per node
 
         span_of = self.span_of = _span_of_row(t, ops)
-        self.parent_of, dummy_of = _families(t, ops)
+        self.inv_ids, self.parent_of, dummy_of = _families(t, ops)
         self._thread_index()
 
         kind = ops.kind
@@ -341,7 +352,7 @@ class _Nodes:
         self.pred[r] = n + r
         # A custom op completes when its Dummy_Wait runs (its parent ends with it).
         r = np.flatnonzero((kind == OpKind.CUSTOM) & with_span)
-        dw = dummy_of[t.inv[sp[r]]]
+        dw = dummy_of[_inv_code(self.inv_ids, t.inv[sp[r]])]
         self.pred[r] = dw
         # A wait: after it ended; the op that ended it, else it and its thread before it.
         r = np.flatnonzero((kind == OpKind.WAIT) & with_span)
@@ -426,7 +437,7 @@ class _Nodes:
         c = i[~has_child]
         pc = p[~has_child]
         self._add(nodes[c], t.start[pc], _INF, _PY, tid[c], pc, pc)
-        parent = self.parent_of[t.inv[pc]]
+        parent = self.parent_of[_inv_code(self.inv_ids, t.inv[pc])]
         prow = np.where(parent >= 0, self.ops.rows_of(np.where(parent >= 0, t.op[np.maximum(parent, 0)], -1)), -1)
         self.pred[nodes[c]] = np.where(prow >= 0, 2 * n + prow, -1)
         # Outside: back to the last thing the thread did (a Python: into it, once).
@@ -722,7 +733,7 @@ def _slack(t: SpanTable, ops: OpTable | None) -> np.ndarray:
     node_of_py[py_spans] = n + np.arange(len(py_spans))
     py_src, py_dst = node_of_py[cand[okp]], inner[okp]
     # A custom op completes with its Dummy_Wait.
-    parent_of, dummy_of = _families(t, ops)
+    _, parent_of, dummy_of = _families(t, ops)
     both = np.flatnonzero((parent_of >= 0) & (dummy_of >= 0))
     d_src = dummy_of[both]
     d_dst = ops.rows_of(t.op[parent_of[both]])

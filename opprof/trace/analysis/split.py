@@ -172,8 +172,12 @@ def inline_subops(fam: np.ndarray, tid: np.ndarray, is_py: np.ndarray, is_sub: n
         py_tid = np.full(k + 1, -1, dtype=np.int64)
         py_tid[py_fam] = tid[is_py]
         return is_sub & (py_tid[fam] == tid)
-    span = int(tid.max()) + 1
-    return is_sub & np.isin(fam * span + tid, np.unique(py_fam * span + tid[is_py]))
+    # (family, thread) pairs as one key: the tids compacted first (a tid is a label; a huge one made
+    # the key overflow int64 and match the wrong pairs).
+    threads, code = np.unique(tid, return_inverse=True)
+    code = code.ravel().astype(np.int64)
+    key = fam.astype(np.int64) * len(threads) + code
+    return is_sub & np.isin(key, np.unique(key[is_py]))
 
 
 def family_members(table: SpanTable, parents: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
