@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import __version__
+from .engine import MAX_POOL_THREADS
 from .trace import Trace, TraceFormatError, load
 from .trace.analysis.stats import SORT_KEYS
 from .trace.compare import compare, side_by_side
@@ -184,6 +185,14 @@ def _positive(text: str) -> int:
     return n
 
 
+def _threads(text: str) -> int:
+    """A pool size: a whole number from 1 to the engine's bound."""
+    n = _positive(text)
+    if n > MAX_POOL_THREADS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_POOL_THREADS:,} threads, got {n:,}")
+    return n
+
+
 def _factor(text: str) -> tuple[str, float]:
     """``NAME=FACTOR`` of ``--what-if`` (a factor 2 makes NAME twice as fast)."""
     name, sep, value = text.rpartition("=")
@@ -292,7 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--out", default="opprof-demo", help="output directory (default ./opprof-demo)")
     d.add_argument("--steps", type=_positive, default=20, help="training steps (default 20)")
     d.add_argument("--engine", choices=["threaded", "naive"], default="threaded")
-    d.add_argument("--threads", type=_positive, default=None, help="engine worker threads")
+    d.add_argument("--threads", type=_threads, default=None, help="engine worker threads")
     d.set_defaults(func=cmd_demo)
 
     v = sub.add_parser("view", help="write a trace file's timeline as standalone HTML")
@@ -323,8 +332,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME=FACTOR",
         help="predict the run with NAME (a span name or custom-op type) FACTOR times as fast; repeatable",
     )
-    w.add_argument("--engine-threads", type=_positive, default=None, help="predict with this many engine workers")
-    w.add_argument("--custom-threads", type=_positive, default=None, help="predict with this many custom-op threads")
+    w.add_argument("--engine-threads", type=_threads, default=None, help="predict with this many engine workers")
+    w.add_argument("--custom-threads", type=_threads, default=None, help="predict with this many custom-op threads")
     w.add_argument(
         "--switch-interval", type=_positive_float, default=None, metavar="MS",
         help="predict with this GIL switch interval in ms (as sys.setswitchinterval; recorded: the profile's)",

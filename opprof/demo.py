@@ -105,8 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.steps < 1:
         parser.error("--steps must be at least 1")
-    if args.threads is not None and args.threads < 1:
-        parser.error("--threads must be at least 1")
+    if args.threads is not None and not 1 <= args.threads <= engine.MAX_POOL_THREADS:
+        parser.error(f"--threads must be from 1 to {engine.MAX_POOL_THREADS:,}")
 
     if args.engine == "threaded":
         engine.set_engine("threaded", workers=args.threads)

@@ -11,12 +11,13 @@ from .naive import NaiveEngine
 from .observer import EngineObserver, Observers
 from .opr import INTERNAL, EngineError, MXNetError, Opr, OprInfo, Var, as_mxnet_error
 from .state import CustomOpInfo, CustomPart, Invocation, current_invocation
-from .threaded import CUSTOM_THREAD_PREFIX, ENGINE_THREAD_PREFIX, ThreadedEngine
+from .threaded import CUSTOM_THREAD_PREFIX, ENGINE_THREAD_PREFIX, MAX_POOL_THREADS, ThreadedEngine
 
 __all__ = [
     "CUSTOM_THREAD_PREFIX",
     "ENGINE_THREAD_PREFIX",
     "INTERNAL",
+    "MAX_POOL_THREADS",
     "CustomOpInfo",
     "CustomPart",
     "Engine",

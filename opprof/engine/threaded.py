@@ -30,6 +30,11 @@ __all__ = ["CUSTOM_THREAD_PREFIX", "ENGINE_THREAD_PREFIX", "CustomPool", "Thread
 # reads them back.
 
 
+#: The most threads an engine's pool may be asked for: far past any machine's cores (Python threads
+#: share one GIL), and each costs a stack: 99,999,999,999 asked for once took 11 GB before failing.
+MAX_POOL_THREADS = 1024
+
+
 class CustomPool:
     """Worker threads for custom operators' Python; grows while its workers are blocked in waits.
 
@@ -116,6 +121,9 @@ class ThreadedEngine(Engine):
             raise ValueError(f"max_pending must be at least 2, got {max_pending}")
         self.max_pending = max_pending
         cpus = os.cpu_count() or 1
+        for what, n in (("workers", workers), ("custom_workers", custom_workers)):
+            if n is not None and n > MAX_POOL_THREADS:
+                raise ValueError(f"{what}={n:,}: at most {MAX_POOL_THREADS:,} threads a pool (each takes a stack)")
         self.workers = max(1, workers if workers is not None else cpus)
         self.custom_workers = max(1, custom_workers if custom_workers is not None else max(2, cpus))
         self._ready = handoff.work_queue(handoff.QueueKind.ENGINE)

@@ -26,10 +26,12 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import display
 
 from .. import engine as _engine
+from ..engine import MAX_POOL_THREADS
 from ..profiler import Profiler, ProfileSession, stop_after
 from ..trace import Trace, load
 from ..trace.analysis.stats import SORT_KEYS
 from ..trace.compare import Comparison, compare, side_by_side
+from ..trace.formats.atomic import not_a_regular_file
 from ..trace.formats.jsonio import output_path_problem
 from ..trace.text import compare_table, fmt_us, split_table, stats_table, summary_line, why_text
 from .bokehjs import load_bokehjs
@@ -295,6 +297,10 @@ class OpprofMagics(Magics):
             value = getattr(args, name)
             if value is not None and value < 1:
                 raise UsageError(f"--{name.replace('_', '-')} must be at least 1\n{usage}")
+        for name in ("threads", "custom_threads"):
+            value = getattr(args, name)
+            if value is not None and value > MAX_POOL_THREADS:
+                raise UsageError(f"--{name.replace('_', '-')}: at most {MAX_POOL_THREADS:,} threads, got {value:,}\n{usage}")
         # Checked before the cell runs: a cell must not run only for its trace to have nowhere to go.
         for name in ("output", "html"):
             into_dir = name == "output" and args.repeat is not None  # with --repeat, -o names a directory for the runs
@@ -312,6 +318,16 @@ class OpprofMagics(Magics):
             raise UsageError(f"--live shows a widget while the cell runs: it cannot go with {other}\n{usage}")
         if not args.var.isidentifier() or keyword.iskeyword(args.var):
             raise UsageError(f"--var must be a Python name, got {args.var!r}\n{usage}")
+        # A name the interpreter or IPython lives on (__builtins__, get_ipython, In, Out, _ih, ...):
+        # rebinding it would break every later cell or magic. A refused cell changes nothing.
+        hidden = getattr(self.shell, "user_ns_hidden", {}) if self.shell is not None else {}
+        if (args.var.startswith("__") and args.var.endswith("__")) or args.var in hidden or args.var == HISTORY_VAR:
+            raise UsageError(f"--var {args.var}: IPython or Python itself uses that name; choose another\n{usage}")
+        # An output that exists and is not a regular file (a FIFO) would block the save or lose it.
+        for name in ("output", "html"):
+            problem = getattr(args, name) and not_a_regular_file(getattr(args, name))
+            if problem and not (name == "output" and args.repeat is not None):
+                raise UsageError(f"--{name}: {problem}\n{usage}")
         return args
 
     def _live_wanted(self, args: Any) -> bool:

@@ -200,3 +200,40 @@ def test_opprof_view_never_replaces_a_file_the_user_did_not_name(tmp_path, capsy
     out.write_text("replace me")
     assert cli(["view", str(trace_path), "-o", str(out)]) == 0  # a file the user named is theirs to replace
     assert b"<title>opprof" in out.read_bytes()[:4096]
+
+
+# ---------------------------------------------------------------------------- numbers past any sense
+@pytest.mark.parametrize("argv", [["demo", "--threads", "99999999999"], ["why", "t.opprof", "--engine-threads", "5000"]])
+def test_a_thread_count_past_the_bound_is_one_line_of_usage_at_once(argv: list[str], capsys) -> None:  # type: ignore[no-untyped-def]
+    from opprof.cli import main as cli
+
+    t0 = time.monotonic()
+    with pytest.raises(SystemExit) as exit_:
+        cli(argv)
+    assert exit_.value.code == 2 and time.monotonic() - t0 < 5
+    err = capsys.readouterr().err
+    assert "at most 1,024 threads" in err and "Traceback" not in err
+
+
+def test_an_engine_asked_for_a_billion_threads_refuses_and_the_current_one_stays() -> None:
+    mx.set_engine("threaded")
+    before = get_engine()
+    for kw in ({"workers": 10**11}, {"custom_workers": 10**11}):
+        with pytest.raises(ValueError, match="at most 1,024 threads"):
+            mx.set_engine("threaded", **kw)
+    assert get_engine() is before
+
+
+@pytest.mark.parametrize("factor", ["1e-300", "1e300", "0.0001"])
+def test_a_what_if_factor_past_the_model_is_one_line(tmp_path, factor: str, capsys) -> None:  # type: ignore[no-untyped-def]
+    from opprof.cli import main as cli
+
+    mx.set_engine("threaded")
+    with mx.profile() as prof:
+        (nd.ones((4, 4)) + 1).wait_to_read()
+    assert prof.trace is not None
+    path = tmp_path / "t.opprof"
+    prof.trace.save(path)
+    assert cli(["why", str(path), "--what-if", f"_plus_scalar={factor}"]) == 1
+    err = capsys.readouterr().err
+    assert "outside what the model replays" in err and "Traceback" not in err

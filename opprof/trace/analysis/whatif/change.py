@@ -13,10 +13,17 @@ from ...columns import ROLE_CODE, SpanTable
 from ...records import WAIT as WAIT_CATEGORY
 from ...records import Role
 
-__all__ = ["check_factors", "check_pool", "span_factors"]
+__all__ = ["MAX_FACTOR", "MAX_POOL", "MIN_FACTOR", "check_factors", "check_pool", "span_factors"]
 
 _WAIT_ROLE = ROLE_CODE[Role.WAIT]
 _BACKWARD = "_backward_"
+
+
+#: The factors a replay takes: slower than 1000x would make an hour of a run ~40 days of ns, past
+#: what int64 sums of a whole run hold with room; faster than 10^9x makes every span 0 ns anyway.
+MIN_FACTOR, MAX_FACTOR = 1e-3, 1e9
+#: The largest pool a replay models (the engine's own bound is 1,024 threads).
+MAX_POOL = 4096
 
 
 def check_factors(speedup: Mapping[str, float] | None) -> dict[str, float]:
@@ -30,6 +37,11 @@ def check_factors(speedup: Mapping[str, float] | None) -> dict[str, float]:
         x = float(f)
         if not math.isfinite(x) or x <= 0:
             raise ValueError(f"speedup[{name!r}] must be a finite number > 0 (2.0: twice as fast, 0.5: half as fast), got {f!r}")
+        if not MIN_FACTOR <= x <= MAX_FACTOR:
+            raise ValueError(
+                f"speedup[{name!r}] = {f!r} is outside what the model replays ({MIN_FACTOR:g} to {MAX_FACTOR:g}: "
+                "a span's ns must stay a whole number the model can add up)"
+            )
         out[name] = x
     return out
 
@@ -40,6 +52,8 @@ def check_pool(what: str, n: int | None) -> int | None:
         return None
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise ValueError(f"{what} must be a whole number >= 1, got {n!r}")
+    if n > MAX_POOL:
+        raise ValueError(f"{what} must be at most {MAX_POOL:,} (the model keeps a list of the pool's threads), got {n!r}")
     return int(n)
 
 
