@@ -9,6 +9,8 @@ import time
 from collections import Counter
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import opprof as mx
 from opprof import nd
@@ -237,3 +239,34 @@ def test_a_what_if_factor_past_the_model_is_one_line(tmp_path, factor: str, caps
     assert cli(["why", str(path), "--what-if", f"_plus_scalar={factor}"]) == 1
     err = capsys.readouterr().err
     assert "outside what the model replays" in err and "Traceback" not in err
+
+
+_any_char = st.characters(exclude_categories=())  # lone surrogates too
+_json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-(2**53), 2**53), st.text(_any_char, max_size=8))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    name=st.text(_any_char, min_size=1, max_size=12),
+    args=st.recursive(_json_leaf, lambda kids: st.dictionaries(st.text(max_size=4), kids, max_size=3), max_leaves=12),
+    depth=st.integers(0, 600),
+)
+def test_a_trace_that_loads_can_be_saved_and_loads_back_the_same(tmp_path_factory, name: str, args, depth: int) -> None:  # type: ignore[no-untyped-def]
+    """Any text (lone surrogates included: JSON's \\ud800 escape reads as one) and args nested up
+    to 600 deep: a Chrome file that loads saves, in either format, and reads back the same."""
+    import json
+
+    from opprof.trace import load
+
+    deep: object = args
+    for _ in range(depth):
+        deep = {"a": deep}
+    event = {"ph": "X", "name": name, "cat": "op", "ts": 1, "dur": 2, "pid": 1, "tid": 1, "args": {"x": deep}}
+    d = tmp_path_factory.mktemp("rt")
+    src = d / "in.json"
+    src.write_text(json.dumps({"traceEvents": [event]}, ensure_ascii=True))
+    trace = load(src)
+    for out in ("out.json", "out.json.gz", "out.opprof"):
+        trace.save(d / out)
+        again = load(d / out)
+        assert [(s.name, s.args) for s in again.spans] == [(s.name, s.args) for s in trace.spans]

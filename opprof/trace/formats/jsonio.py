@@ -7,6 +7,7 @@ building 1M event dicts with the standard library costs as much again as the res
 
 from __future__ import annotations
 
+import enum
 import gc
 import gzip
 import io
@@ -165,8 +166,26 @@ def _repair_truncated_array(raw: bytes, attempts: int = 8) -> list[Any] | None:
 
 
 def dumps(obj: Any) -> bytes:
-    """Compact JSON bytes; enums (a span's role) as their values."""
-    return orjson.dumps(obj)
+    """Compact JSON bytes; enums (a span's role) as their values.
+
+    Whatever :func:`loads` reads, this writes: orjson refuses a str that is not valid UTF-8 (a lone
+    surrogate, which JSON's ``\\ud800`` escape makes and :func:`loads` accepts) and nesting past 254
+    levels; the standard library writes both (escaped, and to the interpreter's recursion limit),
+    so a trace that loads can be saved, its bytes read back the same."""
+    try:
+        return orjson.dumps(obj)
+    except TypeError:
+        pass
+    try:
+        return json.dumps(obj, ensure_ascii=True, separators=(",", ":"), default=_enum_value, allow_nan=False).encode()
+    except (TypeError, ValueError, RecursionError) as e:
+        raise TypeError(f"a value JSON cannot store: {e}") from None
+
+
+def _enum_value(o: Any) -> Any:
+    if isinstance(o, enum.Enum):
+        return o.value
+    raise TypeError(f"{type(o).__name__} is not JSON serialisable")
 
 
 def open_maybe_gzip(path: str | os.PathLike[str], mode: str) -> IO[Any]:
