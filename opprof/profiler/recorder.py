@@ -116,6 +116,12 @@ class Recorder(EngineObserver):
         #: (when, engine kind) of each engine switch followed while recording.
         self.switches: list[tuple[int, str]] = []
 
+    def _attempts(self) -> int:
+        """Records attempted so far, read without taking a slot (a build, a live snapshot or
+        ``dumps()`` while recording must neither drop a real event nor count itself as dropped).
+        ``itertools.count`` has no peek: its repr is ``count(n)``."""
+        return int(repr(self._count)[6:-1])
+
     # ------------------------------------------------------------------ attach / detach
     def attach(self, engine: Engine | None = None) -> Recorder:
         engine = engine or get_engine()
@@ -377,7 +383,7 @@ class Recorder(EngineObserver):
             native = {b.native_id: i + 1 for i, b in enumerate(buffers)}
             states = self.gil.thread_states(threads, native, self.t_start, self.t_stop)
         built = build_columns(buffers)
-        dropped = max(0, next(self._count) - self.max_events)  # attempts past the cap
+        dropped = max(0, self._attempts() - self.max_events)  # attempts past the cap
         meta = {
             "clock": "perf_counter_ns",
             "t_start_ns": self.t_start,

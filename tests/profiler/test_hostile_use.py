@@ -270,3 +270,45 @@ def test_a_trace_that_loads_can_be_saved_and_loads_back_the_same(tmp_path_factor
         trace.save(d / out)
         again = load(d / out)
         assert [(s.name, s.args) for s in again.spans] == [(s.name, s.args) for s in trace.spans]
+
+
+def _capped_run(max_events: int, snapshots: int) -> mx.trace.Trace:
+    """20 ops, ``snapshots`` snapshots and dumps() while recording, 20 ops, a check, 40 ops more."""
+    from opprof.profiler import mxnet_api
+
+    mx.set_engine("naive")
+    mx.profiler.set_config(profile_all=True, filename="unused.json", max_events=max_events)
+    mx.profiler.set_state("run")
+    try:
+        a = nd.ones((2, 2))
+        for _ in range(20):
+            a = a + 1
+        for _ in range(snapshots):
+            mxnet_api._session.snapshot()  # type: ignore[union-attr]
+            mx.profiler.dumps()
+        for _ in range(20):
+            a = a + 1
+        mid = mxnet_api._session.snapshot()  # type: ignore[union-attr]
+        assert Counter(s.name for s in mid.spans)["_plus_scalar"] == 40
+        assert mid.metadata["dropped_events"] == 0
+        for _ in range(40):
+            a = a + 1
+    finally:
+        mx.profiler.set_state("stop")
+        mx.profiler.set_config(max_events=5_000_000)
+        mx.set_engine("threaded")
+    trace = mx.profiler.last_trace()
+    assert trace is not None
+    return trace
+
+
+def test_snapshots_while_recording_under_the_cap_take_no_slot_and_count_no_drop() -> None:
+    """With max_events 60 (an op is one event): 100 snapshots and dumps() between the first 20 ops
+    and the next 20 take no slot (all 40 recorded, none counted dropped); the last 40 overflow the
+    cap, and the drops are counted exactly (what the same run records uncapped, less 60)."""
+    whole = _capped_run(10**6, 0)
+    capped = _capped_run(60, 100)
+    n = len(whole.spans)
+    assert whole.metadata["dropped_events"] == 0 and n > 60
+    assert len(capped.spans) <= 60
+    assert capped.metadata["dropped_events"] == n - 60
