@@ -80,11 +80,14 @@ class TimelineWidget(W.VBox):
 
         self.name_filter = W.Text(placeholder="filter names (substring)", description="name", layout=W.Layout(width="260px"))
         self.regex = W.Checkbox(value=False, description="regex", indent=False, layout=W.Layout(width="70px"))
+        # Each widget's layout given as it is made: one replaced afterwards stays registered in the
+        # kernel, reachable by no close() (6 Layouts per timeline were left so).
         self.role_toggles = {
-            r: W.ToggleButton(value=True, description=ROLE_LABELS[r], tooltip=f"show {ROLE_LABELS[r]} spans") for r in ROLE_NAMES
+            r: W.ToggleButton(
+                value=True, description=ROLE_LABELS[r], tooltip=f"show {ROLE_LABELS[r]} spans", layout=W.Layout(width="auto")
+            )
+            for r in ROLE_NAMES
         }
-        for b in self.role_toggles.values():
-            b.layout = W.Layout(width="auto")
         labels = [ln.label for ln in tl.layout.lanes]
         self.lanes = W.SelectMultiple(
             options=[(label, k) for k, label in enumerate(labels)],

@@ -295,3 +295,46 @@ def test_a_cell_refused_for_its_compare_label_keeps_the_engine_it_found(ip: Any)
     result, _ = run(ip, "--no-widget --engine naive --compare no-such-label", "ran_it = 1")
     assert isinstance(result.error_in_exec, UsageError) and "no result has that label" in str(result.error_in_exec)
     assert get_engine() is before
+
+
+def _registered() -> int:
+    import warnings
+
+    import ipywidgets as W
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return len(W.Widget.widgets)
+
+
+def test_rerunning_a_cell_releases_its_earlier_timeline(ip: Any) -> None:
+    """Each run of a cell shows a timeline (40 widgets); running the same cell again closes the
+    earlier run's, so the kernel holds one cell's widgets, not one per run."""
+    import gc
+
+    cell = "y = mx.nd.ones((8, 8))\nfor _ in range(50):\n    y = y + 1\ny.wait_to_read()"
+    run(ip, "--no-live", cell)
+    gc.collect()
+    one = _registered()
+    for _ in range(10):
+        result, _ = run(ip, "--no-live", cell)
+        assert result.error_in_exec is None
+    gc.collect()
+    assert _registered() == one
+    # Another cell's timeline stays (its output is still on the page).
+    run(ip, "--no-live", cell + "\nz = 1")
+    assert _registered() > one
+
+
+def test_a_closed_timeline_leaves_no_widget_registered() -> None:
+    import gc
+
+    from opprof.trace.synthetic import synthetic_trace
+    from opprof.view import TimelineWidget
+
+    before = _registered()
+    w = TimelineWidget(synthetic_trace(500, seed=3))
+    assert _registered() - before >= 30
+    w.close()
+    gc.collect()
+    assert _registered() == before
