@@ -20,7 +20,7 @@ from .engine import MAX_POOL_THREADS
 from .trace import Trace, TraceFormatError, load
 from .trace.analysis.stats import SORT_KEYS
 from .trace.compare import compare, side_by_side
-from .trace.formats.jsonio import output_path_problem
+from .trace.formats.jsonio import TraceSaveError, output_path_problem
 from .trace.text import calls_table, compare_table, split_table, stats_json, stats_table, summary_line, why_text
 
 __all__ = ["main"]
@@ -376,6 +376,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except CommandError as e:
+        print(f"opprof {args.command}: {e}", file=sys.stderr)
+        return 1
+    except TraceSaveError as e:  # a trace this format cannot hold: nothing written
         print(f"opprof {args.command}: {e}", file=sys.stderr)
         return 1
     except OSError as e:  # a file that could not be written after all (disk full, permissions)

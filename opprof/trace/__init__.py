@@ -17,7 +17,7 @@ from .analysis.summary import OpTypeSplit
 from .analysis.validate import validate
 from .columns import FlowTable, SpanTable
 from .data import TraceData
-from .formats.jsonio import TraceFormatError
+from .formats.jsonio import TraceFormatError, TraceSaveError
 from .records import (
     CUSTOM_OP,
     CounterSample,
@@ -47,6 +47,7 @@ __all__ = [
     "Trace",
     "TraceData",
     "TraceFormatError",
+    "TraceSaveError",
     "from_chrome",
     "load",
     "split_invocation",

@@ -312,3 +312,37 @@ def test_snapshots_while_recording_under_the_cap_take_no_slot_and_count_no_drop(
     assert whole.metadata["dropped_events"] == 0 and n > 60
     assert len(capped.spans) <= 60
     assert capped.metadata["dropped_events"] == n - 60
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    origin=st.integers(-(2**62), 2**62),
+    offsets=st.lists(st.integers(0, 10**15), min_size=1, max_size=5),
+    dur=st.integers(0, 10**9),
+)
+def test_what_opprof_writes_as_chrome_json_it_reads_back(tmp_path_factory, origin: int, offsets: list[int], dur: int) -> None:  # type: ignore[no-untyped-def]
+    """Spans anywhere in time, up to 11 days apart: written as Chrome JSON, read back to the ns."""
+    from opprof.trace import Span, ThreadInfo, Trace, load
+
+    spans = [Span(f"s{k}", "op", 1, origin + o, origin + o + dur) for k, o in enumerate(sorted(offsets))]
+    path = tmp_path_factory.mktemp("ts") / "t.json"
+    Trace([ThreadInfo(1, "main")], spans).save(path)
+    back = load(path)
+    assert sorted((s.start, s.end) for s in back.spans) == sorted((s.start, s.end) for s in spans)
+
+
+def test_times_too_far_apart_for_chrome_json_are_refused_before_writing(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from opprof.cli import main as cli
+    from opprof.trace import Span, ThreadInfo, Trace, TraceSaveError
+
+    far = Trace([ThreadInfo(1, "main")], [Span("a", "op", 1, 0, 10), Span("b", "op", 1, 2**62, 2**62 + 10)])
+    out = tmp_path / "out.json"
+    out.write_text("keep me")
+    with pytest.raises(TraceSaveError, match="146 years at most"):
+        far.save(out)
+    assert out.read_text() == "keep me"
+    far.save(tmp_path / "far.opprof")  # opprof's own file holds any int64 time
+    assert cli(["convert", str(tmp_path / "far.opprof"), str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "save it as .opprof" in err and "Traceback" not in err
+    assert out.read_text() == "keep me"

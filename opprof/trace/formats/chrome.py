@@ -45,7 +45,7 @@ from ..records import CUSTOM_OP, CounterSample, Instant, Role, ThreadInfo
 from ..threadstates import GIL_CATEGORY, STATE_LABELS, STATE_OF_LABEL, ThreadStates
 from . import chrome_fast
 from .importer import NS_LIMIT, SourceThread, import_chrome
-from .jsonio import TraceFormatError, dumps, loads, no_gc, open_maybe_gzip, parse_json, read_trace_file
+from .jsonio import TraceFormatError, TraceSaveError, dumps, loads, no_gc, open_maybe_gzip, parse_json, read_trace_file
 
 __all__ = ["from_chrome", "load", "save", "to_chrome"]
 
@@ -85,6 +85,26 @@ CHUNK = 50_000
 
 
 def _origin(trace: TraceData) -> int:
+    """The earliest time in the trace: Chrome JSON's timestamps are µs after it. Raises
+    :class:`TraceSaveError` for a trace whose times lie 146 years or more apart, which :func:`load` could not read back."""
+    t0 = _first(trace)
+    t, f = trace.table, trace.flow_table
+    lasts = [int(t.end.max()) if len(t) else t0]
+    if len(f):
+        lasts.append(int(f.dst_ts.max()))
+    states = trace.thread_states
+    if states is not None and len(states):
+        lasts.append(int(states.end.max()))
+    last = max([*lasts, *(i.ts for i in trace.instants), *(c.ts for c in trace.counters)])
+    if last - t0 >= NS_LIMIT:
+        raise TraceSaveError(
+            f"the trace's times lie {(last - t0) / 3.156e16:,.0f} years apart: Chrome JSON's µs timestamps "
+            "cannot hold that (146 years at most); save it as .opprof"
+        )
+    return t0
+
+
+def _first(trace: TraceData) -> int:
     t, f = trace.table, trace.flow_table
     firsts = [int(t.start.min()) if len(t) else 0]
     if len(f):

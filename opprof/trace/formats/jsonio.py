@@ -25,6 +25,7 @@ from .atomic import not_a_regular_file, special_kind
 
 __all__ = [
     "TraceFormatError",
+    "TraceSaveError",
     "check_regular_file",
     "dumps",
     "loads",
@@ -38,6 +39,12 @@ __all__ = [
 
 class TraceFormatError(ValueError):
     """A trace file that cannot be read; the message names the file, the problem and where."""
+
+
+class TraceSaveError(TypeError, ValueError):
+    """A trace that cannot be written in the format asked for (a value JSON cannot store, times
+    farther apart than Chrome JSON's timestamps hold): nothing was written, the file that was there
+    is as it was. (A TypeError and a ValueError: what the writers raised before.)"""
 
 
 @contextmanager
@@ -179,7 +186,7 @@ def dumps(obj: Any) -> bytes:
     try:
         return json.dumps(obj, ensure_ascii=True, separators=(",", ":"), default=_enum_value, allow_nan=False).encode()
     except (TypeError, ValueError, RecursionError) as e:
-        raise TypeError(f"a value JSON cannot store: {e}") from None
+        raise TraceSaveError(f"a value JSON cannot store: {e}") from None
 
 
 def _enum_value(o: Any) -> Any:

@@ -36,7 +36,7 @@ from ..data import TraceData
 from ..ops import OpTable
 from ..records import CounterSample, Instant, ThreadInfo
 from ..threadstates import ThreadStates
-from .jsonio import TraceFormatError, check_regular_file, dumps, loads
+from .jsonio import TraceFormatError, TraceSaveError, check_regular_file, dumps, loads
 
 __all__ = ["FORMAT", "VERSION", "is_native", "load", "save"]
 
@@ -166,7 +166,7 @@ def save(trace: TraceData, path: str | os.PathLike[str], *, compress: bool = Fal
     try:
         head = dumps(header)
     except TypeError as e:
-        raise TypeError(f"cannot save {path}: the trace holds a value JSON cannot store ({e})") from None
+        raise TraceSaveError(f"cannot save {path}: the trace holds a value JSON cannot store ({e})") from None
     # Written to a temporary name, then renamed: an interrupted save never leaves half a file.
     tmp = f"{os.fspath(path)}.partial"
     try:
