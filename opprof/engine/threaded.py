@@ -92,9 +92,20 @@ class CustomPool:
                 task()
             finally:
                 with self._lock:
-                    self._idle += 1
-                    # A task may have arrived while every worker was busy.
-                    self._grow()
+                    # Past the pool's size (it grew while Pythons were blocked in waits: a deep
+                    # fan-out left 265 threads), a thread with nothing queued for it retires.
+                    surplus = len(self._threads) - self._blocked > self._size and self._tasks.qsize() <= self._idle
+                    if surplus and not self._closing and threading.current_thread() in self._threads:
+                        self._threads.remove(threading.current_thread())
+                        retire = True
+                    else:
+                        retire = False
+                        self._idle += 1
+                        # A task may have arrived while every worker was busy.
+                        self._grow()
+            if retire:
+                gil.unregister_thread()
+                return
 
     def close(self) -> None:
         with self._lock:

@@ -346,3 +346,48 @@ def test_times_too_far_apart_for_chrome_json_are_refused_before_writing(tmp_path
     err = capsys.readouterr().err
     assert "save it as .opprof" in err and "Traceback" not in err
     assert out.read_text() == "keep me"
+
+
+_DEEPEST: dict[str, int] = {}
+
+
+class _Deep(mx.operator.CustomOp):
+    """Calls itself ``depth`` levels deep, each level's Python waiting for the next: every level
+    blocks a custom-op thread, so the pool grows past its size to avoid deadlock."""
+
+    def forward(self, is_train, req, in_data, out_data, aux):  # type: ignore[no-untyped-def]
+        x = in_data[0]
+        depth = int(x.asnumpy()[0, 0])
+        if depth == 0:
+            _DEEPEST["threads"] = _custom_threads()  # every level above is blocked on a thread of its own
+        if depth > 0:
+            inner = nd.Custom(x - 1, op_type="HostileDeep")
+            inner.wait_to_read()  # blocks this level's thread until the next level is done
+            x = inner + 1
+        self.assign(out_data[0], req[0], x)
+
+
+@mx.operator.register("HostileDeep")
+class _DeepProp(mx.operator.CustomOpProp):
+    def create_operator(self, ctx, shapes, dtypes):  # type: ignore[no-untyped-def]
+        return _Deep()
+
+
+def test_custom_op_threads_beyond_the_pools_size_retire_once_idle() -> None:
+    mx.set_engine("threaded", workers=2, custom_workers=2)
+    try:
+        out = nd.Custom(nd.full((2, 2), 30.0), op_type="HostileDeep")
+        assert float(out.asnumpy()[0, 0]) == 30.0
+        grown = _DEEPEST["threads"]
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and _custom_threads() > 2:
+            time.sleep(0.01)
+        assert grown > 20 and _custom_threads() <= 2, grown
+        again = nd.Custom(nd.full((2, 2), 5.0), op_type="HostileDeep")  # the pool still works, and grows again
+        assert float(again.asnumpy()[0, 0]) == 5.0
+    finally:
+        mx.set_engine("threaded")
+
+
+def _custom_threads() -> int:
+    return sum(1 for t in threading.enumerate() if t.name.startswith("opprof-custom-") and t.is_alive())
