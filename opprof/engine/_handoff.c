@@ -8,7 +8,7 @@
  *   park   the getter found the queue empty and parked      (CLOCK_MONOTONIC ns)
  *   put    the item it got was put (the signal)
  *   woke   the OS ran the getter again (still without the GIL)
- *   gil    the getter held the GIL again
+ *   gil    the getter held the GIL again, and took the item
  *
  * so a hand-off splits exactly into waking a thread (put -> woke) and waiting for the GIL
  * (woke -> gil), with public C API only. A get() that finds an item does not park and logs nothing.
@@ -183,31 +183,34 @@ static PyObject *queue_put(Queue *self, PyObject *obj) {
 }
 
 static PyObject *queue_get(Queue *self, PyObject *unused) {
-    item_t it;
-    pthread_mutex_lock(&self->mu);
-    if (self->len > 0) { /* no hand-off: the item was waiting for us */
-        it = pop_locked(self);
-        pthread_mutex_unlock(&self->mu);
-        return it.obj;
-    }
-    pthread_mutex_unlock(&self->mu);
+    /* The item is taken only with the GIL held, as queue.SimpleQueue does: until the woken thread
+     * runs Python again, the item stays in the queue for all to see (the custom-op pool counts
+     * queued items against idle threads to decide whether to start another; an item taken by a
+     * thread still waiting for the GIL made a burst of two run one after the other). A thread
+     * holding the GIL may take it first: the woken one then parks again. */
     int64_t park = 0, woke = 0;
     int waited = 0;
-    Py_BEGIN_ALLOW_THREADS
-    pthread_mutex_lock(&self->mu);
-    park = now_ns();
-    self->parked++;
-    while (self->len == 0) {
-        waited = 1;
-        pthread_cond_wait(&self->cv, &self->mu);
+    for (;;) {
+        pthread_mutex_lock(&self->mu);
+        if (self->len > 0) {
+            item_t it = pop_locked(self);
+            pthread_mutex_unlock(&self->mu);
+            if (waited) log_handoff(park, it.put, woke, now_ns(), self->kind);
+            return it.obj;
+        }
+        /* Empty: park without the GIL (mu is held across the release, which blocks on nothing). */
+        Py_BEGIN_ALLOW_THREADS
+        park = now_ns();
+        self->parked++;
+        while (self->len == 0) {
+            waited = 1;
+            pthread_cond_wait(&self->cv, &self->mu);
+        }
+        self->parked--;
+        woke = now_ns();
+        pthread_mutex_unlock(&self->mu);
+        Py_END_ALLOW_THREADS
     }
-    self->parked--;
-    woke = now_ns();
-    it = pop_locked(self);
-    pthread_mutex_unlock(&self->mu);
-    Py_END_ALLOW_THREADS
-    if (waited) log_handoff(park, it.put, woke, now_ns(), self->kind);
-    return it.obj;
 }
 
 static PyObject *queue_qsize(Queue *self, PyObject *unused) {

@@ -106,8 +106,11 @@ def _a_spinning_thread_holds_the_gil_while_the_main_thread_sleeps_blocked(sample
     assert len(win) > 100, samples.stats  # ~500 at 5 kHz; fewer when the machine is busy
     assert scheduled_share(win, w.slot, GilState.HELD) >= 0.9
     main_states = samples.window(w.span[0] + 1_000_000, w.span[1]).state(main_slot)  # 1 ms: main goes to sleep
-    # sleeping in time.sleep: blocked, never waiting for the GIL
-    assert (main_states == GilState.BLOCKED).all(), np.unique(main_states, return_counts=True)
+    # Sleeping in time.sleep: blocked, never waiting for the GIL. A sample or two may find it
+    # RUNNABLE (woken by the kernel and not yet scheduled, with other test processes on the cores).
+    counts = np.unique(main_states, return_counts=True)
+    assert not (main_states == GilState.WAIT).any(), counts
+    assert (main_states == GilState.BLOCKED).mean() >= 0.98, counts
     assert samples.threads[w.slot].name == w.name and samples.threads[w.slot].native_id == w.native_id
     assert samples.threads[main_slot].registered and not samples.threads[w.slot].registered
 

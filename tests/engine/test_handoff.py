@@ -159,3 +159,53 @@ def test_ping_pong_measures_one_way() -> None:
     us = handoff.ping_pong_us(200)
     assert 0.5 < us < 50_000
     assert np.isfinite(us)
+
+
+def test_an_item_stays_queued_until_its_taker_holds_the_gil() -> None:
+    """As queue.SimpleQueue: a woken getter takes its item only once it runs Python again, so a
+    thread holding the GIL meanwhile still sees it queued (the custom-op pool counts queued items
+    against idle threads to decide whether to start another)."""
+    q, th = _parked_getter(0.01)
+    q.put(1)
+    # Still holding the GIL (no blocking call since the put): the getter cannot have taken it yet.
+    end = time.perf_counter() + 0.002
+    while time.perf_counter() < end:
+        pass
+    assert q.qsize() == 1
+    th.join(5)
+    assert q.qsize() == 0
+
+
+def test_a_custom_op_pool_of_two_runs_its_first_burst_of_two_at_once() -> None:
+    import opprof as mx
+    from opprof import nd
+
+    ran: list[tuple[str, float, float]] = []
+
+    class Nap(mx.operator.CustomOp):
+        def forward(self, is_train, req, in_data, out_data, aux):  # type: ignore[no-untyped-def]
+            t0 = time.perf_counter()
+            time.sleep(0.05)
+            ran.append((threading.current_thread().name, t0, time.perf_counter()))
+            self.assign(out_data[0], req[0], in_data[0] + 1)
+
+    @mx.operator.register("HandoffBurstNap")
+    class NapProp(mx.operator.CustomOpProp):
+        def create_operator(self, ctx, shapes, dtypes):  # type: ignore[no-untyped-def]
+            return Nap()
+
+    def check() -> None:
+        mx.set_engine("threaded", workers=2, custom_workers=2)
+        try:
+            x = nd.ones((2, 2))
+            nd.Custom(x, op_type="HandoffBurstNap").wait_to_read()  # one thread exists
+            ran.clear()
+            a, b = nd.Custom(x, op_type="HandoffBurstNap"), nd.Custom(x, op_type="HandoffBurstNap")
+            nd.waitall()
+            assert float(a.asnumpy()[0, 0]) == float(b.asnumpy()[0, 0]) == 2.0
+        finally:
+            mx.set_engine("threaded")
+        (n1, s1, e1), (n2, s2, e2) = ran
+        assert n1 != n2 and max(s1, s2) < min(e1, e2), ran  # on two threads, overlapping
+
+    retried(check)
