@@ -2,8 +2,10 @@
 
 Why this format: a trace *is* columns (:mod:`.columns`), and NumPy's ``.npy`` inside a ZIP
 (``np.savez``) stores them as they are in memory, so loading is a copy per column with no
-parsing at all, and opening one is plain data: ``np.load(..., allow_pickle=False)`` refuses object
-arrays, so nothing in a file is ever executed. Arrow IPC would do as well, at the price of a
+parsing at all, and opening one is plain data: each member's ``.npy`` header is read and checked
+(the expected dtype, never an object array, a size that matches what the ZIP declares, within a
+cap of the file's size) before its bytes are, so nothing in a file is ever executed and a small
+hostile file cannot make a large allocation. Arrow IPC would do as well, at the price of a
 ~100 MB dependency for what NumPy, already required, does here.
 
 Layout of the ZIP:
