@@ -38,12 +38,16 @@ def _jupyter_server_extension_points() -> list[dict[str, str]]:
 def _load_jupyter_server_extension(serverapp: Any) -> None:
     import bokeh
     from bokeh.util.paths import bokehjs_path
+    from jupyter_server.base.handlers import FileFindHandler
     from jupyter_server.utils import url_path_join
-    from tornado.web import HTTPError, StaticFileHandler
+    from tornado.web import HTTPError
 
-    class BokehJSFiles(StaticFileHandler):
+    class BokehJSFiles(FileFindHandler):
         """The four files above and nothing else from Bokeh's static dir; public library code, so
-        unauthenticated (a ``<script>`` or XHR from the page needs no token)."""
+        unauthenticated (a ``<script>`` or XHR from the page needs no token). A Jupyter handler,
+        as the server's own static files are: its host check (a request whose Host is not local
+        is refused, against DNS rebinding) and its security headers (Content-Security-Policy,
+        X-Content-Type-Options) apply here too, which tornado's plain StaticFileHandler skipped."""
 
         def validate_absolute_path(self, root: str, absolute_path: str) -> str | None:
             if self.path_args and self.path_args[0] not in BOKEHJS_FILES:

@@ -63,10 +63,7 @@ def _run_all(page: Any, url: str) -> None:
 
 def _loader_modes(nb: dict[str, Any]) -> list[str]:
     return [
-        o["metadata"]["opprof"]["bokehjs"]
-        for c in nb["cells"]
-        for o in c.get("outputs", [])
-        if "opprof" in o.get("metadata", {})
+        o["metadata"]["opprof"]["bokehjs"] for c in nb["cells"] for o in c.get("outputs", []) if "opprof" in o.get("metadata", {})
     ]
 
 
@@ -185,3 +182,34 @@ def test_a_zoom_costs_one_refinement_sent_as_one_patch(lab_server: Any, chromium
     assert after[0] - before[0] == 1, (before, after)  # one refinement
     assert after[1] - before[1] == 1, (before, after)  # sent as one PATCH-DOC (three comm messages)
     assert page_errors == [], page_errors
+
+
+def test_the_bokehjs_route_keeps_jupyters_host_check_and_security_headers(lab_server: Any) -> None:
+    """The server extension's four files come with Jupyter's own protections: a request whose Host
+    is not local is refused (DNS rebinding), responses carry its security headers, and nothing but
+    the four files is served."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    import bokeh
+
+    from opprof.jupyter.server import BOKEHJS_FILES, bokehjs_route
+
+    url = urlsplit(lab_server.url)
+    path = f"{url.path.rstrip('/')}/{bokehjs_route(bokeh.__version__)}"
+
+    def get(name: str, host: str | None = None) -> tuple[int, dict[str, str]]:
+        conn = http.client.HTTPConnection(url.hostname, url.port, timeout=20)
+        try:
+            conn.request("GET", path + name, headers={"Host": host} if host else {})
+            r = conn.getresponse()
+            r.read()
+            return r.status, {k.lower(): v for k, v in r.getheaders()}
+        finally:
+            conn.close()
+
+    status, headers = get(BOKEHJS_FILES[0])
+    assert status == 200
+    assert "content-security-policy" in headers and headers.get("x-content-type-options") == "nosniff"
+    assert get(BOKEHJS_FILES[0], host=f"rebind.example.com:{url.port}")[0] == 403
+    assert get("bokeh-mathjax.min.js")[0] == 404  # in Bokeh's static dir, but not one of the four
