@@ -102,10 +102,7 @@ def _phase_table(pid: int, chunks: list[TaskChunk], keys: list[str], shift: int,
     sources = [s for c in chunks for s in c.phase_source]
     # A lane per kind of phase ("dask transfer", "dask disk-read"): they overlap one another.
     tid = lanes.tids_of(pid, [f"dask {a}" for a in actions])
-    args = [
-        {"key": keys[t], "from": s} if s else {"key": keys[t]}
-        for t, s in zip(task.tolist(), sources, strict=True)
-    ]
+    args = [{"key": keys[t], "from": s} if s else {"key": keys[t]} for t, s in zip(task.tolist(), sources, strict=True)]
     start = np.concatenate([c.phase_start for c in chunks]) - shift
     return _dask_spans(start, np.concatenate([c.phase_stop for c in chunks]) - shift, tid, actions, args)
 
@@ -183,9 +180,11 @@ def merge(client: Trace | None, workers: list[WorkerRecords], metadata: dict[str
     tasks: list[SpanTable] = []
     deps: list[str] = []
     owners: list[np.ndarray] = []
+    labels = [w.label for w in workers]
     for k, w in enumerate(workers):
         pid = k + 1
-        processes[pid] = w.label
+        # Two processes under one name (a worker restarted at its address) get its OS pid as well.
+        processes[pid] = f"{w.label} (process {w.pid})" if labels.count(w.label) > 1 and w.pid else w.label
         shift = w.clock.offset_ns if w.clock is not None else 0
         if not w.chunks and not w.segments:
             c.lanes.tid(pid, "dask tasks")  # an empty lane, so the worker still shows

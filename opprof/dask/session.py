@@ -90,6 +90,7 @@ class DaskProfile:
     ) -> None:
         if not isinstance(client, Client):
             raise DaskProfileError(f"opprof.dask.profile() takes a distributed.Client, got {type(client).__name__}")
+        client_for(client)  # a closed client says so (installing the plugins would fail for another reason)
         if client.asynchronous:
             raise DaskProfileError("opprof.dask.profile() needs a synchronous Client (this one is asynchronous)")
         if interval <= 0 or chunk < 1 or clock_rounds < 1:
@@ -245,8 +246,7 @@ class DaskProfile:
                     if reply is None:  # joined before the plugin was installed there, or it is restarting
                         continue
                     assert isinstance(reply, Reply)
-                    w = self.workers.setdefault(address, WorkerRecords(address))
-                    w.add(reply)
+                    self._received(address, reply)
                     if reply.more:
                         workers.append(address)
                 if first:  # a worker heard from before but absent from a round of all: gone
@@ -255,6 +255,19 @@ class DaskProfile:
                             w.gone = "left the cluster (died or was restarted) before the profile ended"
                 if not workers:
                     return
+
+    def _received(self, address: str, reply: Reply) -> None:
+        """A worker's reply. One from another OS process at a known address is a restarted worker:
+        the old process's records stay apart (a process of their own in the trace, said to be
+        gone), and the new one's start afresh."""
+        w = self.workers.get(address)
+        if w is not None and w.pid and reply.pid and reply.pid != w.pid:
+            w.gone = w.gone or f"restarted: process {reply.pid} took over its address"
+            self.workers[f"{address} (process {w.pid})"] = self.workers.pop(address)
+            w = None
+        if w is None:
+            w = self.workers[address] = WorkerRecords(address)
+        w.add(reply)
 
     def _lost(self, address: str, why: str) -> None:
         w = self.workers.setdefault(address, WorkerRecords(address))
@@ -276,10 +289,15 @@ class DaskProfile:
         lost = []
         for address in counts.keys() - self.workers.keys():  # joined and died between two pulls
             self.workers[address] = WorkerRecords(address, name=address, gone="left the cluster before sending anything")
+        # The scheduler counts a worker's finished tasks by address: a restarted worker's processes
+        # share it, so their records are set against it together (the current process reports).
+        sent_at: dict[str, int] = {}
+        for w in self.workers.values():
+            sent_at[w.address] = sent_at.get(w.address, 0) + w.sent
         for address, w in self.workers.items():
-            w.clock = estimate(self._clock_start.get(address, ()), self._clock_end.get(address, ()))
-            finished = counts.get(address)
-            missing = max(0, finished - w.sent) if finished is not None else None
+            w.clock = estimate(self._clock_start.get(w.address, ()), self._clock_end.get(w.address, ()))
+            finished = counts.get(w.address) if address == w.address else None
+            missing = max(0, finished - sent_at[w.address]) if finished is not None else None
             if w.gone is not None or (missing or 0) > 0 or w.engine_pending:
                 lost.append(
                     {
@@ -343,6 +361,8 @@ def client_for(target: Any) -> Client:
     """``target`` if it is a Client; for a scheduler address, a Client connected there (made once,
     then reused: it is also the default client the user's own Dask calls pick up)."""
     if isinstance(target, Client):
+        if target.status in ("closing", "closed"):
+            raise DaskProfileError("the Dask client is closed: profile with a Client that is connected (make a new one)")
         return target
     if not isinstance(target, str):
         raise DaskProfileError(f"expected a distributed.Client or a scheduler address, got a {type(target).__name__}")

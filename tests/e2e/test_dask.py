@@ -31,9 +31,7 @@ pytestmark = pytest.mark.timeout(120)
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[Any]:
-    cluster = distributed.LocalCluster(
-        processes=True, n_workers=2, threads_per_worker=1, dashboard_address=None, silence_logs=50
-    )
+    cluster = distributed.LocalCluster(processes=True, n_workers=2, threads_per_worker=1, dashboard_address=None, silence_logs=50)
     c = distributed.Client(cluster)
     try:
         yield c
@@ -196,9 +194,7 @@ def test_the_critical_path_crosses_workers_along_the_task_graph(client: Any) -> 
     assert (path.end - path.start) / 1e9 > 0.118
 
 
-def test_the_merged_trace_saves_opens_and_exports_one_pid_per_worker(
-    client: Any, tmp_path: Any, check_chrome: Any
-) -> None:
+def test_the_merged_trace_saves_opens_and_exports_one_pid_per_worker(client: Any, tmp_path: Any, check_chrome: Any) -> None:
     import json
 
     from opprof.cli import main as cli
@@ -295,9 +291,7 @@ def test_bad_arguments_say_what_is_wrong(client: Any) -> None:
 
 # ---------------------------------------------------------------------------- faults
 def test_a_worker_killed_mid_run_leaves_a_valid_trace_that_says_what_is_missing() -> None:
-    cluster = distributed.LocalCluster(
-        processes=True, n_workers=2, threads_per_worker=1, dashboard_address=None, silence_logs=50
-    )
+    cluster = distributed.LocalCluster(processes=True, n_workers=2, threads_per_worker=1, dashboard_address=None, silence_logs=50)
     client = distributed.Client(cluster)
     try:
         with distributed.get_task_stream(client) as stream, pytest.warns(RuntimeWarning, match="records missing"):
@@ -435,3 +429,27 @@ def test_a_worker_of_another_opprof_release_is_said_not_refused() -> None:
     assert reply.problems == [f"worker w runs opprof {VERSION}, the client {VERSION}.other"]
     plugin.teardown(worker)
     assert worker.handlers == {}  # the clock handler goes with the plugin
+
+
+def test_a_restarted_worker_is_a_process_of_its_own_and_a_closed_client_says_so() -> None:
+    cluster = distributed.LocalCluster(processes=True, n_workers=1, threads_per_worker=1, dashboard_address=None, silence_logs=50)
+    client = distributed.Client(cluster)
+    try:
+        with pytest.warns(RuntimeWarning, match="records missing"), opprof.dask.profile(client, interval=0.1) as prof:
+            client.gather(client.map(inc, range(10)))
+            time.sleep(0.5)  # a pull brings the first process's tasks
+            client.restart()
+            client.gather(client.map(inc, range(100, 110)))
+        trace = prof.trace
+        assert trace is not None and validate(trace) == []
+        workers = trace.metadata["dask"]["workers"]
+        assert len({w["os_pid"] for w in workers}) == 2, workers
+        names = [trace.processes[w["pid"]] for w in workers]
+        assert len(set(names)) == 2 and all(f"(process {w['os_pid']})" in n for n, w in zip(names, workers, strict=True))
+        by_pid = Counter(t["pid"] for t in _tasks(trace))
+        assert sorted(by_pid.values()) == [10, 10], by_pid  # each process's own tasks on its own lane
+    finally:
+        client.close()
+        cluster.close()
+    with pytest.raises(DaskProfileError, match="client is closed"):
+        opprof.dask.profile(client).__enter__()
