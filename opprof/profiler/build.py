@@ -31,7 +31,7 @@ import numpy as np
 
 from ..engine import Invocation
 from ..trace import CUSTOM_OP, CounterSample, FlowTable, Instant, Role, SpanTable
-from ..trace.analysis.split import split_columns
+from ..trace.analysis.split import callers, split_columns
 from ..trace.columns import ROLE_CODE, StringTable
 from ..trace.ops import WAIT_ID_BASE, OpKind, OpTable
 from ..trace.records import OPERATOR, WAIT
@@ -368,6 +368,7 @@ def build_columns(threads: Sequence[ThreadRecords]) -> Built:
     # Flows: every kept sub-op from the sub-op lists (the only ones whose push is known).
     flow_pos = np.flatnonzero(s_child & (kind[idx] == _SUB_K))
     flows = _flows(threads, spans, flow_pos, idx[flow_pos] - q, push_ts, push_buf, st.code("push"))
+    flows = _with_call_flows(flows, spans, ops, st.code("push"))
     instants = [Instant(b_name[i], b_info[i], int(tid[o_b + i]), int(b_t0[i])) for i in np.flatnonzero(bk == INSTANT).tolist()]
     counters = [CounterSample(b_name[i], int(b_t0[i]), {"value": b_info[i]}) for i in np.flatnonzero(bk == COUNTER).tolist()]
     instants.sort(key=attrgetter("ts"))
@@ -479,6 +480,31 @@ def _labels(st: StringTable, op_code: np.ndarray, backward: np.ndarray) -> np.nd
     ukey, back = np.unique(key, return_inverse=True)
     text = [("_backward_" if kk % width else "") + st.strings[kk // width] for kk in ukey.tolist()]
     return np.append(np.array([st.code(t) for t in text], dtype=np.int64)[back.ravel()], -1)
+
+
+def _with_call_flows(flows: FlowTable, spans: SpanTable, ops: OpTable, push_cat: int) -> FlowTable:
+    """``flows`` and an arrow for each custom op called inside another's Python: from the push, on
+    the caller's Python thread, to the start of the callee's own engine op (where its parent span
+    starts). Its caller is the Python span running on the pushing thread at the push, of another
+    invocation (:func:`opprof.trace.analysis.split.callers` reads the same back)."""
+    caller, parents = callers(spans, ops)
+    hit = np.flatnonzero(caller >= 0)
+    if not len(hit):
+        return flows
+    p = parents[hit]
+    rows = ops.rows_of(spans.op[p])
+    dst_ts = spans.start[p]
+    n0, nf = len(flows), len(hit)
+    return FlowTable(
+        flows.strings,
+        np.concatenate([flows.id, np.arange(n0 + 1, n0 + nf + 1, dtype=np.int64)]),
+        np.concatenate([flows.name, spans.name[p]]).astype(np.int32),
+        np.concatenate([flows.cat, np.full(nf, push_cat, dtype=np.int32)]),
+        np.concatenate([flows.src_tid, ops.pusher[rows]]),
+        np.concatenate([flows.src_ts, np.minimum(ops.push[rows], dst_ts)]),
+        np.concatenate([flows.dst_tid, spans.tid[p]]),
+        np.concatenate([flows.dst_ts, dst_ts]),
+    )
 
 
 def _flows(

@@ -224,6 +224,9 @@ class CustomOpRow:
     python_cpu_ns: int | None = None
     #: The ops that held it up longest (``dependency`` waiting), most first.
     blockers: list[Blocker] = field(default_factory=list)
+    #: The invocation whose Python called this one (a custom op used inside another's
+    #: ``forward``), None for one the program called.
+    caller: int | None = None
 
     @property
     def python_off_cpu_ns(self) -> int | None:

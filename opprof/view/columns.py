@@ -120,9 +120,16 @@ def _parent_texts(a: Analysis, rows: np.ndarray) -> list[tuple[str, str, str]]:
     names, invs = op_names(a.table, c.blocked_op[blocked])
     label = iter(zip(names, invs.tolist(), strict=True))
     out = []
-    for r, j, (py, sub, wait), ns in zip(rows.tolist(), top.tolist(), a.split[rows].tolist(), c.ns[rows].tolist(), strict=True):
+    caller = a.callers[rows].tolist()
+    t = a.table
+    names_of_inv = {int(i): t.strings[n] for i, n in zip(t.inv[a.parents].tolist(), t.name[a.parents].tolist(), strict=True)}
+    for k, (r, j, (py, sub, wait), ns) in enumerate(
+        zip(rows.tolist(), top.tolist(), a.split[rows].tolist(), c.ns[rows].tolist(), strict=True)
+    ):
         cpu = int(c.cpu[r])
         split = _split_text(py, sub, wait, cpu)
+        if caller[k] >= 0:  # a custom op called inside another's Python
+            split = f"called by {names_of_inv.get(caller[k], 'invocation')} #{caller[k]} · {split}"
         why = _cause_text(c.keys, ns)
         blocker = ""
         if j >= 0:

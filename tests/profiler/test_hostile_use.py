@@ -8,6 +8,7 @@ import threading
 import time
 from collections import Counter
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -391,3 +392,62 @@ def test_custom_op_threads_beyond_the_pools_size_retire_once_idle() -> None:
 
 def _custom_threads() -> int:
     return sum(1 for t in threading.enumerate() if t.name.startswith("opprof-custom-") and t.is_alive())
+
+
+# ---------------------------------------------------------------------------- a custom op called by another
+class _Inner(mx.operator.CustomOp):
+    def forward(self, is_train, req, in_data, out_data, aux):  # type: ignore[no-untyped-def]
+        time.sleep(0.02)  # wide enough on the timeline to be drawn alone, with its hover
+        self.assign(out_data[0], req[0], in_data[0] * 2)
+
+
+class _Outer(mx.operator.CustomOp):
+    def forward(self, is_train, req, in_data, out_data, aux):  # type: ignore[no-untyped-def]
+        y = nd.Custom(in_data[0], op_type="HostileInner")  # a custom op inside this one's Python
+        self.assign(out_data[0], req[0], y + 1)
+
+
+@mx.operator.register("HostileInner")
+class _InnerProp(mx.operator.CustomOpProp):
+    def create_operator(self, ctx, shapes, dtypes):  # type: ignore[no-untyped-def]
+        return _Inner()
+
+
+@mx.operator.register("HostileOuter")
+class _OuterProp(mx.operator.CustomOpProp):
+    def create_operator(self, ctx, shapes, dtypes):  # type: ignore[no-untyped-def]
+        return _Outer()
+
+
+@pytest.mark.parametrize("kind", ["threaded", "naive"])
+def test_a_custom_op_called_inside_anothers_python_is_linked_to_its_caller(kind: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from opprof.trace import load
+    from opprof.view.figure import build_timeline
+
+    mx.set_engine(kind)
+    try:
+        with mx.profile() as prof:
+            out = nd.Custom(nd.ones((2, 2)), op_type="HostileOuter")
+            assert float(out.asnumpy()[0, 0]) == 3.0
+    finally:
+        mx.set_engine("threaded")
+    trace = prof.trace
+    assert trace is not None and trace.validate() == []
+    rows = {r.op_type: r for r in trace.custom_ops()}
+    outer, inner = rows["HostileOuter"], rows["HostileInner"]
+    assert outer.caller is None and inner.caller == outer.invocation
+    # The arrow from the push, on the caller's Python thread, to the callee's start.
+    t = trace.table  # (not trace.spans: a list view drops the engine's edges)
+    (py,) = np.flatnonzero(np.array(t.str_list(t.name)) == "HostileOuter::pure_python")
+    f = trace.flow_table
+    calls = np.flatnonzero((f.dst_ts == inner.start_ns) & (f.src_tid == t.tid[py]))
+    assert len(calls) == 1 and t.start[py] <= f.src_ts[calls[0]] <= t.end[py], f
+    # Said where a reader looks: the parent's hover, its Chrome args; kept in .opprof.
+    tl = build_timeline(trace)
+    texts = tl.names.data["detail"]
+    assert any(f"called by HostileOuter #{outer.invocation}" in x for x in texts), texts
+    events = trace.to_chrome()["traceEvents"]
+    assert any(((e.get("args") or {}).get("why") or {}).get("called_by_invocation") == outer.invocation for e in events)
+    trace.save(tmp_path / "t.opprof")
+    again = {r.op_type: r for r in load(tmp_path / "t.opprof").custom_ops()}
+    assert again["HostileInner"].caller == again["HostileOuter"].invocation

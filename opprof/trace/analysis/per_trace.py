@@ -30,7 +30,7 @@ from ..threadstates import STATES, PoolCondition, ThreadState
 from .causes import Causes, has_edges, pool_busy_with, waiting_causes
 from .critical import CriticalPath, critical_path, step_to_gil_holders
 from .gil import GilHolder, PythonGil, python_gil, queue_holders
-from .split import family_members, family_splits
+from .split import callers, family_members, family_splits
 from .stats import StatRow, span_stats
 from .summary import OpTypeSummary, op_type_summary
 
@@ -135,6 +135,20 @@ class Analysis:
             cause: queue_holders(self.data, self.table, states, self.parents, tids)
             for cause, tids in (("custom_pool", np.concatenate([custom, engine])), ("subop_queue", engine))
         }
+
+    @cached_property
+    def callers(self) -> np.ndarray:
+        """Per invocation row: the invocation id whose Python called it, -1 for none
+        (:func:`.split.callers`)."""
+        caller, rows = callers(self.table, self.ops)
+        out = np.full(len(self.parents), -1, dtype=np.int64)
+        if len(rows) and len(self.parents):
+            order = np.argsort(self.parents, kind="stable")
+            sorted_rows = self.parents[order]
+            pos = np.minimum(np.searchsorted(sorted_rows, rows), len(sorted_rows) - 1)
+            hit = sorted_rows[pos] == rows
+            out[order[pos[hit]]] = caller[hit]
+        return out
 
     @cached_property
     def custom_ops(self) -> list[CustomOpRow]:
@@ -250,8 +264,8 @@ def _custom_op_rows(a: Analysis) -> list[CustomOpRow]:
     by_cause = [dict(zip(causes.keys, row, strict=True)) for row in causes.ns.tolist()]
     cpu = [None if c < 0 else c for c in causes.cpu.tolist()]
     rows = [
-        CustomOpRow(op, bw == 1, inv, st, wall, py, sub, wait, err, bc, c, blk)
-        for op, bw, inv, st, wall, (py, sub, wait), err, bc, c, blk in zip(
+        CustomOpRow(op, bw == 1, inv, st, wall, py, sub, wait, err, bc, c, blk, None if by < 0 else by)
+        for op, bw, inv, st, wall, (py, sub, wait), err, bc, c, blk, by in zip(
             ops,
             t.backward[parents].tolist(),
             t.inv[parents].tolist(),
@@ -262,6 +276,7 @@ def _custom_op_rows(a: Analysis) -> list[CustomOpRow]:
             by_cause,
             cpu,
             causes.all_blockers(t),
+            a.callers.tolist(),
             strict=True,
         )
     ]

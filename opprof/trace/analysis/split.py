@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..columns import ROLE_CODE, SpanTable
+from ..ops import OpTable
 from ..records import Role, Span
 
 __all__ = [
@@ -256,3 +257,41 @@ def _split_of(args: dict[str, Any] | None) -> tuple[int, int, int] | None:
     except KeyError:
         return None
     return round(float(py) * 1e3), round(float(sub) * 1e3), round(float(wait) * 1e3)
+
+
+def callers(table: SpanTable, ops: OpTable | None) -> tuple[np.ndarray, np.ndarray]:
+    """(per custom-op parent: the invocation id whose Python called it, -1 none; the parents' rows).
+
+    A custom op called inside another's ``forward`` is pushed by that Python: the caller is the
+    Python span (of another invocation) running on the pushing thread at the push, the latest
+    started if several are open (the naive engine nests them). Needs the engine's edges (the
+    push's time and thread); without them every parent has none."""
+    parents = np.flatnonzero((table.role == ROLE_CODE[Role.PARENT]) & (table.op >= 0))
+    out = np.full(len(parents), -1, dtype=np.int64)
+    if ops is None or not len(ops) or not len(parents):
+        return out, parents
+    rows = ops.rows_of(table.op[parents])
+    known = rows >= 0
+    push = np.where(known, ops.push[np.maximum(rows, 0)], -1)
+    pusher = np.where(known, ops.pusher[np.maximum(rows, 0)], -1)
+    py = np.flatnonzero(table.role == ROLE_CODE[Role.PYTHON])
+    for tid in np.unique(pusher[known & (push >= 0)]).tolist():
+        mine = py[table.tid[py] == tid]
+        if not len(mine):
+            continue
+        mine = mine[np.argsort(table.start[mine], kind="stable")]
+        ask = np.flatnonzero(known & (pusher == tid) & (push >= 0))
+        # The latest-started Python at or before the push, then back while it ended before it or
+        # is the callee's own (a few steps: Pythons on one thread nest only inline).
+        j = np.searchsorted(table.start[mine], push[ask], side="right") - 1
+        todo = j >= 0
+        for _ in range(8):
+            if not todo.any():
+                break
+            cand = mine[np.maximum(j, 0)]
+            good = todo & (table.end[cand] >= push[ask]) & (table.inv[cand] != table.inv[parents[ask]])
+            out[ask[good]] = table.inv[cand[good]]
+            todo &= ~good
+            j = np.where(todo, j - 1, j)
+            todo &= j >= 0
+    return out, parents

@@ -176,12 +176,16 @@ def _why_args(trace: TraceData) -> dict[int, dict[str, Any]]:
     t = trace.table
     if not has_edges(t, trace.ops):
         return {}
-    c = analysis_of(trace).causes
+    a = analysis_of(trace)
+    c = a.causes
     out: dict[int, dict[str, Any]] = {}
-    for p, row, cpu in zip(c.parents.tolist(), c.ns.tolist(), c.cpu.tolist(), strict=True):
+    rows = zip(c.parents.tolist(), c.ns.tolist(), c.cpu.tolist(), a.callers.tolist(), strict=True)
+    for p, row, cpu, caller in rows:
         why: dict[str, Any] = {f"{k}_us": v / 1e3 for k, v in zip(c.keys, row, strict=True)}
         if cpu >= 0:
             why["python_cpu_us"] = cpu / 1e3
+        if caller >= 0:  # called inside that invocation's Python (the push's flow arrow shows where)
+            why["called_by_invocation"] = caller
         out[p] = why
     return out
 
