@@ -141,6 +141,12 @@ static record_t *buf = NULL;
 static size_t buf_len = 0, buf_cap = 0, buf_max = DEFAULT_MAX_SAMPLES;
 static uint64_t n_samples = 0, n_dropped = 0, n_missed = 0, n_proc_reads = 0;
 static int64_t period_ns = DEFAULT_PERIOD_NS;
+/* While nothing contends (no registered thread waits for the GIL or for a CPU, at most one runs, and
+ * the GIL stayed with one holder), the next sample comes after quiet_ns instead (0: never): on this
+ * VM a timer wake alone costs ~20 µs of CPU, so the sampler's cost follows its rate, and a program
+ * with one busy thread has nothing for a fine rate to see. Contention brings the fine rate back at
+ * the next sample. */
+static int64_t quiet_ns = 0;
 static int64_t prev_sample_t = 0;
 static int running = 0;            /* 0: no sampler thread, 1: sampling, 2: stop() is joining it */
 static volatile int stop_flag = 0; /* read by the sampler with __atomic loads */
@@ -213,7 +219,7 @@ static void reclaim_locked(void) {
     }
 }
 
-static void take_sample(void) {
+static int take_sample(void) {
     record_t r;
     memset(&r, 0, sizeof(r));
     pthread_mutex_lock(&lock);
@@ -267,6 +273,9 @@ static void take_sample(void) {
     }
 
     n_samples++;
+    static uint32_t last_switches = 0;
+    int contended = r.gil_wait != 0 || r.runnable != 0 || __builtin_popcountll(r.on_cpu) > 1 || r.switches != last_switches;
+    last_switches = r.switches;
     if (buf_len == buf_cap && buf_cap < buf_max) {
         size_t cap = buf_cap ? buf_cap * 2 : 4096;
         if (cap > buf_max) cap = buf_max;
@@ -279,6 +288,7 @@ static void take_sample(void) {
     if (buf_len < buf_cap) buf[buf_len++] = r;
     else n_dropped++;
     pthread_mutex_unlock(&lock);
+    return contended;
 }
 
 static void *sampler_main(void *arg) {
@@ -290,14 +300,16 @@ static void *sampler_main(void *arg) {
         __atomic_store_n(&sampler_nice_applied, 1, __ATOMIC_RELAXED);
     struct timespec next;
     clock_gettime(CLOCK_MONOTONIC, &next);
+    int64_t step = period_ns;
     while (!__atomic_load_n(&stop_flag, __ATOMIC_ACQUIRE)) {
-        int64_t ns = next.tv_nsec + period_ns;
+        int64_t ns = next.tv_nsec + step;
         next.tv_sec += ns / 1000000000LL;
         next.tv_nsec = ns % 1000000000LL;
         while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, NULL) == EINTR) {
         }
         if (__atomic_load_n(&stop_flag, __ATOMIC_ACQUIRE)) break;
-        take_sample();
+        int contended = take_sample();
+        step = (quiet_ns > period_ns && !contended) ? quiet_ns : period_ns;
         int64_t now = mono_ns(), due = (int64_t)next.tv_sec * 1000000000LL + next.tv_nsec;
         if (now - due >= period_ns) { /* fell behind (descheduled): skip the ticks, count them */
             __atomic_add_fetch(&n_missed, (uint64_t)((now - due) / period_ns), __ATOMIC_RELAXED);
@@ -423,10 +435,14 @@ static PyObject *gil_unregister_thread(PyObject *self, PyObject *unused) {
 }
 
 static PyObject *gil_start(PyObject *self, PyObject *args, PyObject *kwargs) {
-    static char *kwlist[] = {"period_ns", "max_samples", "nice", NULL};
-    long long period = DEFAULT_PERIOD_NS, max_samples = DEFAULT_MAX_SAMPLES;
+    static char *kwlist[] = {"period_ns", "max_samples", "nice", "quiet_period_ns", NULL};
+    long long period = DEFAULT_PERIOD_NS, max_samples = DEFAULT_MAX_SAMPLES, quiet = 0;
     int nice = -10;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|LLi:start", kwlist, &period, &max_samples, &nice)) return NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|LLiL:start", kwlist, &period, &max_samples, &nice, &quiet)) return NULL;
+    if (quiet < 0 || quiet > 1000000000LL) {
+        PyErr_SetString(PyExc_ValueError, "quiet_period_ns must be between 0 (off) and 1_000_000_000");
+        return NULL;
+    }
     if (check_available() < 0) return NULL;
     if (period < 10000 || period > 1000000000LL) {
         PyErr_SetString(PyExc_ValueError, "period_ns must be between 10_000 (100 kHz) and 1_000_000_000 (1 Hz)");
@@ -442,6 +458,7 @@ static PyObject *gil_start(PyObject *self, PyObject *args, PyObject *kwargs) {
         Py_RETURN_FALSE;
     }
     period_ns = period;
+    quiet_ns = quiet;
     buf_max = (size_t)max_samples;
     sampler_nice = nice;
     sampler_nice_applied = 0;
@@ -574,8 +591,9 @@ static PyMethodDef gil_methods[] = {
     {"unregister_thread", gil_unregister_thread, METH_NOARGS,
      "unregister_thread() -> bool: stop sampling the calling thread; its slot is reused after the next drain()."},
     {"start", (PyCFunction)(void (*)(void))gil_start, METH_VARARGS | METH_KEYWORDS,
-     "start(period_ns=200000, max_samples=1048576, nice=-10) -> bool: start the sampler thread (False if it runs "
-     "already); it asks for `nice` (0: leave it) and runs at the default weight when refused."},
+     "start(period_ns=200000, max_samples=1048576, nice=-10, quiet_period_ns=0) -> bool: start the sampler thread "
+     "(False if it runs already); it asks for `nice` (0: leave it) and runs at the default weight when refused; "
+     "while nothing contends it samples every quiet_period_ns instead (0: never)."},
     {"stop", gil_stop, METH_NOARGS, "stop() -> bool: stop and join the sampler thread (False if none ran)."},
     {"running", gil_running, METH_NOARGS, "running() -> bool"},
     {"drain", gil_drain, METH_NOARGS,

@@ -200,7 +200,7 @@ static PyObject *queue_get(Queue *self, PyObject *unused) {
         }
         /* Empty: park without the GIL (mu is held across the release, which blocks on nothing). */
         Py_BEGIN_ALLOW_THREADS
-        park = now_ns();
+        if (!waited) park = now_ns(); /* the first park: a wake that found its item taken parks again */
         self->parked++;
         while (self->len == 0) {
             waited = 1;

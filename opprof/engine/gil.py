@@ -341,10 +341,16 @@ class GilSampler:
     the default weight waits behind busy threads and skips most ticks. Without the privilege to
     lower it (not root, no CAP_SYS_NICE) the sampler runs at the default weight."""
 
-    def __init__(self, period_ns: int = DEFAULT_PERIOD_NS, *, max_samples: int = 1 << 20, nice: int = -10) -> None:
+    def __init__(
+        self, period_ns: int = DEFAULT_PERIOD_NS, *, max_samples: int = 1 << 20, nice: int = -10, quiet_period_ns: int = 0
+    ) -> None:
         self.period_ns = period_ns
         self.max_samples = max_samples
         self.nice = nice
+        #: While nothing contends (no thread waits for the GIL or a CPU, one at most runs, the GIL
+        #: keeps its holder), sample this far apart instead (0: always ``period_ns``): a timer wake
+        #: costs ~20 µs of CPU on this VM, and contention brings the fine rate back at once.
+        self.quiet_period_ns = quiet_period_ns
 
     @property
     def available(self) -> bool:
@@ -369,7 +375,7 @@ class GilSampler:
         """Start sampling; False if the sampler already runs (or on the pure path)."""
         if _native is None:
             return False
-        return bool(_native.start(self.period_ns, self.max_samples, self.nice))
+        return bool(_native.start(self.period_ns, self.max_samples, self.nice, self.quiet_period_ns))
 
     def stop(self) -> bool:
         """Stop sampling and join the sampler thread; False if it was not running."""
@@ -409,10 +415,13 @@ class GilSampler:
         self.stop()
 
 
-def sampler_cpu_share(periods_ns: tuple[int, ...], seconds: float, idle_threads: int = 3) -> dict[int, float]:
+def sampler_cpu_share(
+    periods_ns: tuple[int, ...], seconds: float, idle_threads: int = 3, *, quiet_period_ns: int = 0, spinners: int = 0
+) -> dict[int, float]:
     """The sampler's own CPU time as a share of one core at each period, with the calling thread
-    and ``idle_threads`` parked threads registered (as an engine's are between ops): what the
-    benchmark row and the cost test report. Empty on the pure path."""
+    and ``idle_threads`` parked threads registered (as an engine's are between ops), and
+    ``spinners`` threads running pure Python (contending for the GIL): what the benchmark rows and
+    the cost test report. Empty on the pure path."""
     if _native is None:
         return {}
     stop = threading.Event()
@@ -422,14 +431,21 @@ def sampler_cpu_share(periods_ns: tuple[int, ...], seconds: float, idle_threads:
         stop.wait()
         unregister_thread()
 
+    def spin() -> None:
+        register_thread()
+        while not stop.is_set():
+            pass
+        unregister_thread()
+
     threads = [threading.Thread(target=idle) for _ in range(idle_threads)]
+    threads += [threading.Thread(target=spin) for _ in range(spinners)]
     for t in threads:
         t.start()
     register_thread()
     share: dict[int, float] = {}
     try:
         for period in periods_ns:
-            sampler = GilSampler(period)
+            sampler = GilSampler(period, quiet_period_ns=quiet_period_ns)
             cpu0 = sampler.stats().get("sampler_cpu_ns", 0)
             sampler.start()
             time.sleep(seconds)

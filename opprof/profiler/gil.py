@@ -19,12 +19,16 @@ from ..engine import gil, handoff
 from ..trace.records import ThreadInfo
 from ..trace.threadstates import GIL_METADATA, ThreadState, ThreadStates
 
-__all__ = ["PERIOD_NS", "GilRecording"]
+__all__ = ["PERIOD_NS", "QUIET_PERIOD_NS", "GilRecording"]
 
 #: 1 ms (1 kHz) while profiling: five samples per switch interval (5 ms, the longest a GIL waiter
 #: waits for a holder that never blocks), at 1.7-3.8 % of a core here; 5 kHz costs 10-15 %
 #: (~18 µs of CPU per timer wake on this VM), more than a profiler may take from a 2-core machine.
 PERIOD_NS = 1_000_000
+#: 4 ms while nothing contends (one thread at most running, none waiting for the GIL or a CPU):
+#: under a switch interval, so contention is seen within one, and the hand-offs are timed exactly
+#: anyway (:mod:`opprof.engine.handoff`). It brings an idle engine's sampler from ~3 % of a core to ~1 %.
+QUIET_PERIOD_NS = 4_000_000
 
 
 class GilRecording:
@@ -40,7 +44,7 @@ class GilRecording:
             self.why_not = gil.WHY_NOT
         elif clock is not time.perf_counter_ns:
             self.why_not = "the recording runs on a clock of its own, not the GIL sampler's"
-        self.sampler = gil.GilSampler(PERIOD_NS) if not self.why_not else None
+        self.sampler = gil.GilSampler(PERIOD_NS, quiet_period_ns=QUIET_PERIOD_NS) if not self.why_not else None
 
     def start(self) -> None:
         """Sample from now on (the calling thread, the program's, registered too)."""
@@ -132,6 +136,7 @@ class GilRecording:
             GIL_METADATA: {
                 "source": "opprof's GIL sampler (the interpreter's GIL holder, thread CPU clocks, /proc syscalls)",
                 "period_ns": self.samples.period_ns,
+                "quiet_period_ns": QUIET_PERIOD_NS,
                 "samples": len(self.samples),
                 **{k: stats[k] for k in ("dropped", "missed", "sampler_cpu_ns") if k in stats},
                 "handoffs": self._handoff_summary(),

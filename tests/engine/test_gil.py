@@ -274,6 +274,44 @@ def test_the_samplers_own_cpu_cost_at_5_khz_with_4_threads(sampler: GilSampler, 
     assert cost[200_000] < 0.25 and cost[1_000_000] < 0.06
 
 
+@native
+def test_the_sampler_slows_down_while_nothing_contends_and_not_while_threads_do() -> None:
+    """Known answer: 0.6 s of an idle program sampled at 1 ms with a 4 ms quiet period takes about
+    150 samples, not 600; two spinners contending for the GIL bring the 1 ms rate back (~600)."""
+
+    def count(spinners: int) -> int:
+        stop = threading.Event()
+
+        def spin() -> None:
+            gil.register_thread()
+            while not stop.is_set():
+                pass
+            gil.unregister_thread()
+
+        threads = [threading.Thread(target=spin) for _ in range(spinners)]
+        for t in threads:
+            t.start()
+        sampler = GilSampler(1_000_000, quiet_period_ns=4_000_000)
+        sampler.register_thread()
+        sampler.drain()
+        try:
+            assert sampler.start()
+            time.sleep(0.6)
+        finally:
+            sampler.stop()
+            stop.set()
+            for t in threads:
+                t.join()
+        return len(sampler.drain())
+
+    def check() -> None:
+        quiet, busy = count(0), count(2)
+        assert 100 <= quiet <= 250, quiet
+        assert busy >= 2.5 * quiet and busy >= 400, (quiet, busy)
+
+    retried(check)
+
+
 # ---------------------------------------------------------------------------- without the extension
 def test_the_pure_path_says_why_and_records_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(gil.PURE_ENV, "1")
