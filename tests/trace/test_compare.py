@@ -26,6 +26,7 @@ from opprof.trace.compare import (
     verdict_of,
 )
 from opprof.trace.text import compare_table
+from tests.helpers import retried
 
 
 # ---------------------------------------------------------------------------- the statistics
@@ -230,18 +231,22 @@ def test_calls_are_paired_by_order_so_one_slower_call_is_named() -> None:
 
 
 def test_runs_with_different_call_counts_are_not_paired_and_say_why() -> None:
-    a, b = [], []
-    for _ in range(3):  # interleaved, as above
-        a.append(_steps([0.005] * 3))
-        b.append(_steps([0.005] * 4))
-    c = compare(a, b)
-    assert "CompareSteps" not in c.paired
-    with pytest.raises(KeyError, match=r"different numbers of calls \(A: 3; B: 4\)"):
-        c.calls("CompareSteps")
-    assert any("not paired" in n for n in c.notes)
-    wall = c.row(RowKey(RowKind.CUSTOM_OP, "CompareSteps", "wall"))  # the type's row still compares: 4 calls for 3
-    # 4 calls for 3: the medians, which a run stalled by late wake-ups (one took 31 ms for 16) does not move.
-    assert 1.1 < wall.median_b / wall.median_a < 1.7 and not np.isnan(wall.low), wall
+    def check() -> None:
+        a, b = [], []
+        for _ in range(3):  # interleaved, as above
+            a.append(_steps([0.005] * 3))
+            b.append(_steps([0.005] * 4))
+        c = compare(a, b)
+        assert "CompareSteps" not in c.paired
+        with pytest.raises(KeyError, match=r"different numbers of calls \(A: 3; B: 4\)"):
+            c.calls("CompareSteps")
+        assert any("not paired" in n for n in c.notes)
+        wall = c.row(RowKey(RowKind.CUSTOM_OP, "CompareSteps", "wall"))  # the type's row still compares: 4 calls for 3
+        # 4 calls for 3: the medians, which one run stalled by late wake-ups (one took 31 ms for 16)
+        # does not move; two of three stalled (seen once in ~10 full runs on a loaded machine) do.
+        assert 1.1 < wall.median_b / wall.median_a < 1.7 and not np.isnan(wall.low), wall
+
+    retried(check)
 
 
 def test_opprof_diff_prints_the_table_and_gates_a_slower_b(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
