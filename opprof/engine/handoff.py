@@ -83,7 +83,13 @@ def _load() -> tuple[ModuleType | None, str]:
     try:
         from . import _handoff
     except ImportError as error:
-        return None, f"the compiled part (opprof.engine._handoff) is not installed for Python {version}: {error}"
+        missing = isinstance(error, ModuleNotFoundError) or "cannot import name" in str(error)
+        if missing:
+            return None, (
+                f"the compiled part (opprof.engine._handoff) is not installed for Python {version} "
+                "(no C compiler or Python headers when opprof was installed?)"
+            )
+        return None, f"the compiled part (opprof.engine._handoff) does not load: {error}"
     if _handoff.RECORD_SIZE != HANDOFF_DTYPE.itemsize:
         size = HANDOFF_DTYPE.itemsize
         return None, f"opprof.engine._handoff writes {_handoff.RECORD_SIZE}-byte records, this module reads {size}"
