@@ -544,9 +544,9 @@ def _baseline(run: Callable[[], None], workers: int | None, custom: int | None) 
 @pytest.mark.e2e
 @pytest.mark.xfail(
     strict=False,
-    reason="measured on the loaded 2-core VM (2026-12-03), 12 runs: the model without change is -9 % to -20 % off "
-    "the recording (median -12 %; 28 % off before the GIL model), too fast: each step's median matches the "
-    "recording, but the recording's tail of slow hand-offs and the engine's own Python under the GIL are not modelled",
+    reason="measured on the loaded 2-core VM (2026-12-03), 12 runs: the model without change is -13 % to -22 % off "
+    "the recording (median -15 %; 28 % off before the GIL model), too fast: the engine's own Python between ops "
+    "(its bookkeeping under the GIL) is not modelled",
 )
 def test_gil_baseline_small_custom_ops(gil_reset: None) -> None:
     ok, said = tries(lambda: _baseline(small_loop, 2, 1))
@@ -557,9 +557,8 @@ def test_gil_baseline_small_custom_ops(gil_reset: None) -> None:
 @pytest.mark.xfail(
     strict=False,
     reason="measured on the loaded 2-core VM (2026-12-03), train(steps=10), 12 runs: the model without change is "
-    "-14 % to -24 % off the recording (median -18 %; -33 % before short pieces were taken to need the GIL, 17 % off "
-    "before the GIL model), too fast: the recording's engine workers wait for the GIL 3-6 ms in all, the model's "
-    "hardly at all (where in each piece the GIL was taken is not kept)",
+    "-6 % to -15 % off the recording (median -10 %; -18 % before handing the GIL to a waiter cost the OS wake, "
+    "-33 % before short pieces were taken to need the GIL, 17 % off before the GIL model), too fast",
 )
 def test_gil_baseline_demo(gil_reset: None) -> None:
     ok, said = tries(lambda: _baseline(demo_steps, None, None))

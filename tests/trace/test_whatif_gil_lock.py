@@ -112,3 +112,24 @@ def test_a_waiter_behind_a_spinner_waits_one_switch_interval() -> None:
     assert (1, HELD, 110, 160) in run.log
     assert run.switches == 1
     assert dict(run.ended) == {1: 160, 0: 1050}
+
+
+def test_handing_the_gil_to_a_waiter_costs_the_wake() -> None:
+    """Known answer: with a transfer of 30 ns, thread 1 (waiting since 10) holds the GIL 30 ns after
+    thread 0 let it go at 100, and the 30 ns are its wait; taking a free GIL costs nothing."""
+    heap: list[tuple[int, int, int, int]] = []
+    log: list[tuple[int, int, int, int]] = []
+    seq = [0]
+
+    def at(t: int, kind: int, arg: int) -> None:
+        seq[0] += 1
+        heapq.heappush(heap, (t, seq[0], kind, arg))
+
+    gil = Gil(1_000, lambda t, g: at(t, 0, g), lambda t, free, ev, arg: None, lambda *r: log.append(r), transfer_ns=30)
+    gil.request(0, 0, 100, 0, 1, 0)  # free: held at once
+    gil.request(10, 1, 50, 0, 1, 1)
+    while heap:
+        t, _, _, arg = heapq.heappop(heap)
+        gil.event(t, arg)
+    assert (0, HELD, 0, 100) in log
+    assert (1, WAIT, 10, 130) in log and (1, HELD, 130, 180) in log

@@ -28,9 +28,9 @@ from collections.abc import Callable
 import numpy as np
 
 from ...data import TraceData
-from ...threadstates import STATES, ThreadState
+from ...threadstates import GIL_METADATA, STATES, ThreadState
 
-__all__ = ["DEFAULT_SWITCH_INTERVAL", "EXACT_PERIOD_NS", "Gil", "gil_shares"]
+__all__ = ["DEFAULT_SWITCH_INTERVAL", "EXACT_PERIOD_NS", "Gil", "gil_shares", "gil_transfer_ns"]
 
 #: The ``period_ns`` of thread states a model wrote (a predicted trace's): exact, not sampled.
 EXACT_PERIOD_NS = 1
@@ -96,6 +96,20 @@ def gil_shares(
     return np.round(wait_f).astype(np.int64), np.clip(share, 0.0, 1.0)
 
 
+def gil_transfer_ns(trace: TraceData) -> int:
+    """What handing the GIL to a waiting thread cost in the recording: the median wake of the
+    engine's timed hand-offs (the same OS wake-up), or what a model's prediction recorded; 0
+    where neither is known (the GIL then changes hands at once)."""
+    meta = trace.metadata.get(GIL_METADATA)
+    if not isinstance(meta, dict):
+        return 0
+    if isinstance(meta.get("transfer_ns"), int):
+        return int(meta["transfer_ns"])
+    hand = meta.get("handoffs")
+    every = hand.get("all") if isinstance(hand, dict) else None
+    return int(every.get("wake_ns_median", 0)) if isinstance(every, dict) else 0
+
+
 class Gil:
     """The lock as a resource of the discrete-event model. ``at(t, arg)`` schedules a callback to
     :meth:`event` with ``arg`` (stale ones are ignored by their generation number); ``done(t, free,
@@ -113,8 +127,12 @@ class Gil:
         at: Callable[[int, int], None],
         done: Callable[[int, int, int, int], None],
         log: Callable[[int, int, int, int], None] | None = None,
+        transfer_ns: int = 0,
     ) -> None:
         self.interval = max(1, interval_ns)
+        #: What handing the GIL to a thread that waits for it costs: the OS waking that thread
+        #: (the GIL is held by no one meanwhile). Taking a free GIL costs nothing.
+        self.transfer = max(0, transfer_ns)
         self._log = log or (lambda key, state, a, b: None)  # (thread, ThreadState, start, end): what it did
         self._at = at
         self._done = done
@@ -230,6 +248,7 @@ class Gil:
         self.key = -1
         if self.queue:
             nxt = self.queue.popleft()
+            at = t + self.transfer  # the waiter is woken: it holds the GIL once the OS ran it
             if self.queue:  # the next waiter's interval starts at the switch
-                self.arrived[self.queue[0]] = max(self.arrived[self.queue[0]], t)
-            self._acquire(nxt, t)
+                self.arrived[self.queue[0]] = max(self.arrived[self.queue[0]], at)
+            self._acquire(nxt, at)

@@ -151,7 +151,11 @@ def model_trace(trace: TraceData, rec: Recording, sim: Replay, engine_threads: i
         )
     metadata = dict(trace.metadata)
     if sim.gil is not None:
-        metadata[GIL_METADATA] = {"source": "opprof what_if (the model's GIL)", "period_ns": EXACT_PERIOD_NS}
+        metadata[GIL_METADATA] = {
+            "source": "opprof what_if (the model's GIL)",
+            "period_ns": EXACT_PERIOD_NS,
+            "transfer_ns": rec.gil_transfer_ns,  # so that the prediction replays as itself
+        }
     else:
         metadata[GIL_METADATA] = {"why_not": "a what-if prediction without the GIL (gil=False)"}
     out = TraceData(

@@ -17,7 +17,7 @@ from ...data import TraceData
 from ...ops import OpKind, OpTable
 from ...records import CUSTOM_POOL, ENGINE_POOL, Role
 from ...threadstates import STATES, ThreadState, ThreadStates
-from .gil import gil_shares
+from .gil import gil_shares, gil_transfer_ns
 
 __all__ = ["LATENCY_WORDS", "POOL_PREFIXES", "Recording", "extent", "prepare"]
 
@@ -101,6 +101,7 @@ class Recording:
     op_wait: list[int] | None = None  # each op's run: ns it waited for the GIL (see .gil)
     op_share: list[float] | None = None  # ... and the share of the rest that held it
     gil_sampled: bool = False  # the shares come from thread states (else from CPU time, or none)
+    gil_transfer_ns: int = 0  # handing the GIL to a waiting thread (:func:`.gil.gil_transfer_ns`)
 
 
 def _median(xs: list[int], key: str, latency: dict[str, int], samples: dict[str, int]) -> None:
@@ -285,6 +286,7 @@ def prepare(trace: TraceData) -> Recording:
         op_wait=op_wait.tolist(),
         op_share=op_share.tolist(),
         gil_sampled=trace.thread_states is not None and len(trace.thread_states) > 0,
+        gil_transfer_ns=gil_transfer_ns(trace),
     )
 
 
