@@ -48,8 +48,9 @@ close to the recording):
   waiting for the GIL is left to the model. Without thread states, a custom op's Python holds it
   while on a CPU and ops and programs are taken to release it. ``switch_interval=``,
   ``releases_gil={"T": True}`` and ``gil=False`` (a free-threaded build) change it.
-* **Not modelled:** the engine's own Python beyond the calibrated hand-offs, the cost of a GIL
-  switch, where inside a stretch its GIL part fell, contention between threads for cores and memory (durations
+* **Not modelled:** the engine's own Python beyond the calibrated hand-offs (a GIL handed to a
+  waiting thread does cost the OS wake, measured by the profile's timed hand-offs), where inside a
+  stretch its GIL part fell, contention between threads for cores and memory (durations
   are replayed as recorded, with whatever slowdown the work beside them caused), the start of a
   new pool thread, and synchronisation between program threads outside the engine. A trace's
   :attr:`WhatIf.notes` say which of these matter for it (an op slower beside other work than

@@ -44,7 +44,7 @@ _GIL_CPU = (
 )
 _GIL_LEFT_OUT = (
     "Left out of the GIL model: the engine's own Python (pushing, handing ops over, waking threads) beyond the hand-off "
-    "latencies read off the trace, the cost of a switch, CPython's priority to a waiter just woken, and where inside a "
+    "latencies read off the trace, CPython's priority to a waiter just woken, and where inside a "
     "stretch its GIL part fell (the model runs it first)."
 )
 _NO_GIL = "No GIL (a free-threaded build): every thread runs at once; the recorded waits for the GIL are left out."
