@@ -27,6 +27,7 @@ from enum import Enum
 import numpy as np
 
 from ..trace import Role, TraceData
+from ..trace.analysis.per_trace import analysis_of
 from ..trace.columns import OTHER_ROLE, ROLES
 
 __all__ = [
@@ -156,6 +157,27 @@ def _first_fit(starts: list[int], ends: list[int]) -> list[int]:
     return rows.tolist()
 
 
+def _nested_fit(starts: list[int], ends: list[int], under: list[int]) -> list[int]:
+    """First fit where interval ``i`` takes no row above the one below interval ``under[i]``'s
+    (-1: any row): a custom op called inside another's Python is drawn under its caller's band.
+    One pass in start order (a caller starts before what it calls); rows are few (as many as
+    invocations overlap at once)."""
+    row_end: list[int] = []
+    rows: list[int] = []
+    for k, (s, e, up) in enumerate(zip(starts, ends, under, strict=True)):
+        r = rows[up] + 1 if 0 <= up < k else 0
+        while r < len(row_end) and row_end[r] > s:
+            r += 1
+        while r > len(row_end):  # a band under its caller's, past every row in use
+            row_end.append(s)
+        if r == len(row_end):
+            row_end.append(e)
+        else:
+            row_end[r] = e
+        rows.append(r)
+    return rows
+
+
 def _heap_fit(starts: list[int], ends: list[int]) -> list[int]:
     """First fit with a heap of busy rows (one run of overlapping intervals)."""
     busy: list[tuple[int, int]] = []  # (end, row) of rows in use
@@ -270,6 +292,18 @@ def _narrow(a: np.ndarray) -> np.ndarray:
     return a.astype(np.int32)
 
 
+def _callers(trace: TraceData) -> dict[int, int]:
+    """invocation -> the invocation whose Python called it, for those called so (none without the
+    engine's edges)."""
+    a = analysis_of(trace)
+    if not len(a.parents):
+        return {}
+    got = a.callers
+    invs = trace.table.inv[a.parents]
+    keep = got >= 0
+    return dict(zip(invs[keep].tolist(), got[keep].tolist(), strict=True))
+
+
 def build_layout(trace: TraceData, max_lanes: int = MAX_LANES) -> Layout:
     """Place every span of ``trace`` (see the module docstring); at most ``max_lanes`` thread lanes."""
     c = _Columns.of(trace)
@@ -278,7 +312,7 @@ def build_layout(trace: TraceData, max_lanes: int = MAX_LANES) -> Layout:
     p = _Placement.empty(n)
     labels = thread_labels(trace)
     collapsed = _place_threads(trace, labels, c, p, max(1, max_lanes))
-    copies = _place_custom_band(c, p)
+    copies = _place_custom_band(c, p, _callers(trace))
     keep = np.nonzero(p.lane >= 0)[0]
     span_index = _narrow(np.concatenate([keep, copies.items]))
     return Layout(
@@ -418,8 +452,9 @@ def _place_threads(trace: TraceData, names: dict[int, str], c: _Columns, p: _Pla
     return collapsed
 
 
-def _place_custom_band(c: _Columns, p: _Placement) -> _Copies:
-    """The custom-op group: a band per invocation, packed so overlapping invocations don't collide.
+def _place_custom_band(c: _Columns, p: _Placement, caller: dict[int, int] | None = None) -> _Copies:
+    """The custom-op group: a band per invocation, packed so overlapping invocations don't collide,
+    and one called inside another's Python (``caller``: invocation -> its caller's) under its caller.
 
     Its children are drawn again here (they also stay on their thread lanes), as copies.
     """
@@ -433,7 +468,13 @@ def _place_custom_band(c: _Columns, p: _Placement) -> _Copies:
     kids = kids[np.isin(c.invs[kids], parent_invs)]
     kid_row = _group_rows(c.invs[kids], c.tids[kids], c.starts[kids], p.depth[kids])
     band = int(kid_row.max()) + 1 if len(kids) else 1
-    slots = np.array(_first_fit(c.starts[parents].tolist(), c.ends[parents].tolist()), dtype=np.int64)
+    p_starts, p_ends = c.starts[parents].tolist(), c.ends[parents].tolist()
+    if caller:  # each parent's caller, as its index among the parents (in start order)
+        at = {inv: k for k, inv in enumerate(parent_invs.tolist())}
+        under = [at.get(caller.get(inv, -1), -1) for inv in parent_invs.tolist()]
+        slots = np.array(_nested_fit(p_starts, p_ends, under), dtype=np.int64)
+    else:
+        slots = np.array(_first_fit(p_starts, p_ends), dtype=np.int64)
     y, first_row = p.y, p.next_row
     base = slots * band
     p.lane[parents] = p.add_lane(Lane("custom ops", LaneKind.CUSTOM, None, y, (int(slots.max()) + 1) * band))

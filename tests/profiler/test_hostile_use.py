@@ -451,3 +451,29 @@ def test_a_custom_op_called_inside_anothers_python_is_linked_to_its_caller(kind:
     trace.save(tmp_path / "t.opprof")
     again = {r.op_type: r for r in load(tmp_path / "t.opprof").custom_ops()}
     assert again["HostileInner"].caller == again["HostileOuter"].invocation
+
+
+def test_a_called_custom_op_is_drawn_under_its_callers_band() -> None:
+    """Known answer: A [0, 10] takes band 0, B [1, 20] band 1; C [12, 15], called by B, would fit in
+    band 0 once A ended, but goes under B's (band 2); D [13, 14], called by nobody, takes band 0."""
+    from opprof.view.layout import _first_fit, _nested_fit
+
+    starts, ends = [0, 1, 12, 13], [10, 20, 15, 14]
+    assert _first_fit(starts, ends) == [0, 1, 0, 2]
+    assert _nested_fit(starts, ends, [-1, -1, 1, -1]) == [0, 1, 2, 0]
+    assert _nested_fit(starts, ends, [-1, -1, -1, -1]) == _first_fit(starts, ends)
+
+
+def test_the_timeline_draws_a_callee_under_its_caller() -> None:
+    from opprof.view.layout import ROLE_NAMES, build_layout
+
+    mx.set_engine("threaded")
+    with mx.profile() as prof:
+        nd.Custom(nd.ones((2, 2)), op_type="HostileOuter").wait_to_read()
+    trace = prof.trace
+    assert trace is not None
+    lay = build_layout(trace)
+    t = trace.table
+    band = np.flatnonzero(lay.role == ROLE_NAMES.index("parent"))
+    top = {t.strings[t.name[lay.span_index[k]]]: float(lay.top[k]) for k in band}
+    assert top["HostileInner"] > top["HostileOuter"]
