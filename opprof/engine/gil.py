@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import atexit
 import enum
+import importlib
 import os
 import sys
 import sysconfig
@@ -47,6 +48,7 @@ __all__ = [
     "GilSamples",
     "GilState",
     "GilThread",
+    "load_compiled",
     "register_engine_thread",
     "register_thread",
     "sampler_cpu_share",
@@ -81,27 +83,37 @@ def _free_threaded() -> bool:
     return bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 
 
-def _load() -> tuple[ModuleType | None, str]:
-    """The compiled sampler, or None and the reason a reader of a profile should see."""
+def load_compiled(name: str, record_size: int) -> tuple[ModuleType | None, str]:
+    """One of opprof's optional compiled modules (``opprof.engine.<name>``), or None and the reason
+    a reader of a profile should see: ``OPPROF_PURE``, a free-threaded Python without its GIL, a
+    module not built (no compiler at install), one that does not load, or one whose records
+    (``RECORD_SIZE`` bytes) differ from what its Python face reads."""
     if os.environ.get(PURE_ENV, "") not in ("", "0"):
         return None, f"forced off by {PURE_ENV}={os.environ[PURE_ENV]}"
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     if _free_threaded() and not getattr(sys, "_is_gil_enabled", lambda: True)():
         return None, f"Python {version}t is a free-threaded build: it has no GIL"
+    qualified = f"opprof.engine.{name}"
     try:
-        from . import _gil
+        module = importlib.import_module(qualified)
     except ImportError as error:
         why = (
-            f"the compiled part (opprof.engine._gil) is not installed for Python {version} "
+            f"the compiled part ({qualified}) is not installed for Python {version} "
             "(no C compiler or Python headers when opprof was installed?)"
         )
         missing = isinstance(error, ModuleNotFoundError) or "cannot import name" in str(error)
-        return None, why if missing else f"the compiled part (opprof.engine._gil) does not load: {error}"
-    if not _gil.available():
-        return None, _gil.reason()
-    if _gil.RECORD_SIZE != RECORD_DTYPE.itemsize:
-        return None, f"opprof.engine._gil writes {_gil.RECORD_SIZE}-byte records, this module reads {RECORD_DTYPE.itemsize}"
-    return _gil, ""
+        return None, why if missing else f"the compiled part ({qualified}) does not load: {error}"
+    if module.RECORD_SIZE != record_size:
+        return None, f"{qualified} writes {module.RECORD_SIZE}-byte records, this module reads {record_size}"
+    return module, ""
+
+
+def _load() -> tuple[ModuleType | None, str]:
+    """The compiled sampler, or None and the reason a reader of a profile should see."""
+    module, why = load_compiled("_gil", RECORD_DTYPE.itemsize)
+    if module is not None and not module.available():
+        return None, module.reason()
+    return module, why
 
 
 _native, WHY_NOT = _load()

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from .gil import PURE_ENV
+from .gil import load_compiled
 
 __all__ = [
     "AVAILABLE",
@@ -75,25 +75,10 @@ class WorkQueue(Protocol):
 
 
 def _load() -> tuple[ModuleType | None, str]:
-    if os.environ.get(PURE_ENV, "") not in ("", "0"):
-        return None, f"forced off by {PURE_ENV}={os.environ[PURE_ENV]}"
-    version = f"{sys.version_info.major}.{sys.version_info.minor}"
     if sysconfig.get_config_var("Py_GIL_DISABLED"):
+        version = f"{sys.version_info.major}.{sys.version_info.minor}"
         return None, f"Python {version}t is a free-threaded build (the timed queue is not built for it)"
-    try:
-        from . import _handoff
-    except ImportError as error:
-        missing = isinstance(error, ModuleNotFoundError) or "cannot import name" in str(error)
-        if missing:
-            return None, (
-                f"the compiled part (opprof.engine._handoff) is not installed for Python {version} "
-                "(no C compiler or Python headers when opprof was installed?)"
-            )
-        return None, f"the compiled part (opprof.engine._handoff) does not load: {error}"
-    if _handoff.RECORD_SIZE != HANDOFF_DTYPE.itemsize:
-        size = HANDOFF_DTYPE.itemsize
-        return None, f"opprof.engine._handoff writes {_handoff.RECORD_SIZE}-byte records, this module reads {size}"
-    return _handoff, ""
+    return load_compiled("_handoff", HANDOFF_DTYPE.itemsize)
 
 
 _native, WHY_NOT = _load()
@@ -119,6 +104,13 @@ class Handoffs:
 
     def __len__(self) -> int:
         return len(self.records)
+
+    @property
+    def signal(self) -> np.ndarray:
+        """Per hand-off, when its wait for the item ended: the put, or the park where the item was
+        put before the getter parked (its wake then waited for nothing)."""
+        r = self.records
+        return np.clip(r["put"], r["park"], r["woke"])
 
 
 def start(capacity: int = 1 << 18) -> bool:

@@ -112,10 +112,8 @@ class GilRecording:
             return ThreadStates.empty()
         r = h.records
         tid = np.array([native_ids.get(int(n), -1) for n in r["native_id"].tolist()], dtype=np.int64)
-        park = r["park"]
-        put = np.clip(r["put"], park, r["woke"])
-        woke = r["woke"]
-        edges = [(ThreadState.BLOCKED, park, put), (ThreadState.RUNNABLE, put, woke), (ThreadState.WAIT, woke, r["gil"])]
+        put, woke = h.signal, r["woke"]
+        edges = [(ThreadState.BLOCKED, r["park"], put), (ThreadState.RUNNABLE, put, woke), (ThreadState.WAIT, woke, r["gil"])]
         hi = np.iinfo(np.int64).max if t1 is None else t1
         cols: list[list[np.ndarray]] = [[], [], [], []]
         for state, a, b in edges:
@@ -153,7 +151,7 @@ class GilRecording:
             return {"why_not": "hand-offs were not timed (another session was timing them)"}
         out: dict[str, Any] = {"source": "the engine's queues, waited on in C", "count": len(h), "dropped": h.dropped}
         r = h.records
-        signal = np.clip(r["put"], r["park"], r["woke"])  # a put before the park: no wait for it
+        signal = h.signal
         pools = [(kind.name.lower(), r["queue"] == int(kind)) for kind in handoff.QueueKind]
         for name, m in [*pools, ("all", np.ones(len(r), dtype=bool))]:
             if np.any(m):

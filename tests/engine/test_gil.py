@@ -356,14 +356,18 @@ def test_an_install_without_a_c_compiler_works_and_says_why(tmp_path: Path) -> N
     assert not [n for n in names if n.endswith(".so")], names
     assert "opprof-0.1.0.data/data/etc/jupyter/jupyter_server_config.d/opprof.json" in names
     zipfile.ZipFile(wheel).extractall(tmp_path / "site")
-    code = "import opprof; from opprof.engine import gil; print(opprof.__file__); print(gil.AVAILABLE); print(gil.WHY_NOT)"
+    code = (
+        "import opprof; from opprof.engine import gil, handoff; print(opprof.__file__); print(gil.AVAILABLE); "
+        "print(gil.WHY_NOT); print(handoff.AVAILABLE); print(handoff.WHY_NOT)"
+    )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(tmp_path / "site")},
     )  # fmt: skip
-    where, available, why = out.stdout.splitlines()
+    where, available, why, timed, why_untimed = out.stdout.splitlines()
     assert where.startswith(str(tmp_path / "site")) and available == "False", out.stderr
     assert "not installed" in why and "no C compiler" in why
+    assert timed == "False" and "opprof.engine._handoff" in why_untimed and "no C compiler" in why_untimed
 
 
 # ---------------------------------------------------------------------------- intervals, known answers
