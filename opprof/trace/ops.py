@@ -18,11 +18,12 @@ what they report is an approximation.
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["WAIT_ID_BASE", "OpKind", "OpTable"]
+__all__ = ["WAIT_ID_BASE", "OpKind", "OpTable", "short_site"]
 
 #: Ids of waits start here, far above any engine's push count, so both share the ``op`` column.
 WAIT_ID_BASE = 1 << 48
@@ -144,3 +145,11 @@ class OpTable:
             k = int(np.flatnonzero(known & (self.ready < self.push))[0])
             problems.append(f"op {int(self.op[k])} is ready at {int(self.ready[k])} ns, before its push at {int(self.push[k])}")
         return problems
+
+
+def short_site(site: str) -> str:
+    """``model.py:42``: a user's line (a site of :attr:`OpTable.strings`) by its file's name, the
+    path's last part, whichever separator the path was written with."""
+    path, sep, line = site.rpartition(":")
+    base = re.split(r"[\\/]", path if sep else site)[-1]
+    return f"{base}{sep}{line if sep else ''}"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
@@ -22,6 +21,7 @@ from .analysis.stats import StatRow, sort_rows, span_stats
 from .analysis.summary import OpTypeSplit, custom_op_summary
 from .columns import ROLE_CODE, SpanTable
 from .compare import CONFIDENCE, CallResult, Comparison, RowKind, Verdict
+from .ops import short_site
 from .records import CUSTOM_OP, CUSTOM_POOL, Role
 from .trace import Trace
 
@@ -242,11 +242,6 @@ def _dur(ns: float) -> str:
     return fmt_us(ns / 1e3)
 
 
-def _short_site(site: str) -> str:
-    path, _, line = site.rpartition(":")
-    return f"{os.path.basename(path)}:{line}"
-
-
 def why_text(trace: Trace, top: int = 5) -> str:
     """Why each custom op waits and what bounds the run, in plain words (``%%opprof --why``)."""
     a = trace.analysis()
@@ -364,7 +359,7 @@ def _top_sites(a: Analysis, top: int) -> list[str]:
         if dur[c] <= 0:
             break
         names = sorted(set(t.str_list(t.name[has[site == c]])))
-        out.append(f"{_short_site(ops.strings[c])} {', '.join(names[:3])} {_dur(float(dur[c]))}")
+        out.append(f"{short_site(ops.strings[c])} {', '.join(names[:3])} {_dur(float(dur[c]))}")
     return out
 
 

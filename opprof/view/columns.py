@@ -26,7 +26,6 @@ Nothing here imports Bokeh, ipywidgets or jupyter_bokeh (an import-linter contra
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +37,7 @@ from ..trace.analysis.critical import CriticalPath
 from ..trace.analysis.gil import GilHolder, code_between, span_at
 from ..trace.analysis.summary import python_cpu_parts
 from ..trace.columns import ROLE_CODE
+from ..trace.ops import short_site
 from ..trace.records import FAMILY_ARGS
 from ..trace.text import fmt_us
 from ..trace.threadstates import STATE_LABELS, STATES, ThreadState
@@ -177,9 +177,7 @@ def _blocker_text(name: str, inv: int, var: int, ns: int, n: int) -> str:
 
 def _site_text(site: str, wait: bool) -> str:
     """``pushed at model.py:42``: the user's line, by file name (a path's last part)."""
-    path, sep, line = site.rpartition(":")
-    base = re.split(r"[\\/]", path if sep else site)[-1]
-    return f"{'waited' if wait else 'pushed'} at {base}{sep}{line if sep else ''}"
+    return f"{'waited' if wait else 'pushed'} at {short_site(site)}"
 
 
 def _args_text(args: dict[str, Any]) -> str:

@@ -14,14 +14,13 @@ tell the GIL from sleep or I/O, and why (``metadata["gil"]["why_not"]``).
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..columns import ROLE_CODE, SpanTable
 from ..data import TraceData
-from ..ops import OpTable
+from ..ops import OpTable, short_site
 from ..records import CUSTOM_POOL, ENGINE_POOL, Role
 from ..threadstates import GIL_METADATA, STATES, ThreadState, ThreadStates
 from .split import inline_subops
@@ -73,14 +72,9 @@ class GilHolder:
         if self.thread.startswith((ENGINE_POOL.thread_prefix, CUSTOM_POOL.thread_prefix)):
             return f"{self.thread} (the engine's own Python, between ops)"
         if self.after and self.after == self.before:  # a loop whose one wait (or push) is on that line
-            return f"{self.thread} (your code around {_short(self.after)})"
-        where = [f"{w} {_short(line)}" for w, line in (("after", self.after), ("before", self.before)) if line]
+            return f"{self.thread} (your code around {short_site(self.after)})"
+        where = [f"{w} {short_site(line)}" for w, line in (("after", self.after), ("before", self.before)) if line]
         return f"{self.thread} (your code{' ' + ', '.join(where) if where else ', between ops'})"
-
-
-def _short(site: str) -> str:
-    path, _, line = site.rpartition(":")
-    return f"{os.path.basename(path)}:{line}" if path else site
 
 
 @dataclass(eq=False)
