@@ -184,10 +184,10 @@ static PyObject *queue_put(Queue *self, PyObject *obj) {
 
 static PyObject *queue_get(Queue *self, PyObject *unused) {
     /* The item is taken only with the GIL held, as queue.SimpleQueue does: until the woken thread
-     * runs Python again, the item stays in the queue for all to see (the custom-op pool counts
-     * queued items against idle threads to decide whether to start another; an item taken by a
-     * thread still waiting for the GIL made a burst of two run one after the other). A thread
-     * holding the GIL may take it first: the woken one then parks again. */
+     * runs Python again, the item stays in the queue for all to see, and qsize() counts it. (The
+     * custom-op pool once read qsize() to decide whether to start a thread; it counts its tasks
+     * itself now, under its own lock, since a thread that has taken an item has not yet said so.)
+     * A thread holding the GIL may take it first: the woken one then parks again. */
     int64_t park = 0, woke = 0;
     int waited = 0;
     for (;;) {

@@ -49,13 +49,17 @@ class CustomPool:
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._idle = 0
+        # Tasks submitted and not yet claimed by a thread: counted under the lock, with the put
+        # and with the taker's _idle -= 1, never read off the queue (see _grow).
+        self._queued = 0
         self._blocked = 0
         self._names = itertools.count()
         self._closing = False
 
     def submit(self, task: Callable[[], None]) -> None:
-        self._tasks.put(task)
         with self._lock:
+            self._queued += 1
+            self._tasks.put(task)  # never blocks
             self._grow()
 
     def blocked(self, delta: int) -> None:
@@ -65,13 +69,17 @@ class CustomPool:
                 self._grow()
 
     def _grow(self) -> None:
-        # More tasks queued than idle threads to take them (a new or woken thread counts as idle
-        # until it has taken one): start another. Comparing with "no idle thread" instead let a
-        # burst of submits run one at a time while the first new thread waited for the GIL.
-        if self._closing:  # close()'s stop tokens are queued tasks too: they must not start threads
+        # More tasks unclaimed than idle threads to claim them: start another. A thread counts as
+        # idle, and its task as unclaimed, until it has both taken a task off the queue and said
+        # so under the lock: the two counts move together. (The queue's qsize() instead no longer
+        # counted a task a thread had just taken while that thread, not yet past the lock, still
+        # counted as idle: a fresh pool of 3 started 2 threads for a burst of 3 and ran the third
+        # after them, on either queue. Comparing with "no idle thread" let a burst run one at a
+        # time while the first new thread waited for the GIL.)
+        if self._closing:  # close()'s stop tokens must not start threads (they are not counted anyway)
             return
         active = len(self._threads) - self._blocked
-        if active < self._size and self._tasks.qsize() > self._idle:
+        if active < self._size and self._queued > self._idle:
             t = threading.Thread(target=self._run, name=f"{self._prefix}{next(self._names)}", daemon=True)
             self._threads.append(t)
             self._idle += 1  # counted idle until it takes its first task
@@ -85,6 +93,8 @@ class CustomPool:
             task = tasks.get()
             with self._lock:
                 self._idle -= 1
+                if task is not None:  # close()'s stop tokens were never counted as queued
+                    self._queued -= 1
             if task is None:
                 gil.unregister_thread()
                 return
@@ -94,7 +104,7 @@ class CustomPool:
                 with self._lock:
                     # Past the pool's size (it grew while Pythons were blocked in waits: a deep
                     # fan-out left 265 threads), a thread with nothing queued for it retires.
-                    surplus = len(self._threads) - self._blocked > self._size and self._tasks.qsize() <= self._idle
+                    surplus = len(self._threads) - self._blocked > self._size and self._queued <= self._idle
                     if surplus and not self._closing and threading.current_thread() in self._threads:
                         self._threads.remove(threading.current_thread())
                         retire = True

@@ -16,8 +16,8 @@ import pytest
 
 import opprof as mx
 from opprof.engine import EngineError, get_engine
-from opprof.engine.threaded import CustomPool
-from tests.helpers import record_pushes
+from opprof.engine.threaded import CustomPool, ThreadedEngine
+from tests.helpers import record_pushes, retried
 
 # Every test on both engines (the ``engine`` fixture in tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("engine")
@@ -116,6 +116,73 @@ def test_custom_pool_close_does_not_hang_when_a_task_finishes_during_it() -> Non
     release[1].set()
     closer.join(10)
     assert not closer.is_alive(), "CustomPool.close() hung"
+
+
+def _overlap(ran: list[tuple[str, float, float]], n: int) -> None:
+    """``n`` runs, each on its own thread, all running at one moment (the latest start before the earliest end)."""
+    assert len(ran) == n, ran
+    assert len({name for name, _, _ in ran}) == n, ran
+    assert max(s for _, s, _ in ran) < min(e for _, _, e in ran), ran
+
+
+def test_a_fresh_custom_pool_of_three_runs_its_first_burst_of_three_at_once() -> None:
+    # A thread that had just taken a task still counted as idle until it got the pool's lock, so
+    # the second submit started no thread: a fresh pool of 3 ran a burst of 3 as two, then one.
+    def attempt() -> None:
+        pool = CustomPool(3, "test-burst-")
+        ran: list[tuple[str, float, float]] = []
+        done = threading.Semaphore(0)
+
+        def task() -> None:
+            t0 = time.perf_counter()
+            time.sleep(0.03)
+            ran.append((threading.current_thread().name, t0, time.perf_counter()))
+            done.release()
+
+        try:
+            for _ in range(3):
+                pool.submit(task)
+            for _ in range(3):
+                assert done.acquire(timeout=5)
+        finally:
+            pool.close()
+        _overlap(ran, 3)
+
+    retried(attempt)
+
+
+_NAPS: list[tuple[str, float, float]] = []  # (thread, start, end) of each _Nap.forward
+
+
+class _Nap(mx.operator.CustomOp):
+    def forward(self, is_train, req, in_data, out_data, aux):  # type: ignore[no-untyped-def]
+        t0 = time.perf_counter()
+        time.sleep(0.03)
+        _NAPS.append((threading.current_thread().name, t0, time.perf_counter()))
+        self.assign(out_data[0], req[0], in_data[0] + 1)
+
+
+@mx.operator.register("FastPathsBurstNap")
+class _NapProp(mx.operator.CustomOpProp):
+    def create_operator(self, ctx, shapes, dtypes):  # type: ignore[no-untyped-def]
+        return _Nap()
+
+
+def test_a_fresh_engines_custom_pool_of_three_runs_three_custom_ops_at_once() -> None:
+    def attempt() -> None:
+        eng = ThreadedEngine(custom_workers=3)
+        try:
+            with mx.engine.use(eng):
+                xs = [mx.nd.ones((2, 2)) for _ in range(3)]
+                _NAPS.clear()
+                ys = [mx.nd.Custom(x, op_type="FastPathsBurstNap") for x in xs]
+                mx.nd.waitall()
+                assert [float(y.asnumpy()[0, 0]) for y in ys] == [2.0] * 3
+        finally:
+            eng.shutdown()
+        _overlap(list(_NAPS), 3)
+
+    retried(attempt)
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.int32, np.int64, np.uint8])

@@ -163,8 +163,7 @@ def test_ping_pong_measures_one_way() -> None:
 
 def test_an_item_stays_queued_until_its_taker_holds_the_gil() -> None:
     """As queue.SimpleQueue: a woken getter takes its item only once it runs Python again, so a
-    thread holding the GIL meanwhile still sees it queued (the custom-op pool counts queued items
-    against idle threads to decide whether to start another)."""
+    thread holding the GIL meanwhile still sees it queued (qsize() answers as SimpleQueue's does)."""
     q, th = _parked_getter(0.01)
     q.put(1)
     # Still holding the GIL (no blocking call since the put): the getter cannot have taken it yet.
