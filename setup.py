@@ -2,7 +2,8 @@
 
 opprof.engine._gil samples who holds the GIL (opprof/engine/_gil.c); opprof.engine._handoff is the
 engine's work queue, waited on in C so each hand-off's wake and GIL wait are timed
-(opprof/engine/_handoff.c). Both are optional: without a C compiler or the Python headers the build
+(opprof/engine/_handoff.c); opprof.profiler._spanlog is the recorder's hot path for plain ops
+(opprof/profiler/_spanlog.c). All are optional: without a C compiler or the Python headers the build
 skips them and opprof runs on its pure-Python path (opprof/engine/gil.py and handoff.py say what
 is then missing).
 
@@ -30,6 +31,12 @@ setup(
             "opprof.engine._gil",
             ["opprof/engine/_gil.c"],
             optional=True,  # no compiler, no headers, not Linux: opprof installs without it
+            extra_compile_args=["-O2", "-std=gnu11"],
+        ),
+        Extension(
+            "opprof.profiler._spanlog",
+            ["opprof/profiler/_spanlog.c"],
+            optional=True,
             extra_compile_args=["-O2", "-std=gnu11"],
         ),
         Extension(

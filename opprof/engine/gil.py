@@ -83,8 +83,8 @@ def _free_threaded() -> bool:
     return bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 
 
-def load_compiled(name: str, record_size: int) -> tuple[ModuleType | None, str]:
-    """One of opprof's optional compiled modules (``opprof.engine.<name>``), or None and the reason
+def load_compiled(name: str, record_size: int, package: str = "opprof.engine") -> tuple[ModuleType | None, str]:
+    """One of opprof's optional compiled modules (``<package>.<name>``), or None and the reason
     a reader of a profile should see: ``OPPROF_PURE``, a free-threaded Python without its GIL, a
     module not built (no compiler at install), one that does not load, or one whose records
     (``RECORD_SIZE`` bytes) differ from what its Python face reads."""
@@ -93,7 +93,7 @@ def load_compiled(name: str, record_size: int) -> tuple[ModuleType | None, str]:
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     if _free_threaded() and not getattr(sys, "_is_gil_enabled", lambda: True)():
         return None, f"Python {version}t is a free-threaded build: it has no GIL"
-    qualified = f"opprof.engine.{name}"
+    qualified = f"{package}.{name}"
     try:
         module = importlib.import_module(qualified)
     except ImportError as error:

@@ -92,8 +92,11 @@ __all__ = [
     "WAIT_VAR",
     "WRITES",
     "Built",
+    "PlainColumns",
     "ThreadRecords",
     "build_columns",
+    "encode_vars",
+    "plain_columns",
 ]
 
 # Kinds of record: in a thread's ``fam`` list (a custom op's engine op, its Dummy_Wait, its Python)
@@ -148,7 +151,9 @@ class ThreadRecords:
         self.native_id = native_id  # the OS's id of the thread: how the GIL sampler names it
         self.index = -1  # its place among the recorder's threads: what an op's record names its pusher by
         self.origin = self  # the records a copy was made from: pushes name those
-        self.plain: list[tuple[Any, ...]] = []  # PLAIN_FIELDS fields: T0 ... WRITES
+        # PLAIN_FIELDS fields: T0 ... WRITES; the compiled recorder puts a PlainLog of the same
+        # records here (fixed-size, in C: :func:`plain_columns` reads either).
+        self.plain: Any = []
         self.sub: list[tuple[int, int, str, int, tuple[int, Any, Invocation, Any]]] = []
         self.fam: list[tuple[int, int, int, Invocation, int]] = []
         self.buf: list[tuple[Any, ...]] = []
@@ -161,9 +166,80 @@ class ThreadRecords:
         """The lists as they are now (other threads append while a live build reads)."""
         c = ThreadRecords(self.name, self.native_id)
         c.origin, c.index = self.origin, self.index
-        c.plain, c.sub, c.fam, c.buf = list(self.plain), list(self.sub), list(self.fam), list(self.buf)
+        # ``plain`` is a list, or the compiled recorder's PlainLog (opprof.profiler._spanlog): each copies itself.
+        c.plain, c.sub, c.fam, c.buf = self.plain.copy(), list(self.sub), list(self.fam), list(self.buf)
         c.deps = list(self.deps)
         return c
+
+
+@dataclass(frozen=True, slots=True)
+class PlainColumns:
+    """Every thread's plain-op records as one int64 array of ``PLAIN_FIELDS`` columns, in thread
+    order: ``NAME`` is a code into ``names``, ``READS``/``WRITES`` a var id (ids start at 1) or
+    ``-(k + 1)`` for ``extras[k]``, the ids of an op with none or several vars. The compiled
+    recorder's logs are in this shape already (read with ``numpy.frombuffer``, no record becomes a
+    Python object); the pure path's tuples are turned into it here."""
+
+    fields: np.ndarray  # (PLAIN_FIELDS, n): each field contiguous (a strided column cost 2x to read)
+    names: list[str]
+    extras: list[tuple[int, ...]]
+
+    def __len__(self) -> int:
+        return int(self.fields.shape[1])
+
+    def column(self, k: int) -> np.ndarray:
+        return self.fields[k]
+
+
+def _vars_per_code(codes: np.ndarray, extras: list[tuple[int, ...]]) -> np.ndarray:
+    n = np.ones(len(codes), dtype=np.int64)
+    other = np.flatnonzero(codes < 1)
+    n[other] = [len(extras[-1 - c]) for c in codes[other].tolist()]
+    return n
+
+
+def encode_vars(values: list[Any], extras: list[tuple[int, ...]]) -> np.ndarray:
+    """``values`` (a var id, or a tuple of ids) as codes: the id, or ``-(k + 1)`` for the tuple
+    appended to ``extras`` as its k-th (the few ops with none or several vars, looked at one by one)."""
+    one = np.fromiter(map(is_, map(type, values), repeat(int)), dtype=bool, count=len(values))
+    codes = np.zeros(len(values), dtype=np.int64)
+    codes[one] = np.fromiter(compress(values, one.tolist()), dtype=np.int64, count=int(one.sum()))
+    for i in np.flatnonzero(~one).tolist():
+        codes[i] = -1 - len(extras)
+        extras.append(tuple(values[i]))
+    return codes
+
+
+def plain_columns(threads: Sequence[ThreadRecords]) -> PlainColumns:
+    """The plain ops of ``threads`` (lists of tuples, or compiled logs) as :class:`PlainColumns`."""
+    st = StringTable()
+    extras: list[tuple[int, ...]] = []
+    parts: list[np.ndarray] = []
+    for r in threads:
+        plain = r.plain
+        if isinstance(plain, list):
+            if not plain:
+                continue
+            cols = [list(map(itemgetter(k), plain)) for k in range(PLAIN_FIELDS)]
+            f = np.empty((PLAIN_FIELDS, len(plain)), dtype=np.int64)
+            for k in (T0, T1, SEQ, PUSH, PUSHER, READY, BY, BY_VAR):
+                f[k] = _arr(cols[k])
+            f[NAME] = st.codes(cols[NAME])
+            f[READS] = encode_vars(cols[READS], extras)
+            f[WRITES] = encode_vars(cols[WRITES], extras)
+        else:  # a compiled log: its bytes are the records
+            if not len(plain):
+                continue
+            raw, names, more = plain.columns()
+            f = np.frombuffer(raw, dtype=np.int64).reshape(-1, PLAIN_FIELDS).T.copy()  # records -> fields
+            f[NAME] = st.codes(names)[f[NAME]]
+            for k in (READS, WRITES):
+                several = f[k] < 1
+                f[k, several] -= len(extras)  # its log's k-th extra is the k + len(extras)-th here
+            extras.extend(more)
+        parts.append(f)
+    fields = np.concatenate(parts, axis=1) if parts else np.zeros((PLAIN_FIELDS, 0), dtype=np.int64)
+    return PlainColumns(fields, st.strings, extras)
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,8 +280,7 @@ def build_columns(threads: Sequence[ThreadRecords]) -> Built:
     tid_of = np.arange(1, len(threads) + 1, dtype=np.int64)
     # The four lists, one after another in the combined columns: plain ops, sub-ops, families' own
     # records, the rest.
-    plain = _cols([r.plain for r in threads], PLAIN_FIELDS)
-    p_t0, p_t1, p_name, p_seq = plain[T0], plain[T1], plain[NAME], plain[SEQ]
+    plain = plain_columns(threads)
     sub = _cols([r.sub for r in threads], SUB_FIELDS)
     s_t0, s_t1, s_name, s_seq, s_push = sub[T0], sub[T1], sub[NAME], sub[SEQ], sub[SUB_NOTE]
     fam = _cols([r.fam for r in threads], FAM_FIELDS)
@@ -213,7 +288,7 @@ def build_columns(threads: Sequence[ThreadRecords]) -> Built:
     buf = _cols([r.buf for r in threads], BUF_FIELDS)
     b_kind, b_t0, b_t1, b_name = buf[BUF_KIND], buf[BUF_T0], buf[BUF_T1], buf[BUF_NAME]
     b_info, b_pushed, b_x = buf[BUF_INFO], buf[BUF_PUSHED], buf[BUF_X]
-    q, ns, nf, nb = len(p_t0), len(s_t0), len(f_t0), len(b_t0)
+    q, ns, nf, nb = len(plain), len(s_t0), len(f_t0), len(b_t0)
     o_f, o_b = q + ns, q + ns + nf  # where the family and other records start
     push_ts = _arr(list(map(itemgetter(NOTE_TS), s_push)))
     push_buf = list(map(itemgetter(NOTE_RECORDS), s_push))
@@ -222,12 +297,13 @@ def build_columns(threads: Sequence[ThreadRecords]) -> Built:
     kind = np.concatenate(
         [np.full(q, _PLAIN_K, np.int8), np.full(ns, _SUB_K, np.int8), _arr(f_kind, np.int8), _arr(b_kind, np.int8)]
     )
-    t0 = np.concatenate([_arr(p_t0), _arr(s_t0), _arr(f_t0), _arr(b_t0)])
-    t1 = np.concatenate([_arr(p_t1), _arr(s_t1), _arr(f_t1), _arr(b_t1)])
+    t0 = np.concatenate([plain.column(T0), _arr(s_t0), _arr(f_t0), _arr(b_t0)])
+    t1 = np.concatenate([plain.column(T1), _arr(s_t1), _arr(f_t1), _arr(b_t1)])
     tid = np.concatenate([np.repeat(tid_of, [len(getattr(r, k)) for r in threads]) for k in ("plain", "sub", "fam", "buf")])
     st = StringTable()
     name_code = np.empty(n, dtype=np.int32)
-    name_code[:o_f] = st.codes(p_name + s_name)
+    name_code[:q] = st.codes(plain.names)[plain.column(NAME)] if q else []
+    name_code[q:o_f] = st.codes(s_name)
     fk = kind[o_f:o_b]
     name_code[o_f:o_b] = np.where(fk == PYTHON, st.code("pure_python"), st.code("Dummy_Wait"))  # a start's is its label
     name_code[o_b:] = st.codes(b_name)  # (the message, for an error)
@@ -322,7 +398,7 @@ def build_columns(threads: Sequence[ThreadRecords]) -> Built:
     # The engine's side: each span's op id (a parent's is its custom op's own engine op), the
     # CPU time of each Python, and the table of ops and waits.
     x_op = np.full(n, -1, dtype=np.int64)
-    x_op[:q] = _arr(p_seq)
+    x_op[:q] = plain.column(SEQ)
     x_op[q:o_f] = _arr(s_seq)
     f_x_arr = _arr(f_x)
     x_op[o_f:o_b] = np.where(fk == PYTHON, -1, f_x_arr)
@@ -383,18 +459,9 @@ def _site_codes(sites: list[Any], st: StringTable) -> np.ndarray:
     return np.fromiter(map(code.__getitem__, sites), dtype=np.int32, count=len(sites))
 
 
-def _var_counts(values: list[Any]) -> tuple[np.ndarray, np.ndarray]:
-    """(which entries are a single var id, how many vars each entry names), read in C for the ints."""
-    one = np.fromiter(map(is_, map(type, values), repeat(int)), dtype=bool, count=len(values))
-    n = np.ones(len(values), dtype=np.int64)
-    other = np.flatnonzero(~one)
-    n[other] = [len(values[i]) for i in other.tolist()]
-    return one, n
-
-
 def _op_table(
     threads: Sequence[ThreadRecords],
-    plain: list[list[Any]],
+    plain: PlainColumns,
     tid: np.ndarray,
     o_b: int,
     w_at: np.ndarray,
@@ -408,47 +475,44 @@ def _op_table(
     """The engine's table (:class:`~opprof.trace.ops.OpTable`): one row per recorded op, then the
     waits; ``plain`` is the plain ops' columns."""
     # Plain ops carry their edges in their own record (no site: only pushes inside a custom op
-    # have one); the rest in the threads' ``deps`` lists.
+    # have one); the rest in the threads' ``deps`` lists, made columns of the same shape here.
     deps = _cols([r.deps for r in threads], DEP_FIELDS)
-    d_seq = plain[SEQ] + deps[DEP_SEQ]
-    d_push = plain[PUSH] + deps[DEP_PUSH]
-    d_rec = plain[PUSHER] + deps[DEP_PUSHER]
-    d_ready = plain[READY] + deps[DEP_READY]
-    d_by = plain[BY] + deps[DEP_BY]
-    d_var = plain[BY_VAR] + deps[DEP_BY_VAR]
-    d_reads = plain[READS] + deps[DEP_READS]
-    d_writes = plain[WRITES] + deps[DEP_WRITES]
-    d_site = [None] * len(plain[SEQ]) + deps[DEP_SITE]
+    extras = list(plain.extras)
+
+    def both(k: int, dep: int) -> np.ndarray:
+        return np.concatenate([plain.column(k), _arr(deps[dep])])
+
+    d_seq, push, d_rec = both(SEQ, DEP_SEQ), both(PUSH, DEP_PUSH), both(PUSHER, DEP_PUSHER)
+    ready, by, var = both(READY, DEP_READY), both(BY, DEP_BY), both(BY_VAR, DEP_BY_VAR)
+    d_reads = np.concatenate([plain.column(READS), encode_vars(deps[DEP_READS], extras)])
+    d_writes = np.concatenate([plain.column(WRITES), encode_vars(deps[DEP_WRITES], extras)])
     tid_of_index = np.zeros(max([r.index for r in threads], default=-1) + 2, dtype=np.int64)  # [-1]: unknown, 0
     for i, r in enumerate(threads):
         tid_of_index[r.index] = i + 1
     st = StringTable()
     w_list = w_at.tolist()
     w_extra = [b_x[j] for j in w_list]  # (by, var, site) of each wait: WAIT_*
-    push = _arr(d_push)
-    ready = _arr(d_ready)
     ready = np.where(ready > 0, ready, push)  # 0: ready when pushed
-    by = _arr(d_by)
-    var = _arr(d_var)
-    # Each op's vars: one id (most ops), or a tuple of them (none, or several).
-    r_one, n_reads = _var_counts(d_reads)
-    w_one, n_writes = _var_counts(d_writes)
+    # Each op's vars: one id (most ops), or a code of a tuple of them (none, or several).
+    n_reads, n_writes = _vars_per_code(d_reads, extras), _vars_per_code(d_writes, extras)
     w_var = np.array([e[WAIT_VAR] for e in w_extra], dtype=np.int64)
     # Accesses: each op's reads then writes; a wait reads the var it waited on (none for all).
     counts = np.concatenate([n_reads + n_writes, (w_var > 0).astype(np.int64)])
     op_at = np.concatenate([[0], np.cumsum(n_reads + n_writes)]).astype(np.int64)
     op_vars = np.empty(int(op_at[-1]), dtype=np.int64)
-    for values, one, at in ((d_reads, r_one, op_at[:-1]), (d_writes, w_one, op_at[:-1] + n_reads)):
-        op_vars[at[one]] = np.fromiter(compress(values, one.tolist()), dtype=np.int64, count=int(one.sum()))
+    for codes, at in ((d_reads, op_at[:-1]), (d_writes, op_at[:-1] + n_reads)):
+        one = codes > 0
+        op_vars[at[one]] = codes[one]
         for i in np.flatnonzero(~one).tolist():  # the few with none or several
-            op_vars[int(at[i]) : int(at[i]) + len(values[i])] = values[i]
+            ids = extras[-1 - int(codes[i])]
+            op_vars[int(at[i]) : int(at[i]) + len(ids)] = ids
     acc_var = np.concatenate([op_vars, w_var[w_var > 0]])
     per_op = np.stack([n_reads, n_writes], axis=1).ravel()  # reads, writes, reads, writes, ...
     is_write = np.concatenate(
         [np.repeat(np.tile(np.array([False, True]), len(d_reads)), per_op), np.zeros(int((w_var > 0).sum()), bool)]
     )
     kind = np.concatenate([np.full(len(d_seq), OpKind.OP, np.int8), np.full(len(w_list), OpKind.WAIT, np.int8)])
-    op = np.concatenate([_arr(d_seq), wait_ids])
+    op = np.concatenate([d_seq, wait_ids])
     kind[: len(d_seq)][np.isin(op[: len(d_seq)], custom_ops)] = OpKind.CUSTOM
     kind[: len(d_seq)][np.isin(op[: len(d_seq)], dummies)] = OpKind.DUMMY
     table_push = np.concatenate([push, np.array([b_t0[j] for j in w_list], dtype=np.int64)])
@@ -456,15 +520,17 @@ def _op_table(
     w_by = np.array([e[WAIT_BY] for e in w_extra], dtype=np.int64)
     acc_at = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     all_by, all_var = np.concatenate([by, w_by]), np.concatenate([var, w_var])
+    # Sites: none for a plain op; each distinct one of the rest formatted once.
+    sites = np.concatenate([np.full(len(plain), -1, np.int32), _site_codes(deps[DEP_SITE] + [e[WAIT_SITE] for e in w_extra], st)])
     t = OpTable(
         op=op,
         kind=kind,
         push=table_push,
-        pusher=np.concatenate([tid_of_index[np.fromiter(d_rec, dtype=np.int64, count=len(d_rec))], tid[o_b + w_at]]),
+        pusher=np.concatenate([tid_of_index[d_rec], tid[o_b + w_at]]),
         ready=np.concatenate([ready, w_end]),
         by=np.where(all_by > 0, all_by, -1),  # 0: none, in the engine's fields
         var=np.where(all_var > 0, all_var, -1),
-        site=_site_codes(d_site + [e[WAIT_SITE] for e in w_extra], st),
+        site=sites,
         acc_at=acc_at,
         acc_var=acc_var,
         acc_write=is_write,

@@ -40,13 +40,14 @@ from ..engine import (
     current_invocation,
     get_engine,
 )
+from ..engine.gil import load_compiled
 from ..engine.state import thread_state
 from ..trace import ThreadInfo, Trace
 from ..trace.records import CUSTOM_POOL, CUSTOM_THREAD_PREFIX, ENGINE_POOL, ENGINE_THREAD_PREFIX
 from .build import COUNTER, DUMMY, ERROR, INSTANT, OP, PYTHON, START, USER, WAIT_REC, ThreadRecords, build_columns
 from .gil import GilRecording
 
-__all__ = ["Recorder", "ProfilerError"]
+__all__ = ["COMPILED_WHY_NOT", "ProfilerError", "Recorder"]
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: opprof's own machinery, which a push passes through on its way from the user's line (the demo's
@@ -97,7 +98,23 @@ class ProfilerError(RuntimeError):
 class Recorder(EngineObserver):
     """Engine observer that records spans; one per profiling session."""
 
-    def __init__(self, max_events: int = 5_000_000, clock: Callable[[], int] = time.perf_counter_ns) -> None:
+    def __new__(
+        cls, max_events: int = 5_000_000, clock: Callable[[], int] = time.perf_counter_ns, *, compiled: bool | None = None
+    ) -> Recorder:
+        """``compiled``: None (default) takes the compiled hot path where it is built and the clock is
+        the one it reads (CLOCK_MONOTONIC, what perf_counter_ns reads on Linux); False the pure-Python
+        recorder; True requires the compiled one (ProfilerError, saying why, where it is not)."""
+        usable = _spanlog is not None and clock is time.perf_counter_ns
+        if compiled and not usable:
+            why = COMPILED_WHY_NOT or "the compiled recorder reads CLOCK_MONOTONIC: it takes clock=time.perf_counter_ns only"
+            raise ProfilerError(f"no compiled recorder here: {why}")
+        if cls is Recorder and usable and compiled is not False:
+            cls = _CompiledRecorder
+        return super().__new__(cls)
+
+    def __init__(
+        self, max_events: int = 5_000_000, clock: Callable[[], int] = time.perf_counter_ns, *, compiled: bool | None = None
+    ) -> None:
         if max_events < 1:
             raise ValueError(f"max_events must be at least 1, got {max_events}")
         self.max_events = int(max_events)
@@ -105,9 +122,7 @@ class Recorder(EngineObserver):
         self._local = threading.local()
         self._buffers: list[ThreadRecords] = []
         self._lock = threading.Lock()
-        self._count = itertools.count()
-        self.recording = True  # False while paused
-        self.full = False  # an event was dropped at the cap
+        self._start_counting()
         self.engine: Engine | None = None
         self.t_start = clock()
         self.t_stop: int | None = None
@@ -115,6 +130,14 @@ class Recorder(EngineObserver):
         self.gil = GilRecording(clock)
         #: (when, engine kind) of each engine switch followed while recording.
         self.switches: list[tuple[int, str]] = []
+
+    #: Which recorder this is: "compiled" (plain ops recorded in C, :mod:`._spanlog`) or "python".
+    path = "python"
+
+    def _start_counting(self) -> None:
+        self._count: Any = itertools.count()
+        self.recording = True  # False while paused
+        self.full = False  # an event was dropped at the cap
 
     def _attempts(self) -> int:
         """Records attempted so far, read without taking a slot (a build, a live snapshot or
@@ -161,15 +184,26 @@ class Recorder(EngineObserver):
         except AttributeError:
             return self._register().fam
 
+    def _records(self) -> ThreadRecords:
+        """This thread's lists, made on its first record."""
+        try:
+            return self._local.rec
+        except AttributeError:
+            return self._register()
+
     def _register(self) -> ThreadRecords:
         """This thread's lists (see :class:`~.build.ThreadRecords`), made on its first record."""
         lists = ThreadRecords(threading.current_thread().name, threading.get_native_id())
+        self._new_records(lists)
         with self._lock:
             lists.index = len(self._buffers)
             self._buffers.append(lists)
         local = self._local
         local.rec, local.buf, local.fam = lists, lists.buf, lists.fam
         return lists
+
+    def _new_records(self, lists: ThreadRecords) -> None:
+        """Ready a thread's new lists (the compiled recorder gives them its log for plain ops)."""
 
     def _admit(self) -> bool:
         if not self.recording:
@@ -396,6 +430,8 @@ class Recorder(EngineObserver):
             ENGINE_POOL.size_key: getattr(self.engine, "workers", None),
             CUSTOM_POOL.size_key: getattr(self.engine, "custom_workers", None),
             "producer": "opprof",
+            # Which recorder made it: "compiled" (plain ops in C) or "python" (and why not compiled).
+            "recorder": {"path": self.path, **({"why_not": COMPILED_WHY_NOT} if self.path != "compiled" else {})},
             # The GIL's switch interval (s) while recording: a what-if replay's GIL hands over at it.
             "switch_interval": sys.getswitchinterval(),
             # Engines switched to while recording (the recording followed each): "engine" is the last.
@@ -424,3 +460,60 @@ def _thread_order(name: str) -> tuple[int, int, str]:
             tail = name[len(prefix) :]
             return (rank, int(tail) if tail.isdigit() else 0, name)
     return (3, 0, name)
+
+
+_spanlog, _why_not = load_compiled("_spanlog", 11 * 8, package="opprof.profiler")
+if _spanlog is not None:
+    _spanlog.bind(Opr, Var, ThreadRecords)
+#: Why plain ops are recorded in Python here ("" where the compiled hot path is in use).
+COMPILED_WHY_NOT: str = _why_not
+
+
+class _CompiledRecorder(Recorder):
+    """The recorder with its hot path for plain ops in C (:mod:`opprof.profiler._spanlog`): the
+    engine calls the C ``on_push``/``run``/``run_pushed`` directly (instance attributes, found
+    before the class's methods), which keep a plain op's span in the thread's fixed-size log and
+    hand every other op to :class:`Recorder`'s own methods. The pause flag, the cap's count and
+    ``full`` live in the C object, shared by both lanes."""
+
+    path = "compiled"
+
+    def _start_counting(self) -> None:
+        assert _spanlog is not None
+        hot = _spanlog.Hot(
+            max_events=self.max_events,
+            register=self._records,
+            on_push=Recorder.on_push.__get__(self),
+            run=Recorder.run.__get__(self),
+            run_pushed=Recorder.run_pushed.__get__(self),
+            thread_state=thread_state,
+            internal=INTERNAL,
+        )
+        self._hot = hot
+        self._count = hot  # next(self._count) takes a slot in C, as next(itertools.count()) does
+        self.on_push = hot.on_push  # type: ignore[method-assign]
+        self.run = hot.run  # type: ignore[method-assign]
+        self.run_pushed = hot.run_pushed  # type: ignore[method-assign]
+
+    @property
+    def recording(self) -> bool:
+        return bool(self._hot.recording)
+
+    @recording.setter
+    def recording(self, value: bool) -> None:
+        self._hot.recording = int(bool(value))
+
+    @property
+    def full(self) -> bool:
+        return bool(self._hot.full)
+
+    @full.setter
+    def full(self, value: bool) -> None:
+        self._hot.full = int(bool(value))
+
+    def _attempts(self) -> int:
+        return int(self._hot.count)
+
+    def _new_records(self, lists: ThreadRecords) -> None:
+        assert _spanlog is not None
+        lists.plain = _spanlog.PlainLog(self._hot)

@@ -1,0 +1,782 @@
+/* opprof.profiler._spanlog: the recorder's hot path for plain ops, in C.
+ *
+ * Why C: a plain op's span recorded by the Python recorder cost ~1.1 µs (a thread-local lookup, a
+ * tuple of 11 fields the garbage collector tracks, attribute reads, a frame); a span in plain
+ * Python is ~0.13 µs at best. Here the engine's two hooks for a plain op (``on_push`` on the pusher,
+ * ``run`` around the op on the thread that runs it) are C functions that read the op's slots at
+ * their offsets, read CLOCK_MONOTONIC (what ``time.perf_counter_ns`` reads on Linux: the recording
+ * mixes both clocks), and append one fixed-size record of int64s to a per-thread log found through
+ * a C thread-local. Names become small integer codes (one dict lookup of an interned str), the vars
+ * their ids. Nothing per span is a Python object, so nothing is left for the garbage collector.
+ *
+ * Everything that is not a plain op (a custom op's own ops, a push inside a custom op's Python, an
+ * op of some other info) is handed to the Python recorder's own methods, unchanged: this module is
+ * a fast lane beside it, not a second recorder. The build after stop() reads each log as columns
+ * (``PlainLog.columns``: the records' bytes, for ``numpy.frombuffer``), so no record becomes a
+ * Python object there either.
+ *
+ * A log is chunked (CHUNK records a chunk, never moved): a live view may read a thread's log while
+ * that thread appends (both with the GIL held; nothing here releases it).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+#if defined(Py_GIL_DISABLED)
+#error "opprof.profiler._spanlog relies on the GIL to serialise its logs"
+#endif
+
+#include <stdint.h>
+#include <time.h>
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* One plain op, in the order of opprof/profiler/build.py's T0 ... WRITES (NAME as a code into the
+ * recorder's names; READS/WRITES a var id (ids start at 1), or -(k+1) for the log's k-th extra, a
+ * tuple of ids, for an op with none or several vars). */
+typedef struct {
+    int64_t t0, t1, name, seq, push, pusher, ready, by, by_var, reads, writes;
+} plain_t;
+#define FIELDS 11
+#define CHUNK 4096
+
+/* ------------------------------------------------------------------ slots read at their offsets */
+/* A __slots__ attribute of a known class read without the attribute machinery (~15 ns a read
+ * saved); any other type goes through getattr. */
+typedef struct {
+    PyTypeObject *type;
+    Py_ssize_t offset;
+    PyObject *name;
+} slot_t;
+
+static int slot_init(slot_t *s, PyObject *type, const char *name) {
+    s->type = (PyTypeObject *)type;
+    s->offset = -1;
+    s->name = PyUnicode_InternFromString(name);
+    if (s->name == NULL) return -1;
+    PyObject *d = PyObject_GetAttr(type, s->name);
+    if (d == NULL) return -1;
+    if (Py_IS_TYPE(d, &PyMemberDescr_Type)) {
+        PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+        if (m->type == T_OBJECT_EX) s->offset = m->offset;
+    }
+    Py_DECREF(d);
+    return 0;
+}
+
+/* A new reference, or NULL with an exception set. */
+static inline PyObject *slot_get(slot_t *s, PyObject *obj) {
+    if (s->offset >= 0 && Py_TYPE(obj) == s->type) {
+        PyObject *v = *(PyObject **)((char *)obj + s->offset);
+        if (v != NULL) {
+            Py_INCREF(v);
+            return v;
+        }
+    }
+    return PyObject_GetAttr(obj, s->name);
+}
+
+static int slot_set(slot_t *s, PyObject *obj, PyObject *value) {
+    if (s->offset >= 0 && Py_TYPE(obj) == s->type) {
+        PyObject **at = (PyObject **)((char *)obj + s->offset);
+        PyObject *old = *at;
+        Py_INCREF(value);
+        *at = value;
+        Py_XDECREF(old);
+        return 0;
+    }
+    return PyObject_SetAttr(obj, s->name, value);
+}
+
+static int64_t slot_int(slot_t *s, PyObject *obj, int *err) {
+    PyObject *v = slot_get(s, obj);
+    if (v == NULL) {
+        *err = 1;
+        return 0;
+    }
+    int64_t x = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    if (x == -1 && PyErr_Occurred()) *err = 1;
+    return x;
+}
+
+static slot_t S_PROF, S_INFO, S_NAME, S_SEQ, S_READY, S_BY, S_BY_VAR, S_READS, S_WRITES, S_VAR_ID, S_INDEX, S_PLAIN;
+static PyObject *str_invocation;
+
+/* ------------------------------------------------------------------ the names (one table a recorder) */
+typedef struct {
+    PyObject *index; /* str -> int code */
+    PyObject *list;  /* code -> str */
+} names_t;
+
+static int64_t name_code(names_t *n, PyObject *name) {
+    PyObject *c = PyDict_GetItemWithError(n->index, name);
+    if (c != NULL) return PyLong_AsLongLong(c);
+    if (PyErr_Occurred()) return -1;
+    Py_ssize_t code = PyList_GET_SIZE(n->list);
+    PyObject *pc = PyLong_FromSsize_t(code);
+    if (pc == NULL) return -1;
+    int bad = PyDict_SetItem(n->index, name, pc) < 0 || PyList_Append(n->list, name) < 0;
+    Py_DECREF(pc);
+    return bad ? -1 : (int64_t)code;
+}
+
+/* ------------------------------------------------------------------ PlainLog: one thread's plain ops */
+typedef struct {
+    PyObject_HEAD
+    plain_t **chunks;
+    Py_ssize_t nchunks, cap;
+    Py_ssize_t len;
+    PyObject *names;  /* the recorder's Names (a list of the strings, shared) */
+    names_t *table;   /* the recorder's table (owned by the Hot; names keeps its list alive) */
+    PyObject *owner;  /* the Hot whose table this is */
+    PyObject *extras; /* list: var-id tuples of ops with none or several vars */
+} PlainLog;
+
+static PyTypeObject PlainLogType;
+
+static plain_t *log_next(PlainLog *log) {
+    Py_ssize_t c = log->len / CHUNK;
+    if (c >= log->nchunks) {
+        if (log->nchunks == log->cap) {
+            Py_ssize_t cap = log->cap ? log->cap * 2 : 16;
+            plain_t **grown = PyMem_Realloc(log->chunks, (size_t)cap * sizeof(plain_t *));
+            if (grown == NULL) {
+                PyErr_NoMemory();
+                return NULL;
+            }
+            log->chunks = grown;
+            log->cap = cap;
+        }
+        plain_t *chunk = PyMem_Malloc(CHUNK * sizeof(plain_t));
+        if (chunk == NULL) {
+            PyErr_NoMemory();
+            return NULL;
+        }
+        log->chunks[log->nchunks++] = chunk;
+    }
+    return &log->chunks[c][log->len % CHUNK];
+}
+
+static inline plain_t *log_at(PlainLog *log, Py_ssize_t i) { return &log->chunks[i / CHUNK][i % CHUNK]; }
+
+/* A var tuple as a record's field: the id of its one var, else a code into the log's extras. */
+static int64_t vars_field(PlainLog *log, PyObject *vars, int *err) {
+    if (!PyTuple_Check(vars)) {
+        PyErr_SetString(PyExc_TypeError, "an op's vars must be a tuple");
+        *err = 1;
+        return 0;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(vars);
+    if (n == 1) return slot_int(&S_VAR_ID, PyTuple_GET_ITEM(vars, 0), err);
+    PyObject *ids = PyTuple_New(n);
+    if (ids == NULL) {
+        *err = 1;
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *id = slot_get(&S_VAR_ID, PyTuple_GET_ITEM(vars, i));
+        if (id == NULL) {
+            Py_DECREF(ids);
+            *err = 1;
+            return 0;
+        }
+        PyTuple_SET_ITEM(ids, i, id);
+    }
+    Py_ssize_t k = PyList_GET_SIZE(log->extras);
+    int bad = PyList_Append(log->extras, ids) < 0;
+    Py_DECREF(ids);
+    if (bad) {
+        *err = 1;
+        return 0;
+    }
+    return -1 - (int64_t)k;
+}
+
+/* A field given by Python code (an int, or a tuple of var ids). */
+static int64_t given_vars(PlainLog *log, PyObject *v, int *err) {
+    if (PyLong_Check(v)) {
+        int64_t x = PyLong_AsLongLong(v);
+        if (x == -1 && PyErr_Occurred()) *err = 1;
+        if (x < 1 && !*err) {
+            PyErr_SetString(PyExc_ValueError, "var ids start at 1");
+            *err = 1;
+        }
+        return x;
+    }
+    if (!PyTuple_Check(v)) {
+        PyErr_SetString(PyExc_TypeError, "reads/writes must be a var id or a tuple of ids");
+        *err = 1;
+        return 0;
+    }
+    Py_ssize_t k = PyList_GET_SIZE(log->extras);
+    if (PyList_Append(log->extras, v) < 0) {
+        *err = 1;
+        return 0;
+    }
+    return -1 - (int64_t)k;
+}
+
+static PyObject *field_vars(PlainLog *log, int64_t x) {
+    if (x > 0) return PyLong_FromLongLong(x);
+    PyObject *t = PyList_GetItem(log->extras, (Py_ssize_t)(-1 - x));
+    Py_XINCREF(t);
+    return t;
+}
+
+static PyObject *record_tuple(PlainLog *log, plain_t *r) {
+    PyObject *t = PyTuple_New(FIELDS);
+    if (t == NULL) return NULL;
+    int64_t *f = &r->t0;
+    for (int k = 0; k < FIELDS; k++) {
+        PyObject *v;
+        if (k == 2) {
+            v = PyList_GetItem(log->table->list, (Py_ssize_t)f[k]);
+            Py_XINCREF(v);
+        } else if (k == 9 || k == 10) {
+            v = field_vars(log, f[k]);
+        } else {
+            v = PyLong_FromLongLong(f[k]);
+        }
+        if (v == NULL) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, k, v);
+    }
+    return t;
+}
+
+typedef struct Hot Hot;
+static PyTypeObject HotType;
+
+struct Hot {
+    PyObject_HEAD
+    int recording;
+    int full;
+    long long count;      /* records attempted (the recorder's cap counts them) */
+    long long max_events; /* the cap */
+    unsigned long long generation;
+    names_t table;
+    PyObject *register_cb;  /* () -> this thread's ThreadRecords (made on first record) */
+    PyObject *slow_on_push; /* the Python recorder's on_push, for every op that is not plain */
+    PyObject *slow_run;
+    PyObject *slow_run_pushed;
+    PyObject *thread_state; /* opprof.engine.state.thread_state */
+    PyObject *internal;     /* opprof.engine.INTERNAL */
+};
+
+static PyObject *log_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    PyObject *owner;
+    if (!PyArg_ParseTuple(args, "O!:PlainLog", &HotType, &owner)) return NULL;
+    PlainLog *log = (PlainLog *)type->tp_alloc(type, 0);
+    if (log == NULL) return NULL;
+    log->extras = PyList_New(0);
+    if (log->extras == NULL) {
+        Py_DECREF(log);
+        return NULL;
+    }
+    Py_INCREF(owner);
+    log->owner = owner;
+    log->table = &((Hot *)owner)->table;
+    return (PyObject *)log;
+}
+
+static void log_dealloc(PlainLog *log) {
+    for (Py_ssize_t i = 0; i < log->nchunks; i++) PyMem_Free(log->chunks[i]);
+    PyMem_Free(log->chunks);
+    Py_XDECREF(log->extras);
+    Py_XDECREF(log->owner);
+    Py_TYPE(log)->tp_free((PyObject *)log);
+}
+
+static Py_ssize_t log_length(PlainLog *log) { return log->len; }
+
+static PyObject *log_append(PlainLog *log, PyObject *rec) {
+    if (!PyTuple_Check(rec) || PyTuple_GET_SIZE(rec) != FIELDS) {
+        PyErr_Format(PyExc_TypeError, "a plain op's record is a tuple of %d fields", FIELDS);
+        return NULL;
+    }
+    plain_t r;
+    int64_t *f = &r.t0;
+    int err = 0;
+    for (int k = 0; k < FIELDS && !err; k++) {
+        PyObject *v = PyTuple_GET_ITEM(rec, k);
+        if (k == 2) {
+            if (!PyUnicode_Check(v)) {
+                PyErr_SetString(PyExc_TypeError, "an op's name is a str");
+                return NULL;
+            }
+            f[k] = name_code(log->table, v);
+            err = f[k] < 0;
+        } else if (k == 9 || k == 10) {
+            f[k] = given_vars(log, v, &err);
+        } else {
+            f[k] = PyLong_AsLongLong(v);
+            err = f[k] == -1 && PyErr_Occurred();
+        }
+    }
+    if (err) return NULL;
+    plain_t *at = log_next(log);
+    if (at == NULL) return NULL;
+    *at = r;
+    log->len++;
+    Py_RETURN_NONE;
+}
+
+static PyObject *log_subscript(PlainLog *log, PyObject *key) {
+    if (PyIndex_Check(key)) {
+        Py_ssize_t i = PyNumber_AsSsize_t(key, PyExc_IndexError);
+        if (i == -1 && PyErr_Occurred()) return NULL;
+        if (i < 0) i += log->len;
+        if (i < 0 || i >= log->len) {
+            PyErr_SetString(PyExc_IndexError, "PlainLog index out of range");
+            return NULL;
+        }
+        return record_tuple(log, log_at(log, i));
+    }
+    if (!PySlice_Check(key)) {
+        PyErr_SetString(PyExc_TypeError, "PlainLog indices are ints or slices");
+        return NULL;
+    }
+    Py_ssize_t start, stop, step;
+    if (PySlice_Unpack(key, &start, &stop, &step) < 0) return NULL;
+    Py_ssize_t n = PySlice_AdjustIndices(log->len, &start, &stop, step);
+    PyObject *out = PyList_New(n);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t j = 0, i = start; j < n; j++, i += step) {
+        PyObject *t = record_tuple(log, log_at(log, i));
+        if (t == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, j, t);
+    }
+    return out;
+}
+
+static PyObject *log_columns(PlainLog *log, PyObject *Py_UNUSED(ignored)) {
+    /* The records' bytes (FIELDS int64s each), the names (code -> str; shared, may grow), extras. */
+    PyObject *b = PyBytes_FromStringAndSize(NULL, log->len * (Py_ssize_t)sizeof(plain_t));
+    if (b == NULL) return NULL;
+    char *dst = PyBytes_AS_STRING(b);
+    for (Py_ssize_t c = 0, left = log->len; left > 0; c++) {
+        Py_ssize_t k = left < CHUNK ? left : CHUNK;
+        memcpy(dst, log->chunks[c], (size_t)k * sizeof(plain_t));
+        dst += k * sizeof(plain_t);
+        left -= k;
+    }
+    PyObject *names = PyList_GetSlice(log->table->list, 0, PY_SSIZE_T_MAX);
+    PyObject *extras = PyList_GetSlice(log->extras, 0, PY_SSIZE_T_MAX);
+    if (names == NULL || extras == NULL) {
+        Py_DECREF(b);
+        Py_XDECREF(names);
+        Py_XDECREF(extras);
+        return NULL;
+    }
+    return Py_BuildValue("(NNN)", b, names, extras);
+}
+
+static PyObject *log_copy(PlainLog *log, PyObject *Py_UNUSED(ignored)) {
+    PyObject *args = Py_BuildValue("(O)", log->owner);
+    if (args == NULL) return NULL;
+    PlainLog *c = (PlainLog *)log_new(&PlainLogType, args, NULL);
+    Py_DECREF(args);
+    if (c == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < log->len; i++) {
+        plain_t *at = log_next(c);
+        if (at == NULL) {
+            Py_DECREF(c);
+            return NULL;
+        }
+        *at = *log_at(log, i);
+        c->len++;
+    }
+    Py_SETREF(c->extras, PyList_GetSlice(log->extras, 0, PY_SSIZE_T_MAX));
+    if (c->extras == NULL) {
+        Py_DECREF(c);
+        return NULL;
+    }
+    return (PyObject *)c;
+}
+
+static PyMethodDef log_methods[] = {
+    {"append", (PyCFunction)log_append, METH_O, "Append one record given as build's 11-field tuple (the Python paths)."},
+    {"columns", (PyCFunction)log_columns, METH_NOARGS,
+     "(bytes of the records as int64s, names by code, extras): the build reads them with numpy.frombuffer."},
+    {"copy", (PyCFunction)log_copy, METH_NOARGS, "The log as it is now (a live build reads a copy)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyObject *log_item(PlainLog *log, Py_ssize_t i) {
+    if (i < 0 || i >= log->len) {
+        PyErr_SetString(PyExc_IndexError, "PlainLog index out of range");
+        return NULL;
+    }
+    return record_tuple(log, log_at(log, i));
+}
+
+/* sq_item makes a log iterable as a list of tuples is (tests and tools read records one by one). */
+static PySequenceMethods log_as_sequence = {.sq_length = (lenfunc)log_length, .sq_item = (ssizeargfunc)log_item};
+static PyMappingMethods log_as_mapping = {.mp_length = (lenfunc)log_length, .mp_subscript = (binaryfunc)log_subscript};
+
+static PyTypeObject PlainLogType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "opprof.profiler._spanlog.PlainLog",
+    .tp_doc = "One thread's plain-op records, fixed-size, in chunks (a list of tuples on the pure path).",
+    .tp_basicsize = sizeof(PlainLog),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = log_new,
+    .tp_dealloc = (destructor)log_dealloc,
+    .tp_methods = log_methods,
+    .tp_as_sequence = &log_as_sequence,
+    .tp_as_mapping = &log_as_mapping,
+};
+
+/* ------------------------------------------------------------------ Hot: one recorder's fast lane */
+static unsigned long long generations = 0;
+
+/* This thread's records for the recorder `generation` (borrowed: the recorder keeps them). */
+static _Thread_local struct {
+    unsigned long long generation;
+    PyObject *records; /* its ThreadRecords */
+    PlainLog *plain;
+} tls;
+
+static PyObject *this_threads_records(Hot *self) {
+    if (tls.generation == self->generation) return tls.records;
+    PyObject *rec = PyObject_CallNoArgs(self->register_cb);
+    if (rec == NULL) return NULL;
+    PyObject *plain = slot_get(&S_PLAIN, rec);
+    if (plain == NULL || !Py_IS_TYPE(plain, &PlainLogType)) {
+        if (plain != NULL) PyErr_SetString(PyExc_TypeError, "the thread's records hold no PlainLog");
+        Py_XDECREF(plain);
+        Py_DECREF(rec);
+        return NULL;
+    }
+    /* Borrowed from here on: the recorder's list of records keeps both alive, as long as it. */
+    tls.generation = self->generation;
+    tls.records = rec;
+    tls.plain = (PlainLog *)plain;
+    Py_DECREF(plain);
+    Py_DECREF(rec);
+    return tls.records;
+}
+
+static PyObject *hot_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"max_events", "register", "on_push", "run", "run_pushed", "thread_state", "internal", NULL};
+    long long max_events;
+    PyObject *reg, *on_push, *run, *run_pushed, *ts, *internal;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "LOOOOOO:Hot", kwlist, &max_events, &reg, &on_push, &run, &run_pushed, &ts,
+                                     &internal))
+        return NULL;
+    Hot *self = (Hot *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->table.index = PyDict_New();
+    self->table.list = PyList_New(0);
+    if (self->table.index == NULL || self->table.list == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    self->recording = 1;
+    self->max_events = max_events;
+    self->generation = ++generations;
+    Py_INCREF(reg), Py_INCREF(on_push), Py_INCREF(run), Py_INCREF(run_pushed), Py_INCREF(ts), Py_INCREF(internal);
+    self->register_cb = reg;
+    self->slow_on_push = on_push;
+    self->slow_run = run;
+    self->slow_run_pushed = run_pushed;
+    self->thread_state = ts;
+    self->internal = internal;
+    return (PyObject *)self;
+}
+
+static int hot_traverse(Hot *self, visitproc visit, void *arg) {
+    Py_VISIT(self->register_cb);
+    Py_VISIT(self->slow_on_push);
+    Py_VISIT(self->slow_run);
+    Py_VISIT(self->slow_run_pushed);
+    return 0;
+}
+
+static int hot_clear(Hot *self) {
+    Py_CLEAR(self->register_cb);
+    Py_CLEAR(self->slow_on_push);
+    Py_CLEAR(self->slow_run);
+    Py_CLEAR(self->slow_run_pushed);
+    return 0;
+}
+
+static void hot_dealloc(Hot *self) {
+    PyObject_GC_UnTrack(self);
+    hot_clear(self);
+    Py_XDECREF(self->table.index);
+    Py_XDECREF(self->table.list);
+    Py_XDECREF(self->thread_state);
+    Py_XDECREF(self->internal);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Whether a record may be kept: recording, and under the cap (an attempt past it marks the
+ * recording full, as the Python recorder's next(self._count) does). */
+static inline int admit(Hot *self) {
+    if (!self->recording) return 0;
+    if (self->count++ < self->max_events) return 1;
+    self->full = 1;
+    return 0;
+}
+
+/* on_push(opr): note when and by whom a plain op was pushed (opr.prof = (ts, records, None, None));
+ * a push inside a custom op's Python goes to the Python recorder. */
+static PyObject *hot_on_push(Hot *self, PyObject *opr) {
+    if (!self->recording) Py_RETURN_NONE;
+    PyObject *info = slot_get(&S_INFO, opr);
+    if (info == NULL) return NULL;
+    Py_DECREF(info); /* compared by identity only */
+    if (info == self->internal) Py_RETURN_NONE;
+    PyObject *inv = PyObject_GetAttr(self->thread_state, str_invocation);
+    if (inv == NULL) return NULL;
+    Py_DECREF(inv);
+    if (inv != Py_None) return PyObject_CallOneArg(self->slow_on_push, opr);
+    int64_t ts = now_ns();
+    PyObject *rec = this_threads_records(self);
+    if (rec == NULL) return NULL;
+    PyObject *t = PyLong_FromLongLong(ts);
+    if (t == NULL) return NULL;
+    PyObject *note = PyTuple_Pack(4, t, rec, Py_None, Py_None);
+    Py_DECREF(t);
+    if (note == NULL) return NULL;
+    int bad = slot_set(&S_PROF, opr, note);
+    Py_DECREF(note);
+    if (bad) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* Fill a plain op's record from the op and its push's note; 0, or -1 with an exception set. */
+static int fill(Hot *self, PlainLog *log, plain_t *r, PyObject *opr, PyObject *note) {
+    int err = 0;
+    PyObject *name = slot_get(&S_NAME, opr);
+    if (name == NULL) return -1;
+    r->name = PyUnicode_Check(name) ? name_code(&self->table, name) : -1;
+    Py_DECREF(name);
+    if (r->name < 0) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "an op's name is a str");
+        return -1;
+    }
+    r->seq = slot_int(&S_SEQ, opr, &err);
+    r->push = PyLong_AsLongLong(PyTuple_GET_ITEM(note, 0));
+    if (r->push == -1 && PyErr_Occurred()) return -1;
+    r->pusher = slot_int(&S_INDEX, PyTuple_GET_ITEM(note, 1), &err);
+    r->ready = slot_int(&S_READY, opr, &err);
+    r->by = slot_int(&S_BY, opr, &err);
+    r->by_var = slot_int(&S_BY_VAR, opr, &err);
+    if (err) return -1;
+    PyObject *reads = slot_get(&S_READS, opr);
+    if (reads == NULL) return -1;
+    r->reads = vars_field(log, reads, &err);
+    Py_DECREF(reads);
+    if (err) return -1;
+    PyObject *writes = slot_get(&S_WRITES, opr);
+    if (writes == NULL) return -1;
+    r->writes = vars_field(log, writes, &err);
+    Py_DECREF(writes);
+    return err ? -1 : 0;
+}
+
+/* Keep a plain op's span [t0, t1] on this thread's log (an error of the op itself is set already,
+ * and kept: the record's own failure must not replace it). */
+static int keep(Hot *self, PyObject *opr, PyObject *note, int64_t t0, int64_t t1) {
+    if (!admit(self)) return 0;
+    if (this_threads_records(self) == NULL) return -1;
+    PlainLog *log = tls.plain;
+    plain_t r;
+    r.t0 = t0;
+    r.t1 = t1;
+    if (fill(self, log, &r, opr, note) < 0) return -1;
+    plain_t *at = log_next(log);
+    if (at == NULL) return -1;
+    *at = r;
+    log->len++;
+    return 0;
+}
+
+/* run(opr, fn, *args): time fn(*args) and keep a plain op's span; anything else is the Python
+ * recorder's (it keeps its own note of what was pushed inside a custom op). */
+static PyObject *hot_run(Hot *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 2) {
+        PyErr_SetString(PyExc_TypeError, "run(opr, fn, *args)");
+        return NULL;
+    }
+    PyObject *opr = args[0], *fn = args[1];
+    PyObject *note = slot_get(&S_PROF, opr);
+    if (note == NULL) return NULL;
+    Py_DECREF(note); /* the op keeps it */
+    if (note == Py_None) {  /* pushed before recording started, or internal */
+        PyObject *res = PyObject_Vectorcall(fn, args + 2, (size_t)(nargs - 2), NULL);
+        if (res == NULL) return NULL;
+        Py_DECREF(res);
+        Py_RETURN_NONE;
+    }
+    PyObject *info = slot_get(&S_INFO, opr);
+    if (info == NULL) return NULL;
+    Py_DECREF(info);
+    if (info != Py_None || !PyTuple_CheckExact(note) || PyTuple_GET_SIZE(note) != 4 || PyTuple_GET_ITEM(note, 2) != Py_None)
+        return PyObject_Vectorcall(self->slow_run, args, (size_t)nargs, NULL);
+    Py_INCREF(note); /* held across fn, which may drop the op's */
+    int64_t t0 = now_ns();
+    PyObject *res = PyObject_Vectorcall(fn, args + 2, (size_t)(nargs - 2), NULL);
+    int64_t t1 = now_ns();
+    if (res == NULL) {
+        /* fn raised: record the span anyway (as the Python recorder's finally does), keep fn's error */
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        if (keep(self, opr, note, t0, t1) < 0) PyErr_Clear();
+        PyErr_Restore(type, value, tb);
+        Py_DECREF(note);
+        return NULL;
+    }
+    Py_DECREF(res);
+    int bad = keep(self, opr, note, t0, t1);
+    Py_DECREF(note);
+    if (bad) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* run_pushed(name, seq, reads, writes, fn, *args): the naive engine's plain op pushed and run at once. */
+static PyObject *hot_run_pushed(Hot *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 5) {
+        PyErr_SetString(PyExc_TypeError, "run_pushed(name, seq, reads, writes, fn, *args)");
+        return NULL;
+    }
+    if (!self->recording) goto slow;
+    PyObject *inv = PyObject_GetAttr(self->thread_state, str_invocation);
+    if (inv == NULL) return NULL;
+    Py_DECREF(inv);
+    if (inv != Py_None) goto slow;
+    int64_t t0 = now_ns();
+    PyObject *res = PyObject_Vectorcall(args[4], args + 5, (size_t)(nargs - 5), NULL);
+    int64_t t1 = now_ns();
+    PyObject *type = NULL, *value = NULL, *tb = NULL;
+    if (res == NULL) PyErr_Fetch(&type, &value, &tb);
+    else Py_DECREF(res);
+    int failed = 0;
+    if (admit(self)) {
+        PyObject *rec = this_threads_records(self);
+        PlainLog *log = tls.plain;
+        int err = rec == NULL;
+        plain_t r = {.t0 = t0, .t1 = t1, .push = t0, .ready = 0, .by = 0, .by_var = 0};
+        if (!err) {
+            r.pusher = slot_int(&S_INDEX, rec, &err);
+            r.name = err ? -1 : PyUnicode_Check(args[0]) ? name_code(&self->table, args[0]) : -1;
+            err = err || r.name < 0;
+        }
+        if (!err) {
+            r.seq = PyLong_AsLongLong(args[1]);
+            err = r.seq == -1 && PyErr_Occurred();
+        }
+        if (!err) r.reads = vars_field(log, args[2], &err);
+        if (!err) r.writes = vars_field(log, args[3], &err);
+        plain_t *at = err ? NULL : log_next(log);
+        if (at != NULL) {
+            *at = r;
+            log->len++;
+        } else {
+            failed = 1;
+        }
+    }
+    if (res == NULL) {
+        if (failed) PyErr_Clear();
+        PyErr_Restore(type, value, tb);
+        return NULL;
+    }
+    if (failed) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "an op's name is a str");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+slow:
+    return PyObject_Vectorcall(self->slow_run_pushed, args, (size_t)nargs, NULL);
+}
+
+/* The recorder's count as an iterator: next(hot) takes a slot, as next(itertools.count()) does. */
+static PyObject *hot_iter(PyObject *self) {
+    Py_INCREF(self);
+    return self;
+}
+
+static PyObject *hot_next(Hot *self) { return PyLong_FromLongLong(self->count++); }
+
+static PyMethodDef hot_methods[] = {
+    {"on_push", (PyCFunction)hot_on_push, METH_O, "The engine's push hook (see Recorder.on_push)."},
+    {"run", (PyCFunction)(void (*)(void))hot_run, METH_FASTCALL, "The engine's run hook (see Recorder.run)."},
+    {"run_pushed", (PyCFunction)(void (*)(void))hot_run_pushed, METH_FASTCALL, "The naive engine's push-and-run hook."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef hot_members[] = {
+    {"recording", T_INT, offsetof(Hot, recording), 0, "0 while paused"},
+    {"full", T_INT, offsetof(Hot, full), 0, "1 once a record was dropped at the cap"},
+    {"count", T_LONGLONG, offsetof(Hot, count), 0, "records attempted so far"},
+    {"max_events", T_LONGLONG, offsetof(Hot, max_events), READONLY, "the cap"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject HotType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "opprof.profiler._spanlog.Hot",
+    .tp_doc = "One recorder's fast lane for plain ops (see the module docstring).",
+    .tp_basicsize = sizeof(Hot),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = hot_new,
+    .tp_dealloc = (destructor)hot_dealloc,
+    .tp_traverse = (traverseproc)hot_traverse,
+    .tp_clear = (inquiry)hot_clear,
+    .tp_methods = hot_methods,
+    .tp_members = hot_members,
+    .tp_iter = hot_iter,
+    .tp_iternext = (iternextfunc)hot_next,
+};
+
+/* ------------------------------------------------------------------ the module */
+static PyObject *mod_bind(PyObject *m, PyObject *args) {
+    /* bind(Opr, Var, ThreadRecords): learn the slots' offsets (the classes live in Python). */
+    PyObject *opr, *var, *records;
+    if (!PyArg_ParseTuple(args, "O!O!O!:bind", &PyType_Type, &opr, &PyType_Type, &var, &PyType_Type, &records)) return NULL;
+    if (slot_init(&S_PROF, opr, "prof") || slot_init(&S_INFO, opr, "info") || slot_init(&S_NAME, opr, "name") ||
+        slot_init(&S_SEQ, opr, "seq") || slot_init(&S_READY, opr, "ready_ns") || slot_init(&S_BY, opr, "by") ||
+        slot_init(&S_BY_VAR, opr, "by_var") || slot_init(&S_READS, opr, "reads") || slot_init(&S_WRITES, opr, "writes") ||
+        slot_init(&S_VAR_ID, var, "id") || slot_init(&S_INDEX, records, "index") || slot_init(&S_PLAIN, records, "plain"))
+        return NULL;
+    Py_INCREF(opr), Py_INCREF(var), Py_INCREF(records); /* kept for the process's life: their offsets are */
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef mod_methods[] = {
+    {"bind", mod_bind, METH_VARARGS, "bind(Opr, Var, ThreadRecords): read their slots at their offsets."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moddef = {
+    PyModuleDef_HEAD_INIT, "opprof.profiler._spanlog", "The recorder's hot path for plain ops (see _spanlog.c).", -1,
+    mod_methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__spanlog(void) {
+    str_invocation = PyUnicode_InternFromString("invocation");
+    if (str_invocation == NULL) return NULL;
+    if (PyType_Ready(&PlainLogType) < 0 || PyType_Ready(&HotType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&moddef);
+    if (m == NULL) return NULL;
+    Py_INCREF(&PlainLogType);
+    Py_INCREF(&HotType);
+    if (PyModule_AddObject(m, "PlainLog", (PyObject *)&PlainLogType) < 0 ||
+        PyModule_AddObject(m, "Hot", (PyObject *)&HotType) < 0 ||
+        PyModule_AddIntConstant(m, "RECORD_SIZE", (long)sizeof(plain_t)) < 0 ||
+        PyModule_AddIntConstant(m, "FIELDS", FIELDS) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,208 @@
+"""The compiled recorder (opprof/profiler/_spanlog.c) records what the pure-Python one records.
+
+The pure recorder is the oracle: the same workload, recorded by each, gives the same spans, roles,
+threads and engine edges (op numbers taken relative to the first op, times aside). The hot path's
+edge cases (an op that raises, the cap, a pause, ops with no var or several) are checked on both
+paths. Under ``OPPROF_PURE=1`` (and where the extension is not built) only the pure path runs, and
+asking for the compiled one says why it is missing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import opprof as mx
+from opprof.engine import get_engine
+from opprof.profiler.recorder import COMPILED_WHY_NOT, ProfilerError, Recorder
+from opprof.trace import Trace
+from tests.helpers import MyAddOneProp
+
+pytestmark = pytest.mark.timeout(120)
+
+mx.operator.register("CompiledRecAddOne")(MyAddOneProp)
+
+PATHS = [False] if COMPILED_WHY_NOT else [False, True]
+needs_compiled = pytest.mark.skipif(bool(COMPILED_WHY_NOT), reason=f"no compiled recorder: {COMPILED_WHY_NOT}")
+
+
+def _record(workload: Callable[[], None], compiled: bool, **kw: Any) -> tuple[Recorder, Trace]:
+    mx.nd.waitall()
+    rec = Recorder(compiled=compiled, **kw).attach()
+    try:
+        workload()
+        mx.nd.waitall()
+    finally:
+        rec.detach()
+    return rec, rec.build()
+
+
+def _mixed() -> None:
+    """Plain ops (one var, two reads, no var at all), a custom op with its sub-ops, a wait, a user span."""
+    a = mx.nd.ones((4, 4))
+    b = a * 2
+    c = a + b  # two reads
+    eng = get_engine()
+    eng.push(lambda: None, reads=(c._var, b._var), writes=(), name="two_reads_no_write")
+    eng.push(lambda: None, name="no_vars")
+    d = mx.nd.Custom(c, op_type="CompiledRecAddOne")
+    d.wait_to_read()
+    with mx.profiler.Task(mx.profiler.Domain("test"), "marked"):
+        e = d - 1
+    e.wait_to_read()
+
+
+def _names(trace: Trace) -> list[str]:
+    t = trace.table
+    return [t.strings[i] for i in t.name.tolist()]
+
+
+def _shape(trace: Trace) -> dict[str, Any]:
+    """What must not depend on the recorder: spans (name, role, thread, op rank), the op table's
+    edges, flows, in op order."""
+    s = trace.table
+    names = [s.strings[i] for i in s.name.tolist()]
+    threads = {t.tid: t.name for t in trace.threads}
+    ops = trace.ops
+    real = ops.op[ops.op < 1 << 40] if ops is not None else np.zeros(0, np.int64)
+    base = int(real.min()) if len(real) else 0
+
+    def rank(x: int) -> int:
+        return x - base if 0 <= x < 1 << 40 else x
+
+    spans = sorted((names[i], int(s.role[i]), threads[int(s.tid[i])], rank(int(s.op[i]))) for i in range(len(s.start)))
+    assert ops is not None
+    edges = []
+    for i in range(len(ops.op)):
+        lo, hi = int(ops.acc_at[i]), int(ops.acc_at[i + 1])
+        edges.append(
+            (
+                rank(int(ops.op[i])),
+                int(ops.kind[i]),
+                threads.get(int(ops.pusher[i]), "?"),
+                rank(int(ops.by[i])) if ops.by[i] > 0 else -1,
+                tuple(zip(ops.acc_var[lo:hi].tolist(), ops.acc_write[lo:hi].tolist(), strict=True)),
+            )
+        )
+    return {"spans": spans, "edges": sorted(edges), "flows": trace.n_flows}
+
+
+@needs_compiled
+def test_compiled_and_pure_record_the_same_trace_on_the_naive_engine() -> None:
+    mx.set_engine("naive")
+    try:
+        shapes = [_shape(_record(_mixed, compiled)[1]) for compiled in (False, True)]
+    finally:
+        mx.set_engine("threaded")
+    pure, compiled = shapes
+    # Var ids differ between the runs (fresh arrays): compare each access's var by its first use.
+    for shape in shapes:
+        seen: dict[int, int] = {}
+        shape["edges"] = [(*e[:4], tuple((seen.setdefault(v, len(seen)), w) for v, w in e[4])) for e in sorted(shape["edges"])]
+    assert compiled["spans"] == pure["spans"]
+    assert compiled["edges"] == pure["edges"]
+    assert compiled["flows"] == pure["flows"]
+
+
+@needs_compiled
+def test_compiled_and_pure_agree_on_the_threaded_engine() -> None:
+    mx.set_engine("threaded", workers=2, custom_workers=2)
+    try:
+        traces = [_record(_mixed, compiled)[1] for compiled in (False, True)]
+    finally:
+        mx.set_engine("threaded")
+    pure, compiled = (_shape(t) for t in traces)
+    # Which worker ran an op may differ; what ran, its role and its edges' shape may not.
+    assert sorted((n, r, op) for n, r, _, op in compiled["spans"]) == sorted((n, r, op) for n, r, _, op in pure["spans"])
+    assert [len(e[4]) for e in compiled["edges"]] == [len(e[4]) for e in pure["edges"]]
+    assert compiled["flows"] == pure["flows"]
+    assert traces[1].metadata["recorder"] == {"path": "compiled"}
+    assert traces[0].metadata["recorder"]["path"] == "python"
+
+
+@pytest.mark.parametrize("compiled", PATHS)
+def test_a_failing_op_keeps_its_span_and_its_error(compiled: bool) -> None:
+    def boom() -> None:
+        raise ValueError("op failed")
+
+    def work() -> None:
+        v = get_engine().new_var()
+        get_engine().push(boom, writes=(v,), name="boom")
+        with pytest.raises(ValueError, match="op failed"):
+            get_engine().wait_for_var(v)
+
+    _, trace = _record(work, compiled)
+    s = trace.table
+    names = [s.strings[i] for i in s.name.tolist()]
+    assert "boom" in names
+    # The engine stays usable, and the next op is recorded too.
+    _, again = _record(lambda: (mx.nd.ones((2, 2)) + 1).wait_to_read(), compiled)
+    assert again.n_spans >= 1
+
+
+@pytest.mark.parametrize("compiled", PATHS)
+def test_the_cap_keeps_the_first_ops_and_counts_the_rest(compiled: bool) -> None:
+    def work() -> None:
+        a = mx.nd.ones((2, 2))
+        for _ in range(50):
+            a = a + 1
+        a.wait_to_read()
+
+    rec, trace = _record(work, compiled, max_events=10)
+    assert rec.full
+    plus = [n for n in _names(trace) if n == "_plus_scalar"]
+    assert len(plus) <= 10 and trace.metadata["dropped_events"] >= 40
+
+
+@pytest.mark.parametrize("compiled", PATHS)
+def test_a_pause_records_nothing_until_resumed(compiled: bool) -> None:
+    a = mx.nd.ones((2, 2))
+    a.wait_to_read()
+    rec = Recorder(compiled=compiled).attach()
+    try:
+        rec.recording = False
+        for _ in range(5):
+            a = a + 1
+        a.wait_to_read()
+        assert rec.recording is False
+        rec.recording = True
+        b = a * 3
+        b.wait_to_read()
+    finally:
+        rec.detach()
+    names = _names(rec.build())
+    assert "_mul_scalar" in names and "_plus_scalar" not in names
+
+
+@pytest.mark.parametrize("compiled", PATHS)
+def test_a_live_copy_reads_what_was_recorded_so_far(compiled: bool) -> None:
+    a = mx.nd.ones((2, 2))
+    a.wait_to_read()
+    rec = Recorder(compiled=compiled).attach()
+    try:
+        for _ in range(20):
+            a = a + 1
+        a.wait_to_read()
+        live = rec.build(live=True)
+        for _ in range(5):
+            a = a + 1
+        a.wait_to_read()
+    finally:
+        rec.detach()
+    done = rec.build()
+    assert _names(live).count("_plus_scalar") == 20 and _names(done).count("_plus_scalar") == 25
+
+
+def test_asking_for_the_compiled_recorder_where_there_is_none_says_why() -> None:
+    if COMPILED_WHY_NOT:
+        with pytest.raises(ProfilerError, match="no compiled recorder"):
+            Recorder(compiled=True)
+        assert Recorder().path == "python"
+    else:
+        assert Recorder().path == "compiled"
+        with pytest.raises(ProfilerError, match="perf_counter_ns"):
+            Recorder(clock=lambda: 0, compiled=True)
+    assert Recorder(compiled=False).path == "python"
