@@ -9,9 +9,11 @@
  * a C thread-local. Names become small integer codes (one dict lookup of an interned str), the vars
  * their ids. Nothing per span is a Python object, so nothing is left for the garbage collector.
  *
- * Everything that is not a plain op (a custom op's own ops, a push inside a custom op's Python, an
- * op of some other info) is handed to the Python recorder's own methods, unchanged: this module is
- * a fast lane beside it, not a second recorder. The build after stop() reads each log as columns
+ * ``on_push`` notes every op's push in the Python recorder's shape (inside a custom op's Python
+ * with its invocation and the user's line, found by the recorder's own ``_site``); at ``run``,
+ * everything that is not a plain op (a custom op's own ops, a sub-op, an op of some other info) is
+ * handed to the Python recorder's ``run``, unchanged: this module is a fast lane beside it, not a
+ * second recorder. The build after stop() reads each log as columns
  * (``PlainLog.columns``: the records' bytes, for ``numpy.frombuffer``), so no record becomes a
  * Python object there either.
  *
@@ -263,9 +265,9 @@ struct Hot {
     unsigned long long generation;
     names_t table;
     PyObject *register_cb;  /* () -> this thread's ThreadRecords (made on first record) */
-    PyObject *slow_on_push; /* the Python recorder's on_push, for every op that is not plain */
-    PyObject *slow_run;
+    PyObject *slow_run; /* the Python recorder's run, for every op that is not plain */
     PyObject *slow_run_pushed;
+    PyObject *site;         /* the recorder's _site(start): the user's line that pushed */
     PyObject *thread_state; /* opprof.engine.state.thread_state */
     PyObject *internal;     /* opprof.engine.INTERNAL */
 };
@@ -467,11 +469,11 @@ static PyObject *this_threads_records(Hot *self) {
 }
 
 static PyObject *hot_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"max_events", "register", "on_push", "run", "run_pushed", "thread_state", "internal", NULL};
+    static char *kwlist[] = {"max_events", "register", "run", "run_pushed", "site", "thread_state", "internal", NULL};
     long long max_events;
-    PyObject *reg, *on_push, *run, *run_pushed, *ts, *internal;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "LOOOOOO:Hot", kwlist, &max_events, &reg, &on_push, &run, &run_pushed, &ts,
-                                     &internal))
+    PyObject *reg, *run, *run_pushed, *site, *ts, *internal;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "LOOOOOO:Hot", kwlist, &max_events, &reg, &run, &run_pushed, &site,
+                                     &ts, &internal))
         return NULL;
     Hot *self = (Hot *)type->tp_alloc(type, 0);
     if (self == NULL) return NULL;
@@ -484,9 +486,10 @@ static PyObject *hot_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     self->recording = 1;
     self->max_events = max_events;
     self->generation = ++generations;
-    Py_INCREF(reg), Py_INCREF(on_push), Py_INCREF(run), Py_INCREF(run_pushed), Py_INCREF(ts), Py_INCREF(internal);
+    Py_INCREF(reg), Py_INCREF(run), Py_INCREF(run_pushed), Py_INCREF(site), Py_INCREF(ts);
+    Py_INCREF(internal);
+    self->site = site;
     self->register_cb = reg;
-    self->slow_on_push = on_push;
     self->slow_run = run;
     self->slow_run_pushed = run_pushed;
     self->thread_state = ts;
@@ -496,17 +499,17 @@ static PyObject *hot_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
 
 static int hot_traverse(Hot *self, visitproc visit, void *arg) {
     Py_VISIT(self->register_cb);
-    Py_VISIT(self->slow_on_push);
     Py_VISIT(self->slow_run);
     Py_VISIT(self->slow_run_pushed);
+    Py_VISIT(self->site);
     return 0;
 }
 
 static int hot_clear(Hot *self) {
     Py_CLEAR(self->register_cb);
-    Py_CLEAR(self->slow_on_push);
     Py_CLEAR(self->slow_run);
     Py_CLEAR(self->slow_run_pushed);
+    Py_CLEAR(self->site);
     return 0;
 }
 
@@ -529,8 +532,9 @@ static inline int admit(Hot *self) {
     return 0;
 }
 
-/* on_push(opr): note when and by whom a plain op was pushed (opr.prof = (ts, records, None, None));
- * a push inside a custom op's Python goes to the Python recorder. */
+/* on_push(opr): note when and by whom an op was pushed, opr.prof = (ts, records, invocation, site)
+ * in build's NOTE_* order: inside a custom op's Python, its invocation and (for a sub-op) the
+ * user's line that pushed it, found by the recorder's _site; (ts, records, None, None) elsewhere. */
 static PyObject *hot_on_push(Hot *self, PyObject *opr) {
     if (!self->recording) Py_RETURN_NONE;
     PyObject *info = slot_get(&S_INFO, opr);
@@ -539,15 +543,31 @@ static PyObject *hot_on_push(Hot *self, PyObject *opr) {
     if (info == self->internal) Py_RETURN_NONE;
     PyObject *inv = PyObject_GetAttr(self->thread_state, str_invocation);
     if (inv == NULL) return NULL;
-    Py_DECREF(inv);
-    if (inv != Py_None) return PyObject_CallOneArg(self->slow_on_push, opr);
+    Py_DECREF(inv); /* the thread's state keeps it while its Python runs */
     int64_t ts = now_ns();
     PyObject *rec = this_threads_records(self);
     if (rec == NULL) return NULL;
+    PyObject *site = Py_None;
+    Py_INCREF(site);
+    if (inv != Py_None && info == Py_None) {
+        /* _site(2): its frame 0 is itself, 1 the engine's push (this C function is no frame). */
+        PyObject *start = PyLong_FromLong(2);
+        if (start == NULL) {
+            Py_DECREF(site);
+            return NULL;
+        }
+        Py_SETREF(site, PyObject_CallOneArg(self->site, start));
+        Py_DECREF(start);
+        if (site == NULL) return NULL;
+    }
     PyObject *t = PyLong_FromLongLong(ts);
-    if (t == NULL) return NULL;
-    PyObject *note = PyTuple_Pack(4, t, rec, Py_None, Py_None);
+    if (t == NULL) {
+        Py_DECREF(site);
+        return NULL;
+    }
+    PyObject *note = PyTuple_Pack(4, t, rec, inv, site);
     Py_DECREF(t);
+    Py_DECREF(site);
     if (note == NULL) return NULL;
     int bad = slot_set(&S_PROF, opr, note);
     Py_DECREF(note);

@@ -15,9 +15,9 @@ class Hot:
         self,
         max_events: int,
         register: Callable[[], Any],
-        on_push: Callable[..., Any],
         run: Callable[..., Any],
         run_pushed: Callable[..., Any],
+        site: Callable[[int], Any],
         thread_state: Any,
         internal: Any,
     ) -> None: ...

@@ -472,8 +472,8 @@ COMPILED_WHY_NOT: str = _why_not
 class _CompiledRecorder(Recorder):
     """The recorder with its hot path for plain ops in C (:mod:`opprof.profiler._spanlog`): the
     engine calls the C ``on_push``/``run``/``run_pushed`` directly (instance attributes, found
-    before the class's methods), which keep a plain op's span in the thread's fixed-size log and
-    hand every other op to :class:`Recorder`'s own methods. The pause flag, the cap's count and
+    before the class's methods): every push's note is made in C, a plain op's span is kept in the
+    thread's fixed-size log, and every other op's run goes to :class:`Recorder`'s own. The pause flag, the cap's count and
     ``full`` live in the C object, shared by both lanes."""
 
     path = "compiled"
@@ -483,9 +483,9 @@ class _CompiledRecorder(Recorder):
         hot = _spanlog.Hot(
             max_events=self.max_events,
             register=self._records,
-            on_push=Recorder.on_push.__get__(self),
             run=Recorder.run.__get__(self),
             run_pushed=Recorder.run_pushed.__get__(self),
+            site=_site,
             thread_state=thread_state,
             internal=INTERNAL,
         )
