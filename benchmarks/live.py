@@ -11,7 +11,8 @@ are ipywidgets' dummies, so only the last hop is missing: ipykernel's message fr
 socket send, which its IOPub thread does. Figures are medians of interleaved rounds; each run
 counts until the engine is idle, as the profiler section's on/off rows do.
 
-Goal (the notebook issue): profiler on/off with the live view <= 1.2x.
+Goals: profiler on/off with the live view <= 1.2x (the notebook issue); the live view <= 1.05x the
+profiler alone (the recorder-at-its-floor issue).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ except ImportError:  # run as a script: python benchmarks/live.py
 
 SECTION = "Profiler"
 LIVE_GOAL = 1.2
+#: The recorder-at-its-floor issue: the live view costs at most 5 % over the profiler alone.
+LIVE_OVER_PROFILER_GOAL = 1.05
 
 
 class _Handle:
@@ -99,7 +102,19 @@ def measure(ops: int, repeats: int) -> list[Row]:
         f"({live / on:.2f}x the profiler alone); {polls:.0f} polls streamed {sent:,.0f} spans (threaded engine)"
     )
     goal = f"≤ {LIVE_GOAL}x"
-    return [Row(SECTION, f"profiler on/off with the live view, {ops:,} small ops", ratio, "x", detail, goal, ratio <= LIVE_GOAL)]
+    over = live / on
+    return [
+        Row(SECTION, f"profiler on/off with the live view, {ops:,} small ops", ratio, "x", detail, goal, ratio <= LIVE_GOAL),
+        Row(
+            SECTION,
+            f"live view over the profiler alone, {ops:,} small ops",
+            over,
+            "x",
+            f"with the live view {live:.2f} s, the profiler alone {on:.2f} s (same rounds)",
+            f"≤ {LIVE_OVER_PROFILER_GOAL}x",
+            over <= LIVE_OVER_PROFILER_GOAL,
+        ),
+    ]
 
 
 def main() -> None:

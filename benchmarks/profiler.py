@@ -12,15 +12,19 @@ of ``--repeats`` interleaved runs.
   (until the engine is idle); building the trace after ``stop()`` is reported per span.
 
 Goals (issue 7): naming <= 0.1 us for a regular op and <= 0.5 us for a sub-op (the seed's bars:
-< 1 us and < 10 us, mean < 5 us); profiler on/off <= 1.15x (MXNet 1.9.1: 1.4-2.0x). Issue 14: the
-build after ``stop()`` <= 0.2 us per plain op span and <= 0.5 us per custom-op family span, and
-on/off counting that build <= 1.12x (small ops) and <= 1.2x (trivial custom ops), threaded.
+< 1 us and < 10 us, mean < 5 us). Issue 14: the build after ``stop()`` <= 0.2 us per plain op span
+and <= 0.5 us per custom-op family span. The recorder-at-its-floor issue: profiler on/off <= 1.10x
+(MXNet 1.9.1: 1.4-2.0x), on/off counting the build <= 1.15x, recording a span <= 0.3 µs; where an
+earlier issue's goal for the same row is stricter (issue 14: 1.12x with the build for small ops,
+0.2 / 0.5 µs for the build) that one stays. Every row is measured on the compiled recorder and on
+the pure-Python one (``Recorder(compiled=False)``, what an install without a compiler runs).
 Export and load of traces are in ``benchmarks/load.py``.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
 from collections.abc import Callable
@@ -38,10 +42,13 @@ except ImportError:  # run as a script: python benchmarks/profiler.py
     from common import Row, interleaved, print_rows, progress  # type: ignore[no-redef]
 
 SECTION = "Profiler"
-ON_OFF_GOAL = 1.15
+ON_OFF_GOAL = 1.10
 MXNET_ON_OFF_REFERENCE = "1.4-2.0x"  # the issue's figure for MXNet 1.9.1 on this kind of machine
 # Issue 14's goals: on/off counting the build after stop(), and the build per span.
-STOP_GOALS = {("threaded", "small ops"): 1.12, ("threaded", "trivial custom ops"): 1.2}
+STOP_GOALS = {("threaded", "small ops"): 1.12, ("threaded", "trivial custom ops"): 1.15}
+SPAN_GOAL = 0.3  # µs
+#: The recorders measured: the compiled one where it is built, and the pure-Python one always.
+PATHS = {"compiled": True, "pure Python": False}
 BUILD_GOALS = {"small ops": 0.2, "trivial custom ops": 0.5}
 BUILD_WHAT = {"small ops": "plain op spans", "trivial custom ops": "custom-op family spans"}
 
@@ -79,8 +86,14 @@ def _opr() -> Opr:
     return Opr(_noop, (), (Var(),), "_plus_scalar", False, False, None)
 
 
-def naming_cost_ns(n: int, inside: bool) -> float:
-    rec = Recorder()
+def _paths() -> dict[str, bool]:
+    from opprof.profiler.recorder import COMPILED_WHY_NOT
+
+    return {k: v for k, v in PATHS.items() if not (v and COMPILED_WHY_NOT)}
+
+
+def naming_cost_ns(n: int, inside: bool, compiled: bool | None = None) -> float:
+    rec = Recorder(compiled=compiled)
     opr = _opr()
     inv = Invocation("MyAddOne", 1, False)
     prev = thread_state.invocation
@@ -95,9 +108,9 @@ def naming_cost_ns(n: int, inside: bool) -> float:
         thread_state.invocation = prev
 
 
-def span_cost_ns(n: int) -> float:
+def span_cost_ns(n: int, compiled: bool | None = None) -> float:
     """Recording one span on the hot path (``on_push`` + ``run``), less running the op bare."""
-    rec = Recorder(max_events=n + 1)
+    rec = Recorder(max_events=n + 1, compiled=compiled)
     opr = _opr()
     on_push, run, fn = rec.on_push, rec.run, _noop
     t = time.perf_counter_ns()
@@ -113,10 +126,10 @@ def span_cost_ns(n: int) -> float:
     return (recorded - bare) / n
 
 
-def _run(work: Callable[[], None], profiled: bool) -> tuple[float, float, int]:
+def _run(work: Callable[[], None], profiled: bool, compiled: bool | None = None) -> tuple[float, float, int]:
     """(seconds until the engine is idle, seconds to build the trace afterwards, spans in it)."""
     mx.nd.waitall()
-    prof = mx.Profiler() if profiled else None
+    prof = mx.Profiler(compiled=compiled) if profiled else None
     t = time.perf_counter()
     if prof is not None:
         prof.start()
@@ -130,7 +143,7 @@ def _run(work: Callable[[], None], profiled: bool) -> tuple[float, float, int]:
     return recorded, time.perf_counter() - t, trace.n_spans
 
 
-def chain(ops: int, profiled: bool) -> tuple[float, float, int]:
+def chain(ops: int, profiled: bool, compiled: bool | None = None) -> tuple[float, float, int]:
     a = mx.nd.ones((10, 10))
 
     def work() -> None:
@@ -138,10 +151,10 @@ def chain(ops: int, profiled: bool) -> tuple[float, float, int]:
         for _ in range(ops):
             a = a + 1
 
-    return _run(work, profiled)
+    return _run(work, profiled, compiled)
 
 
-def custom_calls(calls: int, profiled: bool) -> tuple[float, float, int]:
+def custom_calls(calls: int, profiled: bool, compiled: bool | None = None) -> tuple[float, float, int]:
     a = mx.nd.ones((10, 10))
 
     def work() -> None:
@@ -149,7 +162,7 @@ def custom_calls(calls: int, profiled: bool) -> tuple[float, float, int]:
         for _ in range(calls):
             a = mx.nd.Custom(a, op_type="ProfBenchAddOne")
 
-    return _run(work, profiled)
+    return _run(work, profiled, compiled)
 
 
 def rows(quick: bool = False, repeats: int | None = None, mxnet: dict[str, float] | None = None) -> list[Row]:
@@ -245,74 +258,101 @@ def handoff_rows(calls: int, repeats: int) -> list[Row]:
 
 
 def measure(n: int, ops: int, calls: int, repeats: int, mxnet: dict[str, float] | None = None) -> list[Row]:
-    progress(f"profiler: naming and recording cost, {n} calls, {repeats} rounds")
-    ns = interleaved(
-        {"regular": lambda: naming_cost_ns(n, False), "sub": lambda: naming_cost_ns(n, True), "span": lambda: span_cost_ns(n)},
-        repeats,
-    )
-    regular, sub = ns["regular"] / 1e3, ns["sub"] / 1e3
-    out = [
-        Row(SECTION, "naming on the hot path, regular op", regular, "µs", "seed's bar < 1 µs", "≤ 0.1 µs", regular <= 0.1),
-        Row(SECTION, "naming on the hot path, sub-op", sub, "µs", "seed's bar < 10 µs (mean < 5 µs)", "≤ 0.5 µs", sub <= 0.5),
-        Row(
-            SECTION,
-            "recording one span (on_push + run)",
-            ns["span"] / 1e3,
-            "µs/span",
-            "a span recorded in plain Python ≈ 0.14 µs",
-        ),
-    ]
+    paths = _paths()
+    progress(f"profiler: naming and recording cost, {n} calls, {repeats} rounds, recorders: {', '.join(paths)}")
+    cases: dict[str, Callable[[], float]] = {}
+    for path, compiled in paths.items():
+        cases[f"regular {path}"] = functools.partial(naming_cost_ns, n, False, compiled)
+        cases[f"sub {path}"] = functools.partial(naming_cost_ns, n, True, compiled)
+        cases[f"span {path}"] = functools.partial(span_cost_ns, n, compiled)
+    ns = interleaved(cases, repeats)
+    out: list[Row] = []
+    for path in paths:
+        regular, sub, span = ns[f"regular {path}"] / 1e3, ns[f"sub {path}"] / 1e3, ns[f"span {path}"] / 1e3
+        out += [
+            Row(
+                SECTION,
+                f"naming on the hot path, regular op, {path}",
+                regular,
+                "µs",
+                "seed's bar < 1 µs",
+                "≤ 0.1 µs",
+                regular <= 0.1,
+            ),
+            Row(
+                SECTION,
+                f"naming on the hot path, sub-op, {path}",
+                sub,
+                "µs",
+                "seed's bar < 10 µs (mean < 5 µs)",
+                "≤ 0.5 µs",
+                sub <= 0.5,
+            ),
+            Row(
+                SECTION,
+                f"recording one span (on_push + run), {path}",
+                span,
+                "µs/span",
+                "a span recorded in plain Python ≈ 0.14 µs",
+                f"≤ {SPAN_GOAL} µs",
+                span <= SPAN_GOAL,
+            ),
+        ]
     try:
         for kind in ("threaded", "naive"):
             for label, fn, count, unit, key in (
                 ("small ops", chain, ops, "op", "op_10"),
                 ("trivial custom ops", custom_calls, calls, "call", "custom_fwd"),
             ):
-                progress(f"profiler: {count} {label} on the {kind} engine, off/on, {repeats} rounds")
+                progress(f"profiler: {count} {label} on the {kind} engine, off/on ({', '.join(paths)}), {repeats} rounds")
                 mx.set_engine(kind)
-                runs = [(fn(count, False), fn(count, True)) for _ in range(repeats)]
+                # Interleaved: off, then each recorder, round by round.
+                runs = [
+                    (fn(count, False), {path: fn(count, True, compiled) for path, compiled in paths.items()})
+                    for _ in range(repeats)
+                ]
                 off = statistics.median(r[0][0] for r in runs)
-                on = statistics.median(r[1][0] for r in runs)
-                with_stop = statistics.median((r[1][0] + r[1][1]) / r[0][0] for r in runs)
-                build = statistics.median(r[1][1] / max(1, r[1][2]) for r in runs)
-                ratio = on / off
-                peer = MXNET_ON_OFF_REFERENCE + " (issue's reference)"
-                if mxnet and f"{key}_prof" in mxnet:
-                    peer = f"{mxnet[f'{key}_prof'] / mxnet[key]:.2f}x (measured)"
-                detail = (
-                    f"off {off / count * 1e6:.1f}, on {on / count * 1e6:.1f} µs/{unit}; "
-                    f"build after stop {build * 1e6:.2f} µs/span; MXNet {peer}"
-                )
-                goal = f"≤ {ON_OFF_GOAL}x"
-                out.append(
-                    Row(SECTION, f"profiler on/off, {count:,} {label}, {kind}", ratio, "x", detail, goal, ratio <= ON_OFF_GOAL)
-                )
-                # Issue 14: what the user waits for is the run *and* the build after stop().
-                stop_goal = STOP_GOALS.get((kind, label))
-                out.append(
-                    Row(
-                        SECTION,
-                        f"profiler on/off including stop(), {count:,} {label}, {kind}",
-                        with_stop,
-                        "x",
-                        "median over rounds of (run with the profiler + its build) / run without",
-                        f"≤ {stop_goal}x" if stop_goal else "",
-                        with_stop <= stop_goal if stop_goal else None,
+                for path in paths:
+                    on = statistics.median(r[1][path][0] for r in runs)
+                    with_stop = statistics.median((r[1][path][0] + r[1][path][1]) / r[0][0] for r in runs)
+                    build = statistics.median(r[1][path][1] / max(1, r[1][path][2]) for r in runs)
+                    ratio = on / off
+                    peer = MXNET_ON_OFF_REFERENCE + " (issue's reference)"
+                    if mxnet and f"{key}_prof" in mxnet:
+                        peer = f"{mxnet[f'{key}_prof'] / mxnet[key]:.2f}x (measured)"
+                    detail = (
+                        f"off {off / count * 1e6:.1f}, on {on / count * 1e6:.1f} µs/{unit}; "
+                        f"build after stop {build * 1e6:.2f} µs/span; MXNet {peer}"
                     )
-                )
-                if kind == "threaded":
-                    build_goal = BUILD_GOALS[label]
+                    goal = f"≤ {ON_OFF_GOAL}x"
+                    what = f"{count:,} {label}, {kind}, {path}"
+                    out.append(Row(SECTION, f"profiler on/off, {what}", ratio, "x", detail, goal, ratio <= ON_OFF_GOAL))
+                    # What the user waits for is the run *and* the build after stop().
+                    stop_goal = STOP_GOALS.get((kind, label))
                     out.append(
                         Row(
                             SECTION,
-                            f"stop() build, {BUILD_WHAT[label]}",
-                            build * 1e6,
-                            "µs/span",
-                            f"{count:,} {label}, threaded engine; was 0.56-0.70 (plain), 3.3-8.6 (families)",
-                            f"≤ {build_goal} µs/span",
-                            build * 1e6 <= build_goal,
+                            f"profiler on/off including stop(), {what}",
+                            with_stop,
+                            "x",
+                            "median over rounds of (run with the profiler + its build) / run without",
+                            f"≤ {stop_goal}x" if stop_goal else "",
+                            with_stop <= stop_goal if stop_goal else None,
                         )
                     )
+                    if kind == "threaded":
+                        build_goal = BUILD_GOALS[label]
+                        out.append(
+                            Row(
+                                SECTION,
+                                f"stop() build, {BUILD_WHAT[label]}, {path}",
+                                build * 1e6,
+                                "µs/span",
+                                f"{count:,} {label}, threaded engine; was 0.56-0.70 (plain), 3.3-8.6 (families)",
+                                f"≤ {build_goal} µs/span",
+                                build * 1e6 <= build_goal,
+                            )
+                        )
     finally:
         mx.set_engine("threaded")
     return out

@@ -106,7 +106,11 @@ static int64_t slot_int(slot_t *s, PyObject *obj, int *err) {
     return x;
 }
 
-static slot_t S_PROF, S_INFO, S_NAME, S_SEQ, S_READY, S_BY, S_BY_VAR, S_READS, S_WRITES, S_VAR_ID, S_INDEX, S_PLAIN;
+static slot_t S_PROF, S_INFO, S_NAME, S_SEQ, S_READY, S_BY, S_BY_VAR, S_READS, S_WRITES, S_IS_ASYNC, S_VAR_ID, S_INDEX, S_PLAIN,
+    S_SUB, S_FAM, S_DEPS, S_CINV, S_CPART;
+/* opprof.engine.state's CustomOpInfo and CustomPart.INVOCATION; build's START, DUMMY, PYTHON kinds. */
+static PyTypeObject *custom_info_type;
+static PyObject *part_invocation, *kind_start, *kind_dummy, *kind_python;
 static PyObject *str_invocation;
 
 /* ------------------------------------------------------------------ the names (one table a recorder) */
@@ -446,6 +450,7 @@ static _Thread_local struct {
     unsigned long long generation;
     PyObject *records; /* its ThreadRecords */
     PlainLog *plain;
+    PyObject *sub, *fam, *deps; /* its lists (see build.ThreadRecords) */
 } tls;
 
 static PyObject *this_threads_records(Hot *self) {
@@ -459,12 +464,19 @@ static PyObject *this_threads_records(Hot *self) {
         Py_DECREF(rec);
         return NULL;
     }
-    /* Borrowed from here on: the recorder's list of records keeps both alive, as long as it. */
+    PyObject *sub = slot_get(&S_SUB, rec), *fam = slot_get(&S_FAM, rec), *deps = slot_get(&S_DEPS, rec);
+    int bad = sub == NULL || fam == NULL || deps == NULL || !PyList_CheckExact(sub) || !PyList_CheckExact(fam) ||
+              !PyList_CheckExact(deps);
+    /* Borrowed from here on: the recorder's list of records keeps them alive, as long as it. */
+    Py_XDECREF(sub), Py_XDECREF(fam), Py_XDECREF(deps), Py_DECREF(plain), Py_DECREF(rec);
+    if (bad) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "the thread's records hold no sub, fam and deps lists");
+        return NULL;
+    }
     tls.generation = self->generation;
     tls.records = rec;
     tls.plain = (PlainLog *)plain;
-    Py_DECREF(plain);
-    Py_DECREF(rec);
+    tls.sub = sub, tls.fam = fam, tls.deps = deps;
     return tls.records;
 }
 
@@ -623,6 +635,94 @@ static int keep(Hot *self, PyObject *opr, PyObject *note, int64_t t0, int64_t t1
     return 0;
 }
 
+/* A var tuple as a deps field, as the Python recorder keeps it: the one var's id, else a tuple of ids. */
+static PyObject *vars_value(PyObject *vars) {
+    if (!PyTuple_Check(vars)) {
+        PyErr_SetString(PyExc_TypeError, "an op's vars must be a tuple");
+        return NULL;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(vars);
+    if (n == 1) return slot_get(&S_VAR_ID, PyTuple_GET_ITEM(vars, 0));
+    PyObject *ids = PyTuple_New(n);
+    if (ids == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *id = slot_get(&S_VAR_ID, PyTuple_GET_ITEM(vars, i));
+        if (id == NULL) {
+            Py_DECREF(ids);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(ids, i, id);
+    }
+    return ids;
+}
+
+static int append_new(PyObject *list, PyObject *item) {
+    if (item == NULL) return -1;
+    int bad = PyList_Append(list, item);
+    Py_DECREF(item);
+    return bad;
+}
+
+/* Keep an op that is not plain, as the Python recorder's _record does: a sub-op (info None, pushed
+ * inside a custom op's Python) as (t0, t1, name, seq, note) in ``sub``, a custom op's own op as
+ * (START or DUMMY, t0, t1, invocation, seq) in ``fam``; its edges in ``deps``. */
+static int keep_other(Hot *self, PyObject *opr, PyObject *note, PyObject *info, int64_t t0, int64_t t1) {
+    if (!admit(self)) return 0;
+    if (this_threads_records(self) == NULL) return -1;
+    PyObject *seq = slot_get(&S_SEQ, opr);
+    if (seq == NULL) return -1;
+    PyObject *a = PyLong_FromLongLong(t0), *b = PyLong_FromLongLong(t1);
+    int bad = a == NULL || b == NULL;
+    if (!bad && info == Py_None) {
+        PyObject *name = slot_get(&S_NAME, opr);
+        bad = name == NULL || append_new(tls.sub, PyTuple_Pack(5, a, b, name, seq, note)) < 0;
+        Py_XDECREF(name);
+    } else if (!bad) {
+        PyObject *inv = slot_get(&S_CINV, info), *part = slot_get(&S_CPART, info);
+        PyObject *kind = part == part_invocation ? kind_start : kind_dummy;
+        bad = inv == NULL || part == NULL || append_new(tls.fam, PyTuple_Pack(5, kind, a, b, inv, seq)) < 0;
+        Py_XDECREF(inv), Py_XDECREF(part);
+    }
+    Py_XDECREF(a), Py_XDECREF(b);
+    if (!bad) {
+        PyObject *pusher = slot_get(&S_INDEX, PyTuple_GET_ITEM(note, 1));
+        PyObject *ready = slot_get(&S_READY, opr), *by = slot_get(&S_BY, opr), *by_var = slot_get(&S_BY_VAR, opr);
+        PyObject *r = slot_get(&S_READS, opr), *w = slot_get(&S_WRITES, opr);
+        PyObject *reads = r ? vars_value(r) : NULL, *writes = w ? vars_value(w) : NULL;
+        bad = pusher == NULL || ready == NULL || by == NULL || by_var == NULL || reads == NULL || writes == NULL ||
+              append_new(tls.deps, PyTuple_Pack(9, seq, PyTuple_GET_ITEM(note, 0), pusher, ready, by, by_var, reads, writes,
+                                                PyTuple_GET_ITEM(note, 3))) < 0;
+        Py_XDECREF(pusher), Py_XDECREF(ready), Py_XDECREF(by), Py_XDECREF(by_var);
+        Py_XDECREF(r), Py_XDECREF(w), Py_XDECREF(reads), Py_XDECREF(writes);
+    }
+    Py_DECREF(seq);
+    return bad ? -1 : 0;
+}
+
+/* Call fn(*args) between two clock reads; keep the span with `keep_fn` even when fn raised (its
+ * error is what the caller gets: a failure to record must not replace it). */
+static PyObject *timed(Hot *self, PyObject *opr, PyObject *note, PyObject *info, PyObject *fn, PyObject *const *args,
+                       Py_ssize_t n) {
+    Py_INCREF(note); /* held across fn, which may drop the op's */
+    int64_t t0 = now_ns();
+    PyObject *res = PyObject_Vectorcall(fn, args, (size_t)n, NULL);
+    int64_t t1 = now_ns();
+    int bad;
+    if (res == NULL) {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        if ((info == NULL ? keep(self, opr, note, t0, t1) : keep_other(self, opr, note, info, t0, t1)) < 0) PyErr_Clear();
+        PyErr_Restore(type, value, tb);
+        Py_DECREF(note);
+        return NULL;
+    }
+    Py_DECREF(res);
+    bad = (info == NULL ? keep(self, opr, note, t0, t1) : keep_other(self, opr, note, info, t0, t1)) < 0;
+    Py_DECREF(note);
+    if (bad) return NULL;
+    Py_RETURN_NONE;
+}
+
 /* run(opr, fn, *args): time fn(*args) and keep a plain op's span; anything else is the Python
  * recorder's (it keeps its own note of what was pushed inside a custom op). */
 static PyObject *hot_run(Hot *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -643,24 +743,84 @@ static PyObject *hot_run(Hot *self, PyObject *const *args, Py_ssize_t nargs) {
     PyObject *info = slot_get(&S_INFO, opr);
     if (info == NULL) return NULL;
     Py_DECREF(info);
-    if (info != Py_None || !PyTuple_CheckExact(note) || PyTuple_GET_SIZE(note) != 4 || PyTuple_GET_ITEM(note, 2) != Py_None)
+    if (!PyTuple_CheckExact(note) || PyTuple_GET_SIZE(note) != 4)
         return PyObject_Vectorcall(self->slow_run, args, (size_t)nargs, NULL);
-    Py_INCREF(note); /* held across fn, which may drop the op's */
+    if (info == Py_None) /* a plain op, or a sub-op (pushed inside a custom op's Python) */
+        return timed(self, opr, note, PyTuple_GET_ITEM(note, 2) == Py_None ? NULL : Py_None, fn, args + 2, nargs - 2);
+    if (Py_TYPE(info) != custom_info_type) return PyObject_Vectorcall(self->slow_run, args, (size_t)nargs, NULL);
+    PyObject *part = slot_get(&S_CPART, info);
+    if (part == NULL) return NULL;
+    Py_DECREF(part);
+    PyObject *is_async = slot_get(&S_IS_ASYNC, opr);
+    if (is_async == NULL) return NULL;
+    Py_DECREF(is_async);
+    if (part == part_invocation && is_async == Py_True) {
+        /* A custom op's own engine op: recorded before it runs. It only hands its Python to the
+         * custom-op pool, and the whole invocation can finish on other threads (the profile's stop,
+         * too) before this thread would get back here. Its start is what the parent uses. */
+        int64_t t = now_ns();
+        if (keep_other(self, opr, note, info, t, t) < 0) return NULL;
+        PyObject *res = PyObject_Vectorcall(fn, args + 2, (size_t)(nargs - 2), NULL);
+        if (res == NULL) return NULL;
+        Py_DECREF(res);
+        Py_RETURN_NONE;
+    }
+    return timed(self, opr, note, info, fn, args + 2, nargs - 2);
+}
+
+/* A sub-op pushed and run at once inside a custom op's Python (the naive engine): kept as the Python
+ * recorder keeps one (a sub record with its push's note, and its edges), without an Opr. Its push
+ * and its start are one instant; the user's line that pushed is found by the recorder's _site. */
+static PyObject *run_pushed_inside(Hot *self, PyObject *inv, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *rec = this_threads_records(self);
+    if (rec == NULL) return NULL;
+    PyObject *start = PyLong_FromLong(2); /* _site's frame 0 is itself, 1 the engine's push */
+    PyObject *site = start ? PyObject_CallOneArg(self->site, start) : NULL;
+    Py_XDECREF(start);
+    if (site == NULL) return NULL;
     int64_t t0 = now_ns();
-    PyObject *res = PyObject_Vectorcall(fn, args + 2, (size_t)(nargs - 2), NULL);
+    PyObject *res = PyObject_Vectorcall(args[4], args + 5, (size_t)(nargs - 5), NULL);
     int64_t t1 = now_ns();
+    PyObject *type = NULL, *value = NULL, *tb = NULL;
+    if (res == NULL) PyErr_Fetch(&type, &value, &tb);
+    else Py_DECREF(res);
+    int bad = 0;
+    if (admit(self)) {
+        PyObject *a = PyLong_FromLongLong(t0), *b = PyLong_FromLongLong(t1);
+        PyObject *note = a ? PyTuple_Pack(4, a, tls.records, inv, site) : NULL;
+        PyObject *pusher = slot_get(&S_INDEX, tls.records);
+        PyObject *reads = vars_value(args[2]), *writes = vars_value(args[3]);
+        PyObject *zero = PyLong_FromLong(0);
+        bad = b == NULL || note == NULL || pusher == NULL || reads == NULL || writes == NULL || zero == NULL ||
+              append_new(tls.sub, PyTuple_Pack(5, a, b, args[0], args[1], note)) < 0 ||
+              append_new(tls.deps, PyTuple_Pack(9, args[1], a, pusher, zero, zero, zero, reads, writes, site)) < 0;
+        Py_XDECREF(a), Py_XDECREF(b), Py_XDECREF(note), Py_XDECREF(pusher);
+        Py_XDECREF(reads), Py_XDECREF(writes), Py_XDECREF(zero);
+    }
+    Py_DECREF(site);
     if (res == NULL) {
-        /* fn raised: record the span anyway (as the Python recorder's finally does), keep fn's error */
-        PyObject *type, *value, *tb;
-        PyErr_Fetch(&type, &value, &tb);
-        if (keep(self, opr, note, t0, t1) < 0) PyErr_Clear();
+        if (bad) PyErr_Clear();
         PyErr_Restore(type, value, tb);
-        Py_DECREF(note);
         return NULL;
     }
-    Py_DECREF(res);
-    int bad = keep(self, opr, note, t0, t1);
-    Py_DECREF(note);
+    if (bad) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* on_python(inv, t0, t1, cpu_ns=-1): a custom op's Python ran; kept as (PYTHON, t0, t1, inv, cpu)
+ * in ``fam``. It takes no slot under the cap (its family's Dummy_Wait, recorded after it, may still
+ * fit), but once the cap is reached the family is incomplete anyway. */
+static PyObject *hot_on_python(Hot *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 3 || nargs > 4) {
+        PyErr_SetString(PyExc_TypeError, "on_python(inv, t0, t1, cpu_ns=-1)");
+        return NULL;
+    }
+    if (!self->recording || self->full) Py_RETURN_NONE;
+    if (this_threads_records(self) == NULL) return NULL;
+    PyObject *cpu = nargs == 4 ? (Py_INCREF(args[3]), args[3]) : PyLong_FromLong(-1);
+    if (cpu == NULL) return NULL;
+    int bad = append_new(tls.fam, PyTuple_Pack(5, kind_python, args[1], args[2], args[0], cpu)) < 0;
+    Py_DECREF(cpu);
     if (bad) return NULL;
     Py_RETURN_NONE;
 }
@@ -675,7 +835,7 @@ static PyObject *hot_run_pushed(Hot *self, PyObject *const *args, Py_ssize_t nar
     PyObject *inv = PyObject_GetAttr(self->thread_state, str_invocation);
     if (inv == NULL) return NULL;
     Py_DECREF(inv);
-    if (inv != Py_None) goto slow;
+    if (inv != Py_None) return run_pushed_inside(self, inv, args, nargs);
     int64_t t0 = now_ns();
     PyObject *res = PyObject_Vectorcall(args[4], args + 5, (size_t)(nargs - 5), NULL);
     int64_t t1 = now_ns();
@@ -733,6 +893,7 @@ static PyMethodDef hot_methods[] = {
     {"on_push", (PyCFunction)hot_on_push, METH_O, "The engine's push hook (see Recorder.on_push)."},
     {"run", (PyCFunction)(void (*)(void))hot_run, METH_FASTCALL, "The engine's run hook (see Recorder.run)."},
     {"run_pushed", (PyCFunction)(void (*)(void))hot_run_pushed, METH_FASTCALL, "The naive engine's push-and-run hook."},
+    {"on_python", (PyCFunction)(void (*)(void))hot_on_python, METH_FASTCALL, "A custom op's Python ran (see Recorder.on_python)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -761,20 +922,30 @@ static PyTypeObject HotType = {
 
 /* ------------------------------------------------------------------ the module */
 static PyObject *mod_bind(PyObject *m, PyObject *args) {
-    /* bind(Opr, Var, ThreadRecords): learn the slots' offsets (the classes live in Python). */
-    PyObject *opr, *var, *records;
-    if (!PyArg_ParseTuple(args, "O!O!O!:bind", &PyType_Type, &opr, &PyType_Type, &var, &PyType_Type, &records)) return NULL;
+    /* bind(Opr, Var, ThreadRecords, CustomOpInfo, CustomPart.INVOCATION, (START, DUMMY, PYTHON)):
+     * learn the slots' offsets (the classes live in Python) and what a family's records hold. */
+    PyObject *opr, *var, *records, *info, *part, *start, *dummy, *python;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O(OOO):bind", &PyType_Type, &opr, &PyType_Type, &var, &PyType_Type, &records,
+                          &PyType_Type, &info, &part, &start, &dummy, &python))
+        return NULL;
     if (slot_init(&S_PROF, opr, "prof") || slot_init(&S_INFO, opr, "info") || slot_init(&S_NAME, opr, "name") ||
         slot_init(&S_SEQ, opr, "seq") || slot_init(&S_READY, opr, "ready_ns") || slot_init(&S_BY, opr, "by") ||
         slot_init(&S_BY_VAR, opr, "by_var") || slot_init(&S_READS, opr, "reads") || slot_init(&S_WRITES, opr, "writes") ||
-        slot_init(&S_VAR_ID, var, "id") || slot_init(&S_INDEX, records, "index") || slot_init(&S_PLAIN, records, "plain"))
+        slot_init(&S_IS_ASYNC, opr, "is_async") || slot_init(&S_VAR_ID, var, "id") || slot_init(&S_INDEX, records, "index") ||
+        slot_init(&S_PLAIN, records, "plain") || slot_init(&S_SUB, records, "sub") || slot_init(&S_FAM, records, "fam") ||
+        slot_init(&S_DEPS, records, "deps") || slot_init(&S_CINV, info, "invocation") || slot_init(&S_CPART, info, "part"))
         return NULL;
-    Py_INCREF(opr), Py_INCREF(var), Py_INCREF(records); /* kept for the process's life: their offsets are */
+    /* Kept for the process's life: their offsets and identities are. */
+    Py_INCREF(opr), Py_INCREF(var), Py_INCREF(records), Py_INCREF(info);
+    Py_INCREF(part), Py_INCREF(start), Py_INCREF(dummy), Py_INCREF(python);
+    custom_info_type = (PyTypeObject *)info;
+    part_invocation = part, kind_start = start, kind_dummy = dummy, kind_python = python;
     Py_RETURN_NONE;
 }
 
 static PyMethodDef mod_methods[] = {
-    {"bind", mod_bind, METH_VARARGS, "bind(Opr, Var, ThreadRecords): read their slots at their offsets."},
+    {"bind", mod_bind, METH_VARARGS,
+     "bind(Opr, Var, ThreadRecords, CustomOpInfo, CustomPart.INVOCATION, (START, DUMMY, PYTHON)): the classes and kinds it reads."},
     {NULL, NULL, 0, NULL},
 };
 

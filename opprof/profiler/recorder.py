@@ -464,7 +464,7 @@ def _thread_order(name: str) -> tuple[int, int, str]:
 
 _spanlog, _why_not = load_compiled("_spanlog", 11 * 8, package="opprof.profiler")
 if _spanlog is not None:
-    _spanlog.bind(Opr, Var, ThreadRecords)
+    _spanlog.bind(Opr, Var, ThreadRecords, CustomOpInfo, _INVOCATION, (START, DUMMY, PYTHON))
 #: Why plain ops are recorded in Python here ("" where the compiled hot path is in use).
 COMPILED_WHY_NOT: str = _why_not
 
@@ -494,6 +494,7 @@ class _CompiledRecorder(Recorder):
         self.on_push = hot.on_push  # type: ignore[method-assign]
         self.run = hot.run  # type: ignore[method-assign]
         self.run_pushed = hot.run_pushed  # type: ignore[method-assign]
+        self.on_python = hot.on_python  # type: ignore[method-assign]
 
     @property
     def recording(self) -> bool:

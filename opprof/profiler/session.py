@@ -73,8 +73,13 @@ def stop_after(session: ProfileSession, error: BaseException | None) -> BaseExce
 class Profiler:
     """One profiling session: ``start()``, ``stop()``, then ``trace``."""
 
-    def __init__(self, max_events: int = 5_000_000, clock: Callable[[], int] = time.perf_counter_ns) -> None:
+    def __init__(
+        self, max_events: int = 5_000_000, clock: Callable[[], int] = time.perf_counter_ns, *, compiled: bool | None = None
+    ) -> None:
         self.max_events = max_events
+        #: Which recorder: None the compiled one where built (:data:`~.recorder.COMPILED_WHY_NOT`
+        #: says why not), False the pure-Python one, True the compiled one or an error.
+        self.compiled = compiled
         #: ns; a Dask worker's may carry an offset injected on purpose (its clock-alignment tests).
         self.clock_fn = clock
         self._recorder: Recorder | None = None
@@ -89,7 +94,7 @@ class Profiler:
     def start(self) -> Profiler:
         if self._recorder is not None:
             raise ProfilerError("this profiler is already running")
-        self._recorder = Recorder(self.max_events, self.clock_fn).attach(get_engine())
+        self._recorder = Recorder(self.max_events, self.clock_fn, compiled=self.compiled).attach(get_engine())
         self.trace = None
         self._unbuilt = None
         return self

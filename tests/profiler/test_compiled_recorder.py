@@ -84,6 +84,7 @@ def _shape(trace: Trace) -> dict[str, Any]:
                 int(ops.kind[i]),
                 threads.get(int(ops.pusher[i]), "?"),
                 rank(int(ops.by[i])) if ops.by[i] > 0 else -1,
+                ops.strings[ops.site[i]] if ops.site[i] >= 0 else "",  # the user's line that pushed
                 tuple(zip(ops.acc_var[lo:hi].tolist(), ops.acc_write[lo:hi].tolist(), strict=True)),
             )
         )
@@ -101,8 +102,9 @@ def test_compiled_and_pure_record_the_same_trace_on_the_naive_engine() -> None:
     # Var ids differ between the runs (fresh arrays): compare each access's var by its first use.
     for shape in shapes:
         seen: dict[int, int] = {}
-        shape["edges"] = [(*e[:4], tuple((seen.setdefault(v, len(seen)), w) for v, w in e[4])) for e in sorted(shape["edges"])]
+        shape["edges"] = [(*e[:5], tuple((seen.setdefault(v, len(seen)), w) for v, w in e[5])) for e in sorted(shape["edges"])]
     assert compiled["spans"] == pure["spans"]
+    assert any("helpers.py" in e[4] for e in compiled["edges"])  # a sub-op's line
     assert compiled["edges"] == pure["edges"]
     assert compiled["flows"] == pure["flows"]
 
@@ -117,7 +119,8 @@ def test_compiled_and_pure_agree_on_the_threaded_engine() -> None:
     pure, compiled = (_shape(t) for t in traces)
     # Which worker ran an op may differ; what ran, its role and its edges' shape may not.
     assert sorted((n, r, op) for n, r, _, op in compiled["spans"]) == sorted((n, r, op) for n, r, _, op in pure["spans"])
-    assert [len(e[4]) for e in compiled["edges"]] == [len(e[4]) for e in pure["edges"]]
+    assert [len(e[5]) for e in compiled["edges"]] == [len(e[5]) for e in pure["edges"]]
+    assert [e[4] for e in compiled["edges"]] == [e[4] for e in pure["edges"]]
     assert compiled["flows"] == pure["flows"]
     assert traces[1].metadata["recorder"] == {"path": "compiled"}
     assert traces[0].metadata["recorder"]["path"] == "python"
