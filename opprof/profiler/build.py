@@ -191,10 +191,15 @@ class PlainColumns:
         return self.fields[k]
 
 
-def _vars_per_code(codes: np.ndarray, extras: list[tuple[int, ...]]) -> np.ndarray:
+def _extras_len(extras: list[tuple[int, ...]]) -> np.ndarray:
+    return np.fromiter(map(len, extras), dtype=np.int64, count=len(extras))
+
+
+def _vars_per_code(codes: np.ndarray, extras_len: np.ndarray) -> np.ndarray:
+    """How many vars each code names: 1 for an id, the length of its extra for the rest."""
     n = np.ones(len(codes), dtype=np.int64)
     other = np.flatnonzero(codes < 1)
-    n[other] = [len(extras[-1 - c]) for c in codes[other].tolist()]
+    n[other] = extras_len[-1 - codes[other]]
     return n
 
 
@@ -204,9 +209,9 @@ def encode_vars(values: list[Any], extras: list[tuple[int, ...]]) -> np.ndarray:
     one = np.fromiter(map(is_, map(type, values), repeat(int)), dtype=bool, count=len(values))
     codes = np.zeros(len(values), dtype=np.int64)
     codes[one] = np.fromiter(compress(values, one.tolist()), dtype=np.int64, count=int(one.sum()))
-    for i in np.flatnonzero(~one).tolist():
-        codes[i] = -1 - len(extras)
-        extras.append(tuple(values[i]))
+    several = np.flatnonzero(~one)
+    codes[several] = -1 - (len(extras) + np.arange(len(several), dtype=np.int64))
+    extras.extend(map(tuple, map(values.__getitem__, several.tolist())))
     return codes
 
 
@@ -494,18 +499,25 @@ def _op_table(
     w_extra = [b_x[j] for j in w_list]  # (by, var, site) of each wait: WAIT_*
     ready = np.where(ready > 0, ready, push)  # 0: ready when pushed
     # Each op's vars: one id (most ops), or a code of a tuple of them (none, or several).
-    n_reads, n_writes = _vars_per_code(d_reads, extras), _vars_per_code(d_writes, extras)
+    extras_len = _extras_len(extras)
+    n_reads, n_writes = _vars_per_code(d_reads, extras_len), _vars_per_code(d_writes, extras_len)
     w_var = np.array([e[WAIT_VAR] for e in w_extra], dtype=np.int64)
     # Accesses: each op's reads then writes; a wait reads the var it waited on (none for all).
     counts = np.concatenate([n_reads + n_writes, (w_var > 0).astype(np.int64)])
     op_at = np.concatenate([[0], np.cumsum(n_reads + n_writes)]).astype(np.int64)
     op_vars = np.empty(int(op_at[-1]), dtype=np.int64)
-    for codes, at in ((d_reads, op_at[:-1]), (d_writes, op_at[:-1] + n_reads)):
+    for codes, counts_of, at in ((d_reads, n_reads, op_at[:-1]), (d_writes, n_writes, op_at[:-1] + n_reads)):
         one = codes > 0
         op_vars[at[one]] = codes[one]
-        for i in np.flatnonzero(~one).tolist():  # the few with none or several
-            ids = extras[-1 - int(codes[i])]
-            op_vars[int(at[i]) : int(at[i]) + len(ids)] = ids
+        # The ops with none or several: their extras flattened, each run placed at its op's slot.
+        several = np.flatnonzero(~one)
+        lens = counts_of[several]
+        total = int(lens.sum())
+        flat = np.fromiter(
+            chain.from_iterable(map(extras.__getitem__, (-1 - codes[several]).tolist())), dtype=np.int64, count=total
+        )
+        first = np.repeat(np.cumsum(lens) - lens, lens)
+        op_vars[np.repeat(at[several], lens) + np.arange(total, dtype=np.int64) - first] = flat
     acc_var = np.concatenate([op_vars, w_var[w_var > 0]])
     per_op = np.stack([n_reads, n_writes], axis=1).ravel()  # reads, writes, reads, writes, ...
     is_write = np.concatenate(
