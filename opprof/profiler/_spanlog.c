@@ -451,6 +451,7 @@ static _Thread_local struct {
     PyObject *records; /* its ThreadRecords */
     PlainLog *plain;
     PyObject *sub, *fam, *deps; /* its lists (see build.ThreadRecords) */
+    PyObject *state;            /* this thread's dict of opprof.engine.state.thread_state (a threading.local) */
 } tls;
 
 static PyObject *this_threads_records(Hot *self) {
@@ -473,11 +474,29 @@ static PyObject *this_threads_records(Hot *self) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "the thread's records hold no sub, fam and deps lists");
         return NULL;
     }
+    /* The thread's own dict of the engine's threading.local: stable for the thread's life (the
+     * local lives as long as the process), so reading the invocation is one dict lookup. */
+    PyObject *state = PyObject_GetAttrString(self->thread_state, "__dict__");
+    if (state == NULL || !PyDict_Check(state)) {
+        if (state != NULL) PyErr_SetString(PyExc_TypeError, "the engine's thread state has no dict");
+        Py_XDECREF(state);
+        return NULL;
+    }
+    Py_DECREF(state);
+    tls.state = state;
     tls.generation = self->generation;
     tls.records = rec;
     tls.plain = (PlainLog *)plain;
     tls.sub = sub, tls.fam = fam, tls.deps = deps;
     return tls.records;
+}
+
+/* The invocation whose Python this thread runs (thread_state.invocation), borrowed; Py_None outside
+ * one (the class's default: the thread never set it). Call after this_threads_records. */
+static PyObject *current_invocation(void) {
+    PyObject *inv = PyDict_GetItemWithError(tls.state, str_invocation);
+    if (inv != NULL) return inv;
+    return PyErr_Occurred() ? NULL : Py_None;
 }
 
 static PyObject *hot_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
@@ -553,12 +572,11 @@ static PyObject *hot_on_push(Hot *self, PyObject *opr) {
     if (info == NULL) return NULL;
     Py_DECREF(info); /* compared by identity only */
     if (info == self->internal) Py_RETURN_NONE;
-    PyObject *inv = PyObject_GetAttr(self->thread_state, str_invocation);
-    if (inv == NULL) return NULL;
-    Py_DECREF(inv); /* the thread's state keeps it while its Python runs */
-    int64_t ts = now_ns();
     PyObject *rec = this_threads_records(self);
     if (rec == NULL) return NULL;
+    PyObject *inv = current_invocation(); /* the thread's state keeps it while its Python runs */
+    if (inv == NULL) return NULL;
+    int64_t ts = now_ns();
     PyObject *site = Py_None;
     Py_INCREF(site);
     if (inv != Py_None && info == Py_None) {
@@ -832,9 +850,9 @@ static PyObject *hot_run_pushed(Hot *self, PyObject *const *args, Py_ssize_t nar
         return NULL;
     }
     if (!self->recording) goto slow;
-    PyObject *inv = PyObject_GetAttr(self->thread_state, str_invocation);
+    if (this_threads_records(self) == NULL) return NULL;
+    PyObject *inv = current_invocation();
     if (inv == NULL) return NULL;
-    Py_DECREF(inv);
     if (inv != Py_None) return run_pushed_inside(self, inv, args, nargs);
     int64_t t0 = now_ns();
     PyObject *res = PyObject_Vectorcall(args[4], args + 5, (size_t)(nargs - 5), NULL);
