@@ -120,6 +120,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     assert trace is not None
 
     print(f"opprof demo: {args.steps} training steps on the {engine.get_engine().kind} engine in {elapsed * 1e3:.1f} ms")
+    recorder = trace.metadata.get("recorder", {})
+    if recorder.get("path") == "compiled":
+        print("  recorder: compiled (the engine's hooks in C)")
+    else:
+        print(f"  recorder: pure Python ({recorder.get('why_not', 'no compiled part')})")
     for i, loss in enumerate(losses):
         if i < 3 or i == len(losses) - 1:
             print(f"  step {i + 1:3d}  loss {loss:.5f}")
