@@ -473,3 +473,42 @@ def test_the_gil_strip_draws_and_a_waits_hover_names_its_holder_as_text(chromium
     errors = [text for kind, text in console if kind == "error"]
     assert errors == [] and page_errors == [], (errors, page_errors)
     print(f"\nscreenshot: {tmp_path / 'gil-hover.png'}")
+
+
+# ---------------------------------------------------------------------------- make demo's picture
+def test_the_demos_timeline_shows_the_causes_and_the_exact_critical_path(chromium_page, tmp_path: Path) -> None:
+    """`opprof demo` (what `make demo` runs) prints why each custom op waits and an exact critical
+    path; its timeline.html must show the same, not the approximation of a trace without edges."""
+    import subprocess
+    import sys
+
+    r = subprocess.run(
+        [sys.executable, "-m", "opprof.cli", "demo", "--steps", "3", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "timeline written to" in r.stdout and "critical path" in r.stdout.lower()
+    page, console, page_errors = chromium_page
+    _open_painted(page, tmp_path / "timeline.html")
+    page.evaluate(_PATH_JS)
+    # Exact: the toggle does not say "approximate", and nothing on the page apologises for edges.
+    assert page.evaluate("() => __model('critical_path_toggle').label") == "critical path"
+    text = page.evaluate("() => document.body.innerText")
+    assert "approximate" not in text and "no recorded engine edges" not in text
+    # The causes: every parent's hover names its waiting by opprof's causes, none "unattributed".
+    why = page.evaluate(
+        """() => { const s = window.__src("spans").data, t = __model("lookup").data.detail;
+                   return [...new Set(Array.from(s.why, (k) => t[k]).filter((x) => x))]; }"""
+    )
+    assert why, "no parent carries its causes"
+    assert not any("unattributed" in w for w in why), why
+    assert any(c in " ".join(why) for c in ("custom_pool", "subop_queue", "dependency", "completion")), why
+    toggle = page.get_by_role("button", name="critical path")
+    toggle.click()
+    page.wait_for_function("() => __model('critical_path_outline').visible")
+    assert page.evaluate("() => __model('critical_path_outline').data_source.data.span.length") > 0
+    errors = [text for kind, text in console if kind == "error"]
+    assert errors == [] and page_errors == [], (errors, page_errors)
