@@ -354,7 +354,7 @@ class SpanTable:
     def from_spans(cls, spans: Sequence[Span]) -> SpanTable:
         """Columns of a list of :class:`~.records.Span` (what users and older code build)."""
         g = attrgetter
-        return cls.from_rows(
+        table = cls.from_rows(
             list(map(g("name"), spans)),
             list(map(g("cat"), spans)),
             list(map(g("tid"), spans)),
@@ -362,6 +362,15 @@ class SpanTable:
             list(map(g("end"), spans)),
             list(map(g("args"), spans)),
         )
+        # The engine's side, where the spans carry it (a list built from a profile: its edges stay).
+        n = len(spans)
+        op = np.fromiter(map(g("op"), spans), dtype=_I64, count=n)
+        cpu = np.fromiter(map(g("cpu"), spans), dtype=_I64, count=n)
+        if (op >= 0).any():
+            table.op = op
+        if (cpu >= 0).any():
+            table.cpu = cpu
+        return table
 
     # ------------------------------------------------------------------ reading
     def args_of(self, i: int) -> dict[str, Any] | None:
@@ -426,7 +435,19 @@ class SpanTable:
         """The spans as :class:`~.records.Span` objects (the compatible view; ~1 µs and ~400 bytes each)."""
         names = self.str_list(self.name)
         cats = self.str_list(self.cat)
-        return list(map(Span, names, cats, self.tid.tolist(), self.start.tolist(), self.end.tolist(), self.all_args()))
+        return list(
+            map(
+                Span,
+                names,
+                cats,
+                self.tid.tolist(),
+                self.start.tolist(),
+                self.end.tolist(),
+                self.all_args(),
+                self.op.tolist(),
+                self.cpu.tolist(),
+            )
+        )
 
     def str_list(self, codes: np.ndarray) -> list[str]:
         """The strings of ``codes`` as a list (through the distinct codes: cheap for repeated names)."""

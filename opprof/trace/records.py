@@ -89,15 +89,30 @@ FAMILY_ARGS = frozenset({"op_type", "role", "invocation", "backward", *SPLIT_ARG
 class Span:
     """One timed piece of work on one thread (or, for a custom-op ``parent``, on no single thread)."""
 
-    __slots__ = ("args", "cat", "end", "name", "start", "tid")
+    __slots__ = ("args", "cat", "cpu", "end", "name", "op", "start", "tid")
 
-    def __init__(self, name: str, cat: str, tid: int, start: int, end: int, args: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        cat: str,
+        tid: int,
+        start: int,
+        end: int,
+        args: dict[str, Any] | None = None,
+        op: int = -1,
+        cpu: int = -1,
+    ) -> None:
         self.name = name
         self.cat = cat
         self.tid = tid
         self.start = start
         self.end = end
         self.args = args
+        #: The engine op it ran (its id in ``trace.ops``; -1 for none): what links a span to the
+        #: engine's edges, so a list read and written back keeps them (the analyses need it).
+        self.op = op
+        #: A custom op's Python's CPU time (ns; -1 where not measured).
+        self.cpu = cpu
 
     @property
     def dur(self) -> int:
