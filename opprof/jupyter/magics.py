@@ -35,6 +35,7 @@ from ..trace.formats.atomic import not_a_regular_file
 from ..trace.formats.jsonio import output_path_problem
 from ..trace.text import compare_table, fmt_us, split_table, stats_table, summary_line, why_text
 from .bokehjs import load_bokehjs
+from .cells import compiled_cell_name
 from .live import PERIOD_S as LIVE_PERIOD_S
 from .live import LiveView
 from .widgets import timeline
@@ -91,17 +92,23 @@ HISTORY_VAR = "_opprof_history"
 
 
 def _run_code(shell: Any, cell: str) -> Any:
-    """Run ``cell`` in the user namespace; return the value of a final expression (like a cell)."""
+    """Run ``cell`` in the user namespace; return the value of a final expression (like a cell).
+
+    The body is compiled under IPython's own name for this cell (a profile's lines and a traceback
+    then say ``In [5], line 3``), its lines counted from the cell's first line: the ``%%opprof``
+    line is line 1 in the notebook, so the body starts at line 2."""
     source = shell.transform_cell(cell)
-    tree = ast.parse(source, filename="<opprof-cell>")
+    name = compiled_cell_name(shell, "\n" + source)  # the cached text lines up with the notebook's
+    tree = ast.parse(source, filename=name)
+    ast.increment_lineno(tree, 1)
     last = None
     if tree.body and isinstance(tree.body[-1], ast.Expr):
         last = ast.Expression(tree.body.pop().value)
     ns = shell.user_ns
     if tree.body:
-        exec(compile(tree, "<opprof-cell>", "exec"), ns, ns)  # running the user's cell is the point
+        exec(compile(tree, name, "exec"), ns, ns)  # running the user's cell is the point
     if last is not None:
-        return eval(compile(last, "<opprof-cell>", "eval"), ns, ns)
+        return eval(compile(last, name, "eval"), ns, ns)
     return None
 
 

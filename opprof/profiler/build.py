@@ -35,6 +35,7 @@ from ..trace.analysis.split import callers, split_columns
 from ..trace.columns import ROLE_CODE, StringTable
 from ..trace.ops import WAIT_ID_BASE, OpKind, OpTable
 from ..trace.records import OPERATOR, WAIT
+from .sites import site_text
 
 __all__ = [
     "BUF_FIELDS",
@@ -458,9 +459,9 @@ def build_columns(threads: Sequence[ThreadRecords]) -> Built:
 
 
 def _site_codes(sites: list[Any], st: StringTable) -> np.ndarray:
-    """Each push's or wait's ``(file, line)`` as a code of its "file:line" (-1 for none): each
+    """Each push's or wait's ``(file, line)`` as a code of its text (:func:`.sites.site_text`; -1 for none): each
     distinct site formatted once, then looked up in C."""
-    code = {x: -1 if x is None else st.code(f"{x[0]}:{x[1]}") for x in set(sites)}
+    code = {x: -1 if x is None else st.code(site_text(x[0], x[1])) for x in set(sites)}
     return np.fromiter(map(code.__getitem__, sites), dtype=np.int32, count=len(sites))
 
 

@@ -312,7 +312,17 @@ def assert_round_trip(a: Trace, b: Trace) -> None:
 
     assert sorted(map(key, b.spans)) == sorted(map(key, a.spans))
     assert (b.threads, b.flows, b.metadata) == (a.threads, a.flows, a.metadata)
-    assert b.custom_ops() == a.custom_ops()
+    if b.ops is not None:
+        assert b.custom_ops() == a.custom_ops()
+    else:  # Chrome JSON keeps no engine edges: the calls and their split agree, not the causes
+
+        def split(rows: list[Any]) -> list[tuple[Any, ...]]:
+            return [
+                (r.op_type, r.backward, r.invocation, r.start_ns, r.wall_ns, r.python_ns, r.subops_ns, r.waiting_ns, r.error)
+                for r in rows
+            ]
+
+        assert split(b.custom_ops()) == split(a.custom_ops())
 
 
 def test_mxnet_example_under_the_profiler(engine: Engine, check_chrome: Callable[..., list[str]]) -> None:
