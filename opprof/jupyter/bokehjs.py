@@ -7,11 +7,17 @@ Two ways, chosen by looking, not assuming:
   The loader fetches synchronously so that ``window.Bokeh`` exists before any widget view is made,
   which is what lets timelines come back after a page reload: the trusted loader output runs
   again first, then the widget manager restores the live widgets from the kernel.
-* **inline** (about 2.1 MB, once per kernel): no such server (nbclient, VS Code, a kernel started
-  by another tool, a server in another environment or with another bokeh). Offline either way:
-  the default CDN resources fail there.
+* **page** (the same 2 KB loader): no Jupyter server started this kernel (nbclient, papermill,
+  nbconvert: CI and docs builds). Nothing shows the notebook now; whoever opens it later does, in
+  the page of *their* Jupyter, whose base URL the loader reads from the page itself. A notebook
+  executed that way stays light (an executed quickstart was 2.3 MB with BokehJS inline, 21 KB of
+  it the notebook's own), shows the still picture and summary where no script runs (untrusted,
+  GitHub), and draws its timelines again where opprof's server extension answers.
+* **inline** (about 2.1 MB, once per kernel): a front end that is no Jupyter page (VS Code: no
+  server extension can answer there), a server in another environment or with another Bokeh.
+  Offline either way: the default CDN resources fail there.
 
-``OPPROF_BOKEHJS`` = ``served`` / ``inline`` / ``auto`` (default) overrides the choice.
+``OPPROF_BOKEHJS`` = ``served`` / ``page`` / ``inline`` / ``auto`` (default) overrides the choice.
 """
 
 from __future__ import annotations
@@ -32,7 +38,8 @@ _PROBE_TIMEOUT_S = 2.0  # a local server answers a HEAD in milliseconds; a hung 
 
 @dataclass(frozen=True)
 class BokehJSSource:
-    """How the page gets BokehJS: ``mode`` "served" (with the server's ``base_url``) or "inline"."""
+    """How the page gets BokehJS: ``mode`` "served" (with the server's ``base_url``), "page" (from
+    whichever Jupyter page opens the notebook) or "inline"."""
 
     mode: str
     base_url: str = "/"
@@ -63,6 +70,11 @@ def _served_here(info: dict[str, object], version: str) -> bool:
         return False
 
 
+def _in_vscode() -> bool:
+    """Whether VS Code started this kernel (it passes its own environment on to the kernels it starts)."""
+    return any(k in os.environ for k in ("VSCODE_PID", "VSCODE_CWD", "VSCODE_IPC_HOOK", "VSCODE_NLS_CONFIG"))
+
+
 def bokehjs_source() -> BokehJSSource:
     """Where this kernel's page can get BokehJS (see the module docstring)."""
     import bokeh
@@ -70,8 +82,14 @@ def bokehjs_source() -> BokehJSSource:
     choice = os.environ.get("OPPROF_BOKEHJS", "auto").strip().lower()
     if choice == "inline":
         return BokehJSSource("inline", reason="OPPROF_BOKEHJS=inline")
+    if choice == "page":
+        return BokehJSSource("page", reason="OPPROF_BOKEHJS=page")
     info = _kernel_server()
     if info is None:
+        if _in_vscode() and choice != "served":
+            return BokehJSSource("inline", reason="VS Code runs this kernel: its pages have no Jupyter server to serve BokehJS")
+        if choice != "served":
+            return BokehJSSource("page", reason="no Jupyter server started this kernel: the page that opens it serves BokehJS")
         reason = "no Jupyter server started this kernel"
     elif _served_here(info, bokeh.__version__):
         return BokehJSSource("served", str(info.get("base_url", "/")), f"served by the Jupyter server at {info.get('url')}")
@@ -113,7 +131,8 @@ def _served_loader(version: str, base_url: str) -> str:
     """The page-side loader: the server's base URL from the page itself (the notebook may be
     opened from another server later), then each file fetched and run in order, synchronously."""
     files = json.dumps([bokehjs_route(version) + f for f in BOKEHJS_FILES])
-    return f"""(function () {{
+    return (
+        f"""(function () {{
   if (window.Bokeh && window.Bokeh.version === {json.dumps(version)}) return;
   var cfg = document.getElementById("jupyter-config-data");
   var base = {json.dumps(base_url)};
@@ -133,7 +152,9 @@ def _served_loader(version: str, base_url: str) -> str:
     s.text = xhr.responseText;
     document.head.appendChild(s);
   }}
-}})();""" + _SYNC_ONLY_JS
+}})();"""
+        + _SYNC_ONLY_JS
+    )
 
 
 def _inline_loader() -> str:
@@ -165,7 +186,7 @@ def load_bokehjs(once: bool = False) -> bool:
     import bokeh
 
     source = bokehjs_source()
-    js = _served_loader(bokeh.__version__, source.base_url) if source.mode == "served" else _inline_loader()
+    js = _inline_loader() if source.mode == "inline" else _served_loader(bokeh.__version__, source.base_url)
     # One MIME type, not Bokeh's two copies (application/javascript and bokehjs_load): every
     # front end that runs jupyter_bokeh (JupyterLab, Notebook 7, classic) runs application/javascript.
     publish_display_data({"application/javascript": js}, metadata={"opprof": {"bokehjs": source.mode}})

@@ -868,25 +868,33 @@ def _label_layer(p: Any, source: ColumnDataSource, names: ColumnDataSource, firs
 
 
 def _legend(p: Any, states: bool = False) -> None:
-    """Fixed legend entries: one off-data renderer per role (a NaN point draws nothing but its swatch),
-    and with ``states`` one per colour of the GIL strip."""
-    items = []
-    # One shared source and no selection/muted glyphs: each swatch was 9 Bokeh models, and every
-    # model costs ~1 ms to build and serialise (the 1M-span widget's first paint counts them).
-    nan = [float("nan")]
-    shared = ColumnDataSource({"left": nan, "right": nan, "top": nan, "bottom": nan})
+    """Fixed legend entries: one off-data renderer whose rows (NaN: drawn nowhere) are the swatches,
+    one legend item per row (``LegendItem.index``), and with ``states`` one per colour of the GIL
+    strip. One renderer, not one per entry: a swatch renderer was 4 Bokeh models, ~10 KB of every
+    timeline's document, which a notebook saves with each widget."""
     entries = [(ROLE_LABELS[r], ROLE_COLORS[r], 1.0) for r in ROLE_NAMES]
     entries.append(("merged: pale = idle", "#999999", 0.4))  # a merged block: paler the idler
     if states:
         entries += [(f"GIL: {STATE_LABELS[s]}", STATE_COLORS[s], 0.95) for s in STATES]
-    for label, fill, alpha in entries:
-        dummy = p.quad(
-            left="left", right="right", top="top", bottom="bottom", source=shared,
-            fill_color=fill, line_color=fill, fill_alpha=alpha,
-        )  # fmt: skip
-        dummy.nonselection_glyph = None
-        dummy.muted_glyph = None
-        items.append(LegendItem(label=label, renderers=[dummy]))
+    nan = [float("nan")] * len(entries)
+    swatches = ColumnDataSource(
+        {
+            "left": nan,
+            "right": nan,
+            "top": nan,
+            "bottom": nan,
+            "fill": [fill for _, fill, _ in entries],
+            "alpha": [alpha for _, _, alpha in entries],
+        },
+        name="legend_swatches",
+    )
+    dummy = p.quad(
+        left="left", right="right", top="top", bottom="bottom", source=swatches,
+        fill_color="fill", line_color="fill", fill_alpha="alpha",
+    )  # fmt: skip
+    dummy.nonselection_glyph = None
+    dummy.muted_glyph = None
+    items = [LegendItem(label=label, renderers=[dummy], index=i) for i, (label, _, _) in enumerate(entries)]
     p.add_layout(Legend(items=items, click_policy="none", label_text_font_size="9pt"), "right")
 
 

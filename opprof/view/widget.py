@@ -24,6 +24,7 @@ from typing import Any
 import ipywidgets as W
 import numpy as np
 from bokeh.events import RangesUpdate
+from ipywidgets.widgets.widget_bool import ToggleButtonStyle
 
 from ..trace import Trace
 from ..trace.text import text_summary
@@ -81,10 +82,18 @@ class TimelineWidget(W.VBox):
         self.name_filter = W.Text(placeholder="filter names (substring)", description="name", layout=W.Layout(width="260px"))
         self.regex = W.Checkbox(value=False, description="regex", indent=False, layout=W.Layout(width="70px"))
         # Each widget's layout given as it is made: one replaced afterwards stays registered in the
-        # kernel, reachable by no close() (6 Layouts per timeline were left so).
+        # kernel, reachable by no close() (6 Layouts per timeline were left so). Widgets that look
+        # alike share one Layout and one style: a notebook saves every widget model with all its
+        # defaults (a Layout is 1.1 KB), and an nbclient-executed notebook keeps them all.
+        plain = W.Layout()
+        toggle_layout, toggle_style = W.Layout(width="auto"), ToggleButtonStyle()
         self.role_toggles = {
             r: W.ToggleButton(
-                value=True, description=ROLE_LABELS[r], tooltip=f"show {ROLE_LABELS[r]} spans", layout=W.Layout(width="auto")
+                value=True,
+                description=ROLE_LABELS[r],
+                tooltip=f"show {ROLE_LABELS[r]} spans",
+                layout=toggle_layout,
+                style=toggle_style,
             )
             for r in ROLE_NAMES
         }
@@ -96,7 +105,7 @@ class TimelineWidget(W.VBox):
             rows=min(6, max(2, len(labels))),
             layout=W.Layout(width="300px"),
         )
-        self.status = W.Label(value="")  # Label shows text, never HTML
+        self.status = W.Label(value="", layout=plain)  # Label shows text, never HTML
         for w in (self.name_filter, self.regex, self.lanes, *self.role_toggles.values()):
             w.observe(self._on_control, names="value")
 
@@ -109,11 +118,16 @@ class TimelineWidget(W.VBox):
         # Not combine_events: it holds each message until the kernel reports idle, so a zoom's
         # x_range start, end and RangesUpdate went one round trip apart (~70-110 ms each here).
         # The kernel handles a range message in 0.2 ms, and RangesUpdate comes once per gesture.
-        self.bokeh = BatchedBokehModel(tl.root, combine_events=False)
+        self.bokeh = BatchedBokehModel(tl.root, combine_events=False, layout=plain)
         controls = W.VBox(
-            [W.HBox([self.name_filter, self.regex, self.lanes]), W.HBox(list(self.role_toggles.values())), self.status]
+            [
+                W.HBox([self.name_filter, self.regex, self.lanes], layout=plain),
+                W.HBox(list(self.role_toggles.values()), layout=plain),
+                self.status,
+            ],
+            layout=plain,
         )
-        super().__init__([controls, self.bokeh])
+        super().__init__([controls, self.bokeh], layout=plain)
         self._update_status()
         _return_freed_memory()
 

@@ -120,22 +120,33 @@ def test_the_quickstart_draws_its_timeline_stays_light_and_comes_back_after_a_re
     assert bad == [], bad
 
 
-def test_a_notebook_executed_elsewhere_shows_the_picture_and_summary_untrusted(
+def test_a_notebook_executed_elsewhere_is_light_shows_the_picture_untrusted_and_the_timelines_trusted(
     lab_server: Any, chromium_page: Any, tmp_path: Path
 ) -> None:
-    """Executed by nbclient (as CI does; no Jupyter server, so BokehJS inline), then opened in
-    JupyterLab: untrusted, so no script runs and no widget renders. The PNG and the text show."""
+    """Executed by nbclient (as CI and docs builds do; no Jupyter server, no page): several
+    ``%%opprof`` cells, and the notebook stays under 300 KB (BokehJS inline made it 2.3 MB). Opened
+    in JupyterLab untrusted: no script runs, the still picture and the summary show. Trusted, with
+    opprof's server extension answering: the loader fetches BokehJS from this page's server and the
+    widget manager draws the saved timelines, with nothing re-run."""
     from nbclient import NotebookClient
+    from nbformat.sign import NotebookNotary
 
-    page, _console, _errors = chromium_page
-    path = _small_notebook(tmp_path / "elsewhere.ipynb")
+    page, _console, page_errors = chromium_page
+    path = tmp_path / "elsewhere.ipynb"
+    cells = ["%load_ext opprof", SMALL_CELL]
+    cells += [SMALL_CELL.replace('"Sleepy"', '"Sleepy2"').replace("Sleepy(", "Sleepy2(")]
+    write_notebook(path, cells)
     nb = nbformat.read(path, as_version=4)
-    NotebookClient(nb, timeout=120, kernel_name="python3").execute()
-    assert _loader_modes(nb) == ["inline"]
-    outputs = nb.cells[1].outputs
-    png = next(base64.b64decode(o["data"]["image/png"]) for o in outputs if "image/png" in o.get("data", {}))
-    assert len(png) < 60_000
-    nbformat.write(nb, lab_server.root / "elsewhere.ipynb")
+    NotebookClient(nb, timeout=180, kernel_name="python3").execute()
+    assert _loader_modes(nb) == ["page"], _loader_modes(nb)
+    for cell in nb.cells[1:]:
+        png = next(base64.b64decode(o["data"]["image/png"]) for o in cell.outputs if "image/png" in o.get("data", {}))
+        assert len(png) < 60_000
+    target = lab_server.root / "elsewhere.ipynb"
+    nbformat.write(nb, target)
+    size = target.stat().st_size
+    assert size <= 300_000, f"a notebook executed by nbclient weighs {size:,} bytes"
+    print(f"\nexecuted by nbclient, 2 %%opprof cells: {size:,} bytes")
 
     page.goto(f"{lab_server.url}/lab/tree/elsewhere.ipynb?reset")
     page.wait_for_function(js.KERNEL_IDLE, timeout=90_000)
@@ -155,6 +166,25 @@ def test_a_notebook_executed_elsewhere_shows_the_picture_and_summary_untrusted(
     assert shown["w"] >= 500 and shown["h"] >= 60, shown
     assert "opprof:" in shown["text"] and "custom-op calls" in shown["text"], shown["text"][:500]
     assert page.evaluate("() => !window.Bokeh"), "an untrusted notebook ran BokehJS"
+
+    # Trusted (signed in this server's notary, as `jupyter trust` does), then opened again.
+    NotebookNotary(data_dir=str(lab_server.root.parent / "jupyter-data")).sign(nbformat.read(target, as_version=4))
+    shutil.copy(target, lab_server.root / "trusted.ipynb")
+    NotebookNotary(data_dir=str(lab_server.root.parent / "jupyter-data")).sign(
+        nbformat.read(lab_server.root / "trusted.ipynb", as_version=4)
+    )
+    page.goto(f"{lab_server.url}/lab/tree/trusted.ipynb?reset")
+    page.wait_for_function(js.KERNEL_IDLE, timeout=90_000)
+    try:
+        page.wait_for_function(js.painted_timeline(), timeout=60_000, polling=250)
+    except Exception:
+        page.screenshot(path=str(tmp_path / "trusted.png"))
+        raise
+    assert page.evaluate("() => !!window.Bokeh && Bokeh.documents.length >= 2"), "not every saved timeline was drawn"
+    prompts = page.evaluate("() => [...document.querySelectorAll('.jp-InputArea-prompt')].map((p) => p.textContent)")
+    assert not any("*" in p for p in prompts), "a cell ran again"
+    assert [e for e in page_errors if "SlickGrid Cannot find stylesheet" not in e] == [], page_errors
+    page.screenshot(path=str(tmp_path / "trusted.png"))
 
 
 def test_a_zoom_costs_one_refinement_sent_as_one_patch(lab_server: Any, chromium_page: Any) -> None:

@@ -334,7 +334,7 @@ def test_a_closed_timeline_leaves_no_widget_registered() -> None:
 
     before = _registered()
     w = TimelineWidget(synthetic_trace(500, seed=3))
-    assert _registered() - before >= 30
+    assert _registered() - before >= 20  # controls, their shared layouts and style, the BokehModel
     w.close()
     gc.collect()
     assert _registered() == before

@@ -173,6 +173,13 @@ def test_tools_ranges_and_overview(demo) -> None:
     assert p.xaxis.axis_label == "time since trace start"
 
 
+def _swatch(item) -> str:
+    """A legend item's colour: its row of the one swatch renderer's source."""
+    (r,) = item.renderers
+    spec = r.glyph.fill_color
+    return r.data_source.data[spec["field"] if isinstance(spec, dict) else spec][item.index]
+
+
 def test_colours_are_fixed_per_role_with_a_legend(demo) -> None:
     assert PALETTE[: len(ROLE_NAMES)] == [ROLE_COLORS[r] for r in ROLE_NAMES]
     assert len(set(ROLE_COLORS.values())) == len(ROLE_COLORS)
@@ -183,7 +190,7 @@ def test_colours_are_fixed_per_role_with_a_legend(demo) -> None:
     labels = [item.label["value"] for item in legend.items]
     assert labels[: len(ROLE_NAMES)] == [ROLE_LABELS[r] for r in ROLE_NAMES]
     for item, role in zip(legend.items, ROLE_NAMES, strict=False):
-        assert item.renderers[0].glyph.fill_color == ROLE_COLORS[role]
+        assert _swatch(item) == ROLE_COLORS[role]
 
 
 def test_hover_shows_text_only(demo) -> None:
@@ -946,7 +953,7 @@ def test_the_gil_strip_lies_under_each_threads_lane_coloured_by_state_and_a_wait
     assert hover.formatters["@c"].args["labels"] == [STATE_LABELS[s] for s in STATES]
     # Neither the spans' hover nor a tap picks the strip; the legend names each colour.
     assert all(_strip(tl) not in t.renderers for t in tl.figure.select({"type": TapTool}))
-    legend = {item.label["value"]: item.renderers[0].glyph.fill_color for item in tl.figure.legend[0].items}
+    legend = {item.label["value"]: _swatch(item) for item in tl.figure.legend[0].items}
     assert all(legend[f"GIL: {STATE_LABELS[s]}"] == STATE_COLORS[s] for s in STATES)
     assert "the GIL, as sampled" in tl.note.text
 

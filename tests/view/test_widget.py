@@ -230,16 +230,38 @@ def _fake_kernel(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     return published
 
 
-def test_without_a_jupyter_server_bokehjs_is_inlined_once_per_kernel(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_without_a_jupyter_server_the_page_that_opens_the_notebook_serves_bokehjs(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """nbclient, papermill, nbconvert: nothing shows the notebook now; the loader stays 2 KB and
+    reads the base URL of whichever Jupyter page opens the notebook later."""
     import bokeh
 
     import opprof.jupyter.bokehjs as loader
 
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))  # no jpserver-<ppid>.json there
     monkeypatch.delenv("OPPROF_BOKEHJS", raising=False)
+    for k in ("VSCODE_PID", "VSCODE_CWD", "VSCODE_IPC_HOOK", "VSCODE_NLS_CONFIG"):
+        monkeypatch.delenv(k, raising=False)
     published = _fake_kernel(monkeypatch)
     source = loader.bokehjs_source()
-    assert source.mode == "inline" and "no Jupyter server" in source.reason
+    assert source.mode == "page" and "no Jupyter server" in source.reason
+    assert loader.load_bokehjs(once=True) is True
+    js = published[0]["application/javascript"]
+    assert len(js) < 5_000 and "jupyter-config-data" in js and bokeh.__version__ in js
+
+
+def test_in_vscode_bokehjs_is_inlined_once_per_kernel(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import bokeh
+
+    import opprof.jupyter.bokehjs as loader
+
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))  # no jpserver-<ppid>.json there
+    monkeypatch.delenv("OPPROF_BOKEHJS", raising=False)
+    monkeypatch.setenv("VSCODE_PID", "4242")  # VS Code passes its environment to its kernels
+    published = _fake_kernel(monkeypatch)
+    source = loader.bokehjs_source()
+    assert source.mode == "inline" and "VS Code" in source.reason
     assert loader.load_bokehjs(once=True) is True
     assert loader.load_bokehjs(once=True) is False  # opprof.timeline() does not re-emit megabytes
     assert loader.load_bokehjs() is True  # explicit (%opprof_init)
