@@ -1,4 +1,5 @@
-"""README.md stays true: its Python blocks run, and every path and API name it mentions exists.
+"""README.md and the pages it links (docs/*.md) stay true: their Python blocks run, and every
+path, link and API name they mention exists.
 
 * Every ```python block runs. A plain block runs with ``exec`` in a fresh namespace, in a temporary
   working directory (so the ``trace.json`` / ``timeline.html`` it writes land there); blocks are
@@ -11,7 +12,7 @@
   backticks, ``mx.`` / ``opprof.`` names and the names listed for ``mx.nd`` and ``mx.autograd``
   exist; the layer listing matches the import-linter contract; nothing points at ``shared/``.
 
-A failure names the block's line in README.md.
+A failure names the page and the block's line in it.
 """
 
 from __future__ import annotations
@@ -33,15 +34,20 @@ import opprof as mx
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
-TEXT = README.read_text(encoding="utf-8")
+#: The README and the reference pages it links, in that order (their cells run in this order).
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
+TEXTS = {page: page.read_text(encoding="utf-8") for page in PAGES}
+#: Every page's text, for what must exist wherever it is named.
+TEXT = "\n".join(TEXTS.values())
 
 
 @dataclass(frozen=True)
 class Block:
     lang: str
-    line: int  # README.md line of the block's first code line (1-based)
+    line: int  # the page's line of the block's first code line (1-based)
     code: str
     section: str
+    page: Path = README
 
     @property
     def is_cell(self) -> bool:
@@ -49,10 +55,10 @@ class Block:
         return self.code.lstrip().startswith("%")
 
     def where(self) -> str:
-        return f"README.md line {self.line} (section {self.section!r})"
+        return f"{self.page.relative_to(ROOT)} line {self.line} (section {self.section!r})"
 
 
-def _blocks(text: str) -> list[Block]:
+def _blocks(text: str, page: Path = README) -> list[Block]:
     blocks: list[Block] = []
     section = "(top)"
     lines = text.splitlines()
@@ -66,14 +72,14 @@ def _blocks(text: str) -> list[Block]:
             j = i + 1
             while j < len(lines) and not lines[j].startswith("```"):
                 j += 1
-            assert j < len(lines), f"README.md line {i + 1}: unclosed code fence"
-            blocks.append(Block(fence.group(1), i + 2, "\n".join(lines[i + 1 : j]) + "\n", section))
+            assert j < len(lines), f"{page.relative_to(ROOT)} line {i + 1}: unclosed code fence"
+            blocks.append(Block(fence.group(1), i + 2, "\n".join(lines[i + 1 : j]) + "\n", section, page))
             i = j
         i += 1
     return blocks
 
 
-BLOCKS = _blocks(TEXT)
+BLOCKS = [b for page, text in TEXTS.items() for b in _blocks(text, page)]
 PYTHON = [b for b in BLOCKS if b.lang == "python"]
 PLAIN = [b for b in PYTHON if not b.is_cell]
 CELLS = [b for b in PYTHON if b.is_cell]
@@ -94,6 +100,23 @@ def restore_engine() -> Iterator[None]:
 def test_readme_has_the_blocks_this_file_runs() -> None:
     assert len(PLAIN) >= 3 and len(CELLS) >= 2, [b.where() for b in PYTHON]
     assert any(b.code.lstrip().startswith("%%opprof") for b in CELLS)
+    # The first screen: a script and a profiled cell, run here like the rest.
+    assert any(b.page == README for b in PLAIN) and sum(b.page == README for b in CELLS) >= 2
+
+
+def test_every_page_the_readme_links_exists_and_is_tested() -> None:
+    linked = set()
+    for page, text in TEXTS.items():
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
+            if re.match(r"[a-z]+:", target):  # http(s):, mailto:
+                continue
+            path = (page.parent / target).resolve()
+            assert path.exists(), f"{page.relative_to(ROOT)} links {target}, which does not exist"
+            if path.suffix == ".md" and page == README:
+                linked.add(path)
+    docs = set((ROOT / "docs").glob("*.md"))
+    assert docs and docs <= linked, f"pages in docs/ the README does not link: {sorted(p.name for p in docs - linked)}"
+    assert {p.resolve() for p in PAGES} >= linked - {README.resolve()}
 
 
 def test_no_block_is_a_fragment_with_placeholders() -> None:
@@ -127,7 +150,7 @@ def _promised_files(block: Block) -> list[str]:
 def _block_param(block: Block) -> Any:
     """A block that starts a Dask cluster (worker processes) is end to end: ``-m "not e2e"`` leaves it out."""
     marks = [pytest.mark.e2e] if "LocalCluster(" in block.code else []
-    return pytest.param(block, id=f"line{block.line}", marks=marks)
+    return pytest.param(block, id=f"{block.page.stem}-line{block.line}", marks=marks)
 
 
 @pytest.mark.parametrize("block", [_block_param(b) for b in PLAIN])
@@ -135,8 +158,8 @@ def test_python_block_runs(
     block: Block, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    # Blank lines in front, so a traceback's line numbers are README.md's.
-    code = compile("\n" * (block.line - 1) + block.code, str(README), "exec")
+    # Blank lines in front, so a traceback's line numbers are the page's.
+    code = compile("\n" * (block.line - 1) + block.code, str(block.page), "exec")
     namespace: dict[str, Any] = {"__name__": "__readme__"}
     try:
         exec(code, namespace)  # running the README's code is the point
@@ -167,7 +190,7 @@ def test_notebook_cells_are_valid_ipython() -> None:
     for block in CELLS:
         source = tm.transform_cell(block.code)
         try:
-            compile(source, f"README.md:{block.line}", "exec")
+            compile(source, f"{block.where()}", "exec")
         except SyntaxError as e:
             pytest.fail(f"{block.where()}: not a valid IPython cell: {e}\n{source}")
 
@@ -195,22 +218,28 @@ def test_notebook_cells_run_in_ipython(ipython_shell: Any, tmp_path: Path, monke
 
 # ---------------------------------------------------------------------------- what it names exists
 def test_readme_never_points_at_shared() -> None:
-    for n, line in enumerate(TEXT.splitlines(), 1):
-        assert "shared/" not in line, f"README.md line {n} points at shared/, which a clone does not have: {line.strip()}"
+    for page, text in TEXTS.items():
+        for n, line in enumerate(text.splitlines(), 1):
+            where = f"{page.relative_to(ROOT)} line {n}"
+            assert "shared/" not in line, f"{where} points at shared/, which a clone does not have: {line.strip()}"
 
 
-PATH = re.compile(r"(?<![\w./-])((?:opprof|tests|notebooks|benchmarks|binder|\.ci)/[\w./-]*)")
+PATH = re.compile(r"(?<![\w./-])((?:opprof|tests|notebooks|benchmarks|binder|docs|\.ci)/[\w./-]*)")
 
 
-def _line_of(needle: str) -> int:
-    return TEXT[: TEXT.index(needle)].count("\n") + 1
+def _line_of(needle: str) -> str:
+    """Where ``needle`` first appears: "page line N"."""
+    for page, text in TEXTS.items():
+        if needle in text:
+            return f"{page.relative_to(ROOT)} line {text[: text.index(needle)].count(chr(10)) + 1}"
+    return "(not found)"
 
 
 def test_every_path_exists() -> None:
     paths = {m.group(1).rstrip(".,;:") for m in PATH.finditer(TEXT)}
     assert len(paths) > 10, paths
-    missing = [f"{p} (line {_line_of(p)})" for p in sorted(paths) if not (ROOT / p).exists()]
-    assert not missing, f"README.md mentions paths that do not exist: {missing}"
+    missing = [f"{p} ({_line_of(p)})" for p in sorted(paths) if not (ROOT / p).exists()]
+    assert not missing, f"the README and its pages mention paths that do not exist: {missing}"
     for url_path in re.findall(r"urlpath=lab/tree/([\w./-]+)", TEXT):  # the Binder badge
         assert (ROOT / url_path).is_file(), url_path
 
@@ -240,14 +269,16 @@ def test_layout_listing_names_real_modules() -> None:
         head = re.match(r"^(opprof/[\w./]*)", line) or re.match(r"^\s+([\w/]+/)(?=\s)", line)
         if head and line.startswith("opprof/"):
             target = ROOT / head.group(1)
-            assert target.exists(), f"README.md line {block.line + k}: {head.group(1)} does not exist"
+            assert target.exists(), f"{block.page.name} line {block.line + k}: {head.group(1)} does not exist"
             directory = layer = target if target.is_dir() else None
         elif head and layer is not None:
             directory = layer / head.group(1)
-            assert directory.is_dir(), f"README.md line {block.line + k}: {layer.name}/{head.group(1)} is no folder"
+            assert directory.is_dir(), f"{block.page.name} line {block.line + k}: {layer.name}/{head.group(1)} is no folder"
         if directory is not None:
             for name in re.findall(r"\b(\w+\.py)\b", line[head.end() if head else 0 :]):
-                assert (directory / name).is_file(), f"README.md line {block.line + k}: {directory.name}/{name} does not exist"
+                assert (directory / name).is_file(), (
+                    f"{block.page.name} line {block.line + k}: {directory.name}/{name} does not exist"
+                )
 
 
 def test_layout_listing_follows_the_import_contract() -> None:
@@ -296,7 +327,7 @@ def test_every_api_name_exists() -> None:
             try:
                 _resolve(name)
             except (AttributeError, ImportError) as e:
-                problems.append(f"{name} (line {_line_of(name)}): {type(e).__name__}: {e}")
+                problems.append(f"{name} ({_line_of(name)}): {type(e).__name__}: {e}")
     assert not problems, "README.md names what opprof does not have:\n" + "\n".join(problems)
 
 
@@ -309,7 +340,7 @@ def _listed_names(namespace: str) -> list[tuple[str, int]]:
     for group in re.findall(r"`([^`]+)`", bullet):
         tokens = group.split()
         if len(tokens) >= 3 and all(re.fullmatch(r"[A-Za-z_]\w*(\.\w+)?", t) for t in tokens):
-            words += [(t, _line_of(group)) for t in tokens]
+            words += [(t, _line_of(group)) for t in tokens]  # type: ignore[misc]
     return words
 
 
