@@ -123,7 +123,7 @@ def test_the_quickstart_draws_its_timeline_stays_light_and_comes_back_after_a_re
 def test_a_notebook_executed_elsewhere_is_light_shows_the_picture_untrusted_and_the_timelines_trusted(
     lab_server: Any, chromium_page: Any, tmp_path: Path
 ) -> None:
-    """Executed by nbclient (as CI and docs builds do; no Jupyter server, no page): several
+    """Executed by nbclient (as CI and docs builds do; no Jupyter server, no page): two
     ``%%opprof`` cells, and the notebook stays under 300 KB (BokehJS inline made it 2.3 MB). Opened
     in JupyterLab untrusted: no script runs, the still picture and the summary show. Trusted, with
     opprof's server extension answering: the loader fetches BokehJS from this page's server and the
