@@ -25,6 +25,7 @@ from .nd import NDArray, autograd, base, context, operator, random, runtime, tes
 from .nd.context import Context, cpu, current_context, gpu
 from .nd.util import use_np_shape
 from .profiler import Profiler, profile
+from .profiler.ab import compare_functions
 from .trace.compare import compare
 
 ndarray = nd
@@ -82,6 +83,7 @@ __all__ = [
     "__version__",
     "autograd",
     "compare",
+    "compare_functions",
     "base",
     "context",
     "cpu",

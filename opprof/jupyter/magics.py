@@ -28,6 +28,7 @@ from IPython.display import display
 from .. import engine as _engine
 from ..engine import MAX_POOL_THREADS
 from ..profiler import Profiler, ProfileSession, stop_after
+from ..profiler.ab import MAX_LOOPS, MIN_RUN_S, calibrate_loops
 from ..trace import Trace, load
 from ..trace.analysis.stats import SORT_KEYS
 from ..trace.compare import Comparison, compare, side_by_side
@@ -133,6 +134,12 @@ class OpprofMagics(Magics):
     @argument("--why", action="store_true", help="print why the custom ops wait and the critical path, in words")
     @argument("--var", default="_opprof", metavar="NAME", help="user variable for the result (default _opprof)")
     @argument("--repeat", type=int, default=None, metavar="N", help="run the cell N times after one warm-up run (kept apart)")
+    @argument(
+        "--loops",
+        default=None,
+        metavar="K|auto",
+        help="with --repeat: the cell K times inside each measured run (default auto: runs of at least 100 ms)",
+    )
     @argument("--label", default=None, metavar="NAME", help="keep the result under NAME in _opprof_history, for --compare")
     @argument("--compare", default=None, metavar="NAME", help="compare this cell's runs with those labelled NAME")
     @argument("--max-events", type=int, default=5_000_000, metavar="N", help="event cap (memory bound)")
@@ -175,11 +182,20 @@ class OpprofMagics(Magics):
         error: BaseException | None = None
         result = None
         wall = 0.0
+        loops = 1
         with engine_for_cell:  # the engine before the cell is current again after it, however it ends
             for k in range(1 + (args.repeat or 0)):  # with --repeat, run 0 is the warm-up
-                trace, error, wall, result, live = self._profile_once(shell, cell, args, live_wanted)
+                trace, error, wall, result, live = self._profile_once(shell, cell, args, live_wanted, loops)
                 if args.repeat and k == 0 and error is None:
                     warmup = trace
+                    # Runs long enough to compare: the warm-up's time sets the loops (or --loops K).
+                    loops = calibrate_loops(wall, MIN_RUN_S * 1.2) if args.loops == "auto" else int(args.loops)
+                    if loops > 1:
+                        print(
+                            f"opprof: each of the {args.repeat} runs runs the cell {loops} times "
+                            f"(one run took {wall * 1e3:.1f} ms; a run of at least {MIN_RUN_S * 1e3:.0f} ms compares "
+                            "reliably; --loops K to set it)"
+                        )
                 else:
                     runs.append(trace)
                 if error is not None:  # an error or Ctrl-C ends the repeats: what ran is kept
@@ -252,10 +268,10 @@ class OpprofMagics(Magics):
         display(both)
 
     def _profile_once(
-        self, shell: Any, cell: str, args: Any, live_wanted: bool
+        self, shell: Any, cell: str, args: Any, live_wanted: bool, loops: int = 1
     ) -> tuple[Trace, BaseException | None, float, Any, LiveView | None]:
-        """One run of the cell under a profile of its own (this process's, or with ``--dask`` the
-        cluster's too): (trace, error, wall s, value, live view)."""
+        """One run of the cell (``loops`` times over) under a profile of its own (this process's,
+        or with ``--dask`` the cluster's too): (trace, error, wall s, value, live view)."""
         session: ProfileSession = self._dask_profile(args, live_wanted) if args.dask else Profiler(args.max_events).start()
         live: LiveView | None = None
         error: BaseException | None = None
@@ -265,7 +281,8 @@ class OpprofMagics(Magics):
             try:
                 if live_wanted:
                     live = LiveView(session.live_feed()).start()
-                result = _run_code(shell, cell)
+                for _ in range(loops):
+                    result = _run_code(shell, cell)
             except BaseException as e:  # shown after the partial timeline, then re-raised
                 error = e
             finally:
@@ -288,6 +305,8 @@ class OpprofMagics(Magics):
                 trace = session.trace
         if trace is None:  # interrupted again, or a cluster's merge cut short: nothing to show
             trace = Trace(metadata={"interrupted": "the trace was not built: Ctrl-C while building it"})
+        if loops > 1:
+            trace.metadata["loops"] = loops  # the comparison divides by it (opprof.trace.compare.loops_of)
         return trace, error, time.perf_counter() - t0, result, live
 
     def _dask_profile(self, args: Any, live: bool) -> ProfileSession:
@@ -353,6 +372,13 @@ class OpprofMagics(Magics):
                 raise UsageError(f"--{name}: {problem}\n{usage}")
         if args.live and args.repeat is not None:
             raise UsageError(f"--live cannot go with --repeat (each run has a profiler of its own)\n{usage}")
+        if args.loops is not None and args.repeat is None:
+            raise UsageError(f"--loops goes with --repeat (it sets how many times each measured run runs the cell)\n{usage}")
+        if args.loops is None:
+            args.loops = "auto"
+        elif args.loops != "auto":
+            if not args.loops.isdigit() or not 1 <= int(args.loops) <= MAX_LOOPS:
+                raise UsageError(f"--loops must be auto or a whole number from 1 to {MAX_LOOPS:,}, got {args.loops!r}\n{usage}")
         for name in ("label", "compare"):
             value = getattr(args, name)
             if value is not None and not value.strip():

@@ -16,6 +16,18 @@ the same number of calls of a type (the same program), :meth:`Comparison.calls` 
 call of A's runs with the k-th call of B's, so a change confined to one call (the first, which
 warms a cache; the last, which copies out) is seen where the type's sum dilutes it.
 
+Runs of a side are usually taken as a block (``--repeat N --label A``, a change, ``--repeat N
+--compare A``), minutes from the other side's block; a shift of the whole block (the machine's
+state, caches, a neighbour) is then noise the within-block spread cannot see, and identical code
+was called "2.3x faster" with 95 % confidence. So each side's block is split into halves, in run
+order, and the larger of the two sides' half-to-half differences (:func:`block_shift`), doubled
+(:data:`BLOCK_DISTANCE`), widens the interval in log space: a verdict stands only if it holds with
+the whole interval moved by that much. A row whose plain interval gave a verdict that the widened one does not is *unstable*: its
+verdict is declined, with a note saying by how much the halves differed. Runs are divided by their
+``loops`` (the times the cell ran inside one measured run, ``metadata["loops"]``), so both sides
+compare per loop whatever each was calibrated to. The strongest comparison interleaves A and B
+run by run (:func:`opprof.profiler.ab.compare_functions`): a shift then hits both sides alike.
+
 The interval: Welch's t interval on the logarithms of the run times, so the ratio is that of the
 geometric means and the noise may be multiplicative and differ between the sides. Tried first, a
 percentile bootstrap of the ratio of medians (a median of 5 runs wastes most of them) found a
@@ -45,14 +57,21 @@ from .records import CustomOpRow
 from .trace import Trace
 
 __all__ = [
+    "BLOCK_DISTANCE",
     "CONFIDENCE",
+    "MIN_RUNS_FOR_HALVES",
+    "SHORT_RUN_NS",
     "Comparison",
     "RowKey",
     "RowKind",
     "RowResult",
     "Verdict",
     "CallResult",
+    "block_shift",
     "compare",
+    "judged",
+    "loops_of",
+    "paired_interval",
     "ratio_interval",
     "run_rows",
     "side_by_side",
@@ -76,6 +95,7 @@ class Verdict(str, Enum):
     FASTER = "faster"
     SLOWER = "slower"
     NO_CLEAR_CHANGE = "no clear change"
+    UNSTABLE = "unstable"  # a change within what the sides' own halves differ by: declined
     ADDED = "added"  # in B only
     REMOVED = "removed"  # in A only
 
@@ -110,6 +130,7 @@ def run_rows(trace: Trace, *, fold_gil: bool = False) -> dict[RowKey, float]:
     if not len(t):
         return rows
     rows[RowKey(RowKind.END_TO_END)] = float(t.length_ns)
+    loops = loops_of(trace)
     sums: dict[RowKey, float] = defaultdict(float)
     for op in trace.analysis().op_types.rows():
         parts: dict[str, float] = {"wall": op.wall_ns, "sub-ops": op.subops_ns, "waiting": op.waiting_ns}
@@ -132,7 +153,18 @@ def run_rows(trace: Trace, *, fold_gil: bool = False) -> dict[RowKey, float]:
             cat, name = divmod(k, len(t.strings) + 1)
             sums[RowKey(RowKind.SPAN, t.strings[name], t.strings[cat])] += total
     rows.update(sums)
+    if loops > 1:  # per loop: sides calibrated to different loops compare alike
+        rows = {k: v / loops for k, v in rows.items()}
     return rows
+
+
+def loops_of(trace: Trace) -> int:
+    """How many times the measured code ran inside this run (``metadata["loops"]``; 1 when unsaid)."""
+    try:
+        n = int(trace.metadata.get("loops", 1))
+    except (TypeError, ValueError):
+        return 1
+    return max(1, n)
 
 
 @dataclass(frozen=True)
@@ -149,6 +181,11 @@ class RowResult:
     high: float
     verdict: Verdict
     share: float = 0.0  # of the end-to-end change (median B - median A), signed
+    #: How far the blocks may have shifted apart (a fraction: 0.18 = 18 %): :data:`BLOCK_DISTANCE`
+    #: times the larger of A's and B's half-to-half shift; ``low``..``high`` is widened by it.
+    block_noise: float = 0.0
+    #: Why the verdict was declined (``verdict`` UNSTABLE); empty otherwise.
+    why_unstable: str = ""
 
     @property
     def delta(self) -> float:
@@ -232,6 +269,8 @@ class Comparison:
     paired: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     #: Names that could not be paired, with why (counts differ between runs).
     unpaired: dict[str, str] = field(default_factory=dict)
+    #: Whether the runs were taken alternately and judged in pairs (:func:`compare`'s ``paired``).
+    paired_runs: bool = False
 
     def calls(self, name: str, part: str = "wall") -> list[CallResult]:
         """The k-th call of custom op ``name`` (``_backward_MyOp`` for its backward) in A's runs
@@ -248,11 +287,9 @@ class Comparison:
         for k in range(a.shape[1]):
             va, vb = a[:, k, j], b[:, k, j]
             ma, mb = float(np.median(va)), float(np.median(vb))
-            ratio, lo, hi = ratio_interval(va, vb)
+            ratio, lo, hi, verdict, _, _ = judged(va, vb, self.label_a, self.label_b, paired=self.paired_runs)
             if math.isnan(ratio):
-                ratio, verdict = (mb / ma if ma > 0 else float("nan")), Verdict.NO_CLEAR_CHANGE
-            else:
-                verdict = verdict_of(lo, hi)
+                ratio = mb / ma if ma > 0 else float("nan")
             out.append(CallResult(name, k, part, va, vb, ma, mb, ratio, lo, hi, verdict))
         return out
 
@@ -325,6 +362,89 @@ def ratio_interval(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
     return 1 + diff / base, max(0.0, 1 + (diff - half) / base), 1 + (diff + half) / base
 
 
+#: A side needs this many runs to be split into halves (two a half); with fewer, no shift is known.
+MIN_RUNS_FOR_HALVES = 4
+#: The interval is widened by this many times the halves' shift: the halves' centres are n/2 runs
+#: apart, the two blocks' at least n (more, with the minutes between them), and a machine that
+#: drifts steadily moves twice as far over twice the distance. Measured here on blocked runs of
+#: identical code (12 trials each of four workloads, 5 runs a block): Welch alone gave 6 false
+#: verdicts of 48, once 0.67x; widened by 1x the shift 1, by 2x none. On made-up blocks that share
+#: one random walk (10 runs each, 400 draws) 1x left 18 % false verdicts, 2x 3 %; the price is power
+#: at 5 runs a side (+10 % under 3 % noise found in 46 % of draws, 86 % at 10 runs).
+BLOCK_DISTANCE = 2.0
+
+
+def block_shift(values: np.ndarray) -> float:
+    """How much a block of runs (in run order) drifted: the difference between the mean of its
+    second half and of its first, in log space where every run is positive (else relative to the
+    mean); 0 with fewer than :data:`MIN_RUNS_FOR_HALVES` runs. The middle run of an odd count is in
+    neither half."""
+    v = np.asarray(values, dtype=np.float64)
+    n = len(v)
+    if n < MIN_RUNS_FOR_HALVES:
+        return 0.0
+    h = n // 2
+    first, second = v[:h], v[n - h :]
+    if (v > 0).all():
+        return abs(float(np.log(second).mean() - np.log(first).mean()))
+    base = float(v.mean())
+    return abs(float(second.mean() - first.mean())) / base if base > 0 else 0.0
+
+
+def paired_interval(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
+    """(ratio, low, high) of B/A for runs taken in pairs (A's k-th beside B's k-th, interleaved): a
+    t interval on the per-pair log ratios, so a shift of the machine that hit both runs of a pair
+    cancels. Where a run is zero, the difference of the times relative to A's mean."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    n = min(len(a), len(b))
+    if n < 2 or len(a) != len(b):
+        return ratio_interval(a, b)
+    logs = bool((a > 0).all() and (b > 0).all())
+    if logs:
+        d = np.log(b) - np.log(a)
+    else:
+        base = float(a.mean())
+        if base <= 0:
+            return float("nan"), float("nan"), float("nan")
+        d = (b - a) / base
+    mean = float(d.mean())
+    half = _t_quantile(0.5 + CONFIDENCE / 2, n - 1) * float(d.std(ddof=1)) / math.sqrt(n)
+    if logs:
+        return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+    return 1 + mean, max(0.0, 1 + mean - half), 1 + mean + half
+
+
+def judged(
+    a: np.ndarray, b: np.ndarray, label_a: str = "A", label_b: str = "B", *, paired: bool = False
+) -> tuple[float, float, float, Verdict, float, str]:
+    """(ratio, low, high, verdict, block noise, why unstable) of B/A: the interval of
+    :func:`ratio_interval` widened by the larger half-to-half shift of the two blocks
+    (:func:`block_shift`); a verdict the plain interval gave and the widened one does not is
+    declined as *unstable*, saying why. ``paired`` (runs interleaved A, B, A, B): the paired
+    interval (:func:`paired_interval`), which a shift of the machine does not bias: no widening."""
+    if paired:
+        ratio, lo, hi = paired_interval(a, b)
+        verdict = Verdict.NO_CLEAR_CHANGE if math.isnan(ratio) else verdict_of(lo, hi)
+        return ratio, lo, hi, verdict, 0.0, ""
+    ratio, lo, hi = ratio_interval(a, b)
+    if math.isnan(ratio):
+        return ratio, lo, hi, Verdict.NO_CLEAR_CHANGE, 0.0, ""
+    shift_a, shift_b = block_shift(a), block_shift(b)
+    shift = max(shift_a, shift_b)
+    noise = BLOCK_DISTANCE * shift
+    wide_lo, wide_hi = lo * math.exp(-noise), hi * math.exp(noise)
+    plain, widened = verdict_of(lo, hi), verdict_of(wide_lo, wide_hi)
+    why = ""
+    if widened is Verdict.NO_CLEAR_CHANGE and plain is not Verdict.NO_CLEAR_CHANGE:
+        side = label_a if shift_a >= shift_b else label_b
+        why = (
+            f"the two halves of {side} differ by {100 * math.expm1(shift):.0f} %: "
+            f"too unstable to call a {100 * abs(ratio - 1):.0f} % change"
+        )
+        widened = Verdict.UNSTABLE
+    return ratio, wide_lo, wide_hi, widened, math.expm1(noise), why
+
+
 def verdict_of(low: float, high: float) -> Verdict:
     """*faster* only when the whole interval of B/A is below 1, *slower* only when above; else no clear change."""
     if high < 1:
@@ -352,10 +472,15 @@ def compare(
     *,
     label_a: str = "A",
     label_b: str = "B",
+    paired: bool = False,
 ) -> Comparison:
     """Compare runs ``a`` with runs ``b``: each a trace, a sequence of traces of the same program,
-    or a ``%%opprof --repeat`` result (its ``runs``)."""
+    or a ``%%opprof --repeat`` result (its ``runs``). ``paired``: the runs were taken alternately
+    (A's k-th just before B's k-th; :func:`opprof.profiler.ab.compare_functions`), so each row is
+    judged on its per-pair ratios."""
     a, b = _runs(a), _runs(b)
+    if paired and len(a) != len(b):
+        raise ValueError(f"paired runs come in pairs: {len(a)} and {len(b)} runs")
     if not len(a) or not len(b):
         raise ValueError(f"compare() needs at least one run per side, got {len(a)} and {len(b)}")
     ops_a = [t.analysis().custom_ops for t in a]
@@ -404,25 +529,51 @@ def compare(
             verdict = Verdict.REMOVED if key not in keys_b else Verdict.ADDED
             results.append(RowResult(key, va, vb, ma, mb, float("nan"), float("nan"), float("nan"), verdict))
             continue
-        ratio, lo, hi = ratio_interval(va, vb)
+        ratio, lo, hi, verdict, noise, why = judged(va, vb, label_a, label_b, paired=paired)
         if math.isnan(ratio):  # no interval: the plain ratio of medians, and no verdict
             ratio = mb / ma if ma > 0 else float("nan")
-            verdict = Verdict.NO_CLEAR_CHANGE
-        else:
-            verdict = verdict_of(lo, hi)
-        results.append(RowResult(key, va, vb, ma, mb, ratio, lo, hi, verdict))
+        results.append(RowResult(key, va, vb, ma, mb, ratio, lo, hi, verdict, block_noise=noise, why_unstable=why))
     e2e = next((r for r in results if r.key.kind is RowKind.END_TO_END), None)
+    notes += _stability_notes(e2e, results, a, b)
     total = e2e.delta if e2e is not None else 0.0
     shares = [replace(r, share=(r.delta / total) if total else 0.0) if r is not e2e else r for r in results]
     shares.sort(key=lambda r: (r.key.kind is not RowKind.END_TO_END, -abs(r.delta), r.key))
-    paired, unpaired = _pair_calls(ops_a, ops_b)
+    calls_paired, unpaired = _pair_calls(ops_a, ops_b)
     if unpaired:
         notes.append(
             "calls not paired by order for "
             + "; ".join(f"{name}: {why}" for name, why in unpaired.items())
             + " (their per-type rows above still compare)"
         )
-    return Comparison(shares, len(a), len(b), label_a, label_b, notes, paired, unpaired)
+    return Comparison(shares, len(a), len(b), label_a, label_b, notes, calls_paired, unpaired, paired_runs=paired)
+
+
+#: A measured run shorter than this swings with the machine's state (a timer tick, a cache, a
+#: woken vCPU is a large share of it): the comparison says so. Runs are calibrated to 100 ms (as
+#: pyperf does; :data:`opprof.profiler.ab.MIN_RUN_S`) from an estimate: half that is plainly short.
+SHORT_RUN_NS = 50_000_000
+
+
+def _stability_notes(e2e: RowResult | None, rows: list[RowResult], a: list[Trace], b: list[Trace]) -> list[str]:
+    """What a reader must know before trusting the verdicts: runs too short, an unstable block."""
+    notes = []
+    if e2e is not None and len(e2e.a) and len(e2e.b):
+        # A run's own length (all its loops), not the per-loop row.
+        lengths = [float(t.table.length_ns) for t in (*a, *b) if len(t.table)]
+        shortest = float(np.median(lengths)) if lengths else 0.0
+        if 0 < shortest < SHORT_RUN_NS:
+            notes.append(
+                f"runs last {shortest / 1e6:.1f} ms (median): too short to compare reliably here "
+                f"(under {SHORT_RUN_NS / 1e6:.0f} ms a run swings with the machine's state; 100 ms is safe); "
+                "run the code several times inside each run (%%opprof --repeat N --loops auto does) or interleave A and B "
+                "(opprof.compare_functions)"
+            )
+    unstable = [r for r in rows if r.verdict is Verdict.UNSTABLE]
+    if e2e is not None and e2e.verdict is Verdict.UNSTABLE:
+        notes.append(f"end to end seems unstable: {e2e.why_unstable} (declined, not called faster or slower)")
+    elif unstable:
+        notes.append(f"{len(unstable)} row(s) declined as unstable: their sides' halves differ by more than the change")
+    return notes
 
 
 def typical_run(runs: Trace | Sequence[Trace] | Any) -> Trace:

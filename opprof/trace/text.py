@@ -422,7 +422,8 @@ def compare_table(comparison: Comparison, top: int = 25) -> str:
     c = comparison
     head = (
         f"{c.label_a}: {c.runs_a} run{'s' if c.runs_a != 1 else ''}, {c.label_b}: {c.runs_b} run{'s' if c.runs_b != 1 else ''}; "
-        f"medians; B/A of the geometric means with its {round(100 * CONFIDENCE)} % interval (Welch, log times)"
+        f"medians; B/A of the geometric means with its {round(100 * CONFIDENCE)} % interval (Welch, log times, "
+        "widened by how much each side's halves differ)"
     )
     changed = [r for r in c.rows if r.verdict not in (Verdict.ADDED, Verdict.REMOVED)]
     moved = [r for r in c.rows if r.verdict in (Verdict.ADDED, Verdict.REMOVED)]
@@ -438,6 +439,8 @@ def compare_table(comparison: Comparison, top: int = 25) -> str:
     if calls:
         out.append("calls that changed most (paired by their order within the op type):")
         out.append(_call_table(calls))
+    unstable = [r for r in changed[:top] if r.verdict is Verdict.UNSTABLE and r.key.kind is not RowKind.END_TO_END]
+    out.extend(f"unstable: {r.key.label()}: {r.why_unstable}" for r in unstable[:5])
     for r in moved:
         side = c.label_b if r.verdict is Verdict.ADDED else c.label_a
         value = r.median_b if r.verdict is Verdict.ADDED else r.median_a

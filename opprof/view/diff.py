@@ -22,7 +22,12 @@ from ..trace.text import fmt_us
 
 __all__ = ["VERDICT_COLORS", "diff_figure"]
 
-VERDICT_COLORS = {Verdict.FASTER: "#2ca02c", Verdict.SLOWER: "#d62728", Verdict.NO_CLEAR_CHANGE: "#9a9a9a"}
+VERDICT_COLORS = {
+    Verdict.FASTER: "#2ca02c",
+    Verdict.SLOWER: "#d62728",
+    Verdict.NO_CLEAR_CHANGE: "#9a9a9a",
+    Verdict.UNSTABLE: "#e8a33d",  # declined: a change within the blocks' own drift
+}
 _ROW_PX = 22
 
 

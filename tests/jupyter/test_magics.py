@@ -237,7 +237,7 @@ def test_compare_with_an_unknown_label_runs_nothing_and_lists_the_labels(ip: Any
 def test_an_error_during_the_repeats_keeps_the_runs_so_far_and_raises(ip: Any) -> None:
     ip.user_ns["calls"] = 0
     cell = "calls += 1\ny = mx.nd.ones((2, 2)) + 1\ny.wait_to_read()\nif calls == 3:\n    raise ValueError('third run')"
-    result, _ = run(ip, "--repeat 5 --no-widget", cell)
+    result, _ = run(ip, "--repeat 5 --loops 1 --no-widget", cell)
     assert isinstance(result.error_in_exec, ValueError)
     prof = ip.user_ns["_opprof"]
     assert ip.user_ns["calls"] == 3 and prof.warmup is not None and len(prof.runs) == 2  # a full run and the failed one
@@ -338,3 +338,33 @@ def test_a_closed_timeline_leaves_no_widget_registered() -> None:
     w.close()
     gc.collect()
     assert _registered() == before
+
+
+def test_repeat_calibrates_runs_long_enough_to_compare_and_says_so(ip: Any) -> None:
+    """A cell of a few ms runs several times inside each measured run (runs of >= 100 ms, as pyperf
+    calibrates); the trace says how many, and comparisons divide by it. ``--loops K`` sets it."""
+    ip.user_ns["calls"] = 0
+    cell = "calls += 1\ny = mx.nd.ones((2, 2)) + 1\ny.wait_to_read()\ntime.sleep(0.004)"
+    result, out = run(ip, "--repeat 2 --no-widget", cell)
+    assert result.error_in_exec is None, out
+    prof = ip.user_ns["_opprof"]
+    loops = prof.runs[0].metadata["loops"]
+    assert 5 <= loops <= 30 and all(r.metadata["loops"] == loops for r in prof.runs), loops
+    assert ip.user_ns["calls"] == 1 + 2 * loops  # the warm-up once, then each run loops times
+    assert f"runs the cell {loops} times" in out
+    from opprof.trace.compare import RowKey, RowKind, run_rows
+
+    per_loop = run_rows(prof.runs[0])[RowKey(RowKind.END_TO_END)]
+    assert per_loop < prof.runs[0].table.length_ns / (loops - 1)  # rows are per loop
+    result, out = run(ip, "--repeat 2 --loops 3 --no-widget", cell)
+    assert result.error_in_exec is None and all(r.metadata["loops"] == 3 for r in ip.user_ns["_opprof"].runs)
+    assert "runs the cell" not in out or "3 times" in out
+
+
+@pytest.mark.parametrize("line", ["--loops 3", "--repeat 2 --loops 0", "--repeat 2 --loops many", "--repeat 2 --loops 100000"])
+def test_bad_loops_print_usage_and_run_nothing(ip: Any, line: str) -> None:
+    ip.user_ns["ran"] = False
+    with capture_output() as out:
+        ip.run_cell(f"%%opprof {line} --no-widget\nran = True")
+    assert ip.user_ns["ran"] is False
+    assert "--loops" in out.stderr + out.stdout

@@ -403,3 +403,94 @@ def test_runs_with_and_without_the_gils_evidence_compare_their_queued_time_whole
     assert any("GIL's evidence" in n for n in c.notes)
     both = compare(a, a)  # the same evidence on both sides: the parts are rows of their own
     assert any(r.key.part.endswith("_gil") for r in both.rows if r.key.kind is RowKind.CUSTOM_OP)
+
+
+# ---------------------------------------------------------------------------- blocks of runs, minutes apart
+def test_halves_that_drift_widen_the_interval_and_a_small_change_inside_it_is_declined() -> None:
+    """Known answer: A's block drifts 18 % between its halves (its second half ran slower), B is 8 %
+    slower than A's mean with little noise. Welch alone calls it; within an 18 % drift it is declined,
+    with the note that says why."""
+    from opprof.trace.compare import block_shift, judged
+
+    a = np.array([100.0, 101, 99, 100, 118, 119, 117, 118])  # halves: 100 and 118
+    b = np.array([118.0, 117, 119, 118, 118, 117, 119, 118])
+    assert block_shift(a) == pytest.approx(np.log(118 / 100), rel=1e-3)
+    assert block_shift(b) < 0.01
+    assert verdict_of(*ratio_interval(a, b)[1:]) is Verdict.SLOWER  # what the plain interval says
+    _ratio, lo, hi, verdict, noise, why = judged(a, b)
+    assert verdict is Verdict.UNSTABLE and lo < 1 < hi and noise == pytest.approx(1.18**2 - 1, abs=0.01)
+    assert why.startswith("the two halves of A differ by 18 %: too unstable to call a")
+
+
+def test_a_real_change_larger_than_the_drift_still_stands() -> None:
+    from opprof.trace.compare import judged
+
+    a = np.array([100.0, 101, 99, 100, 104, 105, 103, 104])  # a 4 % drift
+    b = 1.5 * a[::-1]
+    _ratio, lo, _hi, verdict, noise, why = judged(a, b)
+    assert verdict is Verdict.SLOWER and lo > 1 and why == "" and 0.06 < noise < 0.10  # twice a 4 % shift
+
+
+def test_blocked_identical_code_gives_few_false_verdicts_when_the_machine_drifts() -> None:
+    """Known answer for the method: identical programs, A's block of 10 runs then B's, on a machine
+    whose state wanders (one random walk of 2 % a run through both blocks, 2 % noise). Welch alone
+    calls a change in about half the trials; widened by the halves, in at most 5 %."""
+    from opprof.trace.compare import judged
+
+    rng = np.random.default_rng(5)
+    plain = widened = 0
+    trials = 400
+    for _ in range(trials):
+        v = 100 * np.exp(np.cumsum(0.02 * rng.standard_normal(20)) + 0.02 * rng.standard_normal(20))
+        a, b = v[:10], v[10:]
+        plain += verdict_of(*ratio_interval(a, b)[1:]) is not Verdict.NO_CLEAR_CHANGE
+        widened += judged(a, b)[3] in (Verdict.FASTER, Verdict.SLOWER)
+    assert plain / trials > 0.3, plain  # the case the widening is for
+    assert widened / trials <= 0.05, f"{widened} of {trials} identical blocks on a drifting machine were given a verdict"
+
+
+def test_interleaved_runs_are_judged_in_pairs_which_a_shared_shift_cannot_fool() -> None:
+    """A and B taken alternately on a machine that drifts 40 % over the trial: each pair shares its
+    moment, so the paired interval finds a 10 % change the blocked one cannot."""
+    from opprof.trace.compare import judged, paired_interval
+
+    rng = np.random.default_rng(3)
+    drift = np.exp(np.linspace(0, np.log(1.4), 10))
+    a = 100 * drift * np.exp(0.01 * rng.standard_normal(10))
+    b = 110 * drift * np.exp(0.01 * rng.standard_normal(10))
+    ratio, lo, hi = paired_interval(a, b)
+    assert 1 < lo < 1.1 < hi and abs(ratio - 1.1) < 0.02
+    assert judged(a, b, paired=True)[3] is Verdict.SLOWER
+    assert judged(a, b)[3] is not Verdict.SLOWER  # as blocks, the drift swamps it
+
+
+def test_runs_compare_per_loop_and_short_runs_are_said_to_be_short() -> None:
+    def loops(t: Trace, n: int) -> Trace:
+        t.metadata["loops"] = n
+        return t
+
+    noise = [1.0, 1.03, 0.98, 1.01, 0.99, 1.02]
+    a = [loops(_run(int(4_000 * f)), 4) for f in noise]  # four loops of ~1,000 ns ops
+    b = [loops(_run(int(1_000 * f)), 1) for f in noise]  # one loop of the same ops
+    c = compare(a, b)
+    e2e = c.end_to_end
+    assert e2e is not None and e2e.verdict is Verdict.NO_CLEAR_CHANGE and abs(e2e.ratio - 1) < 0.03
+    assert e2e.median_a == pytest.approx(2_000, rel=0.05)  # per loop: 8,000 ns a run / 4
+    assert any(n.startswith("runs last ") and "too short" in n for n in c.notes)
+    assert "note: runs last" in compare_table(c)
+
+
+def test_fail_if_slower_does_not_fire_on_instability(tmp_path: Path) -> None:
+    a_times = [100, 101, 99, 100, 118, 119, 117, 118]
+    b_times = [118, 117, 119, 118, 118, 117, 119, 118]
+    for side, times in (("a", a_times), ("b", b_times)):
+        (tmp_path / side).mkdir()
+        for k, us in enumerate(times):
+            _run(us * 1_000).save(str(tmp_path / side / f"run{k}.opprof"))
+    c = compare(
+        [mx.trace.load(p) for p in sorted((tmp_path / "a").iterdir())],
+        [mx.trace.load(p) for p in sorted((tmp_path / "b").iterdir())],
+    )
+    assert c.end_to_end is not None and c.end_to_end.verdict is Verdict.UNSTABLE
+    assert any("seems unstable" in n for n in c.notes)
+    assert cli(["diff", str(tmp_path / "a"), str(tmp_path / "b"), "--fail-if-slower", "5"]) == 0

@@ -1,0 +1,107 @@
+"""Runs long enough to measure, and A against B run by run.
+
+A comparison is only as good as its runs. Two things make runs of a few milliseconds poor
+evidence on a shared machine: one run swings with whatever else the machine does during it, and a
+block of runs taken minutes after another block differs from it as a whole (caches, the
+allocator, a neighbour, a vCPU that the host halted). :func:`calibrate_loops` makes each measured
+run last at least :data:`MIN_RUN_S` by running the code several times inside it, as pyperf does
+(its runs last 100 ms too); the loops are kept in the trace's metadata (``loops``) and the
+comparison divides by them. :func:`compare_functions` runs A and B alternately, each run profiled
+on its own: a shift of the machine's state then hits both sides alike, the strongest comparison
+there is when both versions of the code can be called from one place.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..trace import Trace
+from ..trace.compare import Comparison, compare
+from .session import profile
+
+__all__ = ["MAX_LOOPS", "MIN_RUN_S", "calibrate_loops", "compare_functions", "profiled_run"]
+
+#: A measured run lasts at least this long once calibrated (pyperf's default minimum is 100 ms).
+MIN_RUN_S = 0.1
+#: At most this many loops a run (a cell of 1 µs would otherwise loop 100,000 times).
+MAX_LOOPS = 1000
+
+
+def calibrate_loops(one_run_s: float, min_run_s: float = MIN_RUN_S) -> int:
+    """How many times code that took ``one_run_s`` once must run inside one measured run for the
+    run to last ``min_run_s`` (1 for code that takes that long already; at most :data:`MAX_LOOPS`)."""
+    if not one_run_s > 0:
+        return MAX_LOOPS
+    return max(1, min(MAX_LOOPS, math.ceil(min_run_s / one_run_s)))
+
+
+def _calibrated(a: Callable[[], Any], b: Callable[[], Any], min_run_s: float) -> int:
+    """Loops for runs of at least ``min_run_s`` of the quicker of ``a`` and ``b``: estimated from one
+    call, then checked on a run of that many and scaled up while short (as pyperf does; a first
+    call's estimate is off by what the first calls still warm)."""
+    n = 1
+    for _ in range(4):
+        took = []
+        for fn in (a, b):
+            t0 = time.perf_counter()
+            profiled_run(fn, n)
+            took.append(time.perf_counter() - t0)
+        if min(took) >= min_run_s or n >= MAX_LOOPS:
+            return n
+        n = max(n + 1, calibrate_loops(min(took) / n, min_run_s * 1.2))  # a margin over the minimum
+        n = min(n, MAX_LOOPS)
+    return n
+
+
+def profiled_run(fn: Callable[[], Any], loops: int = 1) -> Trace:
+    """One measured run: ``fn()`` called ``loops`` times under one profile (waiting for the engine's
+    work), its trace saying how many (``metadata["loops"]``)."""
+    if loops < 1:
+        raise ValueError(f"loops must be at least 1, got {loops}")
+    with profile() as prof:
+        for _ in range(loops):
+            fn()
+    trace = prof.trace
+    assert trace is not None  # profile() builds the trace on exit
+    trace.metadata["loops"] = loops
+    return trace
+
+
+def compare_functions(
+    a: Callable[[], Any],
+    b: Callable[[], Any],
+    *,
+    runs: int = 10,
+    loops: int | str = "auto",
+    label_a: str = "A",
+    label_b: str = "B",
+    min_run_s: float = MIN_RUN_S,
+) -> Comparison:
+    """Compare ``a()`` with ``b()`` run alternately (A, B, A, B, ...), each run profiled on its own.
+
+    ``loops``: how many calls make one run ("auto": enough for ``min_run_s``, calibrated on a
+    warm-up call of each, the same for both sides). The first call of each is a warm-up, kept out.
+    """
+    if runs < 2:
+        raise ValueError(f"runs must be at least 2 (an interval needs two runs a side), got {runs}")
+    if loops == "auto":
+        for fn in (a, b):  # the warm-up: imports, caches and the pools' threads are paid here
+            profiled_run(fn)
+        n = _calibrated(a, b, min_run_s)
+    elif isinstance(loops, int) and not isinstance(loops, bool) and loops >= 1:
+        n = loops
+        profiled_run(a)
+        profiled_run(b)
+    else:
+        raise ValueError(f"loops must be a positive integer or 'auto', got {loops!r}")
+    side_a: list[Trace] = []
+    side_b: list[Trace] = []
+    for _ in range(runs):
+        side_a.append(profiled_run(a, n))
+        side_b.append(profiled_run(b, n))
+    c = compare(side_a, side_b, label_a=label_a, label_b=label_b, paired=True)
+    c.notes.insert(0, f"interleaved: {label_a} and {label_b} ran alternately, {runs} runs each of {n} call(s)")
+    return c
