@@ -5,7 +5,8 @@ Run: ``python benchmarks/compare.py [--trials T] [--runs N]`` (or ``make bench``
 
 A custom op whose Python does a fixed amount of CPU work (a NumPy loop of known size) runs as A;
 B is the same with the work made 10 % or 30 % larger, or unchanged. Each trial profiles N = 5 runs
-per side, interleaved (A, B, A, B, ...: a noisy neighbour hits both alike), and reads the verdict
+per side, interleaved (A, B, A, B, ...: a noisy neighbour hits both alike) and judged in pairs
+(``compare(..., paired=True)``, what ``opprof.compare_functions`` does), and reads the verdict
 on the op's wall time and on end to end. Goals (the issue's): the 30 % change found in >= 95 % of
 trials, the 10 % one in >= 80 %, the no-change pair "no clear change" in >= 95 %.
 
@@ -71,7 +72,7 @@ def _trial(factor: float, runs: int) -> tuple[Verdict, Verdict]:
     for _ in range(runs):  # interleaved
         a.append(_run(_BASE_WORK))
         b.append(_run(round(_BASE_WORK * factor)))
-    c = compare(a, b)
+    c = compare(a, b, paired=True)  # interleaved runs: judged in pairs, as compare_functions does
     e2e = c.end_to_end
     assert e2e is not None
     return c.row(RowKey(RowKind.CUSTOM_OP, "BenchWork", "wall")).verdict, e2e.verdict

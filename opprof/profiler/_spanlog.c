@@ -1,4 +1,4 @@
-/* opprof.profiler._spanlog: the recorder's hot path for plain ops, in C.
+/* opprof.profiler._spanlog: the recorder's hot path, in C.
  *
  * Why C: a plain op's span recorded by the Python recorder cost ~1.1 µs (a thread-local lookup, a
  * tuple of 11 fields the garbage collector tracks, attribute reads, a frame); a span in plain
@@ -10,10 +10,12 @@
  * their ids. Nothing per span is a Python object, so nothing is left for the garbage collector.
  *
  * ``on_push`` notes every op's push in the Python recorder's shape (inside a custom op's Python
- * with its invocation and the user's line, found by the recorder's own ``_site``); at ``run``,
- * everything that is not a plain op (a custom op's own ops, a sub-op, an op of some other info) is
- * handed to the Python recorder's ``run``, unchanged: this module is a fast lane beside it, not a
- * second recorder. The build after stop() reads each log as columns
+ * with its invocation and the user's line, found by the recorder's own ``_site``). At ``run``, a
+ * sub-op (pushed inside a custom op's Python) and a custom op's own two ops are kept as the same
+ * tuples the Python recorder appends, in the same lists (``sub``, ``fam``, ``deps``), as is a
+ * custom op's Python (``on_python``) and a sub-op the naive engine pushes and runs at once; an op
+ * of any other info goes to the Python recorder's ``run``, unchanged: this module is a fast lane
+ * beside it, not a second recorder (tests/profiler/test_compiled_recorder.py holds them equal). The build after stop() reads each log as columns
  * (``PlainLog.columns``: the records' bytes, for ``numpy.frombuffer``), so no record becomes a
  * Python object there either.
  *

@@ -6,6 +6,10 @@ thread appends flat tuples to lists of its own (no lock, no dict, no string form
 custom-op families, the python / sub-ops / waiting split and flow arrows are all worked out in
 :meth:`Recorder.build`, with array operations (:mod:`.build`).
 
+Where a C compiler built :mod:`._spanlog`, the hooks themselves are C (:class:`_CompiledRecorder`,
+the default; ``Recorder(compiled=False)`` or ``OPPROF_PURE=1`` for this pure-Python one): the
+same records, a plain op's as one fixed-size record of int64s instead of a tuple.
+
 What is recorded, and on which thread:
 
 * every engine op, on the thread that executed it (not the pusher);
@@ -470,11 +474,13 @@ COMPILED_WHY_NOT: str = _why_not
 
 
 class _CompiledRecorder(Recorder):
-    """The recorder with its hot path for plain ops in C (:mod:`opprof.profiler._spanlog`): the
-    engine calls the C ``on_push``/``run``/``run_pushed`` directly (instance attributes, found
-    before the class's methods): every push's note is made in C, a plain op's span is kept in the
-    thread's fixed-size log, and every other op's run goes to :class:`Recorder`'s own. The pause flag, the cap's count and
-    ``full`` live in the C object, shared by both lanes."""
+    """The recorder with its hot path in C (:mod:`opprof.profiler._spanlog`): the engine calls the C
+    ``on_push``/``run``/``run_pushed``/``on_python`` directly (instance attributes, found before
+    the class's methods). Every push's note is made in C; a plain op's span is one fixed-size
+    record in the thread's log; a sub-op's, a custom op's own ops' and its Python's records are
+    the same tuples :class:`Recorder` appends, appended from C; anything else goes to
+    :class:`Recorder`'s own methods. The pause flag, the cap's count and ``full`` live in the C
+    object, shared by both lanes."""
 
     path = "compiled"
 
