@@ -336,6 +336,24 @@ static PyObject *log_append(PlainLog *log, PyObject *rec) {
     Py_RETURN_NONE;
 }
 
+static PyObject *log_extend(PlainLog *log, PyObject *records) {
+    PyObject *it = PyObject_GetIter(records);
+    if (it == NULL) return NULL;
+    PyObject *rec;
+    while ((rec = PyIter_Next(it)) != NULL) {
+        PyObject *ok = log_append(log, rec);
+        Py_DECREF(rec);
+        if (ok == NULL) {
+            Py_DECREF(it);
+            return NULL;
+        }
+        Py_DECREF(ok);
+    }
+    Py_DECREF(it);
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyObject *log_subscript(PlainLog *log, PyObject *key) {
     if (PyIndex_Check(key)) {
         Py_ssize_t i = PyNumber_AsSsize_t(key, PyExc_IndexError);
@@ -414,6 +432,7 @@ static PyObject *log_copy(PlainLog *log, PyObject *Py_UNUSED(ignored)) {
 
 static PyMethodDef log_methods[] = {
     {"append", (PyCFunction)log_append, METH_O, "Append one record given as build's 11-field tuple (the Python paths)."},
+    {"extend", (PyCFunction)log_extend, METH_O, "Append each record of an iterable, as list.extend does."},
     {"columns", (PyCFunction)log_columns, METH_NOARGS,
      "(bytes of the records as int64s, names by code, extras): the build reads them with numpy.frombuffer."},
     {"copy", (PyCFunction)log_copy, METH_NOARGS, "The log as it is now (a live build reads a copy)."},
