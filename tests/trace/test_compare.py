@@ -304,8 +304,25 @@ def test_the_diff_chart_draws_each_row_coloured_by_its_verdict_with_its_interval
     for k, r in enumerate(shown):
         assert data["pct"][k] == pytest.approx(100 * (r.ratio - 1))
         assert data["low"][k] <= data["pct"][k] <= data["high"][k]
-        # The colour never claims more than the interval: grey exactly where the whisker crosses 0.
-        assert (data["color"][k] == VERDICT_COLORS[Verdict.NO_CLEAR_CHANGE]) == (data["low"][k] <= 0 <= data["high"][k])
+        # The colour never claims more than the interval: grey (no change) or amber (declined as
+        # unstable) exactly where the whisker crosses 0.
+        undecided = {VERDICT_COLORS[Verdict.NO_CLEAR_CHANGE], VERDICT_COLORS[Verdict.UNSTABLE]}
+        assert (data["color"][k] in undecided) == (data["low"][k] <= 0 <= data["high"][k])
+
+
+def test_an_unstable_row_is_drawn_amber_and_named_in_the_table() -> None:
+    from opprof.view import diff_figure
+    from opprof.view.diff import VERDICT_COLORS
+
+    a_us = [100, 101, 99, 100, 118, 119, 117, 118]
+    b_us = [118, 117, 119, 118, 118, 117, 119, 118]
+    c = compare([_run(us * 1_000) for us in a_us], [_run(us * 1_000) for us in b_us])
+    e2e = c.end_to_end
+    assert e2e is not None and e2e.verdict is Verdict.UNSTABLE
+    data = diff_figure(c).select_one({"name": "diff_rows"}).data
+    assert data["color"][0] == VERDICT_COLORS[Verdict.UNSTABLE] and data["verdict"][0] == "unstable"
+    text = compare_table(c)
+    assert "unstable" in text and "note: end to end seems unstable: the two halves of A differ by 18 %" in text
 
 
 @pytest.mark.browser
