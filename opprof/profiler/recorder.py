@@ -23,7 +23,6 @@ What is recorded, and on which thread:
 from __future__ import annotations
 
 import itertools
-import os
 import sys
 import threading
 import time
@@ -48,18 +47,11 @@ from ..engine.gil import load_compiled
 from ..engine.state import thread_state
 from ..trace import ThreadInfo, Trace
 from ..trace.records import CUSTOM_POOL, CUSTOM_THREAD_PREFIX, ENGINE_POOL, ENGINE_THREAD_PREFIX
+from . import sites as _sites
 from .build import COUNTER, DUMMY, ERROR, INSTANT, OP, PYTHON, START, USER, WAIT_REC, ThreadRecords, build_columns
 from .gil import GilRecording
 
 __all__ = ["COMPILED_WHY_NOT", "ProfilerError", "Recorder"]
-
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-#: opprof's own machinery, which a push passes through on its way from the user's line (the demo's
-#: and the notebooks' custom ops are user code, though they live in the package).
-_OWN_FILES = (
-    *(os.path.join(_PACKAGE, d) + os.sep for d in ("engine", "nd", "profiler", "gluon")),
-    os.path.join(_PACKAGE, "__init__.py"),
-)
 
 
 _VAR_ID = attrgetter("id")
@@ -77,7 +69,7 @@ def _site(start: int) -> tuple[str, int] | None:
     # makes one (about 0.9 µs apiece in a custom op's thread: walking from the recorder cost 5.8
     # µs a push, from here 3.1). The engine's fast paths reach the observer in fewer frames than
     # its general one, so a guess that lands on a user frame steps back down to the nearest.
-    own = _OWN_FILES
+    own = _sites.NOT_USER  # opprof's own machinery, and what a front end added (see .sites)
     try:
         f: FrameType | None = sys._getframe(start)
     except ValueError:

@@ -10,9 +10,28 @@ not know IPython (the import contracts say so): it only calls what it was given.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
-__all__ = ["SiteNamer", "name_sites_with", "site_text"]
+__all__ = ["NOT_USER", "SiteNamer", "add_not_user_code", "name_sites_with", "site_text"]
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: Where code lives that is not the user's: a push or wait passes through it on its way from the
+#: user's line (the recorder walks past it). opprof's own machinery (the demo's and the notebooks'
+#: custom ops are user code, though they live in the package), and what a front end adds with
+#: :func:`add_not_user_code` (the notebook layer: the magic itself and IPython's frames, so that
+#: the wait a ``%%opprof`` cell ends with is that cell's line, not the magic's). Path prefixes.
+NOT_USER: tuple[str, ...] = (
+    *(os.path.join(_PACKAGE, d) + os.sep for d in ("engine", "nd", "profiler", "gluon")),
+    os.path.join(_PACKAGE, "__init__.py"),
+)
+
+
+def add_not_user_code(*prefixes: str) -> None:
+    """Walk past code under these path prefixes too, looking for the user's line."""
+    global NOT_USER
+    NOT_USER = (*NOT_USER, *(p for p in prefixes if p and p not in NOT_USER))
+
 
 #: ``(file, line) -> text``, or None where it does not know the file.
 SiteNamer = Callable[[str, int], "str | None"]

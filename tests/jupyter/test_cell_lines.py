@@ -47,6 +47,9 @@ def test_sites_why_text_and_hover_name_cells_as_the_notebook_shows_them(ip: Any,
     assert f"In [{defined_in}], line 5" in sites, sites  # the sub-op's push, in the defining cell
     assert f"In [{profiled_in}], line 5" in sites, sites  # the cell's own wait_to_read (line 1: %%opprof)
     assert not any(re.search(r"\d{6,}\.py", s) for s in trace.ops.strings), "IPython's file name leaked"
+    # The wait the magic ends the cell with is the cell's (its %%opprof line), not opprof's own code.
+    assert not any("magics.py" in s or "interactiveshell.py" in s for s in trace.ops.strings), trace.ops.strings
+    assert f"In [{profiled_in}], line 1" in sites, sites
     text = out.stdout
     assert f"In [{defined_in}], line 5" in text, text
     # The hover of a sub-op names the same line (the page's hover texts, without a browser).
