@@ -122,8 +122,10 @@ PLAIN_FIELDS = 11
 SUB_NOTE = 4
 SUB_FIELDS = 5
 # A push's note, which the recorder keeps on the op (``Opr.prof``) from its push to its run: when,
-# the pusher's ThreadRecords, the invocation whose Python pushed (None outside one) and the
-# user's line that pushed (``(file, line)``; None for a plain op or a custom op's own).
+# the pusher's records (their ``ThreadRecords.index``: a number, not the object, so that no record
+# refers back to the lists that hold it and the compiled recorder can keep its records out of the
+# garbage collector's sight), the invocation whose Python pushed (None outside one) and the user's
+# line that pushed (``(file, line)``; None for a plain op or a custom op's own).
 NOTE_TS, NOTE_RECORDS, NOTE_INV, NOTE_SITE = 0, 1, 2, 3
 # ``deps``: the edges of an op that is not plain (the plain record's, then the push's site).
 DEP_SEQ, DEP_PUSH, DEP_PUSHER, DEP_READY, DEP_BY, DEP_BY_VAR, DEP_READS, DEP_WRITES, DEP_SITE = range(9)
@@ -297,7 +299,7 @@ def build_columns(threads: Sequence[ThreadRecords]) -> Built:
     q, ns, nf, nb = len(plain), len(s_t0), len(f_t0), len(b_t0)
     o_f, o_b = q + ns, q + ns + nf  # where the family and other records start
     push_ts = _arr(list(map(itemgetter(NOTE_TS), s_push)))
-    push_buf = list(map(itemgetter(NOTE_RECORDS), s_push))
+    push_index = _arr(list(map(itemgetter(NOTE_RECORDS), s_push)))
     s_inv_obj = list(map(itemgetter(NOTE_INV), s_push))
     n = o_b + nb
     kind = np.concatenate(
@@ -449,7 +451,7 @@ def build_columns(threads: Sequence[ThreadRecords]) -> Built:
     )
     # Flows: every kept sub-op from the sub-op lists (the only ones whose push is known).
     flow_pos = np.flatnonzero(s_child & (kind[idx] == _SUB_K))
-    flows = _flows(threads, spans, flow_pos, idx[flow_pos] - q, push_ts, push_buf, st.code("push"))
+    flows = _flows(threads, spans, flow_pos, idx[flow_pos] - q, push_ts, push_index, st.code("push"))
     flows = _with_call_flows(flows, spans, ops, st.code("push"))
     instants = [Instant(b_name[i], b_info[i], int(tid[o_b + i]), int(b_t0[i])) for i in np.flatnonzero(bk == INSTANT).tolist()]
     counters = [CounterSample(b_name[i], int(b_t0[i]), {"value": b_info[i]}) for i in np.flatnonzero(bk == COUNTER).tolist()]
@@ -592,21 +594,22 @@ def _flows(
     pos: np.ndarray,
     sub_rec: np.ndarray,
     push_ts: np.ndarray,
-    push_buf: list[Any],
+    push_index: np.ndarray,
     push_cat: int,
 ) -> FlowTable:
     """An arrow from each kept sub-op's push to its start; ``pos`` are the sub-ops among the spans
     (before sorting), ``sub_rec`` their records in the sub-op lists.
 
-    The pushing thread is named by its ``buf`` list (``id()``), not its thread ident: Linux reuses
-    the ident of a finished thread. Flows share the spans' string table (their names are the sub-ops').
+    The pushing thread is named by its records' index (``ThreadRecords.index``), not its thread
+    ident: Linux reuses the ident of a finished thread. Flows share the spans' string table (their
+    names are the sub-ops').
     """
-    buf_ids = np.array([id(r.origin) for r in threads], dtype=np.int64)
-    order = np.argsort(buf_ids)
-    sorted_ids = buf_ids[order]
-    pushed_by = _ids(push_buf)[sub_rec]
-    where = np.minimum(np.searchsorted(sorted_ids, pushed_by), max(len(buf_ids) - 1, 0))
-    known = sorted_ids[where] == pushed_by if len(buf_ids) else np.zeros(len(pos), dtype=bool)
+    indexes = np.array([r.index for r in threads], dtype=np.int64)
+    order = np.argsort(indexes)
+    sorted_ids = indexes[order]
+    pushed_by = push_index[sub_rec]
+    where = np.minimum(np.searchsorted(sorted_ids, pushed_by), max(len(indexes) - 1, 0))
+    known = sorted_ids[where] == pushed_by if len(indexes) else np.zeros(len(pos), dtype=bool)
     pos, sub_rec, where = pos[known], sub_rec[known], where[known]
     dst_ts = spans.start[pos]
     nf = len(pos)

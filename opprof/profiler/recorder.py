@@ -221,9 +221,9 @@ class Recorder(EngineObserver):
                 rec = self._register()
             inv = thread_state.invocation
             if inv is None:
-                opr.prof = (self.clock(), rec, None, None)
+                opr.prof = (self.clock(), rec.index, None, None)
             else:
-                opr.prof = (self.clock(), rec, inv, _site(3) if opr.info is None else None)
+                opr.prof = (self.clock(), rec.index, inv, _site(3) if opr.info is None else None)
 
     def run(self, opr: Opr, fn: Callable[..., Any], *args: Any) -> None:
         prof = opr.prof
@@ -263,7 +263,7 @@ class Recorder(EngineObserver):
                             opr.name,
                             opr.seq,
                             push_ts,
-                            pusher.index,
+                            pusher,
                             opr.ready_ns,
                             opr.by,
                             opr.by_var,
@@ -334,7 +334,7 @@ class Recorder(EngineObserver):
                 writes = w[0].id if len(w) == 1 else tuple(map(_VAR_ID, w))
                 if info is None and pushed_in is None:  # a plain op: one record holds it all
                     rec.plain.append(
-                        (t0, t1, opr.name, seq, push_ts, pusher.index, opr.ready_ns, opr.by, opr.by_var, reads, writes)
+                        (t0, t1, opr.name, seq, push_ts, pusher, opr.ready_ns, opr.by, opr.by_var, reads, writes)
                     )
                 else:
                     if info is None:  # pushed inside a custom op's Python: prof is its push
@@ -344,7 +344,7 @@ class Recorder(EngineObserver):
                         rec.fam.append((kind, t0, t1, info.invocation, seq))
                     else:  # an info outside OprInfo's kinds (INTERNAL ops are never recorded): an op span
                         rec.buf.append((OP, t0, t1, opr.name, info, pushed_in, seq))
-                    rec.deps.append((seq, push_ts, pusher.index, opr.ready_ns, opr.by, opr.by_var, reads, writes, site))
+                    rec.deps.append((seq, push_ts, pusher, opr.ready_ns, opr.by, opr.by_var, reads, writes, site))
             else:
                 self.full = True
 

@@ -53,7 +53,7 @@ def test_each_record_has_its_fields_where_build_names_them() -> None:
     for s in sub:
         note = s[b.SUB_NOTE]
         assert isinstance(note[b.NOTE_INV], Invocation) and note[b.NOTE_INV].op_type == "RawRecordsAddOne"
-        assert note[b.NOTE_RECORDS] in threads and note[b.NOTE_TS] <= s[b.T0] <= s[b.T1]
+        assert note[b.NOTE_RECORDS] in by_index and note[b.NOTE_TS] <= s[b.T0] <= s[b.T1]
         assert note[b.NOTE_SITE] is not None and note[b.NOTE_SITE][0].endswith("helpers.py")
 
     # Its start, its Python and its Dummy_Wait, one invocation.
