@@ -672,8 +672,7 @@ static int fill(Hot *self, PlainLog *log, plain_t *r, PyObject *opr, PyObject *n
     return err ? -1 : 0;
 }
 
-/* Keep a plain op's span [t0, t1] on this thread's log (an error of the op itself is set already,
- * and kept: the record's own failure must not replace it). */
+/* Keep a plain op's span [t0, t1] on this thread's log; 0, or -1 with an exception set. */
 static int keep(Hot *self, PyObject *opr, PyObject *note, int64_t t0, int64_t t1) {
     if (!admit(self)) return 0;
     if (this_threads_records(self) == NULL) return -1;
@@ -761,28 +760,44 @@ static int keep_other(Hot *self, PyObject *opr, PyObject *note, PyObject *info, 
     return bad ? -1 : 0;
 }
 
-/* Call fn(*args) between two clock reads; keep the span with `keep_fn` even when fn raised (its
- * error is what the caller gets: a failure to record must not replace it). */
+/* One call of an op's function, timed: its result (NULL: it raised, its error fetched here so that
+ * keeping the span runs with no exception set) and the clock before and after it. */
+typedef struct {
+    PyObject *res, *type, *value, *tb;
+    int64_t t0, t1;
+} call_t;
+
+static call_t timed_call(PyObject *fn, PyObject *const *args, Py_ssize_t n) {
+    call_t c = {NULL, NULL, NULL, NULL, now_ns(), 0};
+    c.res = PyObject_Vectorcall(fn, args, (size_t)n, NULL);
+    c.t1 = now_ns();
+    if (c.res == NULL) PyErr_Fetch(&c.type, &c.value, &c.tb);
+    return c;
+}
+
+/* What a hook returns once it has tried to keep the call's span (``kept``: 0, or -1 with an
+ * exception set): None; the function's own error, which a failure to keep the span must not
+ * replace; or the keeping's error. */
+static PyObject *finished(call_t *c, int kept) {
+    if (c->res == NULL) {
+        if (kept < 0) PyErr_Clear();
+        PyErr_Restore(c->type, c->value, c->tb);
+        return NULL;
+    }
+    Py_DECREF(c->res);
+    if (kept < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* Call fn(*args) between two clock reads and keep the span, also when fn raised: a plain op's
+ * (``info`` NULL) or another's (:func:`keep_other`). */
 static PyObject *timed(Hot *self, PyObject *opr, PyObject *note, PyObject *info, PyObject *fn, PyObject *const *args,
                        Py_ssize_t n) {
     Py_INCREF(note); /* held across fn, which may drop the op's */
-    int64_t t0 = now_ns();
-    PyObject *res = PyObject_Vectorcall(fn, args, (size_t)n, NULL);
-    int64_t t1 = now_ns();
-    int bad;
-    if (res == NULL) {
-        PyObject *type, *value, *tb;
-        PyErr_Fetch(&type, &value, &tb);
-        if ((info == NULL ? keep(self, opr, note, t0, t1) : keep_other(self, opr, note, info, t0, t1)) < 0) PyErr_Clear();
-        PyErr_Restore(type, value, tb);
-        Py_DECREF(note);
-        return NULL;
-    }
-    Py_DECREF(res);
-    bad = (info == NULL ? keep(self, opr, note, t0, t1) : keep_other(self, opr, note, info, t0, t1)) < 0;
+    call_t c = timed_call(fn, args, n);
+    int kept = info == NULL ? keep(self, opr, note, c.t0, c.t1) : keep_other(self, opr, note, info, c.t0, c.t1);
     Py_DECREF(note);
-    if (bad) return NULL;
-    Py_RETURN_NONE;
+    return finished(&c, kept);
 }
 
 /* run(opr, fn, *args): time fn(*args) and keep a plain op's span; anything else is the Python
@@ -833,6 +848,23 @@ static PyObject *hot_run(Hot *self, PyObject *const *args, Py_ssize_t nargs) {
 /* A sub-op pushed and run at once inside a custom op's Python (the naive engine): kept as the Python
  * recorder keeps one (a sub record with its push's note, and its edges), without an Opr. Its push
  * and its start are one instant; the user's line that pushed is found by the recorder's _site. */
+static int keep_pushed_sub(Hot *self, PyObject *inv, PyObject *site, PyObject *const *args, int64_t t0, int64_t t1) {
+    if (!admit(self)) return 0;
+    PyObject *a = PyLong_FromLongLong(t0), *b = PyLong_FromLongLong(t1);
+    PyObject *note = a ? PyTuple_Pack(4, a, tls.index, inv, site) : NULL;
+    if (note != NULL) PyObject_GC_UnTrack(note); /* in no cycle (see append_new) */
+    untrack_invocation(inv);
+    PyObject *pusher = slot_get(&S_INDEX, tls.records);
+    PyObject *reads = vars_value(args[2]), *writes = vars_value(args[3]);
+    PyObject *zero = PyLong_FromLong(0);
+    int bad = b == NULL || note == NULL || pusher == NULL || reads == NULL || writes == NULL || zero == NULL ||
+              append_new(tls.sub, PyTuple_Pack(5, a, b, args[0], args[1], note)) < 0 ||
+              append_new(tls.deps, PyTuple_Pack(9, args[1], a, pusher, zero, zero, zero, reads, writes, site)) < 0;
+    Py_XDECREF(a), Py_XDECREF(b), Py_XDECREF(note), Py_XDECREF(pusher);
+    Py_XDECREF(reads), Py_XDECREF(writes), Py_XDECREF(zero);
+    return bad ? -1 : 0;
+}
+
 static PyObject *run_pushed_inside(Hot *self, PyObject *inv, PyObject *const *args, Py_ssize_t nargs) {
     PyObject *rec = this_threads_records(self);
     if (rec == NULL) return NULL;
@@ -840,35 +872,10 @@ static PyObject *run_pushed_inside(Hot *self, PyObject *inv, PyObject *const *ar
     PyObject *site = start ? PyObject_CallOneArg(self->site, start) : NULL;
     Py_XDECREF(start);
     if (site == NULL) return NULL;
-    int64_t t0 = now_ns();
-    PyObject *res = PyObject_Vectorcall(args[4], args + 5, (size_t)(nargs - 5), NULL);
-    int64_t t1 = now_ns();
-    PyObject *type = NULL, *value = NULL, *tb = NULL;
-    if (res == NULL) PyErr_Fetch(&type, &value, &tb);
-    else Py_DECREF(res);
-    int bad = 0;
-    if (admit(self)) {
-        PyObject *a = PyLong_FromLongLong(t0), *b = PyLong_FromLongLong(t1);
-        PyObject *note = a ? PyTuple_Pack(4, a, tls.index, inv, site) : NULL;
-        if (note != NULL) PyObject_GC_UnTrack(note); /* in no cycle (see append_new) */
-        untrack_invocation(inv);
-        PyObject *pusher = slot_get(&S_INDEX, tls.records);
-        PyObject *reads = vars_value(args[2]), *writes = vars_value(args[3]);
-        PyObject *zero = PyLong_FromLong(0);
-        bad = b == NULL || note == NULL || pusher == NULL || reads == NULL || writes == NULL || zero == NULL ||
-              append_new(tls.sub, PyTuple_Pack(5, a, b, args[0], args[1], note)) < 0 ||
-              append_new(tls.deps, PyTuple_Pack(9, args[1], a, pusher, zero, zero, zero, reads, writes, site)) < 0;
-        Py_XDECREF(a), Py_XDECREF(b), Py_XDECREF(note), Py_XDECREF(pusher);
-        Py_XDECREF(reads), Py_XDECREF(writes), Py_XDECREF(zero);
-    }
+    call_t c = timed_call(args[4], args + 5, nargs - 5);
+    int kept = keep_pushed_sub(self, inv, site, args, c.t0, c.t1);
     Py_DECREF(site);
-    if (res == NULL) {
-        if (bad) PyErr_Clear();
-        PyErr_Restore(type, value, tb);
-        return NULL;
-    }
-    if (bad) return NULL;
-    Py_RETURN_NONE;
+    return finished(&c, kept);
 }
 
 /* on_python(inv, t0, t1, cpu_ns=-1): a custom op's Python ran; kept as (PYTHON, t0, t1, inv, cpu)
@@ -890,6 +897,37 @@ static PyObject *hot_on_python(Hot *self, PyObject *const *args, Py_ssize_t narg
     Py_RETURN_NONE;
 }
 
+/* Keep the naive engine's plain op pushed and run at once, [t0, t1] (its push is t0); 0, or -1 with
+ * an exception set. */
+static int keep_pushed(Hot *self, PyObject *const *args, int64_t t0, int64_t t1) {
+    if (!admit(self)) return 0;
+    PyObject *rec = this_threads_records(self);
+    if (rec == NULL) return -1;
+    if (!PyUnicode_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "an op's name is a str");
+        return -1;
+    }
+    PlainLog *log = tls.plain;
+    int err = 0;
+    plain_t r = {.t0 = t0, .t1 = t1, .push = t0, .ready = 0, .by = 0, .by_var = 0};
+    r.pusher = slot_int(&S_INDEX, rec, &err);
+    if (!err) {
+        r.name = name_code(&self->table, args[0]);
+        err = r.name < 0;
+    }
+    if (!err) {
+        r.seq = PyLong_AsLongLong(args[1]);
+        err = r.seq == -1 && PyErr_Occurred();
+    }
+    if (!err) r.reads = vars_field(log, args[2], &err);
+    if (!err) r.writes = vars_field(log, args[3], &err);
+    plain_t *at = err ? NULL : log_next(log);
+    if (at == NULL) return -1;
+    *at = r;
+    log->len++;
+    return 0;
+}
+
 /* run_pushed(name, seq, reads, writes, fn, *args): the naive engine's plain op pushed and run at once. */
 static PyObject *hot_run_pushed(Hot *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs < 5) {
@@ -901,47 +939,8 @@ static PyObject *hot_run_pushed(Hot *self, PyObject *const *args, Py_ssize_t nar
     PyObject *inv = current_invocation();
     if (inv == NULL) return NULL;
     if (inv != Py_None) return run_pushed_inside(self, inv, args, nargs);
-    int64_t t0 = now_ns();
-    PyObject *res = PyObject_Vectorcall(args[4], args + 5, (size_t)(nargs - 5), NULL);
-    int64_t t1 = now_ns();
-    PyObject *type = NULL, *value = NULL, *tb = NULL;
-    if (res == NULL) PyErr_Fetch(&type, &value, &tb);
-    else Py_DECREF(res);
-    int failed = 0;
-    if (admit(self)) {
-        PyObject *rec = this_threads_records(self);
-        PlainLog *log = tls.plain;
-        int err = rec == NULL;
-        plain_t r = {.t0 = t0, .t1 = t1, .push = t0, .ready = 0, .by = 0, .by_var = 0};
-        if (!err) {
-            r.pusher = slot_int(&S_INDEX, rec, &err);
-            r.name = err ? -1 : PyUnicode_Check(args[0]) ? name_code(&self->table, args[0]) : -1;
-            err = err || r.name < 0;
-        }
-        if (!err) {
-            r.seq = PyLong_AsLongLong(args[1]);
-            err = r.seq == -1 && PyErr_Occurred();
-        }
-        if (!err) r.reads = vars_field(log, args[2], &err);
-        if (!err) r.writes = vars_field(log, args[3], &err);
-        plain_t *at = err ? NULL : log_next(log);
-        if (at != NULL) {
-            *at = r;
-            log->len++;
-        } else {
-            failed = 1;
-        }
-    }
-    if (res == NULL) {
-        if (failed) PyErr_Clear();
-        PyErr_Restore(type, value, tb);
-        return NULL;
-    }
-    if (failed) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "an op's name is a str");
-        return NULL;
-    }
-    Py_RETURN_NONE;
+    call_t c = timed_call(args[4], args + 5, nargs - 5);
+    return finished(&c, keep_pushed(self, args, c.t0, c.t1));
 slow:
     return PyObject_Vectorcall(self->slow_run_pushed, args, (size_t)nargs, NULL);
 }

@@ -209,3 +209,26 @@ def test_asking_for_the_compiled_recorder_where_there_is_none_says_why() -> None
         with pytest.raises(ProfilerError, match="perf_counter_ns"):
             Recorder(clock=lambda: 0, compiled=True)
     assert Recorder(compiled=False).path == "python"
+
+
+@pytest.mark.parametrize("compiled", PATHS)
+def test_a_failing_op_pushed_and_run_at_once_keeps_its_span_and_its_error(compiled: bool) -> None:
+    """The naive engine's one-frame push (``run_pushed``): the op's own error reaches the wait, its
+    span is kept, outside a custom op's Python and inside one."""
+
+    def boom() -> None:
+        raise ValueError("pushed and failed")
+
+    mx.set_engine("naive")
+    try:
+
+        def work() -> None:
+            v = get_engine().new_var()
+            get_engine().push_op(boom, (), (v,), "boom_pushed")
+            with pytest.raises(ValueError, match="pushed and failed"):
+                get_engine().wait_for_var(v)
+
+        _, trace = _record(work, compiled)
+    finally:
+        mx.set_engine("threaded")
+    assert "boom_pushed" in _names(trace)
