@@ -30,18 +30,21 @@ setup(
         Extension(
             "opprof.engine._gil",
             ["opprof/engine/_gil.c"],
+            depends=["opprof/_monotonic.h"],
             optional=True,  # no compiler, no headers, not Linux: opprof installs without it
             extra_compile_args=["-O2", "-std=gnu11"],
         ),
         Extension(
             "opprof.profiler._spanlog",
             ["opprof/profiler/_spanlog.c"],
+            depends=["opprof/_monotonic.h"],
             optional=True,
             extra_compile_args=["-O2", "-std=gnu11"],
         ),
         Extension(
             "opprof.engine._handoff",
             ["opprof/engine/_handoff.c"],
+            depends=["opprof/_monotonic.h"],
             optional=True,
             extra_compile_args=["-O2", "-std=gnu11"],
         ),

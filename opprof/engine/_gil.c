@@ -45,6 +45,8 @@
 #endif
 #include <Python.h>
 
+#include "../_monotonic.h" /* monotonic_ns(): the clock perf_counter_ns reads */
+
 #if defined(Py_GIL_DISABLED)
 /* ------------------------------------------------------------------ free-threaded: nothing to see */
 #define GIL_UNAVAILABLE_REASON "this Python is a free-threaded build: it has no GIL to sample"
@@ -156,12 +158,6 @@ static int64_t sampler_cpu_ns_total = 0; /* CPU time of finished sampler runs */
 static int sampler_nice = -10;           /* asked for at start() */
 static int sampler_nice_applied = 0;     /* whether the sampler got it */
 
-static inline int64_t mono_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 static inline int clock_ns(clockid_t clk, int64_t *out) {
     struct timespec ts;
     if (clock_gettime(clk, &ts) != 0) return -1;
@@ -223,7 +219,7 @@ static int take_sample(void) {
     record_t r;
     memset(&r, 0, sizeof(r));
     pthread_mutex_lock(&lock);
-    r.t = mono_ns();
+    r.t = monotonic_ns();
     int64_t elapsed = prev_sample_t ? r.t - prev_sample_t : period_ns;
     prev_sample_t = r.t;
 
@@ -310,7 +306,7 @@ static void *sampler_main(void *arg) {
         if (__atomic_load_n(&stop_flag, __ATOMIC_ACQUIRE)) break;
         int contended = take_sample();
         step = (quiet_ns > period_ns && !contended) ? quiet_ns : period_ns;
-        int64_t now = mono_ns(), due = (int64_t)next.tv_sec * 1000000000LL + next.tv_nsec;
+        int64_t now = monotonic_ns(), due = (int64_t)next.tv_sec * 1000000000LL + next.tv_nsec;
         if (now - due >= period_ns) { /* fell behind (descheduled): skip the ticks, count them */
             __atomic_add_fetch(&n_missed, (uint64_t)((now - due) / period_ns), __ATOMIC_RELAXED);
             next.tv_sec = now / 1000000000LL;

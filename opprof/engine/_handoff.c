@@ -25,6 +25,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "../_monotonic.h" /* monotonic_ns(): the clock perf_counter_ns reads */
+
 #if defined(Py_GIL_DISABLED) || !defined(__linux__)
 #error "opprof.engine._handoff needs a Linux CPython with a GIL"
 #endif
@@ -34,12 +36,6 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
-
-static int64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 /* ------------------------------------------------------------------ the log (one per process) */
 typedef struct {
@@ -159,7 +155,7 @@ static item_t pop_locked(Queue *self) {
 }
 
 static PyObject *queue_put(Queue *self, PyObject *obj) {
-    int64_t t = now_ns();
+    int64_t t = monotonic_ns();
     pthread_mutex_lock(&self->mu);
     if (self->len == self->cap) {
         Py_ssize_t cap = self->cap * 2;
@@ -195,19 +191,19 @@ static PyObject *queue_get(Queue *self, PyObject *unused) {
         if (self->len > 0) {
             item_t it = pop_locked(self);
             pthread_mutex_unlock(&self->mu);
-            if (waited) log_handoff(park, it.put, woke, now_ns(), self->kind);
+            if (waited) log_handoff(park, it.put, woke, monotonic_ns(), self->kind);
             return it.obj;
         }
         /* Empty: park without the GIL (mu is held across the release, which blocks on nothing). */
         Py_BEGIN_ALLOW_THREADS
-        if (!waited) park = now_ns(); /* the first park: a wake that found its item taken parks again */
+        if (!waited) park = monotonic_ns(); /* the first park: a wake that found its item taken parks again */
         self->parked++;
         while (self->len == 0) {
             waited = 1;
             pthread_cond_wait(&self->cv, &self->mu);
         }
         self->parked--;
-        woke = now_ns();
+        woke = monotonic_ns();
         pthread_mutex_unlock(&self->mu);
         Py_END_ALLOW_THREADS
     }

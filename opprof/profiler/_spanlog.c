@@ -24,6 +24,8 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+
+#include "../_monotonic.h" /* monotonic_ns(): the clock perf_counter_ns reads */
 #include <structmember.h>
 
 #if defined(Py_GIL_DISABLED)
@@ -32,12 +34,6 @@
 
 #include <stdint.h>
 #include <time.h>
-
-static int64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 /* An Invocation a record refers to, out of the garbage collector's sight too: a frozen dataclass of
  * a str, an int and a bool, in no cycle, and one a custom-op call that the profile keeps until it
@@ -610,7 +606,7 @@ static PyObject *hot_on_push(Hot *self, PyObject *opr) {
     PyObject *inv = current_invocation(); /* the thread's state keeps it while its Python runs */
     if (inv == NULL) return NULL;
     untrack_invocation(inv);
-    int64_t ts = now_ns();
+    int64_t ts = monotonic_ns();
     PyObject *site = Py_None;
     Py_INCREF(site);
     if (inv != Py_None && info == Py_None) {
@@ -768,9 +764,9 @@ typedef struct {
 } call_t;
 
 static call_t timed_call(PyObject *fn, PyObject *const *args, Py_ssize_t n) {
-    call_t c = {NULL, NULL, NULL, NULL, now_ns(), 0};
+    call_t c = {NULL, NULL, NULL, NULL, monotonic_ns(), 0};
     c.res = PyObject_Vectorcall(fn, args, (size_t)n, NULL);
-    c.t1 = now_ns();
+    c.t1 = monotonic_ns();
     if (c.res == NULL) PyErr_Fetch(&c.type, &c.value, &c.tb);
     return c;
 }
@@ -835,7 +831,7 @@ static PyObject *hot_run(Hot *self, PyObject *const *args, Py_ssize_t nargs) {
         /* A custom op's own engine op: recorded before it runs. It only hands its Python to the
          * custom-op pool, and the whole invocation can finish on other threads (the profile's stop,
          * too) before this thread would get back here. Its start is what the parent uses. */
-        int64_t t = now_ns();
+        int64_t t = monotonic_ns();
         if (keep_other(self, opr, note, info, t, t) < 0) return NULL;
         PyObject *res = PyObject_Vectorcall(fn, args + 2, (size_t)(nargs - 2), NULL);
         if (res == NULL) return NULL;
