@@ -178,11 +178,11 @@ WORKLOADS: list[tuple[str, Any, str]] = [
 
 def _block(fn: Any, scale: float, runs: int) -> list[Trace]:
     """A block as the magic takes it: a warm-up (which sets the loops), then ``runs`` runs."""
-    from opprof.profiler.ab import MIN_RUN_S, calibrate_loops, profiled_run
+    from opprof.profiler.ab import loops_after_warmup, profiled_run
 
     t0 = time.perf_counter()
     profiled_run(lambda: fn(scale))
-    loops = calibrate_loops(time.perf_counter() - t0, MIN_RUN_S * 1.2)
+    loops = loops_after_warmup(time.perf_counter() - t0)
     return [profiled_run(lambda: fn(scale), loops) for _ in range(runs)]
 
 

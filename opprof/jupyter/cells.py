@@ -14,7 +14,7 @@ import sys
 from types import FrameType
 from typing import Any
 
-__all__ = ["cell_name", "cell_site", "compiled_cell_name", "running_cell"]
+__all__ = ["cell_number", "cell_site", "compiled_cell_name", "running_cell"]
 
 _IN = re.compile(r"In ?\[(\d+)\]")
 
@@ -27,21 +27,22 @@ def _shell() -> Any:
     return get_ipython()
 
 
-def cell_name(file: str, shell: Any = None) -> str | None:
-    """``In [3]`` for a file IPython compiled a cell (execution count 3) into; None for any other."""
+def cell_number(file: str, shell: Any = None) -> int | None:
+    """The execution count of the cell IPython compiled into ``file`` (3 for ``In [3]``); None for
+    any other file. IPython says it only as its traceback label (``In[3]``), read here once."""
     shell = shell if shell is not None else _shell()
     compiler = getattr(shell, "compile", None)
     named = getattr(compiler, "format_code_name", lambda _: None)(file) if compiler is not None else None
     if not named:
         return None
     m = _IN.fullmatch(str(named[1]))
-    return f"In [{m.group(1)}]" if m else None
+    return int(m.group(1)) if m else None
 
 
 def cell_site(file: str, line: int) -> str | None:
     """``In [3], line 12`` for a line of a notebook cell; None for a file that is no cell."""
-    name = cell_name(file)
-    return f"{name}, line {line}" if name else None
+    number = cell_number(file)
+    return None if number is None else f"In [{number}], line {line}"
 
 
 def running_cell(shell: Any, depth: int = 40) -> int | None:
@@ -52,16 +53,16 @@ def running_cell(shell: Any, depth: int = 40) -> int | None:
     for _ in range(depth):
         if f is None:
             return None
-        name = cell_name(f.f_code.co_filename, shell)
-        if name is not None:
-            return int(name[4:-1])
+        number = cell_number(f.f_code.co_filename, shell)
+        if number is not None:
+            return number
         f = f.f_back
     return None
 
 
 def compiled_cell_name(shell: Any, source: str) -> str:
     """The file name to compile a ``%%opprof`` cell's body under: IPython's own, registered under
-    the running cell's number (so :func:`cell_name` and tracebacks know it), or a plain label."""
+    the running cell's number (so :func:`cell_number` and tracebacks know it), or a plain label."""
     compiler = getattr(shell, "compile", None)
     number = running_cell(shell)
     if compiler is None or number is None:

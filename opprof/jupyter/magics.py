@@ -28,7 +28,7 @@ from IPython.display import display
 from .. import engine as _engine
 from ..engine import MAX_POOL_THREADS
 from ..profiler import Profiler, ProfileSession, stop_after
-from ..profiler.ab import MAX_LOOPS, MIN_RUN_S, calibrate_loops
+from ..profiler.ab import MAX_LOOPS, MIN_RUN_S, loops_after_warmup
 from ..trace import Trace, load
 from ..trace.analysis.stats import SORT_KEYS
 from ..trace.compare import Comparison, compare, side_by_side
@@ -189,7 +189,7 @@ class OpprofMagics(Magics):
                 if args.repeat and k == 0 and error is None:
                     warmup = trace
                     # Runs long enough to compare: the warm-up's time sets the loops (or --loops K).
-                    loops = calibrate_loops(wall, MIN_RUN_S * 1.2) if args.loops == "auto" else int(args.loops)
+                    loops = loops_after_warmup(wall) if args.loops == "auto" else int(args.loops)
                     if loops > 1:
                         print(
                             f"opprof: each of the {args.repeat} runs runs the cell {loops} times "

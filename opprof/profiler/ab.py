@@ -22,12 +22,31 @@ from ..trace import Trace
 from ..trace.compare import Comparison, compare
 from .session import profile
 
-__all__ = ["MAX_LOOPS", "MIN_RUN_S", "calibrate_loops", "compare_functions", "profiled_run"]
+__all__ = [
+    "CALIBRATION_MARGIN",
+    "MAX_LOOPS",
+    "MIN_RUN_S",
+    "calibrate_loops",
+    "compare_functions",
+    "loops_after_warmup",
+    "profiled_run",
+]
 
 #: A measured run lasts at least this long once calibrated (pyperf's default minimum is 100 ms).
 MIN_RUN_S = 0.1
 #: At most this many loops a run (a cell of 1 µs would otherwise loop 100,000 times).
 MAX_LOOPS = 1000
+
+
+#: What a calibration aims at, over the minimum: an estimate from one warm-up run is off by what the
+#: first runs still warm, so runs calibrated to exactly the minimum come out short.
+CALIBRATION_MARGIN = 1.2
+
+
+def loops_after_warmup(warmup_s: float, min_run_s: float = MIN_RUN_S) -> int:
+    """The loops for runs of at least ``min_run_s``, from one warm-up run of ``warmup_s`` (what
+    ``%%opprof --repeat N --loops auto`` does), with :data:`CALIBRATION_MARGIN`."""
+    return calibrate_loops(warmup_s, min_run_s * CALIBRATION_MARGIN)
 
 
 def calibrate_loops(one_run_s: float, min_run_s: float = MIN_RUN_S) -> int:
@@ -51,7 +70,7 @@ def _calibrated(a: Callable[[], Any], b: Callable[[], Any], min_run_s: float) ->
             took.append(time.perf_counter() - t0)
         if min(took) >= min_run_s or n >= MAX_LOOPS:
             return n
-        n = max(n + 1, calibrate_loops(min(took) / n, min_run_s * 1.2))  # a margin over the minimum
+        n = max(n + 1, loops_after_warmup(min(took) / n, min_run_s))
         n = min(n, MAX_LOOPS)
     return n
 

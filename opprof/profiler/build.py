@@ -147,13 +147,12 @@ WAIT_BY, WAIT_VAR, WAIT_SITE = 0, 1, 2
 class ThreadRecords:
     """One thread's records: its name and its three lists (see the module docstring)."""
 
-    __slots__ = ("buf", "deps", "fam", "index", "name", "native_id", "origin", "plain", "sub")
+    __slots__ = ("buf", "deps", "fam", "index", "name", "native_id", "plain", "sub")
 
     def __init__(self, name: str, native_id: int = 0) -> None:
         self.name = name
         self.native_id = native_id  # the OS's id of the thread: how the GIL sampler names it
         self.index = -1  # its place among the recorder's threads: what an op's record names its pusher by
-        self.origin = self  # the records a copy was made from: pushes name those
         # PLAIN_FIELDS fields: T0 ... WRITES; the compiled recorder puts a PlainLog of the same
         # records here (fixed-size, in C: :func:`plain_columns` reads either).
         self.plain: Any = []
@@ -168,7 +167,7 @@ class ThreadRecords:
     def copy(self) -> ThreadRecords:
         """The lists as they are now (other threads append while a live build reads)."""
         c = ThreadRecords(self.name, self.native_id)
-        c.origin, c.index = self.origin, self.index
+        c.index = self.index  # what pushes name their pusher by (a copy is the same thread's)
         # ``plain`` is a list, or the compiled recorder's PlainLog (opprof.profiler._spanlog): each copies itself.
         c.plain, c.sub, c.fam, c.buf = self.plain.copy(), list(self.sub), list(self.fam), list(self.buf)
         c.deps = list(self.deps)
