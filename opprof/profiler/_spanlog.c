@@ -357,16 +357,19 @@ static PyObject *log_extend(PlainLog *log, PyObject *records) {
     Py_RETURN_NONE;
 }
 
+static PyObject *log_item(PlainLog *log, Py_ssize_t i) {
+    if (i < 0 || i >= log->len) {
+        PyErr_SetString(PyExc_IndexError, "PlainLog index out of range");
+        return NULL;
+    }
+    return record_tuple(log, log_at(log, i));
+}
+
 static PyObject *log_subscript(PlainLog *log, PyObject *key) {
     if (PyIndex_Check(key)) {
         Py_ssize_t i = PyNumber_AsSsize_t(key, PyExc_IndexError);
         if (i == -1 && PyErr_Occurred()) return NULL;
-        if (i < 0) i += log->len;
-        if (i < 0 || i >= log->len) {
-            PyErr_SetString(PyExc_IndexError, "PlainLog index out of range");
-            return NULL;
-        }
-        return record_tuple(log, log_at(log, i));
+        return log_item(log, i < 0 ? i + log->len : i);
     }
     if (!PySlice_Check(key)) {
         PyErr_SetString(PyExc_TypeError, "PlainLog indices are ints or slices");
@@ -441,14 +444,6 @@ static PyMethodDef log_methods[] = {
     {"copy", (PyCFunction)log_copy, METH_NOARGS, "The log as it is now (a live build reads a copy)."},
     {NULL, NULL, 0, NULL},
 };
-
-static PyObject *log_item(PlainLog *log, Py_ssize_t i) {
-    if (i < 0 || i >= log->len) {
-        PyErr_SetString(PyExc_IndexError, "PlainLog index out of range");
-        return NULL;
-    }
-    return record_tuple(log, log_at(log, i));
-}
 
 /* sq_item makes a log iterable as a list of tuples is (tests and tools read records one by one). */
 static PySequenceMethods log_as_sequence = {.sq_length = (lenfunc)log_length, .sq_item = (ssizeargfunc)log_item};
