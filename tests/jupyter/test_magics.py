@@ -14,6 +14,7 @@ from IPython.utils.capture import capture_output
 
 import opprof as mx
 from opprof.engine import get_engine
+from tests.helpers import retried
 
 CUSTOM_OP = """
 import opprof as mx
@@ -190,20 +191,26 @@ NAP_CELL = "x = mx.nd.ones((2, 2))\nfor _ in range(2):\n    x = mx.nd.Custom(x, 
 
 def test_repeat_keeps_every_run_apart_from_the_warm_up_and_compare_finds_the_slower_one(ip: Any) -> None:
     ip.run_cell(NAP)
-    ip.run_cell("MagicNap.seconds = 0.01")
-    result, out = run(ip, "--repeat 4 --label fast --no-widget", NAP_CELL)
-    assert result.error_in_exec is None, out
-    fast = ip.user_ns["_opprof"]
-    assert len(fast.runs) == 4 and fast.warmup is not None and fast.warmup not in fast.runs
-    assert fast.trace is fast.runs[-1] and ip.user_ns["_opprof_history"]["fast"] is fast
-    assert "4 runs after a warm-up" in out
-    ip.run_cell("MagicNap.seconds = 0.016")
-    result, out = run(ip, "--repeat 4 --label slow --compare fast --no-widget", NAP_CELL)
-    assert result.error_in_exec is None, out
-    assert "end to end" in out and "slower" in out and "MagicNap · python off CPU" in out
-    slow = ip.user_ns["_opprof"]
-    comparison = fast.compare(slow)
-    assert comparison.end_to_end is not None and comparison.end_to_end.verdict.value == "slower"
+
+    # Blocks of 4 runs: where a block's halves drift on this shared machine, the verdict is
+    # declined as unstable (what blocks are judged with): a timing test, retried whole.
+    def attempt() -> None:
+        ip.run_cell("MagicNap.seconds = 0.01")
+        result, out = run(ip, "--repeat 4 --label fast --no-widget", NAP_CELL)
+        assert result.error_in_exec is None, out
+        fast = ip.user_ns["_opprof"]
+        assert len(fast.runs) == 4 and fast.warmup is not None and fast.warmup not in fast.runs
+        assert fast.trace is fast.runs[-1] and ip.user_ns["_opprof_history"]["fast"] is fast
+        assert "4 runs after a warm-up" in out
+        ip.run_cell("MagicNap.seconds = 0.016")
+        result, out = run(ip, "--repeat 4 --label slow --compare fast --no-widget", NAP_CELL)
+        assert result.error_in_exec is None, out
+        assert "end to end" in out and "slower" in out and "MagicNap · python off CPU" in out
+        slow = ip.user_ns["_opprof"]
+        comparison = fast.compare(slow)
+        assert comparison.end_to_end is not None and comparison.end_to_end.verdict.value == "slower"
+
+    retried(attempt)
 
 
 def test_compare_with_widgets_shows_the_chart_and_both_runs_on_one_axis(ip: Any) -> None:

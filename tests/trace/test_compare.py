@@ -163,13 +163,18 @@ def _profile(seconds: float, calls: int = 3) -> Trace:
 
 
 def test_a_custom_op_that_sleeps_longer_is_slower_in_its_python_off_cpu() -> None:
-    a = [_profile(0.010) for _ in range(4)]
-    b = [_profile(0.016) for _ in range(4)]
-    c = compare(a, b, label_a="10 ms", label_b="16 ms")
-    off = c.row(RowKey(RowKind.CUSTOM_OP, "CompareNap", "python off CPU"))
-    assert off.verdict is Verdict.SLOWER and 1.3 < off.ratio < 1.9, off
-    assert c.end_to_end is not None and c.end_to_end.verdict is Verdict.SLOWER
-    assert c.row(RowKey(RowKind.CUSTOM_OP, "CompareNap", "wall")).verdict is Verdict.SLOWER
+    # Blocks of 4 runs: where a block's halves (2 runs each) drift on this shared machine, the
+    # verdict is declined as unstable (what blocks are judged with): a timing test, retried.
+    def attempt() -> None:
+        a = [_profile(0.010) for _ in range(4)]
+        b = [_profile(0.016) for _ in range(4)]
+        c = compare(a, b, label_a="10 ms", label_b="16 ms")
+        off = c.row(RowKey(RowKind.CUSTOM_OP, "CompareNap", "python off CPU"))
+        assert off.verdict is Verdict.SLOWER and 1.3 < off.ratio < 1.9, off
+        assert c.end_to_end is not None and c.end_to_end.verdict is Verdict.SLOWER
+        assert c.row(RowKey(RowKind.CUSTOM_OP, "CompareNap", "wall")).verdict is Verdict.SLOWER
+
+    retried(attempt)
 
 
 class _Steps(mx.operator.CustomOp):
