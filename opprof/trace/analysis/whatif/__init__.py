@@ -39,8 +39,12 @@ close to the recording):
   op is pending), then the waiting thread wakes.
 * **Hand-offs** (a ready op to an idle worker, a busy worker to its next op, a custom op's start
   to its Python, a finished op to the thread waiting for it) are calibrated from the trace itself:
-  the median of the recorded gaps of each kind where nothing queued, so a slower machine's
-  latencies come with its traces. Defaults apply when a trace has no sample of a kind.
+  the mean of the recorded gaps of each kind where nothing queued (less their waits for the GIL),
+  so a slower machine's latencies come with its traces. Defaults apply when a trace has no sample
+  of a kind. Where the GIL was sampled, a hand-off holds the GIL as the engine does: a woken
+  thread is first run by the OS, then takes the GIL back and runs the engine's Python before its
+  work (the part measured from the timed hand-offs, 1.5-3.5 µs for a worker and 9-15 µs for a
+  custom-op thread here), and a worker keeps the GIL from one op to its next.
 * **The GIL** (:mod:`.gil`): one lock, handed first come, first served, and taken from a holder
   once another thread has waited one switch interval (the recorded ``sys.getswitchinterval()``,
   else 5 ms). Each op's run and each stretch of Python holds it for the share of its time its
@@ -48,9 +52,13 @@ close to the recording):
   waiting for the GIL is left to the model. Without thread states, a custom op's Python holds it
   while on a CPU and ops and programs are taken to release it. ``switch_interval=``,
   ``releases_gil={"T": True}`` and ``gil=False`` (a free-threaded build) change it.
-* **Not modelled:** the engine's own Python beyond the calibrated hand-offs (a GIL handed to a
-  waiting thread does cost the OS wake, measured by the profile's timed hand-offs), where inside a
-  stretch its GIL part fell, contention between threads for cores and memory (durations
+* **Handing the GIL over** to a waiting thread costs its wake-up (measured in the trace where a
+  pool thread parks while another waits for the GIL), and while that thread wakes the GIL is
+  free: a thread that asks meanwhile takes it, as in CPython, and the woken one waits again.
+* **Not modelled:** the engine's own Python beyond the hand-offs (pushing, completing), where
+  inside a stretch its GIL part fell, how much of a piece shorter than two GIL samples held the
+  GIL (it is taken to hold it all along, its waits for it included: a 4 ms trace of ops that run
+  NumPy without the GIL replays 28 % too slow), contention between threads for cores and memory (durations
   are replayed as recorded, with whatever slowdown the work beside them caused), the start of a
   new pool thread, and synchronisation between program threads outside the engine. A trace's
   :attr:`WhatIf.notes` say which of these matter for it (an op slower beside other work than

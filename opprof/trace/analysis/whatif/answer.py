@@ -22,7 +22,7 @@ from .change import check_factors, check_pool, span_factors
 from .gil import DEFAULT_SWITCH_INTERVAL
 from .model import Replay
 from .predict import model_trace
-from .prepare import LATENCY_WORDS, POOL_PREFIXES, Recording, prepare
+from .prepare import LATENCY_KEY, LATENCY_WORDS, MODEL_METADATA, POOL_PREFIXES, Recording, prepare
 from .warp import naive
 
 __all__ = ["WhatIf", "what_if"]
@@ -43,9 +43,9 @@ _GIL_CPU = (
     "GIL, replayed as time of its own); ops and the program's Python are taken to release it."
 )
 _GIL_LEFT_OUT = (
-    "Left out of the GIL model: the engine's own Python (pushing, handing ops over, waking threads) beyond the hand-off "
-    "latencies read off the trace, CPython's priority to a waiter just woken, and where inside a "
-    "stretch its GIL part fell (the model runs it first)."
+    "Left out of the GIL model: the engine's own Python (pushing, completing ops) beyond the hand-offs read off "
+    "the trace, where inside a stretch its GIL part fell (the model runs it first), and how much of a piece "
+    "shorter than two GIL samples held the GIL (taken as all of it, its waits for it included)."
 )
 _NO_GIL = "No GIL (a free-threaded build): every thread runs at once; the recorded waits for the GIL are left out."
 
@@ -302,17 +302,21 @@ def what_if(
     sim = Replay(rec, factor, e, c, switch_ns=switch_ns, gil_span=gil_span).run() if changed else base
     predicted_trace, dropped = model_trace(trace, rec, sim, e)
     predicted_trace.metadata.update(
-        {ENGINE_POOL.size_key: e, CUSTOM_POOL.size_key: c},
-        producer="opprof what_if",
-        what_if={
-            "speedup": dict(factors),
-            "engine_threads": e,
-            "custom_threads": c,
-            "recorded_ns": rec.end,
-            "switch_interval": interval,
-            "releases_gil": dict(releases),
-            "gil": gil,
+        {
+            ENGINE_POOL.size_key: e,
+            CUSTOM_POOL.size_key: c,
+            MODEL_METADATA: {
+                "speedup": dict(factors),
+                "engine_threads": e,
+                "custom_threads": c,
+                "recorded_ns": rec.end,
+                "switch_interval": interval,
+                "releases_gil": dict(releases),
+                "gil": gil,
+                LATENCY_KEY: dict(rec.latency),
+            },
         },
+        producer="opprof what_if",
         switch_interval=interval,
     )
     notes = _notes(rec, trace, dropped, interval, gil)

@@ -28,9 +28,10 @@ from collections.abc import Callable
 import numpy as np
 
 from ...data import TraceData
-from ...threadstates import GIL_METADATA, STATES, ThreadState
+from ...records import CUSTOM_POOL, ENGINE_POOL
+from ...threadstates import GIL_METADATA, STATES, ThreadState, ThreadStates
 
-__all__ = ["DEFAULT_SWITCH_INTERVAL", "EXACT_PERIOD_NS", "Gil", "gil_shares", "gil_transfer_ns"]
+__all__ = ["DEFAULT_SWITCH_INTERVAL", "EXACT_PERIOD_NS", "Gil", "gil_shares", "gil_transfer_ns", "hop_held_ns"]
 
 #: The ``period_ns`` of thread states a model wrote (a predicted trace's): exact, not sampled.
 EXACT_PERIOD_NS = 1
@@ -96,10 +97,23 @@ def gil_shares(
     return np.round(wait_f).astype(np.int64), np.clip(share, 0.0, 1.0)
 
 
+#: Handovers :func:`gil_transfer_ns` needs to trust its own median over the OS's wake.
+MIN_TRANSFERS = 5
+
+
 def gil_transfer_ns(trace: TraceData) -> int:
-    """What handing the GIL to a waiting thread cost in the recording: the median wake of the
-    engine's timed hand-offs (the same OS wake-up), or what a model's prediction recorded; 0
-    where neither is known (the GIL then changes hands at once)."""
+    """What handing the GIL to a thread that waits for it cost in the recording (0 where unknown:
+    the GIL then changes hands at once), or what a model's prediction recorded.
+
+    Measured where the recording shows both ends of a handover: a woken pool thread waits for the
+    GIL (a timed hand-off's ``WAIT``) while another pool thread parks in the engine's queue, which
+    releases the GIL as it parks; from the last such park to the waiter holding the GIL is one
+    handover. Their median, at most the OS's median wake of a parked thread (a longer one paired
+    the waiter with the wrong park), is the transfer: 7-23 µs on the 2-vCPU VM these numbers come
+    from, where that wake took 26-36 µs. The wake (what the first model used) made its replay of the
+    demo 18 % too slow: a thread handed the GIL by one that blocks runs on the CPU just left, where
+    a parked worker's wake-up waits for an idle vCPU to leave its halt. The wake stays the fallback
+    for a trace with fewer than :data:`MIN_TRANSFERS` such handovers."""
     meta = trace.metadata.get(GIL_METADATA)
     if not isinstance(meta, dict):
         return 0
@@ -107,7 +121,79 @@ def gil_transfer_ns(trace: TraceData) -> int:
         return int(meta["transfer_ns"])
     hand = meta.get("handoffs")
     every = hand.get("all") if isinstance(hand, dict) else None
-    return int(every.get("wake_ns_median", 0)) if isinstance(every, dict) else 0
+    wake = int(every.get("wake_ns_median", 0)) if isinstance(every, dict) else 0
+    seen = _handovers_at_park(trace.thread_states)
+    if len(seen) >= MIN_TRANSFERS:
+        median = int(np.median(seen))
+        return min(median, wake) if wake > 0 else median
+    return wake
+
+
+def _handovers_at_park(ts: ThreadStates | None) -> np.ndarray:
+    """ns from a pool thread parking (a timed hand-off's ``BLOCKED`` run, exact) to a woken thread
+    that waited for the GIL meanwhile (a timed ``WAIT``, exact) holding it: the last such park of
+    another thread inside each wait."""
+    if ts is None or len(ts) < 2:
+        return np.zeros(0, dtype=np.int64)
+    same = ts.tid[1:] == ts.tid[:-1]
+    joined = same & (ts.end[:-1] == ts.start[1:])
+    waits = np.flatnonzero(joined & (ts.state[:-1] == ThreadState.RUNNABLE) & (ts.state[1:] == ThreadState.WAIT)) + 1
+    parks = np.flatnonzero(joined & (ts.state[:-1] == ThreadState.BLOCKED) & (ts.state[1:] == ThreadState.RUNNABLE))
+    if not len(waits) or not len(parks):
+        return np.zeros(0, dtype=np.int64)
+    order = np.argsort(ts.start[parks], kind="stable")
+    p_at, p_tid = ts.start[parks][order], ts.tid[parks][order]
+    out: list[int] = []
+    for a, g, tid in zip(ts.start[waits].tolist(), ts.end[waits].tolist(), ts.tid[waits].tolist(), strict=True):
+        k = int(np.searchsorted(p_at, g, side="right")) - 1
+        while k >= 0 and p_tid[k] == tid and p_at[k] >= a:  # its own park is not a handover to it
+            k -= 1
+        if k >= 0 and p_at[k] >= a:
+            out.append(g - int(p_at[k]))
+    return np.array(out, dtype=np.int64)
+
+
+def hop_held_ns(trace: TraceData) -> dict[str, int]:
+    """What a woken pool thread does with the GIL before its work starts, by pool (``"engine"``,
+    ``"custom"``): the median from the moment a timed hand-off held the GIL again to the next span
+    on its thread (the engine's own Python: taking the item, a custom op's set-up), or what a
+    model's prediction recorded; a pool without timed hand-offs is left out.
+
+    Why measured, not the hop's latency less the OS wake: that rest also holds the moments before
+    the put and after the op's start was stamped, and taken as GIL work it tripled the engine's
+    part (9 µs against 1.5-3.5 µs measured on the demo) and saturated the model's GIL."""
+    meta = trace.metadata.get(GIL_METADATA)
+    if isinstance(meta, dict) and isinstance(meta.get("hop_held_ns"), dict):
+        return {str(k): int(v) for k, v in meta["hop_held_ns"].items()}
+    ts = trace.thread_states
+    t = trace.table
+    if ts is None or not len(ts) or not len(t):
+        return {}
+    runnable = np.flatnonzero(ts.state[:-1] == ThreadState.RUNNABLE)
+    if not len(runnable):
+        return {}
+    nxt = runnable + 1  # the run after each wake: its wait for the GIL, if it waited
+    waited = (ts.tid[nxt] == ts.tid[runnable]) & (ts.state[nxt] == ThreadState.WAIT) & (ts.start[nxt] == ts.end[runnable])
+    got = np.where(waited, ts.end[nxt], ts.end[runnable])
+    tids = ts.tid[runnable]
+    order = np.lexsort((t.start, t.tid))
+    s_tid, s_start = t.tid[order], t.start[order]
+    out: dict[str, int] = {}
+    for pool, prefix in (("engine", ENGINE_POOL.thread_prefix), ("custom", CUSTOM_POOL.thread_prefix)):
+        gaps: list[np.ndarray] = []
+        for tid in np.unique(tids).tolist():
+            if not trace.thread_name(tid).startswith(prefix):
+                continue
+            lo, hi = np.searchsorted(s_tid, tid), np.searchsorted(s_tid, tid, side="right")
+            starts = s_start[lo:hi]
+            g = got[tids == tid]
+            k = np.searchsorted(starts, g)
+            ok = k < len(starts)
+            gaps.append(starts[k[ok]] - g[ok])
+        every = np.concatenate(gaps) if gaps else np.zeros(0, dtype=np.int64)
+        if len(every):
+            out[pool] = int(np.median(every))
+    return out
 
 
 class Gil:
@@ -153,6 +239,8 @@ class Gil:
         self.ratio: list[float] = []  # ns without the GIL per ns with it
         self.chunk: list[int] = []  # ns with the GIL since the piece's last stretch without
         self.switches = 0  # drops forced by the switch interval
+        self.waking = -1  # the waiter handed the GIL, until the OS has run it (-1 none)
+        self.wake_gen = 0
 
     def request(self, t: int, key: int, gil_ns: int, free_ns: int, ev: int, arg: int) -> None:
         """Thread ``key``'s piece needs ``gil_ns`` with the GIL, then ``free_ns`` without; then event ``ev``."""
@@ -204,8 +292,11 @@ class Gil:
         self._at(end, 2 * self.gen)
 
     def event(self, t: int, gen: int) -> None:
-        if gen > 0 and gen % 2:  # a piece back from a stretch without the GIL
-            self._ask((gen - 1) // 2, t)
+        if gen % 2:
+            if gen > 0:  # a piece back from a stretch without the GIL
+                self._ask((gen - 1) // 2, t)
+            else:  # a waiter handed the GIL is up
+                self._woken(t, (-gen - 1) // 2)
             return
         gen //= 2  # slice ends even, instants' ends negative and even
         if gen < 0:  # the instant a piece ended is over: a thread that did not ask again lets go
@@ -246,9 +337,31 @@ class Gil:
 
     def _hand_over(self, t: int) -> None:
         self.key = -1
-        if self.queue:
-            nxt = self.queue.popleft()
-            at = t + self.transfer  # the waiter is woken: it holds the GIL once the OS ran it
-            if self.queue:  # the next waiter's interval starts at the switch
-                self.arrived[self.queue[0]] = max(self.arrived[self.queue[0]], at)
-            self._acquire(nxt, at)
+        if not self.queue or self.waking >= 0:  # nobody waits, or one is being woken already
+            return
+        nxt = self.queue.popleft()
+        if self.transfer <= 0:
+            self._take(nxt, t)
+            return
+        # The first waiter is signalled and holds the GIL once the OS ran it. The GIL is free
+        # meanwhile, and a thread that asks for it then takes it, as CPython's does (only a
+        # switch-interval drop waits for the waiter): the waiter, up, waits again, still first.
+        self.waking = nxt
+        self.wake_gen += 1
+        self._at(t + self.transfer, -(2 * self.wake_gen + 1))
+
+    def _woken(self, t: int, gen: int) -> None:
+        if gen != self.wake_gen or self.waking < 0:
+            return
+        nxt, self.waking = self.waking, -1
+        if self.piece < 0 and not self.lingering:
+            self._take(nxt, t)
+        else:  # taken while it woke
+            self.queue.appendleft(nxt)
+            if self.piece >= 0 and len(self.queue) == 1:
+                self._schedule(t)
+
+    def _take(self, nxt: int, t: int) -> None:
+        if self.queue:  # the next waiter's interval starts at the switch
+            self.arrived[self.queue[0]] = max(self.arrived[self.queue[0]], t)
+        self._acquire(nxt, t)

@@ -15,12 +15,16 @@ from ...threadstates import ThreadState
 from .gil import Gil
 from .prepare import Recording
 
-__all__ = ["EXTERNAL", "Replay"]
+__all__ = ["CUSTOM_THREAD_KEY", "EXTERNAL", "Replay"]
 
 _CUSTOM, _DUMMY, _WAIT = int(OpKind.CUSTOM), int(OpKind.DUMMY), int(OpKind.WAIT)
 _BLOCKED = int(ThreadState.BLOCKED)
-_ACT, _DONE, _RESUME, _EXT, _FREE, _TAKE, _WAKE, _GIL = range(8)
+_RUNNABLE = int(ThreadState.RUNNABLE)
+_ACT, _DONE, _RESUME, _EXT, _FREE, _TAKE, _WAKE, _GIL, _BEGIN, _WOKEN = range(10)
 EXTERNAL = -2  # ``Replay.by`` of a row enabled by an op from before the recording (as recorded)
+#: GIL keys: an actor's index (>= 0), an engine worker's ``-1 - w``, a custom-op thread's between
+#: its Pythons ``CUSTOM_THREAD_KEY - th`` (below every worker's).
+CUSTOM_THREAD_KEY = -1_000_000
 
 
 class _Actor:
@@ -81,6 +85,11 @@ class Replay:
         self.l_wake, self.l_next = lat["engine_wake"], lat["engine_next"]
         self.l_cwake, self.l_cnext = lat["custom_wake"], lat["custom_next"]
         self.l_wprog, self.l_wpy = lat["wake_program"], lat["wake_python"]
+        #: Hand-offs hold the GIL where the recording says when it was held: a parked thread woken
+        #: (the OS's part, without the GIL) takes the GIL back before it runs anything.
+        self.hop_gil = self.gil is not None and rec.gil_sampled
+        self.hop_held = rec.hop_held
+        self.hops: list[tuple[int, int, int, int]] = []  # (key, ns with the GIL, event, arg) after an OS wake
         self.custom_threads = custom_threads
         # Per row: what happened to it in the model.
         self.pushed = [-1] * n
@@ -158,11 +167,20 @@ class Replay:
             elif what == _GIL:
                 assert self.gil is not None
                 self.gil.event(t, arg)
+            elif what == _BEGIN:
+                self._start(arg, self.worker[arg], t)
+            elif what == _WOKEN:
+                key, held, ev, ev_arg = self.hops[arg]
+                self._work(t, key, held, 0, ev, ev_arg)
             else:  # _FREE: the thread of a returned Python pushes its Dummy_Wait and is free
                 th = self.py_thread[arg]
                 self._push(families[arg].dummy, t, -1 - th)
-                if self.tasks:  # straight on to the next task (its get does not sleep)
-                    self._wake_thread(th, t + self.l_cnext)
+                if self.tasks:  # straight on to the next task (its get does not sleep: the GIL kept)
+                    self.taking += 1
+                    if self.hop_gil:
+                        self._work(t, CUSTOM_THREAD_KEY - th, self.l_cnext, 0, _TAKE, th)
+                    else:
+                        self.at(t + self.l_cnext, _TAKE, th)
                 else:
                     heapq.heappush(self.idle_threads, th)
         return self
@@ -226,6 +244,21 @@ class Replay:
         else:
             self.gil.request(t, key, held, free, ev, arg)
 
+    def _hop(self, t: int, key: int, latency: int, pool: str, ev: int, arg: int) -> None:
+        """A parked thread handed work, ``latency`` after the signal: woken by the OS (without the
+        GIL), it takes the GIL back and runs the engine's Python before ``ev``: ``hop_held[pool]``
+        of the latency, measured (1 ns, the take alone, where not). Without the GIL's evidence, or
+        without the GIL, the whole latency is a delay."""
+        if not self.hop_gil:
+            self.at(t + latency, ev, arg)
+            return
+        held = min(latency, max(1, self.hop_held.get(pool, 1)))
+        woken = latency - held
+        self.hops.append((key, held, ev, arg))
+        if woken > 0:
+            self.gil_log.append((key, _RUNNABLE, t, t + woken))
+        self.at(t + woken, _WOKEN, len(self.hops) - 1)
+
     def _gil_log(self, key: int, state: int, a: int, b: int) -> None:
         if b > a:
             self.gil_log.append((key, state, a, b))
@@ -277,9 +310,9 @@ class Replay:
                 self._release(v, granted, r)
         a = self.waiter.pop(r)
         if blocked:
-            end = t + (self.l_wpy if a.fam >= 0 else self.l_wprog)
-            self.ready[r] = self.end[r] = end
-            self.at(end, _RESUME, a.idx)
+            latency = self.l_wpy if a.fam >= 0 else self.l_wprog
+            self.ready[r] = self.end[r] = t + latency
+            self._hop(t, a.idx, latency, "all", _RESUME, a.idx)
         else:
             end = t + self.rec.quiet[r]
             self.ready[r] = self.end[r] = end
@@ -375,7 +408,8 @@ class Replay:
         wakes, a busy worker finishing its op may take the op first, and then it sleeps again."""
         self.fifo.append(r)
         if self.idle:
-            self.at(t + self.l_wake, _WAKE, heapq.heappop(self.idle))
+            w = heapq.heappop(self.idle)
+            self._hop(t, -1 - w, self.l_wake, "engine", _WAKE, w)
 
     def _wake(self, w: int, t: int) -> None:
         """Worker ``w`` is up: it runs the FIFO's head, or finds it taken and sleeps again."""
@@ -409,13 +443,21 @@ class Replay:
         else:
             nxt = self._complete(r, t)
         if nxt:
-            self._start(nxt[0], w, t + self.l_next)
+            self._begin(nxt[0], w, t)
             for o in nxt[1:]:
                 self._dispatch(o, t)
         elif self.fifo:
-            self._start(self.fifo.popleft(), w, t + self.l_next)
+            self._begin(self.fifo.popleft(), w, t)
         else:
             heapq.heappush(self.idle, w)
+
+    def _begin(self, r: int, w: int, t: int) -> None:
+        """Worker ``w`` goes from its op to ``r``: the engine's Python between them, with the GIL kept."""
+        self.worker[r] = w
+        if self.hop_gil:
+            self._work(t, -1 - w, self.l_next, 0, _BEGIN, r)
+        else:
+            self.at(t + self.l_next, _BEGIN, r)
 
     # -------------------------------------------------------------- custom-op pool
     # As in CustomPool: a submit wakes one sleeping thread, and a new one starts while more tasks
@@ -425,7 +467,7 @@ class Replay:
         """A custom op's engine op hands its Python to the pool."""
         self.tasks.append(f)
         if self.idle_threads and len(self.tasks) > self.taking:
-            self._wake_thread(heapq.heappop(self.idle_threads), t + self.l_cwake)
+            self._wake_thread(heapq.heappop(self.idle_threads), t)
         self._grow(t)
 
     def _grow(self, t: int) -> None:
@@ -433,12 +475,12 @@ class Replay:
         idle = self.taking + len(self.idle_threads)
         if len(self.tasks) > idle and self.threads - self.blocked < self.custom_threads:
             self.threads += 1
-            self._wake_thread(self.threads - 1, t + self.l_cwake)
+            self._wake_thread(self.threads - 1, t)
 
     def _wake_thread(self, th: int, t: int) -> None:
-        """Thread ``th`` will look for a task at ``t``; until then it counts as idle (as in CustomPool)."""
+        """Thread ``th`` is woken at ``t`` to look for a task; until it has one it counts as idle (as in CustomPool)."""
         self.taking += 1
-        self.at(t, _TAKE, th)
+        self._hop(t, CUSTOM_THREAD_KEY - th, self.l_cwake, "custom", _TAKE, th)
 
     def _take(self, th: int, t: int) -> None:
         """Thread ``th`` is up: it runs the Python at the head of the queue, or sleeps again."""

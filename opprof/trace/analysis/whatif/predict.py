@@ -12,7 +12,7 @@ from ...ops import OpKind, OpTable
 from ...records import CUSTOM_POOL, ENGINE_POOL, Role, ThreadInfo
 from ...threadstates import GIL_METADATA, ThreadStates
 from .gil import EXACT_PERIOD_NS
-from .model import EXTERNAL, Replay
+from .model import CUSTOM_THREAD_KEY, EXTERNAL, Replay
 from .prepare import POOL_PREFIXES, Recording
 
 __all__ = ["model_trace"]
@@ -135,6 +135,8 @@ def model_trace(trace: TraceData, rec: Recording, sim: Replay, engine_threads: i
     if sim.gil is not None and sim.gil_log:
         # The model's own GIL states, exact: a replay of the predicted trace reads them as recorded.
         def tid_of_key(key: int) -> int:
+            if key <= CUSTOM_THREAD_KEY:
+                return c_base + (CUSTOM_THREAD_KEY - key)
             if key < 0:
                 return base + (-1 - key)
             a = sim.actors[key]
@@ -155,6 +157,7 @@ def model_trace(trace: TraceData, rec: Recording, sim: Replay, engine_threads: i
             "source": "opprof what_if (the model's GIL)",
             "period_ns": EXACT_PERIOD_NS,
             "transfer_ns": rec.gil_transfer_ns,  # so that the prediction replays as itself
+            "hop_held_ns": dict(rec.hop_held),
         }
     else:
         metadata[GIL_METADATA] = {"why_not": "a what-if prediction without the GIL (gil=False)"}

@@ -1,0 +1,121 @@
+"""The what-if model's thread hand-offs: a woken thread takes the GIL back before it runs anything,
+and what a hand-off and a GIL handover cost is read off the recording's exact runs. Known answers
+on hand-made thread states, and one on a real run where the program holds the GIL."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import opprof
+import opprof as mx
+from opprof import nd
+from opprof.engine import gil, handoff
+from opprof.trace import Trace
+from opprof.trace.analysis.whatif import what_if
+from opprof.trace.analysis.whatif.gil import MIN_TRANSFERS, gil_transfer_ns, hop_held_ns
+from opprof.trace.synthetic import synthetic_trace
+from opprof.trace.threadstates import GIL_METADATA, ThreadState, ThreadStates
+
+B, R, W, H = ThreadState.BLOCKED, ThreadState.RUNNABLE, ThreadState.WAIT, ThreadState.HELD
+US = 1_000
+
+
+def _states(rows: list[tuple[int, ThreadState, int, int]]) -> ThreadStates:
+    tid, state, a, b = (np.array(c) for c in zip(*rows, strict=True))
+    return ThreadStates(tid, state.astype(np.int8), a, b, np.full(len(tid), -1), period_ns=1_000_000)
+
+
+def _tid(trace: Trace, prefix: str) -> int:
+    return next(th.tid for th in trace.threads if th.name.startswith(prefix))
+
+
+def _spaced_starts(trace: Trace, tid: int, n: int) -> list[int]:
+    """``n`` span starts on ``tid``, each 100 µs or more after the thread's previous span start."""
+    starts = np.unique(trace.table.start[trace.table.tid == tid])
+    keep = starts[1:][np.diff(starts) >= 100 * US]
+    assert len(keep) >= n
+    return keep[:n].tolist()
+
+
+def test_hop_held_is_from_holding_the_gil_to_the_next_span() -> None:
+    trace = synthetic_trace(600)
+    eng, cus = _tid(trace, "opprof-engine-"), _tid(trace, "opprof-custom-")
+    rows: list[tuple[int, ThreadState, int, int]] = []
+    for s in _spaced_starts(trace, eng, 6):  # woken, waited for the GIL, 3 µs of the engine's Python
+        rows += [(eng, B, s - 60 * US, s - 40 * US), (eng, R, s - 40 * US, s - 20 * US), (eng, W, s - 20 * US, s - 3 * US)]
+    for s in _spaced_starts(trace, cus, 6):  # woken to a free GIL: 7 µs of set-up
+        rows += [(cus, B, s - 60 * US, s - 30 * US), (cus, R, s - 30 * US, s - 7 * US)]
+    trace.thread_states = _states(rows)
+    assert hop_held_ns(trace) == {"engine": 3 * US, "custom": 7 * US}
+    trace.thread_states = None
+    assert hop_held_ns(trace) == {}
+
+
+def _handovers(trace: Trace, gap: int, count: int, wake_median: int) -> None:
+    """``count`` handovers: engine-0 woken and waiting for the GIL while engine-1 parks, ``gap``
+    ns before engine-0 holds it."""
+    e0 = _tid(trace, "opprof-engine-0")
+    e1 = _tid(trace, "opprof-engine-1")
+    rows: list[tuple[int, ThreadState, int, int]] = []
+    for k in range(count):
+        t = k * 1_000 * US
+        got = t + 50 * US
+        rows += [(e0, B, t - 100 * US, t), (e0, R, t, t + 10 * US), (e0, W, t + 10 * US, got)]
+        rows += [(e1, H, t - 100 * US, got - gap), (e1, B, got - gap, t + 200 * US), (e1, R, t + 200 * US, t + 210 * US)]
+    trace.thread_states = _states(rows)
+    trace.metadata[GIL_METADATA] = {"handoffs": {"all": {"wake_ns_median": wake_median}}}
+
+
+def test_a_gil_handover_is_measured_from_the_holders_park() -> None:
+    trace = synthetic_trace(200)
+    _handovers(trace, 12 * US, MIN_TRANSFERS, 30 * US)
+    assert gil_transfer_ns(trace) == 12 * US
+    _handovers(trace, 12 * US, MIN_TRANSFERS, 8 * US)  # never more than waking a parked thread
+    assert gil_transfer_ns(trace) == 8 * US
+    _handovers(trace, 12 * US, MIN_TRANSFERS - 1, 30 * US)  # too few: the wake
+    assert gil_transfer_ns(trace) == 30 * US
+    trace.metadata[GIL_METADATA] = {"transfer_ns": 5 * US}  # a model's prediction says its own
+    assert gil_transfer_ns(trace) == 5 * US
+
+
+def spin_then_read(spin_s: float) -> None:
+    x = nd.ones((4, 4))
+    y = x + 1  # pushed: a worker is woken for it ...
+    t = time.perf_counter()
+    while time.perf_counter() - t < spin_s:  # ... while the program holds the GIL
+        pass
+    y.wait_to_read()
+
+
+@pytest.mark.skipif(not (gil.AVAILABLE and handoff.AVAILABLE), reason=f"no GIL evidence here: {gil.WHY_NOT or handoff.WHY_NOT}")
+def test_a_woken_worker_runs_once_the_program_lets_the_gil_go() -> None:
+    """The program spins 20 ms right after a push, with a switch interval longer than that: the
+    op runs only when the program blocks in its read, in the recording and in the model. (A model
+    that started the op when its worker woke drew it 20 ms early, waiting inside its own span.)"""
+    spin = 0.020
+    interval = sys.getswitchinterval()
+    mx.set_engine("threaded", workers=2, custom_workers=1)
+    try:
+        sys.setswitchinterval(0.1)
+        spin_then_read(0.001)  # threads warm
+        with opprof.profile() as prof:
+            spin_then_read(spin)
+    finally:
+        sys.setswitchinterval(interval)
+    trace = prof.trace
+    w = what_if(trace)
+    for label, t in (("recording", trace), ("model", w.trace)):
+        ops = t.ops
+        assert ops is not None
+        for op in (s for s in t.spans if s.name in ("_ones", "_plus_scalar")):
+            push = int(ops.push[ops.rows_of(np.array([op.op]))[0]])
+            assert op.start - push >= spin * 1e9 * 0.9, (
+                f"{label}: {op.name} started {(op.start - push) / 1e6:.2f} ms after its push"
+            )
+            assert op.end - op.start < spin * 1e9 / 4, (
+                f"{label}: {op.name}'s span holds the wait ({(op.end - op.start) / 1e6:.2f} ms)"
+            )
