@@ -43,6 +43,7 @@ class JupyterServer:
     root: Path  # the served directory
     log: Path
     proc: Any
+    token: str = ""  # to log in with (``?token=``); "" where none is asked
 
     def log_text(self) -> str:
         return self.log.read_text(errors="replace")
@@ -69,8 +70,11 @@ def stop_process(proc: Any, grace_s: float = 10) -> None:
             proc.wait(timeout=10)
 
 
-def start_server(base: Path, *, extra_env: dict[str, str] | None = None, timeout_s: float = 60) -> JupyterServer:
-    """Start the server under ``base`` and wait until it answers; RuntimeError (with its log) if not."""
+def start_server(base: Path, *, extra_env: dict[str, str] | None = None, timeout_s: float = 60, token: str = "") -> JupyterServer:
+    """Start the server under ``base`` and wait until it answers; RuntimeError (with its log) if not.
+
+    Without ``token``, no login and no XSRF checks (tests drive the page and its API freely); with
+    one, a server as users run it: the token to log in, XSRF checks on every POST from the page."""
     root = base / "root"
     root.mkdir(parents=True, exist_ok=True)
     home = base / "home"
@@ -96,9 +100,9 @@ def start_server(base: Path, *, extra_env: dict[str, str] | None = None, timeout
         "--ServerApp.ip=127.0.0.1",
         f"--ServerApp.port={port}",
         "--ServerApp.port_retries=0",
-        "--IdentityProvider.token=",
+        f"--IdentityProvider.token={token}",
         "--ServerApp.password=",
-        "--ServerApp.disable_check_xsrf=True",
+        *([] if token else ["--ServerApp.disable_check_xsrf=True"]),
         f"--ServerApp.root_dir={root}",
         "--LabApp.expose_app_in_browser=True",  # window.jupyterapp, to run commands and read models
         "--JupyterNotebookApp.expose_app_in_browser=True",  # the same in Notebook 7's pages
@@ -114,13 +118,16 @@ def start_server(base: Path, *, extra_env: dict[str, str] | None = None, timeout
     log = base / "jupyter.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT)
-    server = JupyterServer(f"http://127.0.0.1:{port}", root, log, proc)
+    server = JupyterServer(f"http://127.0.0.1:{port}", root, log, proc, token)
     deadline = time.monotonic() + timeout_s
     while True:
         if proc.poll() is not None:
             raise RuntimeError(f"jupyter lab exited with {proc.returncode}:\n{server.log_text()}")
         try:
-            with urllib.request.urlopen(f"{server.url}/api/status", timeout=2) as r:
+            status = urllib.request.Request(
+                f"{server.url}/api/status", headers={"Authorization": f"token {token}"} if token else {}
+            )
+            with urllib.request.urlopen(status, timeout=2) as r:
                 if r.status == 200:
                     return server
         except OSError:

@@ -30,9 +30,10 @@ from pathlib import Path
 
 from .server import BOKEHJS_FILES, bokehjs_route
 
-__all__ = ["BokehJSSource", "bokehjs_source", "load_bokehjs"]
+__all__ = ["BokehJSSource", "bokehjs_source", "load_bokehjs", "unwatched"]
 
 _loaded = False
+_source: BokehJSSource | None = None  # what this kernel chose, once it chose
 _PROBE_TIMEOUT_S = 2.0  # a local server answers a HEAD in milliseconds; a hung one must not hang the kernel
 
 
@@ -165,6 +166,28 @@ def _inline_loader() -> str:
     return "\n;\n".join((js / f).read_text(encoding="utf-8") for f in BOKEHJS_FILES) + "\n;\n" + _SYNC_ONLY_JS
 
 
+def _in_kernel() -> bool:
+    """Whether this is a kernel's shell (ipykernel's), with a page, now or later, to show output in."""
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - IPython is a dependency
+        return False
+    ip = get_ipython()
+    return ip is not None and getattr(ip, "kernel", None) is not None
+
+
+def unwatched() -> bool:
+    """Whether no page watches this kernel run: the "page" way, where the notebook is drawn later by
+    whoever opens it (:mod:`.saved` keeps the trace, not a widget, for them). Never outside a
+    kernel (terminal IPython), where nothing is saved."""
+    global _source
+    if not _in_kernel():
+        return False
+    if _source is None:
+        _source = bokehjs_source()
+    return _source.mode == "page"
+
+
 def load_bokehjs(once: bool = False) -> bool:
     """Load BokehJS into the notebook page; True if a loader was emitted.
 
@@ -172,20 +195,15 @@ def load_bokehjs(once: bool = False) -> bool:
     ``opprof.timeline()``). Without it, always (``%opprof_init``: a page that lost it, e.g. a
     notebook reopened untrusted and then trusted).
     """
-    global _loaded
+    global _loaded, _source
     if once and _loaded:
         return False
-    try:
-        from IPython import get_ipython
-        from IPython.display import publish_display_data
-    except ImportError:  # pragma: no cover - IPython is a dependency
-        return False
-    ip = get_ipython()
-    if ip is None or getattr(ip, "kernel", None) is None:
+    if not _in_kernel():
         return False
     import bokeh
+    from IPython.display import publish_display_data
 
-    source = bokehjs_source()
+    source = _source = bokehjs_source()
     js = _inline_loader() if source.mode == "inline" else _served_loader(bokeh.__version__, source.base_url)
     # One MIME type, not Bokeh's two copies (application/javascript and bokehjs_load): every
     # front end that runs jupyter_bokeh (JupyterLab, Notebook 7, classic) runs application/javascript.

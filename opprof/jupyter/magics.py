@@ -35,10 +35,11 @@ from ..trace.compare import Comparison, compare, side_by_side
 from ..trace.formats.atomic import not_a_regular_file
 from ..trace.formats.jsonio import output_path_problem
 from ..trace.text import compare_table, fmt_us, split_table, stats_table, summary_line, why_text
-from .bokehjs import load_bokehjs
+from .bokehjs import load_bokehjs, unwatched
 from .cells import compiled_cell_name
 from .live import PERIOD_S as LIVE_PERIOD_S
 from .live import LiveView
+from .saved import SavedTimeline
 from .widgets import timeline
 
 __all__ = ["CellProfile", "OpprofMagics"]
@@ -401,10 +402,13 @@ class OpprofMagics(Magics):
         return args
 
     def _live_wanted(self, args: Any) -> bool:
-        """``--live``; else by default in a kernel (a page to stream to), never in terminal IPython."""
+        """``--live``; else by default in a kernel with a page to stream to: never in terminal
+        IPython, nor where no page watches the run (nbclient, papermill)."""
         if args.live:
             return True
-        return not (args.no_live or args.no_widget) and getattr(self.shell, "kernel", None) is not None
+        if args.no_live or args.no_widget or getattr(self.shell, "kernel", None) is None:
+            return False
+        return not unwatched()
 
     def _report(self, profile: CellProfile, args: Any, live: LiveView | None = None) -> None:
         trace = profile.trace
@@ -442,7 +446,17 @@ class OpprofMagics(Magics):
             print(f"timeline saved to {args.html}")
 
     def _show(self, trace: Trace, live: LiveView | None = None) -> None:
-        """The timeline widget, in the live view's place if one was shown (else below the cell's output)."""
+        """The timeline widget, in the live view's place if one was shown (else below the cell's output);
+        where no page watches (nbclient), the saved timeline that the opening page draws (:mod:`.saved`)."""
+        if live is None and unwatched():
+            try:
+                saved = SavedTimeline(trace)
+            except ImportError as e:
+                print(f"(timeline unavailable: {e})")
+                return
+            load_bokehjs(once=True)
+            display(saved)
+            return
         try:
             widget = timeline(trace)
         except ImportError as e:  # bokeh/ipywidgets missing: the text summary still shows

@@ -120,25 +120,70 @@ def test_the_quickstart_draws_its_timeline_stays_light_and_comes_back_after_a_re
     assert bad == [], bad
 
 
+def _several_cells(n: int) -> list[str]:
+    """``%load_ext opprof`` and ``n`` profiled cells, each with a custom op of its own."""
+    return ["%load_ext opprof"] + [
+        SMALL_CELL.replace('"Sleepy"', f'"Sleepy{k}"').replace("Sleepy(", f"Sleepy{k}(") for k in range(n)
+    ]
+
+
+def _executed_elsewhere(path: Path, n: int) -> Any:
+    """A notebook of ``n`` profiled cells executed by nbclient (as CI and docs builds do: no page)."""
+    from nbclient import NotebookClient
+
+    write_notebook(path, _several_cells(n))
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(nb, timeout=180, kernel_name="python3").execute()
+    return nb
+
+
+# Every %%opprof cell's output holds a painted Bokeh figure: [(cell index, painted pixels)].
+_SAVED_TIMELINES = """() => {
+  const nb = window.jupyterapp.shell.currentWidget.content;
+  const cells = nb.model.toJSON().cells;
+  const out = [];
+  const views = [];
+  const stack = [...((window.Bokeh && Bokeh.index) || [])];
+  while (stack.length) {
+    const v = stack.pop();
+    const title = v.model.title && String(v.model.title.text);
+    if (v.model.type === "Figure" && v.canvas_view && title && title.startsWith("opprof timeline")) views.push(v);
+    stack.push(...(v.child_views ?? []));
+  }
+  cells.forEach((c, k) => {
+    if (![].concat(c.source).join("").startsWith("%%opprof")) return;
+    const area = nb.widgets[k].node.querySelector(".jp-OutputArea");
+    const inside = (v) => {
+      for (let n = v.canvas_view.primary.canvas; n; n = n.parentNode || n.host) if (area.contains(n)) return true;
+      return false;
+    };
+    const v = views.find(inside);
+    if (!v) { out.push([k, 0]); return; }
+    const c2 = v.canvas_view.primary.canvas, d = c2.getContext("2d").getImageData(0, 0, c2.width, c2.height).data;
+    let n = 0;
+    for (let i = 0; i < d.length; i += 16) if (d[i + 3] > 0 && (d[i] < 235 || d[i + 1] < 235 || d[i + 2] < 235)) n++;
+    out.push([k, n]);
+  });
+  return out;
+}"""
+
+
 def test_a_notebook_executed_elsewhere_is_light_shows_the_picture_untrusted_and_the_timelines_trusted(
     lab_server: Any, chromium_page: Any, tmp_path: Path
 ) -> None:
-    """Executed by nbclient (as CI and docs builds do; no Jupyter server, no page): two
-    ``%%opprof`` cells, and the notebook stays under 300 KB (BokehJS inline made it 2.3 MB). Opened
-    in JupyterLab untrusted: no script runs, the still picture and the summary show. Trusted, with
-    opprof's server extension answering: the loader fetches BokehJS from this page's server and the
-    widget manager draws the saved timelines, with nothing re-run."""
-    from nbclient import NotebookClient
+    """Executed by nbclient (as CI and docs builds do; no Jupyter server, no page): four
+    ``%%opprof`` cells, and the notebook stays under 300 KB (BokehJS inline made one cell 2.3 MB;
+    the widgets' saved state made three cells 409 KB). It keeps each cell's trace, not a widget.
+    Opened in JupyterLab untrusted: no script runs, the still pictures and the summary show.
+    Trusted, with opprof's server extension answering: each cell's saved trace is drawn by the
+    server into an interactive timeline, with nothing re-run."""
     from nbformat.sign import NotebookNotary
 
     page, _console, page_errors = chromium_page
-    path = tmp_path / "elsewhere.ipynb"
-    cells = ["%load_ext opprof", SMALL_CELL]
-    cells += [SMALL_CELL.replace('"Sleepy"', '"Sleepy2"').replace("Sleepy(", "Sleepy2(")]
-    write_notebook(path, cells)
-    nb = nbformat.read(path, as_version=4)
-    NotebookClient(nb, timeout=180, kernel_name="python3").execute()
+    page.set_viewport_size({"width": 1600, "height": 1000})
+    nb = _executed_elsewhere(tmp_path / "elsewhere.ipynb", 4)
     assert _loader_modes(nb) == ["page"], _loader_modes(nb)
+    assert not nb.metadata.get("widgets"), "a widget's state was saved"
     for cell in nb.cells[1:]:
         png = next(base64.b64decode(o["data"]["image/png"]) for o in cell.outputs if "image/png" in o.get("data", {}))
         assert len(png) < 60_000
@@ -146,7 +191,7 @@ def test_a_notebook_executed_elsewhere_is_light_shows_the_picture_untrusted_and_
     nbformat.write(nb, target)
     size = target.stat().st_size
     assert size <= 300_000, f"a notebook executed by nbclient weighs {size:,} bytes"
-    print(f"\nexecuted by nbclient, 2 %%opprof cells: {size:,} bytes")
+    print(f"\nexecuted by nbclient, 4 %%opprof cells: {size:,} bytes")
 
     page.goto(f"{lab_server.url}/lab/tree/elsewhere.ipynb?reset")
     page.wait_for_function(js.KERNEL_IDLE, timeout=90_000)
@@ -168,19 +213,23 @@ def test_a_notebook_executed_elsewhere_is_light_shows_the_picture_untrusted_and_
     assert page.evaluate("() => !window.Bokeh"), "an untrusted notebook ran BokehJS"
 
     # Trusted (signed in this server's notary, as `jupyter trust` does), then opened again.
-    NotebookNotary(data_dir=str(lab_server.root.parent / "jupyter-data")).sign(nbformat.read(target, as_version=4))
     shutil.copy(target, lab_server.root / "trusted.ipynb")
     NotebookNotary(data_dir=str(lab_server.root.parent / "jupyter-data")).sign(
         nbformat.read(lab_server.root / "trusted.ipynb", as_version=4)
     )
     page.goto(f"{lab_server.url}/lab/tree/trusted.ipynb?reset")
     page.wait_for_function(js.KERNEL_IDLE, timeout=90_000)
+    drawn = f"() => {{ const d = ({_SAVED_TIMELINES})(); return d.length === 4 && d.every(([, n]) => n > 500); }}"
     try:
-        page.wait_for_function(js.painted_timeline(), timeout=60_000, polling=250)
+        page.wait_for_function(drawn, timeout=60_000, polling=250)
     except Exception:
         page.screenshot(path=str(tmp_path / "trusted.png"))
-        raise
-    assert page.evaluate("() => !!window.Bokeh && Bokeh.documents.length >= 2"), "not every saved timeline was drawn"
+        raise AssertionError(f"not every saved timeline was drawn: {page.evaluate(_SAVED_TIMELINES)}") from None
+    # The server computed the exact critical path: the toggle says so, and shows it without a kernel.
+    labels = page.evaluate(
+        "() => Bokeh.documents.flatMap((d) => [...d.all_models]).filter((m) => m.type === 'Toggle').map((m) => m.label)"
+    )
+    assert labels == ["critical path"] * 4, labels
     prompts = page.evaluate("() => [...document.querySelectorAll('.jp-InputArea-prompt')].map((p) => p.textContent)")
     assert not any("*" in p for p in prompts), "a cell ran again"
     assert [e for e in page_errors if "SlickGrid Cannot find stylesheet" not in e] == [], page_errors
@@ -243,3 +292,60 @@ def test_the_bokehjs_route_keeps_jupyters_host_check_and_security_headers(lab_se
     assert "content-security-policy" in headers and headers.get("x-content-type-options") == "nosniff"
     assert get(BOKEHJS_FILES[0], host=f"rebind.example.com:{url.port}")[0] == 403
     assert get("bokeh-mathjax.min.js")[0] == 404  # in Bokeh's static dir, but not one of the four
+
+
+# A POST to the render route from the logged-in page: resolves to [status, first 300 characters].
+_POST_RENDER = """async ([body, xsrf]) => {
+  const m = document.cookie.match(/\\b_xsrf=([^;]*)\\b/);
+  const headers = {"Content-Type": "application/octet-stream"};
+  if (xsrf && m) headers["X-XSRFToken"] = decodeURIComponent(m[1]);
+  const r = await fetch("/opprof/render", {method: "POST", credentials: "same-origin", headers, body: new Uint8Array(body)});
+  return [r.status, (await r.text()).slice(0, 300)];
+}"""
+
+
+def test_saved_timelines_draw_on_a_server_with_a_token_and_xsrf_checks(chromium_page: Any, tmp_path: Path) -> None:
+    """The server as users run it (a token to log in, XSRF checks on): the saved timeline is drawn
+    in JupyterLab and in Notebook 7, and the render route refuses a POST without the page's XSRF
+    token, an unauthenticated one, a body that is no trace (saying why) and one too large."""
+    import urllib.error
+    import urllib.request
+
+    from nbformat.sign import NotebookNotary
+
+    from benchmarks.jupyter import start_server
+    from opprof.jupyter.server import MAX_RENDER_BYTES
+
+    page, _console, page_errors = chromium_page
+    server = start_server(tmp_path / "secure", token="opprof-e2e-token")
+    try:
+        nb = _executed_elsewhere(tmp_path / "one.ipynb", 1)
+        target = server.root / "one.ipynb"
+        nbformat.write(nb, target)
+        NotebookNotary(data_dir=str(tmp_path / "secure" / "jupyter-data")).sign(nbformat.read(target, as_version=4))
+        drawn = f"() => {{ const d = ({_SAVED_TIMELINES})(); return d.length === 1 && d[0][1] > 500; }}"
+        for where in ("lab/tree", "notebooks"):
+            page.goto(f"{server.url}/{where}/one.ipynb?token={server.token}")
+            page.wait_for_function(js.KERNEL_IDLE, timeout=90_000)
+            try:
+                page.wait_for_function(drawn, timeout=60_000, polling=250)
+            except Exception:
+                page.screenshot(path=str(tmp_path / f"secure-{where.replace('/', '-')}.png"))
+                raise AssertionError(f"{where}: the saved timeline was not drawn: {page.evaluate(_SAVED_TIMELINES)}") from None
+
+        assert page.evaluate(_POST_RENDER, [[1, 2, 3], False])[0] == 403  # no XSRF token
+        status, text = page.evaluate(_POST_RENDER, [[1, 2, 3], True])
+        assert status == 400 and "not a saved opprof trace" in text, (status, text)
+        status, _ = page.evaluate(_POST_RENDER, [[0] * (MAX_RENDER_BYTES + 1), True])
+        assert status == 413
+        anonymous = urllib.request.Request(f"{server.url}/opprof/render", data=b"x", method="POST")
+        try:
+            urllib.request.urlopen(anonymous, timeout=10)
+            raise AssertionError("an unauthenticated POST was answered")
+        except urllib.error.HTTPError as e:
+            assert e.code == 403, e.code
+        # Notebook 7's own errors (tests/e2e/test_live_browser.py sees them too), and SlickGrid's (above).
+        known = ("reading 'schema'", "'filebrowser:open-path' not registered", "SlickGrid Cannot find stylesheet")
+        assert [e for e in page_errors if not any(k in e for k in known)] == [], page_errors
+    finally:
+        server.stop()

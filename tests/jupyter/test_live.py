@@ -349,6 +349,7 @@ def test_no_live_view_without_a_kernel_or_with_no_live(ip: Any, lives: list[Live
 def test_live_is_the_default_in_a_kernel(ip: Any, lives: list[LiveView], monkeypatch: pytest.MonkeyPatch) -> None:
     loads: list[bool] = []
     monkeypatch.setattr(ip, "kernel", object(), raising=False)  # what ipykernel's shell has
+    monkeypatch.setattr(magics, "unwatched", lambda: False)  # ... and a page that shows it
     monkeypatch.setattr(magics, "load_bokehjs", lambda once=False: loads.append(once) or False)
     result, out = _cell(ip, "", LOOP + "t_end = time.perf_counter()")
     assert result.error_in_exec is None
