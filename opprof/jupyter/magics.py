@@ -254,6 +254,17 @@ class OpprofMagics(Magics):
         table (the table alone with --no-widget)."""
         if args.no_widget:
             return
+        both_runs = side_by_side(a, b, label_a=comparison.label_a, label_b=comparison.label_b)
+        if unwatched():  # no widgets to save (see _show): both runs, kept for the opening page
+            try:
+                saved = SavedTimeline(both_runs)
+            except ImportError as e:
+                print(f"(timeline unavailable: {e})")
+                return
+            print("(the diff chart shows where a page watches the cell run: the table above has its rows)")
+            load_bokehjs(once=True)
+            display(saved)
+            return
         try:
             from jupyter_bokeh import BokehModel
 
@@ -263,7 +274,7 @@ class OpprofMagics(Magics):
             return
         load_bokehjs(once=True)
         chart = BokehModel(diff_figure(comparison))
-        both = timeline(side_by_side(a, b, label_a=comparison.label_a, label_b=comparison.label_b))
+        both = timeline(both_runs)
         self._keep(chart, both)
         display(chart)
         display(both)

@@ -104,3 +104,24 @@ def test_unwatched_the_magic_shows_the_saved_timeline_and_no_live_view(ip: Any, 
     assert not any("application/vnd.jupyter.widget-view+json" in b for b in bundles), [list(b) for b in bundles]
     shown = [b for b in bundles if "application/javascript" in b and "image/png" in b]
     assert len(shown) == 1 and trace_from_bytes(_embedded(shown[0]["application/javascript"])).n_spans > 0
+
+
+def test_unwatched_a_comparison_keeps_both_runs_for_the_page_and_no_widget(ip: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from opprof.jupyter import magics
+
+    ip.run_cell("import opprof as mx")
+    monkeypatch.setattr(magics, "unwatched", lambda: True)
+    monkeypatch.setattr(magics, "load_bokehjs", lambda once=False: False)
+    cell = "x = mx.nd.ones((2, 2))\nfor _ in range(3):\n    x = mx.nd.Custom(x, op_type='SavedTwice')\nx.wait_to_read()"
+    with capture_output():
+        assert ip.run_cell(f"%%opprof --repeat 2 --loops 1 --label A\n{cell}").error_in_exec is None
+    with capture_output() as out:
+        result = ip.run_cell(f"%%opprof --repeat 2 --loops 1 --compare A\n{cell}")
+    assert result.error_in_exec is None, result.error_in_exec
+    bundles = [o.data for o in out.outputs]
+    assert not any("application/vnd.jupyter.widget-view+json" in b for b in bundles), [list(b) for b in bundles]
+    shown = [trace_from_bytes(_embedded(b["application/javascript"])) for b in bundles if "image/png" in b]
+    # The last run's own timeline, then the comparison's two runs on one axis (a process each).
+    assert len(shown) == 2 and len({th.pid for th in shown[1].threads}) == 2
+    assert shown[1].n_spans == 2 * shown[0].n_spans
+    assert "the diff chart shows where a page watches" in out.stdout
