@@ -475,6 +475,10 @@ class Engine:
             if opr.done:
                 raise EngineError(f"op {opr.name!r} completed twice (on_complete called more than once)")
             opr.done = True
+            # Its function (and the arrays it holds) goes now, not with the op: an op is kept as
+            # long as the next op it enabled names it (``by``), and a worker holds its last op
+            # until it gets another. MXNet frees a dropped array once its last op ran.
+            opr.fn = _ran
             if error is not None:
                 self._record_error(opr.writes, error)
             for v in opr.reads:
@@ -595,6 +599,11 @@ def _combine(observers: list[EngineObserver]) -> EngineObserver | None:
     if not observers:
         return None
     return observers[0] if len(observers) == 1 else Observers(observers)
+
+
+def _ran(*args: Any) -> None:
+    """What a completed op's function becomes (see :meth:`Engine._complete`)."""
+    raise EngineError("this op has run: its function is gone")
 
 
 def closed_gate() -> threading.Lock:

@@ -101,6 +101,7 @@ class CustomPool:
             try:
                 task()
             finally:
+                task = None  # its closure holds the custom op's arrays: not until the next task
                 with self._lock:
                     # Past the pool's size (it grew while Pythons were blocked in waits: a deep
                     # fan-out left 265 threads), a thread with nothing queued for it retires.
