@@ -34,7 +34,7 @@ from ..trace.analysis.stats import SORT_KEYS
 from ..trace.compare import Comparison, compare, side_by_side
 from ..trace.formats.atomic import not_a_regular_file
 from ..trace.formats.jsonio import output_path_problem
-from ..trace.text import compare_table, fmt_us, split_table, stats_table, summary_line, why_text
+from ..trace.text import alive_text, compare_table, fmt_us, split_table, stats_table, summary_line, why_text
 from .bokehjs import load_bokehjs, unwatched
 from .cells import compiled_cell_name
 from .live import PERIOD_S as LIVE_PERIOD_S
@@ -133,6 +133,11 @@ class OpprofMagics(Magics):
     @argument("--stats", nargs="?", const=20, type=int, default=None, metavar="N", help="print the top-N aggregate table")
     @argument("--sort-by", choices=list(SORT_KEYS), default="total", help="order of the --stats table")
     @argument("--why", action="store_true", help="print why the custom ops wait and the critical path, in words")
+    @argument(
+        "--memory",
+        action="store_true",
+        help="record each NDArray's storage too: peak and allocated bytes, a memory lane, what stays alive",
+    )
     @argument("--var", default="_opprof", metavar="NAME", help="user variable for the result (default _opprof)")
     @argument("--repeat", type=int, default=None, metavar="N", help="run the cell N times after one warm-up run (kept apart)")
     @argument(
@@ -284,7 +289,9 @@ class OpprofMagics(Magics):
     ) -> tuple[Trace, BaseException | None, float, Any, LiveView | None]:
         """One run of the cell (``loops`` times over) under a profile of its own (this process's,
         or with ``--dask`` the cluster's too): (trace, error, wall s, value, live view)."""
-        session: ProfileSession = self._dask_profile(args, live_wanted) if args.dask else Profiler(args.max_events).start()
+        session: ProfileSession = (
+            self._dask_profile(args, live_wanted) if args.dask else Profiler(args.max_events, memory=args.memory).start()
+        )
         live: LiveView | None = None
         error: BaseException | None = None
         result = None
@@ -438,6 +445,9 @@ class OpprofMagics(Magics):
         if live is not None and live.error is not None:
             print(f"(the live view stopped early: {type(live.error).__name__}: {live.error})")
         print(summary_line(trace, profile.wall_s))
+        alive = alive_text(trace)
+        if alive:
+            print(alive)
         if len(profile.runs) > 1:
             ends = sorted(t.table.length_ns / 1e3 for t in profile.runs if len(t.table))
             if ends:

@@ -150,6 +150,18 @@ _SCALAR_TYPES = (numbers.Number, np.generic)
 _PLAIN_SCALARS = frozenset({int, float})
 
 
+#: Called with (storage, var) for every NDArray made, while a profile records memory; None else
+#: (one global read per array: nothing when off).
+_on_array: Callable[[np.ndarray, Var], None] | None = None
+
+
+def set_array_hook(hook: Callable[[np.ndarray, Var], None] | None) -> Callable[[np.ndarray, Var], None] | None:
+    """Make ``hook`` see every NDArray made from now on (None: none); returns the one it replaces."""
+    global _on_array
+    previous, _on_array = _on_array, hook
+    return previous
+
+
 class NDArray:
     """An n-dimensional array whose operators run asynchronously on the engine."""
 
@@ -166,6 +178,8 @@ class NDArray:
         # Whether a backward pass wrote this leaf's gradient since it was last cleared (MXNet's
         # flag: a trainer reads it to skip parameters the last pass did not reach).
         self._fresh_grad = False
+        if _on_array is not None:  # a profile records memory (opprof.profiler.memory)
+            _on_array(data, self._var)
 
     # ------------------------------------------------------------------ metadata (no waiting)
     @property

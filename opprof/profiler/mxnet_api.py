@@ -86,7 +86,8 @@ def set_state(state: str = "stop", profile_process: str = "worker") -> None:
     global _reset_at
     if state == "run":
         if _session is None:
-            _session = Profiler(int(_config["max_events"])).start()
+            memory = bool(_config.get("profile_memory") or _config.get("profile_all"))
+            _session = Profiler(int(_config["max_events"]), memory=memory).start()
             _reset_at = None
     elif state == "stop":
         if _session is not None:
@@ -158,9 +159,11 @@ def _since(trace: Trace, t_ns: int | None) -> Trace:
         return trace
     t = trace.table
     spans = t.take(np.flatnonzero(t.start >= t_ns))
+    # The memory counter is the session's, as MXNet's is the process's: not cut at a reset.
     return Trace(
-        trace.threads, spans, trace.instants, trace.counters, trace.flow_table, trace.metadata, processes=trace.processes
-    )
+        trace.threads, spans, trace.instants, trace.counters, trace.flow_table, trace.metadata, processes=trace.processes,
+        memory=trace.memory,
+    )  # fmt: skip
 
 
 def _recorder() -> Recorder | None:

@@ -50,6 +50,7 @@ from ..trace.records import CUSTOM_POOL, CUSTOM_THREAD_PREFIX, ENGINE_POOL, ENGI
 from . import sites as _sites
 from .build import COUNTER, DUMMY, ERROR, INSTANT, OP, PYTHON, START, USER, WAIT_REC, ThreadRecords, build_columns
 from .gil import GilRecording
+from .memory import MemoryRecording
 
 __all__ = ["COMPILED_WHY_NOT", "ProfilerError", "Recorder"]
 
@@ -95,7 +96,12 @@ class Recorder(EngineObserver):
     """Engine observer that records spans; one per profiling session."""
 
     def __new__(
-        cls, max_events: int = 5_000_000, clock: Callable[[], int] = time.perf_counter_ns, *, compiled: bool | None = None
+        cls,
+        max_events: int = 5_000_000,
+        clock: Callable[[], int] = time.perf_counter_ns,
+        *,
+        compiled: bool | None = None,
+        memory: bool = False,
     ) -> Recorder:
         """``compiled``: None (default) takes the compiled hot path where it is built and the clock is
         the one it reads (CLOCK_MONOTONIC, what perf_counter_ns reads on Linux); False the pure-Python
@@ -109,8 +115,14 @@ class Recorder(EngineObserver):
         return super().__new__(cls)
 
     def __init__(
-        self, max_events: int = 5_000_000, clock: Callable[[], int] = time.perf_counter_ns, *, compiled: bool | None = None
+        self,
+        max_events: int = 5_000_000,
+        clock: Callable[[], int] = time.perf_counter_ns,
+        *,
+        compiled: bool | None = None,
+        memory: bool = False,
     ) -> None:
+        """``memory``: also record every NDArray's storage (:mod:`.memory`)."""
         if max_events < 1:
             raise ValueError(f"max_events must be at least 1, got {max_events}")
         self.max_events = int(max_events)
@@ -124,6 +136,8 @@ class Recorder(EngineObserver):
         self.t_stop: int | None = None
         #: The GIL's evidence, sampled while attached (:mod:`.gil`).
         self.gil = GilRecording(clock)
+        #: Each NDArray's storage, made and freed, while attached (with ``memory=True``).
+        self.memory = MemoryRecording(clock) if memory else None
         #: (when, engine kind) of each engine switch followed while recording.
         self.switches: list[tuple[int, str]] = []
 
@@ -150,6 +164,8 @@ class Recorder(EngineObserver):
             raise ProfilerError("another profiler is already recording this engine; stop it first")
         self.engine = engine
         self.gil.start()
+        if self.memory is not None:
+            self.memory.start()
         return self
 
     def follow(self, engine: Engine) -> None:
@@ -161,6 +177,8 @@ class Recorder(EngineObserver):
     def detach(self) -> None:
         if self.engine is not None:
             self.engine.remove_observer(self)
+        if self.memory is not None:
+            self.memory.stop()
         self.t_stop = self.clock()
         self.gil.stop()
 
@@ -333,9 +351,7 @@ class Recorder(EngineObserver):
                 reads = r[0].id if len(r) == 1 else tuple(map(_VAR_ID, r))
                 writes = w[0].id if len(w) == 1 else tuple(map(_VAR_ID, w))
                 if info is None and pushed_in is None:  # a plain op: one record holds it all
-                    rec.plain.append(
-                        (t0, t1, opr.name, seq, push_ts, pusher, opr.ready_ns, opr.by, opr.by_var, reads, writes)
-                    )
+                    rec.plain.append((t0, t1, opr.name, seq, push_ts, pusher, opr.ready_ns, opr.by, opr.by_var, reads, writes))
                 else:
                     if info is None:  # pushed inside a custom op's Python: prof is its push
                         rec.sub.append((t0, t1, opr.name, seq, prof))
@@ -433,6 +449,7 @@ class Recorder(EngineObserver):
             # Engines switched to while recording (the recording followed each): "engine" is the last.
             **({"engine_switches": [{"t_ns": t, "engine": kind} for t, kind in self.switches]} if self.switches else {}),
             **self.gil.metadata(),
+            **(self.memory.metadata() if self.memory is not None else {}),
         }
         if metadata:
             meta.update(metadata)
@@ -446,6 +463,7 @@ class Recorder(EngineObserver):
             metadata=meta,
             ops=b.ops,
             thread_states=states,
+            memory=self.memory.table() if self.memory is not None else None,
         )
 
 

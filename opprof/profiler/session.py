@@ -29,6 +29,8 @@ __all__ = ["INTERRUPT_GRACE_S", "ProfileSession", "Profiler", "profile", "stop_a
 
 #: After Ctrl-C, how long stopping waits for queued work before it keeps what it has (seconds).
 INTERRUPT_GRACE_S = 1.0
+#: Whether a profile records memory unless told (see :mod:`.memory` for its cost).
+MEMORY_DEFAULT = False
 
 
 class ProfileSession(Protocol):
@@ -74,9 +76,16 @@ class Profiler:
     """One profiling session: ``start()``, ``stop()``, then ``trace``."""
 
     def __init__(
-        self, max_events: int = 5_000_000, clock: Callable[[], int] = time.perf_counter_ns, *, compiled: bool | None = None
+        self,
+        max_events: int = 5_000_000,
+        clock: Callable[[], int] = time.perf_counter_ns,
+        *,
+        compiled: bool | None = None,
+        memory: bool = MEMORY_DEFAULT,
     ) -> None:
         self.max_events = max_events
+        #: Whether each NDArray's storage is recorded too (:mod:`.memory`).
+        self.memory = memory
         #: Which recorder: None the compiled one where built (:data:`~.recorder.COMPILED_WHY_NOT`
         #: says why not), False the pure-Python one, True the compiled one or an error.
         self.compiled = compiled
@@ -94,7 +103,7 @@ class Profiler:
     def start(self) -> Profiler:
         if self._recorder is not None:
             raise ProfilerError("this profiler is already running")
-        self._recorder = Recorder(self.max_events, self.clock_fn, compiled=self.compiled).attach(get_engine())
+        self._recorder = Recorder(self.max_events, self.clock_fn, compiled=self.compiled, memory=self.memory).attach(get_engine())
         self.trace = None
         self._unbuilt = None
         return self
@@ -173,12 +182,15 @@ class Profiler:
 
 
 @contextmanager
-def profile(max_events: int = 5_000_000, path: str | os.PathLike[str] | None = None) -> Iterator[Profiler]:
+def profile(
+    max_events: int = 5_000_000, path: str | os.PathLike[str] | None = None, *, memory: bool = MEMORY_DEFAULT
+) -> Iterator[Profiler]:
     """Profile the block; ``prof.trace`` holds the result, also when the block raised.
 
     With ``path``, the trace is saved there as Chrome trace JSON (``.json`` or ``.json.gz``).
+    ``memory``: record every NDArray's storage too (:mod:`.memory`).
     """
-    prof = Profiler(max_events).start()
+    prof = Profiler(max_events, memory=memory).start()
     try:
         yield prof
     except BaseException as e:

@@ -24,6 +24,7 @@ from typing import Any, Generic, TypeVar, cast
 import numpy as np
 
 from .columns import FlowTable, SpanTable
+from .memory import MemoryEvents
 from .ops import OpTable
 from .records import CounterSample, Flow, Instant, Span, ThreadInfo
 from .threadstates import ThreadStates
@@ -86,6 +87,7 @@ class TraceData:
         ops: OpTable | None = None,
         processes: dict[int, str] | None = None,
         thread_states: ThreadStates | None = None,
+        memory: MemoryEvents | None = None,
     ) -> None:
         self.threads: list[ThreadInfo] = threads if threads is not None else []
         #: The engine's side: pushes, ready times, enabling edges, vars (None for other tools' traces).
@@ -99,6 +101,9 @@ class TraceData:
         #: Each thread's state over time with respect to the GIL (:mod:`.threadstates`); None where
         #: the GIL was not sampled (``metadata["gil"]["why_not"]`` says why).
         self.thread_states: ThreadStates | None = thread_states
+        #: Every allocation and free of an array's storage (:mod:`.memory`); None where memory was
+        #: not recorded (``metadata["memory"]["why_not"]`` says why, where opprof knows).
+        self.memory: MemoryEvents | None = memory
         self._span_store: _Held[SpanTable, Span] = _Held(SpanTable, SpanTable.from_spans, SpanTable.to_spans)
         self._flow_store: _Held[FlowTable, Flow] = _Held(FlowTable, FlowTable.from_flows, FlowTable.to_flows)
         self._names: tuple[int, int, dict[int, str]] | None = None
@@ -227,6 +232,7 @@ class TraceData:
             and self.metadata == other.metadata
             and self.processes == other.processes
             and _same_states(self.thread_states, other.thread_states)
+            and _same_memory(self.memory, other.memory)
         )
 
     __hash__ = None  # type: ignore[assignment]
@@ -256,3 +262,9 @@ def _same_states(a: ThreadStates | None, b: ThreadStates | None) -> bool:
         return a is b
     cols = ("tid", "state", "start", "end", "holder")
     return a.period_ns == b.period_ns and all(np.array_equal(getattr(a, c), getattr(b, c)) for c in cols)
+
+
+def _same_memory(a: MemoryEvents | None, b: MemoryEvents | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return all(np.array_equal(getattr(a, c), getattr(b, c)) for c in ("ts", "storage", "var", "nbytes"))

@@ -242,6 +242,10 @@ class CustomOpRow:
     #: The invocation whose Python called this one (a custom op used inside another's
     #: ``forward``), None for one the program called.
     caller: int | None = None
+    #: Bytes its sub-ops' outputs allocated (NDArrays; its Python's NumPy temporaries are not
+    #: seen), and the most live bytes while it ran; None where memory was not recorded.
+    allocated_bytes: int | None = None
+    peak_bytes: int | None = None
 
     @property
     def python_off_cpu_ns(self) -> int | None:

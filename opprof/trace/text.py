@@ -21,6 +21,7 @@ from .analysis.stats import StatRow, sort_rows, span_stats
 from .analysis.summary import OpTypeSplit, custom_op_summary
 from .columns import ROLE_CODE, SpanTable
 from .compare import CONFIDENCE, CallResult, Comparison, RowKind, Verdict
+from .memory import MEMORY_CATEGORY, MEMORY_COUNTER
 from .ops import short_site
 from .records import CUSTOM_OP, CUSTOM_POOL, Role
 from .trace import Trace
@@ -90,6 +91,13 @@ def stats_table(traces: Sequence[Trace], sort_by: str = "total", ascending: bool
                 f"{_ms(s.waiting_ns):>9} {_pct(s.waiting_ns, s.wall_ns)}" + (f"  ({s.errors} failed)" if s.errors else "")
             )
         lines.append("")
+    memory = _memory_stats(traces)
+    if memory is not None:
+        count, low, high = memory
+        head = f"{'Name':<30}{'Total Count':>11}{'Min Use  (kB)':>17}{'Max Use  (kB)':>17}{'Avg Use  (kB)':>17}"
+        lines += [MEMORY_CATEGORY, "=" * 17, head, f"{'----':<30}{'-----------':>11}" + f"{'-------------':>17}" * 3]
+        avg = (high - low) / 2  # MXNet's "Avg" of a counter: half its range, not a mean
+        lines += [f"{MEMORY_COUNTER:<30}{count:>11}" + "".join(f"{v / 1e3:>17.4f}" for v in (low, high, avg)), ""]
     dropped = sum(int(t.metadata.get("dropped_events", 0) or 0) for t in traces)
     if dropped:
         lines.append(f"WARNING: {dropped} events were dropped at the event cap (max_events); totals are incomplete.")
@@ -134,7 +142,9 @@ def mxnet_stats_json(traces: Sequence[Trace], sort_by: str = "total", ascending:
 
     ``{"Time": {category: {name: {"Count", "Total", "Min", "Max", "Avg"}}}, "Memory": {...},
     "Unit": {"Time": "ms", "Memory": "kB"}}``; custom-op work is under ``"Custom Operator"``, as in
-    MXNet. opprof records no memory, so ``"Memory"`` is empty.
+    MXNet. ``"Memory"`` is MXNet's ``{"Device Storage": {"Memory: cpu/0": {"Count", "Min", "Max",
+    "Avg"}}}`` in kB where memory was recorded (``profile_memory=True``), with MXNet's "Avg": half
+    the range of the live bytes, not their mean; empty where it was not.
     """
     by_cat: dict[str, list[StatRow]] = defaultdict(list)
     for r in _aggregate(traces):
@@ -152,7 +162,34 @@ def mxnet_stats_json(traces: Sequence[Trace], sort_by: str = "total", ascending:
         }
         for cat, rows in by_cat.items()
     }
-    return json.dumps({"Time": time, "Memory": {}, "Unit": {"Time": "ms", "Memory": "kB"}}, indent=4)
+    memory: dict[str, Any] = {}
+    stats = _memory_stats(traces)
+    if stats is not None:
+        count, low, high = stats
+        kb = [_kb(v) for v in (low, high, (high - low) / 2)]
+        memory = {MEMORY_CATEGORY: {MEMORY_COUNTER: {"Count": count, "Min": kb[0], "Max": kb[1], "Avg": kb[2]}}}
+    return json.dumps({"Time": time, "Memory": memory, "Unit": {"Time": "ms", "Memory": "kB"}}, indent=4)
+
+
+def _kb(n: float) -> float | int:
+    """Bytes as kB, an int where whole (MXNet writes ``80``, not ``80.0``)."""
+    v = n / 1e3
+    return int(v) if v == int(v) else v
+
+
+def _memory_stats(traces: Sequence[Trace]) -> tuple[int, int, int] | None:
+    """(changes, least, most live bytes) of the traces' memory counter, as MXNet counts its
+    ``Memory: cpu/0``: every change is one sample; None where no trace recorded memory."""
+    count, low, high, seen = 0, 0, 0, False
+    for t in traces:
+        m = t.analysis().memory
+        if m is None or not len(m.live):
+            continue
+        count += len(m.live)
+        lo, hi = int(m.live.min()), int(m.live.max())
+        low, high = (min(low, lo), max(high, hi)) if seen else (lo, hi)
+        seen = True
+    return (count, low, high) if seen else None
 
 
 def fmt_us(us: float) -> str:
@@ -177,10 +214,38 @@ def summary_line(trace: Trace, wall_s: float | None = None) -> str:
         py, sub, wait = (int(c.sum()) for c in (ot.python, ot.subops, ot.waiting))
         split = f"python {100 * py / wall:.0f}% / sub-ops {100 * sub / wall:.0f}% / waiting {100 * wait / wall:.0f}%"
         parts.append(f"{len(a.parents)} custom-op calls: {split}")
+    m = a.memory
+    if m is not None and len(m.ts):
+        parts.append(f"memory: peak {fmt_bytes(m.peak)}, {fmt_bytes(m.allocated)} allocated")
     dropped = trace.metadata.get("dropped_events", 0)
     if dropped:
         parts.append(f"{dropped} events dropped at the cap")
     return "opprof: " + ", ".join(parts)
+
+
+def fmt_bytes(n: float) -> str:
+    """Bytes in words: ``512 B``, ``40.0 KB``, ``4.0 MB``, ``1.2 GB`` (powers of 1000, as MXNet's kB)."""
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if abs(n) >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def alive_text(trace: Trace, top: int = 5) -> str:
+    """The arrays made while profiling and still alive when it stopped, by the op and line that
+    made them (a leak finder for a notebook cell); "" when memory was not recorded or none is."""
+    m = trace.analysis().memory
+    if m is None or not m.alive:
+        return ""
+    n = sum(g.count for g in m.alive)
+    lines = [f"still alive after the profile: {n} array{'s' if n != 1 else ''}, {fmt_bytes(m.alive_bytes)}, made by"]
+    for g in m.alive[:top]:
+        where = f" at {short_site(g.site)}" if g.site else ""
+        lines.append(f"  {g.count} x {g.op}{where}: {fmt_bytes(g.nbytes)}")
+    if len(m.alive) > top:
+        rest = m.alive[top:]
+        lines.append(f"  ... {sum(g.count for g in rest)} more from {len(rest)} other ops")
+    return "\n".join(lines)
 
 
 #: A cause of waiting in plain words (for ``%%opprof --why``, ``opprof why`` and the tables).

@@ -35,8 +35,9 @@ class Trace(TraceData):
         if isinstance(data, Trace):
             return data
         t = cls(
-            data.threads, None, data.instants, data.counters, None, data.metadata, data.ops, data.processes, data.thread_states
-        )
+            data.threads, None, data.instants, data.counters, None, data.metadata, data.ops, data.processes, data.thread_states,
+            data.memory,
+        )  # fmt: skip
         t._span_store, t._flow_store = data._span_store, data._flow_store
         t._analysis = data._analysis
         return t

@@ -375,3 +375,17 @@ def test_bad_loops_print_usage_and_run_nothing(ip: Any, line: str) -> None:
         ip.run_cell(f"%%opprof {line} --no-widget\nran = True")
     assert ip.user_ns["ran"] is False
     assert "--loops" in out.stderr + out.stdout
+
+
+def test_memory_shows_the_peak_and_what_the_cell_kept(ip: Any) -> None:
+    """--memory: the summary gives the peak and the bytes allocated, and the arrays the cell kept
+    (ten appended to a list) are named by the op that made them; a cell that keeps nothing, nothing."""
+    ip.run_cell("kept = []")
+    _, out = run(ip, "--no-widget --memory", "for k in range(10):\n    kept.append(mx.nd.ones((10, 10)) + k)")
+    assert "memory: peak" in out and "allocated" in out
+    assert "still alive after the profile: 10 arrays, 4.0 KB" in out and "10 x _plus_scalar" in out
+    _, out = run(ip, "--no-widget --memory", "def f():\n    x = mx.nd.ones((10, 10))\n    (x + 1).wait_to_read()\nf()")
+    assert "memory: peak" in out and "still alive" not in out
+    _, out = run(ip, "--no-widget", "(mx.nd.ones((10, 10)) + 1).wait_to_read()")
+    assert "memory:" not in out  # off unless asked
+    ip.run_cell("kept.clear()")

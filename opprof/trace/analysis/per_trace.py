@@ -30,6 +30,7 @@ from ..threadstates import STATES, PoolCondition, ThreadState
 from .causes import Causes, has_edges, pool_busy_with, waiting_causes
 from .critical import CriticalPath, critical_path, step_to_gil_holders
 from .gil import GilHolder, PythonGil, python_gil, queue_holders
+from .memory import MemoryAnalysis, invocation_memory, memory_analysis
 from .split import callers, family_members, family_splits
 from .stats import StatRow, span_stats
 from .summary import OpTypeSummary, op_type_summary
@@ -235,6 +236,21 @@ class Analysis:
         return step_to_gil_holders(path, self.table, states, custom, engine)
 
     @cached_property
+    def memory(self) -> MemoryAnalysis | None:
+        """Live bytes over time, each op's allocations, what was alive at the end (:mod:`.memory`);
+        None where memory was not recorded."""
+        m = self.data.memory
+        if m is None:
+            return None
+        return memory_analysis(m, self.table, self.ops, self.span_op_rows)
+
+    @cached_property
+    def invocation_memory(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """Per invocation (rows of :attr:`parents`): bytes its sub-ops allocated, and its peak."""
+        m = self.memory
+        return None if m is None else invocation_memory(m, self.table, self.parents, self.span_op_rows)
+
+    @cached_property
     def stats(self) -> list[StatRow]:
         """Count, total, min and max per (category, name), largest total first."""
         return span_stats(self.table)
@@ -263,9 +279,12 @@ def _custom_op_rows(a: Analysis) -> list[CustomOpRow]:
     errors = [t.error_of(i) for i in parents.tolist()] if len(t.args_at) else [None] * len(parents)
     by_cause = [dict(zip(causes.keys, row, strict=True)) for row in causes.ns.tolist()]
     cpu = [None if c < 0 else c for c in causes.cpu.tolist()]
+    mem = a.invocation_memory
+    allocated = mem[0].tolist() if mem is not None else [None] * len(parents)
+    peak = mem[1].tolist() if mem is not None else [None] * len(parents)
     rows = [
-        CustomOpRow(op, bw == 1, inv, st, wall, py, sub, wait, err, bc, c, blk, None if by < 0 else by)
-        for op, bw, inv, st, wall, (py, sub, wait), err, bc, c, blk, by in zip(
+        CustomOpRow(op, bw == 1, inv, st, wall, py, sub, wait, err, bc, c, blk, None if by < 0 else by, al, pk)
+        for op, bw, inv, st, wall, (py, sub, wait), err, bc, c, blk, by, al, pk in zip(
             ops,
             t.backward[parents].tolist(),
             t.inv[parents].tolist(),
@@ -277,6 +296,8 @@ def _custom_op_rows(a: Analysis) -> list[CustomOpRow]:
             cpu,
             causes.all_blockers(t),
             a.callers.tolist(),
+            allocated,
+            peak,
             strict=True,
         )
     ]
@@ -289,7 +310,7 @@ def _made_from(data: TraceData) -> tuple[object, ...] | None:
     (spans or flows held as an editable list)."""
     if data.has_span_list or data.has_flow_list:
         return None
-    return (data.table, data.flow_table, data.ops, data.threads, data.thread_states, data.metadata)
+    return (data.table, data.flow_table, data.ops, data.threads, data.thread_states, data.memory, data.metadata)
 
 
 def analysis_of(data: TraceData) -> Analysis:

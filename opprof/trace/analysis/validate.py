@@ -190,6 +190,8 @@ def _iter_why(trace: TraceData, t: SpanTable) -> Iterator[str]:
         yield from trace.ops.check()
     if trace.thread_states is not None:
         yield from (f"thread states: {p}" for p in trace.thread_states.check())
+    if trace.memory is not None:
+        yield from (f"memory: {p}" for p in trace.memory.check())
     if not len(t):
         return
     a = analysis_of(trace)  # shared: a report that validates and then explains computes each once

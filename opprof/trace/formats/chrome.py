@@ -41,6 +41,7 @@ from ..analysis import analysis_of
 from ..analysis.causes import has_edges
 from ..columns import ROLE_CODE, FlowTable, SpanTable
 from ..data import TraceData
+from ..memory import MEMORY_CATEGORY, MEMORY_COUNTER
 from ..records import CUSTOM_OP, CounterSample, Instant, Role, ThreadInfo
 from ..threadstates import GIL_CATEGORY, STATE_LABELS, STATE_OF_LABEL, ThreadStates
 from . import chrome_fast
@@ -95,6 +96,8 @@ def _origin(trace: TraceData) -> int:
     states = trace.thread_states
     if states is not None and len(states):
         lasts.append(int(states.end.max()))
+    if trace.memory is not None and len(trace.memory):
+        lasts.append(int(trace.memory.ts.max()))
     last = max([*lasts, *(i.ts for i in trace.instants), *(c.ts for c in trace.counters)])
     if last - t0 >= NS_LIMIT:
         raise TraceSaveError(
@@ -112,6 +115,8 @@ def _first(trace: TraceData) -> int:
     states = trace.thread_states
     if states is not None and len(states):  # the sampler starts with the profile, before its first span
         firsts.append(int(states.start.min()))
+    if trace.memory is not None and len(trace.memory):
+        firsts.append(int(trace.memory.ts.min()))
     return min([*firsts, *(i.ts for i in trace.instants), *(c.ts for c in trace.counters)])
 
 
@@ -407,6 +412,15 @@ def _point_events(trace: TraceData, t0: int) -> list[dict[str, Any]]:
         events.append(ev)
     for c in trace.counters:
         events.append({"ph": "C", "name": c.name, "pid": PID, "tid": 0, "ts": _us(c.ts, t0), "args": c.values})
+    # Live bytes as MXNet's profile_memory writes them: a counter of category "Device Storage",
+    # one event per change (Perfetto draws it as a counter track; opprof reads it back as one).
+    m = analysis_of(trace).memory if trace.memory is not None else None
+    if m is not None:
+        for ts, live in zip(m.ts.tolist(), m.live.tolist(), strict=True):
+            events.append(
+                {"ph": "C", "name": MEMORY_COUNTER, "cat": MEMORY_CATEGORY, "pid": PID, "tid": 0, "ts": _us(ts, t0),
+                 "args": {MEMORY_COUNTER: live}}
+            )  # fmt: skip
     return events
 
 

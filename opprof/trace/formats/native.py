@@ -35,6 +35,7 @@ import numpy as np
 
 from ..columns import FlowTable, SpanTable
 from ..data import TraceData
+from ..memory import MemoryEvents
 from ..ops import OpTable
 from ..records import CounterSample, Instant, ThreadInfo
 from ..threadstates import ThreadStates
@@ -95,6 +96,8 @@ OP_COLUMNS: dict[str, Any] = {
 #: Each thread's state over time (:mod:`..threadstates`): present only where the GIL was sampled,
 #: an extra member older readers skip (so the version stays).
 STATE_COLUMNS: dict[str, Any] = {"tid": np.int64, "state": np.int8, "start": np.int64, "end": np.int64, "holder": np.int64}
+#: Every allocation and free of an array's storage (:mod:`..memory`), where memory was recorded.
+MEMORY_COLUMNS: dict[str, Any] = {"ts": np.int64, "storage": np.int64, "var": np.int64, "nbytes": np.int64}
 FLOW_COLUMNS: dict[str, Any] = {
     "id": np.int64,
     "name": np.int32,
@@ -147,6 +150,8 @@ def save(trace: TraceData, path: str | os.PathLike[str], *, compress: bool = Fal
         "metadata": trace.metadata,
         "op_strings": trace.ops.strings if trace.ops is not None else None,
         "state_period_ns": trace.thread_states.period_ns if trace.thread_states is not None else None,
+        # An extra key today's readers skip (the version stays): older ones open it without memory.
+        "memory": trace.memory is not None,
     }
     arrays: dict[str, np.ndarray] = {
         f"spans.{k}": np.ascontiguousarray(getattr(t, k), dtype=dt) for k, dt in SPAN_COLUMNS.items()
@@ -165,6 +170,9 @@ def save(trace: TraceData, path: str | os.PathLike[str], *, compress: bool = Fal
     if trace.thread_states is not None:
         ts = trace.thread_states
         arrays.update({f"states.{k}": np.ascontiguousarray(getattr(ts, k), dtype=dt) for k, dt in STATE_COLUMNS.items()})
+    if trace.memory is not None:
+        m = trace.memory
+        arrays.update({f"memory.{k}": np.ascontiguousarray(getattr(m, k), dtype=dt) for k, dt in MEMORY_COLUMNS.items()})
     try:
         head = dumps(header)
     except TypeError as e:
@@ -238,6 +246,7 @@ def _from_members(z: _Members, header: Any) -> TraceData:
     trace.thread_states = (
         _states(header, _columns(z, names, "states", STATE_COLUMNS)) if header.get("state_period_ns") is not None else None
     )
+    trace.memory = _memory(_columns(z, names, "memory", MEMORY_COLUMNS)) if header.get("memory") is True else None
     return trace
 
 
@@ -403,6 +412,18 @@ def _states(header: dict[str, Any], c: dict[str, np.ndarray]) -> ThreadStates:
     if problems:
         raise TraceFormatError(f"the thread states are inconsistent: {problems[0]}")
     return states
+
+
+def _memory(c: dict[str, np.ndarray]) -> MemoryEvents:
+    n = len(c["ts"])
+    for k in MEMORY_COLUMNS:
+        if c[k].shape != (n,):
+            raise TraceFormatError(f"column memory.{k} has shape {c[k].shape}, expected ({n},)")
+    memory = MemoryEvents(c["ts"], c["storage"], c["var"], c["nbytes"])
+    problems = memory.check()
+    if problems:
+        raise TraceFormatError(f"the memory events are inconsistent: {problems[0]}")
+    return memory
 
 
 def _ops(header: dict[str, Any], c: dict[str, np.ndarray]) -> OpTable:

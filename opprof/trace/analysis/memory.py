@@ -1,0 +1,191 @@
+"""Memory, derived from the recorded allocations and frees (:mod:`opprof.trace.memory`) and the
+engine's edges: what each op's outputs allocated, live bytes over time, and what was still alive.
+
+**When storage counts.** An array's storage counts from the start of the op that first wrote it
+(its maker) until it was freed. opprof's NDArray asks NumPy for the storage when the op is
+pushed, but nothing touches those pages until the op runs (NumPy's large buffers are untouched
+``mmap`` pages: no memory), and MXNet allocates an output when its op runs: so a chain of five
+ops on 4 MB arrays whose inputs are dropped as it goes holds two arrays at a time, as in MXNet
+(4 MB -> 8 MB -> 4 MB at each op), not the five the program had pushed. An array no op wrote
+counts from when it was made.
+
+**From another tool.** A trace whose memory came as MXNet's ``Memory: cpu/0`` counter (its
+``profile_memory``) has the live bytes but no makers: :func:`live_from_counters` reads those.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..columns import ROLE_CODE, SpanTable
+from ..memory import MEMORY_COUNTER, MemoryEvents
+from ..ops import OpTable
+from ..records import CounterSample, Role
+
+__all__ = ["AliveGroup", "MemoryAnalysis", "invocation_memory", "live_from_counters", "memory_analysis"]
+
+_I64 = np.int64
+_SUB = ROLE_CODE[Role.SUBOP]
+_PARENT = ROLE_CODE[Role.PARENT]
+
+
+@dataclass(frozen=True)
+class AliveGroup:
+    """Arrays still alive when the profile stopped, made by one op at one line."""
+
+    op: str  # the maker's name ("?" where no op wrote them)
+    site: str | None  # the line that pushed the maker, as the trace names it
+    count: int
+    nbytes: int
+
+
+@dataclass(frozen=True, eq=False)
+class MemoryAnalysis:
+    """Live bytes over time (a step function: ``live[k]`` from ``ts[k]`` on) and what made each
+    change, the bytes each op's outputs allocated, and what was alive at the end."""
+
+    ts: np.ndarray  # int64 ns of each change, ascending
+    live: np.ndarray  # int64 live bytes after it
+    delta: np.ndarray  # int64 the change (+ made, - freed)
+    maker: np.ndarray  # int64 row in ``ops`` of the op that made the array changed (-1 none)
+    op_alloc: np.ndarray  # int64 per row of ``ops``: bytes its outputs allocated
+    alive: list[AliveGroup]  # largest first
+
+    @property
+    def peak(self) -> int:
+        return int(self.live.max()) if len(self.live) else 0
+
+    @property
+    def allocated(self) -> int:
+        """Bytes allocated over the whole profile."""
+        return int(self.delta[self.delta > 0].sum())
+
+    @property
+    def alive_bytes(self) -> int:
+        return sum(g.nbytes for g in self.alive)
+
+    def live_at(self, t: np.ndarray) -> np.ndarray:
+        """Live bytes at each moment ``t`` (0 before the first change)."""
+        k = np.searchsorted(self.ts, np.asarray(t, dtype=_I64), side="right") - 1
+        return np.where(k >= 0, self.live[np.maximum(k, 0)], 0)
+
+    def peak_within(self, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """The most live bytes at any moment of each window ``[start, end]``."""
+        start, end = np.asarray(start, dtype=_I64), np.asarray(end, dtype=_I64)
+        out = self.live_at(start)
+        if not len(self.ts):
+            return out
+        a = np.searchsorted(self.ts, start, side="right")
+        b = np.searchsorted(self.ts, end, side="right")
+        # A running maximum per window: windows are few (one per invocation), changes many.
+        for k in np.flatnonzero(b > a).tolist():
+            out[k] = max(int(out[k]), int(self.live[a[k] : b[k]].max()))
+        return out
+
+
+def _makers(ops: OpTable, vars_: np.ndarray) -> np.ndarray:
+    """The row of the first op (by push) that wrote each var, -1 none."""
+    n = len(ops)
+    counts = np.diff(ops.acc_at)
+    rows = np.repeat(np.arange(n, dtype=_I64), counts)
+    w = ops.acc_write.astype(bool)
+    w_var, w_row = ops.acc_var[w], rows[w]
+    order = np.lexsort((ops.push[w_row], w_var))  # by var, then push
+    w_var, w_row = w_var[order], w_row[order]
+    first = np.ones(len(w_var), dtype=bool)
+    first[1:] = w_var[1:] != w_var[:-1]
+    f_var, f_row = w_var[first], w_row[first]
+    at = np.searchsorted(f_var, vars_)
+    at_c = np.minimum(at, max(len(f_var) - 1, 0))
+    hit = (at < len(f_var)) & (f_var[at_c] == vars_) if len(f_var) else np.zeros(len(vars_), dtype=bool)
+    return np.where(hit, f_row[at_c], -1)
+
+
+def memory_analysis(memory: MemoryEvents, table: SpanTable, ops: OpTable | None, span_op_rows: np.ndarray) -> MemoryAnalysis:
+    """Everything above, from the recorded events (see the module docstring)."""
+    alloc = memory.allocated
+    a_var, a_bytes, a_made = memory.var[alloc], memory.nbytes[alloc], memory.ts[alloc]
+    a_st, f_st = memory.storage[alloc], memory.storage[~alloc]
+    # Each allocation's free (-1 none): storages are numbered, so a sorted search pairs them.
+    f_order = np.argsort(f_st, kind="stable")
+    f_st, f_at = f_st[f_order], memory.ts[~alloc][f_order]
+    k = np.minimum(np.searchsorted(f_st, a_st), max(len(f_st) - 1, 0))
+    f_ts = np.where((len(f_st) > 0) & (f_st[k] == a_st), f_at[k], -1) if len(f_st) else np.full(len(a_st), -1, dtype=_I64)
+    n_ops = len(ops) if ops is not None else 0
+    if ops is not None and n_ops:
+        maker = _makers(ops, a_var)
+        # Each op's start: its earliest span (a custom op's is its parent's).
+        start = np.full(n_ops, np.iinfo(_I64).max, dtype=_I64)
+        has = span_op_rows >= 0
+        np.minimum.at(start, span_op_rows[has], table.start[has])
+        ran = (maker >= 0) & (start[np.maximum(maker, 0)] < np.iinfo(_I64).max)
+        counts_from = np.where(ran, np.maximum(a_made, start[np.maximum(maker, 0)]), a_made)
+        op_alloc = np.bincount(maker[maker >= 0], weights=a_bytes[maker >= 0], minlength=n_ops).astype(_I64)
+    else:
+        maker = np.full(len(a_var), -1, dtype=_I64)
+        counts_from = a_made
+        op_alloc = np.zeros(n_ops, dtype=_I64)
+    freed = f_ts >= 0
+    counts_from = np.where(freed, np.minimum(counts_from, f_ts), counts_from)
+    ts = np.concatenate([counts_from, f_ts[freed]])
+    delta = np.concatenate([a_bytes, -a_bytes[freed]])
+    who = np.concatenate([maker, maker[freed]])
+    order = np.lexsort((-delta, ts))  # at one moment, the making before the freeing
+    ts, delta, who = ts[order], delta[order], who[order]
+    live = np.cumsum(delta)
+    return MemoryAnalysis(ts, live, delta, who, op_alloc, _alive(ops, table, span_op_rows, maker[~freed], a_bytes[~freed]))
+
+
+def _alive(
+    ops: OpTable | None, table: SpanTable, span_op_rows: np.ndarray, maker: np.ndarray, nbytes: np.ndarray
+) -> list[AliveGroup]:
+    names = _op_names(ops, table, span_op_rows)
+    groups: dict[tuple[str, str | None], list[int]] = {}
+    for row, b in zip(maker.tolist(), nbytes.tolist(), strict=True):
+        name = names.get(row, "?")
+        site = None
+        if row >= 0 and ops is not None and ops.site[row] >= 0:
+            site = ops.strings[int(ops.site[row])]
+        g = groups.setdefault((name, site), [0, 0])
+        g[0] += 1
+        g[1] += b
+    out = [AliveGroup(op, site, c, b) for (op, site), (c, b) in groups.items()]
+    out.sort(key=lambda g: (-g.nbytes, -g.count, g.op))
+    return out
+
+
+def _op_names(ops: OpTable | None, table: SpanTable, span_op_rows: np.ndarray) -> dict[int, str]:
+    """Op row -> its span's name (a custom op's: its parent's)."""
+    if ops is None or not len(ops):
+        return {}
+    has = np.flatnonzero(span_op_rows >= 0)
+    # Parents last, so a custom op's row ends up named by its parent.
+    has = has[np.argsort(table.role[has] == _PARENT, kind="stable")]
+    names = table.str_list(table.name[has])
+    return dict(zip(span_op_rows[has].tolist(), names, strict=True))
+
+
+def invocation_memory(
+    m: MemoryAnalysis, table: SpanTable, parents: np.ndarray, span_op_rows: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per custom-op invocation (its parent span ``parents``): bytes its sub-ops' outputs
+    allocated, and the most live bytes while it ran."""
+    inv = table.inv
+    subs = np.flatnonzero((table.role == _SUB) & (span_op_rows >= 0) & (inv >= 0))
+    by_inv: dict[int, int] = {}
+    for i, row in zip(inv[subs].tolist(), span_op_rows[subs].tolist(), strict=True):
+        by_inv[i] = by_inv.get(i, 0) + int(m.op_alloc[row])
+    allocated = np.array([by_inv.get(i, 0) for i in inv[parents].tolist()], dtype=_I64)
+    peak = m.peak_within(table.start[parents], table.end[parents])
+    return allocated, peak
+
+
+def live_from_counters(counters: list[CounterSample], name: str = MEMORY_COUNTER) -> tuple[np.ndarray, np.ndarray]:
+    """(ns, live bytes) of another tool's memory counter (MXNet's ``Memory: cpu/0``), by time."""
+    rows = sorted(
+        (c.ts, float(c.values.get(name, next(iter(c.values.values()), 0)))) for c in counters if c.name == name and c.values
+    )
+    ts = np.array([r[0] for r in rows], dtype=_I64)
+    return ts, np.array([r[1] for r in rows], dtype=_I64)

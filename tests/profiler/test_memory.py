@@ -1,0 +1,210 @@
+"""Memory in a profile, on workloads with known answers: a sized array has known bytes, a chain
+that drops its inputs holds two arrays at a time (as MXNet does), live bytes come back to where
+they started, what a cell keeps is found; and MXNet's own ``profile_memory`` output is the
+fixture for the schema (tests/data/mxnet-1.9.1-memory*, made with real MXNet 1.9.1)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import opprof
+import opprof as mx
+from opprof.trace import Trace, from_chrome, load
+from opprof.trace.analysis.memory import live_from_counters
+from opprof.trace.memory import MEMORY_CATEGORY, MEMORY_COUNTER, MemoryEvents
+from opprof.trace.text import alive_text, mxnet_stats_json, stats_table
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+MB4 = 4_000_000  # a 1000x1000 float32
+
+
+class MemDouble(mx.operator.CustomOp):
+    """Three 1000x1000 float32 sub-op outputs alive at once (12 MB), then one assigned."""
+
+    def forward(self, is_train, req, in_data, out_data, aux):
+        a = in_data[0] + 1
+        b = in_data[0] * 2
+        c = a + b
+        self.assign(out_data[0], req[0], c)
+
+
+@mx.operator.register("MemDouble")
+class MemDoubleProp(mx.operator.CustomOpProp):
+    def create_operator(self, ctx, shapes, dtypes):
+        return MemDouble()
+
+
+@pytest.fixture(params=["threaded", "naive"])
+def engine(request: Any) -> Iterator[str]:
+    mx.set_engine(request.param)
+    try:
+        yield request.param
+    finally:
+        mx.set_engine("threaded")
+
+
+def chain() -> None:
+    a = mx.nd.ones((1000, 1000))
+    for k in range(5):
+        a = a + k  # the previous array is dropped as the next is made
+    a.wait_to_read()
+
+
+def test_an_op_output_allocates_its_exact_bytes(engine: str) -> None:
+    with opprof.profile(memory=True) as prof:
+        x = mx.nd.ones((1000, 1000))
+        y = x * 3
+        y.wait_to_read()
+    trace = prof.trace
+    assert trace.validate() == []
+    m = trace.analysis().memory
+    assert m is not None and trace.ops is not None
+    names = {s.op: s.name for s in trace.spans if s.op is not None and s.op >= 0}
+    by_name = {names[int(op)]: int(m.op_alloc[r]) for r, op in enumerate(trace.ops.op.tolist()) if int(op) in names}
+    assert by_name["_ones"] == MB4 and by_name["_mul_scalar"] == MB4
+    assert m.allocated == 2 * MB4
+    del x, y
+
+
+def test_a_chain_that_drops_its_inputs_holds_two_arrays_at_a_time(engine: str) -> None:
+    with opprof.profile(memory=True) as prof:
+        chain()
+    m = prof.trace.analysis().memory
+    assert m is not None
+    assert m.peak == 2 * MB4, (m.live // MB4).tolist()
+    assert m.allocated == 6 * MB4
+    assert int(m.live[-1]) == 0  # the last one too, once the chain's function returned
+
+
+def test_live_bytes_come_back_to_the_start_once_arrays_are_deleted(engine: str) -> None:
+    with opprof.profile(memory=True) as prof:
+        xs = [mx.nd.ones((100, 100)) * k for k in range(4)]
+        mx.nd.waitall()
+        del xs
+        mx.nd.waitall()
+    m = prof.trace.analysis().memory
+    assert m is not None and m.peak >= 4 * 40_000
+    assert int(m.live[-1]) == 0 and m.alive == []
+    assert alive_text(prof.trace) == ""
+
+
+def test_a_custom_ops_sub_ops_allocate_and_its_peak_is_while_it_ran(engine: str) -> None:
+    with opprof.profile(memory=True) as prof:
+        x = mx.nd.ones((1000, 1000))
+        y = mx.nd.Custom(x, op_type="MemDouble")
+        y.wait_to_read()
+    (row,) = prof.trace.custom_ops()
+    assert row.allocated_bytes == 3 * MB4  # a, b and c; the assignment writes the output in place
+    # x and the output, plus a, b and c at once: the peak while it ran.
+    assert row.peak_bytes == 5 * MB4
+    del x, y
+
+
+def test_what_stays_alive_is_named_by_the_op_that_made_it(engine: str) -> None:
+    kept: list[Any] = []
+    with opprof.profile(memory=True) as prof:
+        for k in range(10):
+            kept.append(mx.nd.ones((10, 10)) + k)
+        mx.nd.waitall()
+    m = prof.trace.analysis().memory
+    assert m is not None
+    assert [(g.op, g.count, g.nbytes) for g in m.alive] == [("_plus_scalar", 10, 10 * 400)]
+    text = alive_text(prof.trace)
+    assert "10 arrays" in text and "10 x _plus_scalar" in text
+    kept.clear()
+
+
+def test_memory_is_off_unless_asked_and_costs_nothing_then() -> None:
+    import opprof.nd.ndarray as nd_
+
+    with opprof.profile() as prof:
+        mx.nd.ones((3, 3)).wait_to_read()
+        assert nd_._on_array is None
+    assert prof.trace.memory is None and prof.trace.analysis().memory is None
+    assert prof.trace.custom_ops() == [] and "memory" not in json.dumps(prof.trace.metadata)
+
+
+def test_opprof_files_keep_the_events_and_chrome_json_the_counter(tmp_path: Path) -> None:
+    with opprof.profile(memory=True) as prof:
+        chain()
+    trace = prof.trace
+    trace.save(tmp_path / "t.opprof")
+    back = load(tmp_path / "t.opprof")
+    assert back == trace and back.memory is not None
+    trace.save(tmp_path / "t.json")
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    counters = [e for e in events if e.get("ph") == "C" and e.get("name") == MEMORY_COUNTER]
+    assert counters and all(e["cat"] == MEMORY_CATEGORY and set(e["args"]) == {MEMORY_COUNTER} for e in counters)
+    m = trace.analysis().memory
+    assert m is not None
+    assert [e["args"][MEMORY_COUNTER] for e in counters] == m.live.tolist()
+    _, live = live_from_counters(load(tmp_path / "t.json").counters)
+    assert live.tolist() == m.live.tolist()
+
+
+def test_mxnets_memory_counter_reads_as_mxnet_wrote_it() -> None:
+    """Real MXNet 1.9.1 (its profile_memory): the counter's live bytes, 4,000,000 for a 1000x1000 float32."""
+    trace = from_chrome(json.loads((DATA / "mxnet-1.9.1-memory.json").read_text()))
+    ts, live = live_from_counters(trace.counters)
+    assert len(live) == 26 and int(live.max()) == 8_000_000 and MB4 in live.tolist()
+    assert np.all(np.diff(ts) >= 0)
+
+
+def test_dumps_has_mxnets_memory_section() -> None:
+    """``dumps(format='json')``'s Memory section has MXNet's keys, units and arithmetic ("Avg" is
+    half the range), and the table its "Device Storage" lines (fixtures: real MXNet 1.9.1)."""
+    theirs = json.loads((DATA / "mxnet-1.9.1-memory-dumps.json").read_text())
+    with opprof.profile(memory=True) as prof:
+        chain()
+    ours = json.loads(mxnet_stats_json([prof.trace]))
+    assert set(ours) == set(theirs) and ours["Unit"] == theirs["Unit"]
+    (cat,) = theirs["Memory"]
+    assert set(ours["Memory"]) == {cat} and set(ours["Memory"][cat]) == set(theirs["Memory"][cat])
+    mine = ours["Memory"][cat][MEMORY_COUNTER]
+    assert set(mine) == set(theirs["Memory"][cat][MEMORY_COUNTER]) == {"Count", "Min", "Max", "Avg"}
+    assert mine["Max"] == 8000 and mine["Avg"] == (mine["Max"] - mine["Min"]) / 2
+    their_lines = (DATA / "mxnet-1.9.1-memory-dumps.txt").read_text().splitlines()
+    k = their_lines.index(MEMORY_CATEGORY)
+    table = stats_table([prof.trace]).splitlines()
+    j = table.index(MEMORY_CATEGORY)
+    assert table[j : j + 4] == their_lines[k : k + 4]  # title, rule, header, rule: as MXNet prints them
+    assert table[j + 4].startswith(MEMORY_COUNTER) and table[j + 4].split()[-2] == "8000.0000"
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 10**9), st.integers(0, 10**6), st.booleans()), max_size=40))
+def test_memory_events_round_trip_through_opprof_files(tmp_path_factory: Any, rows: list[tuple[int, int, bool]]) -> None:
+    """Any consistent events (each storage made once, freed at most once, later) come back exact."""
+    ts, storage, var, nbytes = [], [], [], []
+    for k, (size, t, freed) in enumerate(rows):
+        ts.append(t)
+        storage.append(k)
+        var.append(k + 1)
+        nbytes.append(size)
+        if freed:
+            ts.append(t + 1 + size % 997)
+            storage.append(k)
+            var.append(k + 1)
+            nbytes.append(-size)
+    events = MemoryEvents(np.array(ts), np.array(storage), np.array(var), np.array(nbytes))
+    assert events.check() == []
+    trace = Trace(memory=events)
+    path = tmp_path_factory.mktemp("mem") / "t.opprof"
+    trace.save(path)
+    back = load(path)
+    assert back.memory is not None and back == trace
+
+
+def test_inconsistent_memory_events_are_refused_saying_why() -> None:
+    bad = MemoryEvents(np.array([1, 2]), np.array([0, 1]), np.array([1, 2]), np.array([8, -8]))
+    assert any("freed of 8 bytes without an allocation" in p for p in bad.check())
+    twice = MemoryEvents(np.array([1, 2]), np.array([0, 0]), np.array([1, 1]), np.array([8, 8]))
+    assert any("allocated twice" in p for p in twice.check())
