@@ -39,7 +39,7 @@ from ..trace.analysis.summary import python_cpu_parts
 from ..trace.columns import ROLE_CODE
 from ..trace.ops import short_site
 from ..trace.records import FAMILY_ARGS
-from ..trace.text import fmt_us
+from ..trace.text import fmt_bytes, fmt_us
 from ..trace.threadstates import STATE_LABELS, STATES, ThreadState
 from .layout import ROLE_NAMES, ROW_HEIGHT, Blocks, LaneKind, Layout, blocks, busy_fraction, runs
 
@@ -123,6 +123,7 @@ def _parent_texts(a: Analysis, rows: np.ndarray) -> list[tuple[str, str, str]]:
     caller = a.callers[rows].tolist()
     t = a.table
     names_of_inv = {int(i): t.strings[n] for i, n in zip(t.inv[a.parents].tolist(), t.name[a.parents].tolist(), strict=True)}
+    mem = a.invocation_memory
     for k, (r, j, (py, sub, wait), ns) in enumerate(
         zip(rows.tolist(), top.tolist(), a.split[rows].tolist(), c.ns[rows].tolist(), strict=True)
     ):
@@ -130,6 +131,8 @@ def _parent_texts(a: Analysis, rows: np.ndarray) -> list[tuple[str, str, str]]:
         split = _split_text(py, sub, wait, cpu)
         if caller[k] >= 0:  # a custom op called inside another's Python
             split = f"called by {names_of_inv.get(caller[k], 'invocation')} #{caller[k]} · {split}"
+        if mem is not None:  # memory recorded: its sub-ops' arrays, and the most alive while it ran
+            split += f" · memory: {fmt_bytes(int(mem[0][r]))} allocated by its sub-ops, peak {fmt_bytes(int(mem[1][r]))}"
         why = _cause_text(c.keys, ns)
         blocker = ""
         if j >= 0:

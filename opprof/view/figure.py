@@ -75,9 +75,10 @@ from bokeh.plotting import figure
 from ..trace import Analysis, Trace
 from ..trace.analysis.causes import has_edges
 from ..trace.analysis.critical import CriticalPath
+from ..trace.analysis.memory import live_from_counters
 from ..trace.analysis.stats import stat_columns
 from ..trace.formats.atomic import written
-from ..trace.text import fmt_us
+from ..trace.text import fmt_bytes, fmt_us
 from ..trace.threadstates import STATE_LABELS, STATES, ThreadState
 from .columns import (
     BUSY_ALPHA,
@@ -291,6 +292,8 @@ class Timeline:
     state_lookup: ColumnDataSource | None = None
     states_full: bool = True  # every run drawn as itself: the strip never needs refining
     _state_index: StateIndex | None = field(default=None, repr=False)
+    #: The memory lane under the figure (None: no memory recorded), on the figure's time axis.
+    memory_figure: Any = None
 
     def set_path(self, path: CriticalPath) -> None:
         """Draw ``path`` into the path layer made empty by ``build_timeline(..., critical_path="lazy")``
@@ -749,6 +752,7 @@ def build_timeline(
     # already (bounded by the pixels; one pass over 10M spans saved), else its own.
     overview = _overview(layout, x_range, width, backend, pad, None if full_detail else b)
 
+    memory = _memory_lane(trace, analysis, layout, x_range, width, backend)
     table_source, table = _stats_table(trace)
     table_source.selected.js_on_change(
         "indices", CustomJS(args={"table": table_source, "names": names, "source": source, "flows": flows}, code=_TABLE_JS)
@@ -770,7 +774,7 @@ def build_timeline(
     note = Div(text=note_text, render_as_text=True, width=width)
     table_title = Div(text=table.name, render_as_text=True)
     top = [note, row(toggle, path_bar)] if toggle is not None and path_bar is not None else [note]
-    root = column(*top, p, overview, bars, table_title, table)
+    root = column(*top, p, *([memory] if memory is not None else []), overview, bars, table_title, table)
     tl = Timeline(
         trace=trace, layout=layout, root=root, figure=p, overview=overview, source=source, names=names,
         flows=flows, flows_all=flows_all, labels=labels, table=table, table_source=table_source, bars=bars, note=note,
@@ -779,6 +783,7 @@ def build_timeline(
         path_edges=path_edges, path_toggle=toggle, path_summary=path_bar, path_renderers=path_renderers,
     )  # fmt: skip
     tl.state_source, tl.state_lookup, tl.states_full, tl._state_index = state_source, state_lookup, states_full, si
+    tl.memory_figure = memory
     if path is not None:
         tl.set_path(path)
     return tl
@@ -896,6 +901,59 @@ def _legend(p: Any, states: bool = False) -> None:
     dummy.muted_glyph = None
     items = [LegendItem(label=label, renderers=[dummy], index=i) for i, (label, _, _) in enumerate(entries)]
     p.add_layout(Legend(items=items, click_policy="none", label_text_font_size="9pt"), "right")
+
+
+#: The memory lane draws at most this many steps (a peak per pixel kept): a 100k-op profile's
+#: 200k changes would be ~3 MB of columns in the page for a line 1,000 px wide.
+MEMORY_POINTS = 4000
+
+
+def _memory_lane(trace: Trace, analysis: Analysis, layout: Layout, x_range: Any, width: int, backend: str) -> Any:
+    """Live bytes over time under the figure, on its axis (zoom and pan move both): a step line,
+    hover with the bytes and the op whose array made the change; None without memory. Another
+    tool's trace draws its ``Memory: cpu/0`` counter (MXNet's profile_memory) the same way."""
+    m = analysis.memory
+    if m is not None and len(m.ts):
+        ts, live = m.ts, m.live
+        makers = [m.maker_name(k) for k in range(len(ts))] if len(ts) <= MEMORY_POINTS else None
+    else:
+        ts, live = live_from_counters(trace.counters)
+        makers = None
+        if not len(ts):
+            return None
+    x = (ts - layout.t0_ns) / 1e3
+    keep = np.arange(len(x))
+    if len(x) > MEMORY_POINTS:  # per pixel column: its peak and its last value, in time order
+        x0, x1 = layout.extent
+        col = np.clip(((x - x0) / max(x1 - x0, 1e-9) * (MEMORY_POINTS // 2)).astype(np.int64), 0, MEMORY_POINTS // 2)
+        last = np.flatnonzero(np.r_[col[1:] != col[:-1], True])
+        order = np.lexsort((-live, col))
+        peak = order[np.r_[True, col[order][1:] != col[order][:-1]]]
+        keep = np.unique(np.concatenate([peak, last]))
+        makers = None
+    src = ColumnDataSource(
+        {
+            "x": x[keep],
+            "mb": live[keep] / 1e6,
+            "bytes": [fmt_bytes(int(v)) for v in live[keep].tolist()],
+            "op": [makers[k] for k in keep.tolist()] if makers is not None else ["" for _ in keep.tolist()],
+        },
+        name="memory",
+    )
+    f = figure(
+        width=width, height=110, x_range=x_range, tools="", toolbar_location=None, output_backend=backend,
+        y_axis_label="live MB",
+    )  # fmt: skip
+    f.step(x="x", y="mb", source=src, mode="after", line_color="#6a3d9a", line_width=1.5)
+    f.varea_step(x="x", y1=0, y2="mb", source=src, step_mode="after", fill_color="#6a3d9a", fill_alpha=0.15)
+    # A step line is not hit-tested by Bokeh's hover: a dot per change is (drawn small, faint).
+    dots = f.scatter(x="x", y="mb", source=src, size=5, fill_color="#6a3d9a", line_color=None, fill_alpha=0.6)
+    tooltips = [("live", "@bytes")] + ([("changed by", "@op")] if makers is not None else [])
+    f.add_tools(HoverTool(renderers=[dots], tooltips=tooltips, mode="vline"))
+    f.xaxis.formatter = CustomJSTickFormatter(code=_TICK_JS)
+    f.ygrid.grid_line_alpha = 0.3
+    f.title.text = f"memory: live NDArray bytes (peak {fmt_bytes(int(live.max()))})"
+    return f
 
 
 def _overview(layout: Layout, x_range: Any, width: int, backend: str, pad: float, ob: Blocks | None = None) -> Any:

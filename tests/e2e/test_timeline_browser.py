@@ -512,3 +512,54 @@ def test_the_demos_timeline_shows_the_causes_and_the_exact_critical_path(chromiu
     assert page.evaluate("() => __model('critical_path_outline').data_source.data.span.length") > 0
     errors = [text for kind, text in console if kind == "error"]
     assert errors == [] and page_errors == [], (errors, page_errors)
+
+
+# The memory lane's view (found by its title) and the page position of its step ``k``.
+_MEMORY_JS = """(k) => {
+  const stack = [...Bokeh.index];
+  let v = null;
+  while (stack.length && !v) {
+    const w = stack.pop();
+    if (w.model.type === "Figure" && w.model.title && String(w.model.title.text).startsWith("memory:")) v = w;
+    else stack.push(...(w.child_views ?? []));
+  }
+  if (!v || !v.canvas_view) return null;
+  v.canvas_view.el.scrollIntoView({block: "center"});
+  const src = v.model.renderers[0].data_source, d = src.data, r = v.canvas_view.el.getBoundingClientRect();
+  const c = v.canvas_view.primary.canvas, px = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+  let painted = 0;
+  for (let i = 0; i < px.length; i += 4) if (px[i + 3] > 0 && (px[i] < 235 || px[i + 1] < 235 || px[i + 2] < 235)) painted++;
+  return {title: v.model.title.text, n: d.x.length, painted,
+          at: [r.left + v.frame.x_scale.compute(d.x[k]), r.top + v.frame.y_scale.compute(d.mb[k])]};
+}"""
+
+
+def test_the_memory_lane_draws_under_the_spans_and_its_hover_says_bytes_and_op(chromium_page, tmp_path: Path) -> None:
+    """A profile with memory: a lane of live bytes on the figure's time axis; hovering the peak
+    gives its bytes and the op whose array made it."""
+    import opprof
+    import opprof as mx
+
+    page, console, page_errors = chromium_page
+    with opprof.profile(memory=True) as prof:
+        a = mx.nd.ones((1000, 1000))
+        for k in range(5):
+            a = a + k
+        a.wait_to_read()
+    path = tmp_path / "memory.html"
+    tl = save_html(prof.trace, str(path))
+    assert tl.memory_figure is not None
+    _open_painted(page, path)
+    peak = max(
+        range(len(tl.memory_figure.renderers[0].data_source.data["mb"])),
+        key=lambda k: tl.memory_figure.renderers[0].data_source.data["mb"][k],
+    )
+    lane = page.evaluate(_MEMORY_JS, peak)
+    assert lane is not None and lane["title"].endswith("(peak 8.0 MB)") and lane["painted"] > 300, lane
+    page.mouse.move(*lane["at"])
+    tip = page.get_by_text("8.0 MB", exact=False)
+    tip.first.wait_for(state="visible", timeout=10_000)
+    assert page.get_by_text("_plus_scalar", exact=False).first.is_visible()
+    page.screenshot(path=str(tmp_path / "memory-hover.png"))
+    errors = [text for kind, text in console if kind == "error"]
+    assert errors == [] and page_errors == [], (errors, page_errors)

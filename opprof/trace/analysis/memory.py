@@ -52,6 +52,11 @@ class MemoryAnalysis:
     maker: np.ndarray  # int64 row in ``ops`` of the op that made the array changed (-1 none)
     op_alloc: np.ndarray  # int64 per row of ``ops``: bytes its outputs allocated
     alive: list[AliveGroup]  # largest first
+    op_names: dict[int, str]  # a row of ``ops`` -> the op's name (its span's)
+
+    def maker_name(self, k: int) -> str:
+        """The name of the op that made the array of change ``k`` ("?" where no op wrote it)."""
+        return self.op_names.get(int(self.maker[k]), "?")
 
     @property
     def peak(self) -> int:
@@ -135,13 +140,11 @@ def memory_analysis(memory: MemoryEvents, table: SpanTable, ops: OpTable | None,
     order = np.lexsort((-delta, ts))  # at one moment, the making before the freeing
     ts, delta, who = ts[order], delta[order], who[order]
     live = np.cumsum(delta)
-    return MemoryAnalysis(ts, live, delta, who, op_alloc, _alive(ops, table, span_op_rows, maker[~freed], a_bytes[~freed]))
-
-
-def _alive(
-    ops: OpTable | None, table: SpanTable, span_op_rows: np.ndarray, maker: np.ndarray, nbytes: np.ndarray
-) -> list[AliveGroup]:
     names = _op_names(ops, table, span_op_rows)
+    return MemoryAnalysis(ts, live, delta, who, op_alloc, _alive(ops, names, maker[~freed], a_bytes[~freed]), names)
+
+
+def _alive(ops: OpTable | None, names: dict[int, str], maker: np.ndarray, nbytes: np.ndarray) -> list[AliveGroup]:
     groups: dict[tuple[str, str | None], list[int]] = {}
     for row, b in zip(maker.tolist(), nbytes.tolist(), strict=True):
         name = names.get(row, "?")
