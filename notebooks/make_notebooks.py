@@ -53,7 +53,7 @@ quickstart = [
         "parent span holds its Python, its sub-operators and its `Dummy_Wait`."
     ),
     new_code_cell(
-        "%%opprof --stats 10\n"
+        "%%opprof --stats 10 --memory\n"
         "a = mx.nd.ones((100, 100))\n"
         "a.attach_grad()\n"
         "for i in range(3):\n"
@@ -97,6 +97,29 @@ quickstart = [
         "MyAddOne::pure_python=2` does it on the command line):"
     ),
     new_code_cell("print(_opprof.trace.what_if({'MyAddOne::pure_python': 2.0}))"),
+    new_markdown_cell(
+        "## Memory\n\n"
+        "With `--memory` the profile also records every NDArray's storage, exact to the byte: the memory lane "
+        "under the spans shows live bytes over time, and each invocation knows what its sub-operators allocated "
+        "and the peak while it ran (its hover in the timeline says so too):"
+    ),
+    new_code_cell(
+        "for row in _opprof.trace.custom_ops()[:2]:\n"
+        "    print(f'{row.name} #{row.invocation}: its sub-ops allocated {row.allocated_bytes:,} bytes, '\n"
+        "          f'peak {row.peak_bytes:,} bytes while it ran')"
+    ),
+    new_markdown_cell(
+        "**A leak caught.** Arrays made in a profiled cell and still alive when it ends are listed by the op that "
+        "made them. This loop keeps every step's per-sample losses (a `mean` output) in a list, as a training "
+        "loop that logs `loss` instead of `loss.mean().asscalar()` does:"
+    ),
+    new_code_cell(
+        "%%opprof --memory --no-widget\n"
+        "history = []\n"
+        "for step in range(10):\n"
+        "    loss = (mx.nd.ones((100, 100)) * step).mean(axis=1)\n"
+        "    history.append(loss)  # keeps each loss NDArray alive"
+    ),
     new_markdown_cell(
         "Save the trace: `.opprof` keeps everything, the engine's edges too; Chrome JSON is for Perfetto / "
         "chrome://tracing. Or the timeline as a standalone HTML file:"
