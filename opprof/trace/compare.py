@@ -89,6 +89,7 @@ class RowKind(str, Enum):
     END_TO_END = "end to end"
     CUSTOM_OP = "custom op"
     SPAN = "span"  # a regular span name (engine op, wait, user task) in its category
+    MEMORY = "memory"  # bytes, where memory was recorded: the run's peak and allocations, a custom op's
 
 
 class Verdict(str, Enum):
@@ -155,6 +156,32 @@ def run_rows(trace: Trace, *, fold_gil: bool = False) -> dict[RowKey, float]:
     rows.update(sums)
     if loops > 1:  # per loop: sides calibrated to different loops compare alike
         rows = {k: v / loops for k, v in rows.items()}
+    rows.update(memory_rows(trace, loops))
+    return rows
+
+
+#: The memory rows' parts that add up over a run's loops (a peak does not).
+_SUMMED = ("allocated",)
+
+
+def memory_rows(trace: Trace, loops: int = 1) -> dict[RowKey, float]:
+    """A run's memory rows, in bytes, where memory was recorded: its peak and the bytes allocated,
+    and per custom op (forward and backward apart) its sub-ops' allocations and its highest peak;
+    allocations per loop, peaks as they were."""
+    a = trace.analysis()
+    m = a.memory
+    if m is None:
+        return {}
+    rows = {RowKey(RowKind.MEMORY, "run", "peak"): float(m.peak), RowKey(RowKind.MEMORY, "run", "allocated"): float(m.allocated)}
+    for op in a.custom_ops:
+        if op.allocated_bytes is None or op.peak_bytes is None:
+            continue
+        key = RowKey(RowKind.MEMORY, op.name, "allocated")
+        rows[key] = rows.get(key, 0.0) + op.allocated_bytes
+        peak = RowKey(RowKind.MEMORY, op.name, "peak")
+        rows[peak] = max(rows.get(peak, 0.0), float(op.peak_bytes))
+    if loops > 1:
+        rows = {k: v / loops if k.part in _SUMMED else v for k, v in rows.items()}
     return rows
 
 
@@ -536,8 +563,13 @@ def compare(
     e2e = next((r for r in results if r.key.kind is RowKind.END_TO_END), None)
     notes += _stability_notes(e2e, results, a, b)
     total = e2e.delta if e2e is not None else 0.0
-    shares = [replace(r, share=(r.delta / total) if total else 0.0) if r is not e2e else r for r in results]
-    shares.sort(key=lambda r: (r.key.kind is not RowKind.END_TO_END, -abs(r.delta), r.key))
+    # A time row's share of the end-to-end change; bytes are no share of a time (memory rows: 0).
+    shares = [
+        replace(r, share=(r.delta / total) if total and r.key.kind is not RowKind.MEMORY else 0.0) if r is not e2e else r
+        for r in results
+    ]
+    # End to end, then the time rows by how much they moved, then the memory rows (bytes) alike.
+    shares.sort(key=lambda r: (r.key.kind is not RowKind.END_TO_END, r.key.kind is RowKind.MEMORY, -abs(r.delta), r.key))
     calls_paired, unpaired = _pair_calls(ops_a, ops_b)
     if unpaired:
         notes.append(

@@ -481,6 +481,10 @@ def calls_table(comparison: Comparison, name: str, part: str = "wall") -> str:
     return "\n".join([head, _call_table(c.calls(name, part))])
 
 
+#: A memory row's verdict in words: its bytes grew or shrank, it did not run slower or faster.
+_MEMORY_VERDICT = {Verdict.SLOWER: "more", Verdict.FASTER: "less"}
+
+
 def compare_table(comparison: Comparison, top: int = 25) -> str:
     """A comparison (:func:`~opprof.trace.compare.compare`) as a table: end to end first, then the
     rows that explain the most of its change; added/removed rows and the notes below."""
@@ -492,14 +496,22 @@ def compare_table(comparison: Comparison, top: int = 25) -> str:
     )
     changed = [r for r in c.rows if r.verdict not in (Verdict.ADDED, Verdict.REMOVED)]
     moved = [r for r in c.rows if r.verdict in (Verdict.ADDED, Verdict.REMOVED)]
+    # The time rows first (the most moved within ``top``), then every memory row (a few per op type).
+    shown = [r for r in changed if r.key.kind is not RowKind.MEMORY][:top] + [r for r in changed if r.key.kind is RowKind.MEMORY]
     body = []
-    for r in changed[:top]:
+    for r in shown:
         ratio, interval = _ratio_cells(r.ratio, r.low, r.high)
         share = "" if r.key.kind is RowKind.END_TO_END or not r.share else f"{100 * r.share:+.0f} %"
-        body.append([r.key.label(), fmt_us(r.median_a / 1e3), fmt_us(r.median_b / 1e3), ratio, interval, r.verdict.value, share])
+        if r.key.kind is RowKind.MEMORY:  # bytes, and more or less of them, not slower or faster
+            cells = [fmt_bytes(r.median_a), fmt_bytes(r.median_b)]
+            verdict = _MEMORY_VERDICT.get(r.verdict, r.verdict.value)
+        else:
+            cells = [fmt_us(r.median_a / 1e3), fmt_us(r.median_b / 1e3)]
+            verdict = r.verdict.value
+        body.append([r.key.label(), *cells, ratio, interval, verdict, share])
     out = [head, _table(["row", c.label_a, c.label_b, "B/A", "95 % interval", "verdict", "of the change"], body)]
-    if len(changed) > top:
-        out.append(f"... {len(changed) - top} more rows")
+    if len(changed) > len(shown):
+        out.append(f"... {len(changed) - len(shown)} more rows")
     calls = c.most_changed_calls(top=5)
     if calls:
         out.append("calls that changed most (paired by their order within the op type):")
