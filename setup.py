@@ -3,9 +3,9 @@
 opprof.engine._gil samples who holds the GIL (opprof/engine/_gil.c); opprof.engine._handoff is the
 engine's work queue, waited on in C so each hand-off's wake and GIL wait are timed
 (opprof/engine/_handoff.c); opprof.profiler._spanlog is the recorder's hot path for plain ops
-(opprof/profiler/_spanlog.c). All are optional: without a C compiler or the Python headers the build
-skips them and opprof runs on its pure-Python path (opprof/engine/gil.py and handoff.py say what
-is then missing).
+(opprof/profiler/_spanlog.c), and opprof.profiler._memlog memory recording's (opprof/profiler/_memlog.c).
+All are optional: without a C compiler or the Python headers the build skips them and opprof runs
+on its pure-Python path (opprof/engine/gil.py and handoff.py say what is then missing).
 
 data_files installs the Jupyter server config that enables opprof's server extension (it serves
 BokehJS to notebook pages: opprof/jupyter/server.py) as <prefix>/etc/jupyter/jupyter_server_config.d/opprof.json.
@@ -37,6 +37,13 @@ setup(
         Extension(
             "opprof.profiler._spanlog",
             ["opprof/profiler/_spanlog.c"],
+            depends=["opprof/_monotonic.h"],
+            optional=True,
+            extra_compile_args=["-O2", "-std=gnu11"],
+        ),
+        Extension(
+            "opprof.profiler._memlog",
+            ["opprof/profiler/_memlog.c"],
             depends=["opprof/_monotonic.h"],
             optional=True,
             extra_compile_args=["-O2", "-std=gnu11"],

@@ -137,7 +137,7 @@ class Recorder(EngineObserver):
         #: The GIL's evidence, sampled while attached (:mod:`.gil`).
         self.gil = GilRecording(clock)
         #: Each NDArray's storage, made and freed, while attached (with ``memory=True``).
-        self.memory = MemoryRecording(clock) if memory else None
+        self.memory = MemoryRecording(clock, compiled=False if compiled is False else None) if memory else None
         #: (when, engine kind) of each engine switch followed while recording.
         self.switches: list[tuple[int, str]] = []
 

@@ -208,3 +208,145 @@ def test_inconsistent_memory_events_are_refused_saying_why() -> None:
     assert any("freed of 8 bytes without an allocation" in p for p in bad.check())
     twice = MemoryEvents(np.array([1, 2]), np.array([0, 0]), np.array([1, 1]), np.array([8, 8]))
     assert any("allocated twice" in p for p in twice.check())
+
+
+# ---------------------------------------------------------------- the compiled path against the pure one
+def _recording(compiled: bool) -> Any:
+    """A memory recording on the given path (the compiled side skipped, saying why, where it is not built)."""
+    import time
+
+    from opprof.profiler import memory as memory_
+
+    if compiled and (memory_._memlog is None or memory_.COMPILED_WHY_NOT):
+        pytest.skip(f"no compiled memory log here: {memory_.COMPILED_WHY_NOT}")
+    rec = memory_.MemoryRecording(time.perf_counter_ns, compiled=compiled)
+    assert rec.path == ("compiled" if compiled else "python")
+    return rec
+
+
+def aliasing_workload() -> list[Any]:
+    """Makes, aliases, views and frees arrays, each step waited for so that the order is the same
+    on every run: what it returns is still alive when the recording stops."""
+    a = mx.nd.ones((4, 6))  # an allocation
+    b = a.detach()  # the same storage: none
+    c = a[1:3]  # a view of a 2-D array: none
+    assert c._data.base is not None
+    d = (a + 1) * 2  # two; the first freed once the second op has run
+    e = mx.nd.zeros((0, 3))  # no bytes: none
+    mx.nd.waitall()
+    del a  # b and c still hold the storage
+    f = b.copy()
+    mx.nd.waitall()
+    del b, c  # now it is freed
+    g = [mx.nd.ones((k + 1, 2)) * k for k in range(5)]  # ten: each ones freed once its product ran
+    mx.nd.waitall()
+    del g[1::2]  # two freed, three kept
+    mx.nd.waitall()
+    del f
+    return [d, e, *g]
+
+
+def _normalised(events: MemoryEvents) -> list[tuple[int, int, int]]:
+    """(storage, var, bytes) in time order, each var id as its rank among the run's (ids count on
+    across runs; ranks say the same)."""
+    rank = {v: k for k, v in enumerate(sorted(set(events.var.tolist())))}
+    return [(s, rank[v], n) for s, v, n in zip(events.storage.tolist(), events.var.tolist(), events.nbytes.tolist(), strict=True)]
+
+
+def _record(compiled: bool) -> tuple[list[tuple[int, int, int]], Any]:
+    rec = _recording(compiled)
+    rec.start()
+    kept = aliasing_workload()
+    rec.stop()
+    events = rec.table()
+    assert events is not None and events.check() == []
+    return _normalised(events), kept
+
+
+def test_the_compiled_and_pure_paths_record_the_same_events(engine: str) -> None:
+    pure, kept_pure = _record(False)
+    compiled, kept_compiled = _record(True)
+    # a, a + 1, its double, f, five ones and their products: 14 allocations; a, a + 1, f, the five
+    # ones and two products freed.
+    assert sum(n > 0 for _, _, n in pure) == 14 and sum(n < 0 for _, _, n in pure) == 10, pure
+    assert compiled == pure
+    del kept_pure, kept_compiled
+
+
+def _live(rec: Any) -> int:
+    """How many storages a recording holds a weak reference to."""
+    return int(rec._log.live) if rec.path == "compiled" else len(rec._live)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["pure", "compiled"])
+def test_stop_releases_every_weak_reference(engine: str, compiled: bool) -> None:
+    rec = _recording(compiled)
+    rec.start()
+    kept = [mx.nd.ones((3, 3)) + k for k in range(20)]
+    mx.nd.waitall()
+    assert _live(rec) >= 20
+    rec.stop()
+    assert _live(rec) == 0 and not rec.on
+    n = len(rec.table())
+    kept.clear()
+    import gc
+
+    gc.collect()
+    mx.nd.ones((3, 3)).wait_to_read()  # nor is anything made after stop() recorded
+    assert len(rec.table()) == n
+
+
+class _DroppingVar:
+    """A var whose id, when the hook reads it, drops the last reference to the storage made before:
+    its free is recorded while the hook runs, as when a collection inside the hook (its weak
+    reference is a GC allocation) frees an array only a cycle held. Deterministic, where the
+    collector's timing differs between Python versions."""
+
+    def __init__(self, id: int, held: list[Any]) -> None:
+        self._id = id
+        self.held = held
+
+    @property
+    def id(self) -> int:
+        self.held.clear()
+        return self._id
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["pure", "compiled"])
+def test_a_free_during_the_hook_is_recorded_whole(compiled: bool) -> None:
+    import opprof.nd.ndarray as nd_
+
+    rec = _recording(compiled)
+    rec.start()
+    hook = nd_._on_array  # the recording's own, called directly
+    assert hook is not None
+    held: list[Any] = []
+    try:
+        for k in range(100):
+            data = np.ones(4)
+            hook(data, _DroppingVar(k + 1, held))  # storage k - 1 freed inside, then storage k made
+            held.append(data)
+            del data
+    finally:
+        rec.stop()
+    held.clear()  # after stop(): not recorded
+    events = rec.table()
+    assert events is not None and events.check() == []
+    assert events.storage.tolist() == [k // 2 for k in range(199)]
+    assert events.var.tolist() == [k // 2 + 1 for k in range(199)]
+    assert events.nbytes.tolist() == [32, -32] * 99 + [32]
+
+
+def test_the_compiled_path_is_taken_only_with_the_clock_it_reads() -> None:
+    """It stamps CLOCK_MONOTONIC (perf_counter_ns's clock): any other clock keeps the Python path,
+    and where it is not built the default is the Python path, saying why."""
+    import time
+
+    from opprof.profiler import memory as memory_
+
+    assert memory_.MemoryRecording(lambda: 0).path == "python"
+    with pytest.raises(RuntimeError, match="no compiled memory recording here"):
+        memory_.MemoryRecording(lambda: 0, compiled=True)
+    default = memory_.MemoryRecording(time.perf_counter_ns)
+    assert default.path == ("python" if memory_.COMPILED_WHY_NOT else "compiled")
+    assert (memory_._memlog is None) == bool(memory_.COMPILED_WHY_NOT)
