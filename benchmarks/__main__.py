@@ -14,11 +14,11 @@ from __future__ import annotations
 import argparse
 import os
 
-from . import cluster, compare, engine, load, notebook, peers, profiler, timeline
+from . import cluster, compare, engine, load, memory, notebook, peers, profiler, timeline
 from . import why as why_section
 from .common import Row, format_table, machine, progress, summary
 
-SECTIONS = ("engine", "profiler", "why", "compare", "trace", "timeline", "notebook", "dask", "peers")
+SECTIONS = ("engine", "profiler", "memory", "why", "compare", "trace", "timeline", "notebook", "dask", "peers")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -42,6 +42,8 @@ def main(argv: list[str] | None = None) -> None:
         rows += engine.rows(quick, repeats, mxnet)
     if "profiler" in args.only:
         rows += profiler.rows(quick, repeats, mxnet)
+    if "memory" in args.only:
+        rows += memory.rows(quick, repeats)
     if "why" in args.only:
         rows += why_section.rows(quick, repeats)
     if "compare" in args.only:

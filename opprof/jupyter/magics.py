@@ -29,6 +29,7 @@ from .. import engine as _engine
 from ..engine import MAX_POOL_THREADS
 from ..profiler import Profiler, ProfileSession, stop_after
 from ..profiler.ab import MAX_LOOPS, MIN_RUN_S, loops_after_warmup
+from ..profiler.memory import COMPILED_WHY_NOT as MEMORY_WHY_NOT
 from ..trace import Trace, load
 from ..trace.analysis.stats import SORT_KEYS
 from ..trace.compare import Comparison, compare, side_by_side
@@ -114,6 +115,14 @@ def _run_code(shell: Any, cell: str) -> Any:
     return None
 
 
+def _memory_wanted(args: Any) -> bool:
+    """``--memory``, ``--no-memory``; else on where it is cheap: the compiled hook (~6 % on a loop of
+    tiny ops, within noise on custom ops), not the pure-Python one (~30 %; ``benchmarks``, "Memory")."""
+    if args.memory or args.no_memory:
+        return bool(args.memory)
+    return not MEMORY_WHY_NOT
+
+
 @magics_class
 class OpprofMagics(Magics):
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
@@ -136,8 +145,10 @@ class OpprofMagics(Magics):
     @argument(
         "--memory",
         action="store_true",
-        help="record each NDArray's storage too: peak and allocated bytes, a memory lane, what stays alive",
+        help="record each NDArray's storage: peak and allocated bytes, a memory lane, what stays alive "
+        "(the default where opprof's compiled part is built; in pure Python it costs ~30 %% on tiny ops)",
     )
+    @argument("--no-memory", action="store_true", help="do not record memory")
     @argument("--var", default="_opprof", metavar="NAME", help="user variable for the result (default _opprof)")
     @argument("--repeat", type=int, default=None, metavar="N", help="run the cell N times after one warm-up run (kept apart)")
     @argument(
@@ -290,7 +301,7 @@ class OpprofMagics(Magics):
         """One run of the cell (``loops`` times over) under a profile of its own (this process's,
         or with ``--dask`` the cluster's too): (trace, error, wall s, value, live view)."""
         session: ProfileSession = (
-            self._dask_profile(args, live_wanted) if args.dask else Profiler(args.max_events, memory=args.memory).start()
+            self._dask_profile(args, live_wanted) if args.dask else Profiler(args.max_events, memory=_memory_wanted(args)).start()
         )
         live: LiveView | None = None
         error: BaseException | None = None

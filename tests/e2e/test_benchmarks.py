@@ -27,16 +27,15 @@ def _table(stdout: str) -> list[list[str]]:
 def test_quick_suite_prints_one_table_with_every_section() -> None:
     # Every section but the notebook's, which starts its own JupyterLab and Chromium (~40 s even
     # quick): its page code is what the browser tests drive (benchmarks/page_js.py), on their server.
-    out = _run(
-        "-m", "benchmarks", "--quick", "--only", "engine", "profiler", "why", "compare", "trace", "timeline", "dask", "peers"
-    )  # fmt: skip
+    sections = ("engine", "profiler", "memory", "why", "compare", "trace", "timeline", "dask", "peers")
+    out = _run("-m", "benchmarks", "--quick", "--only", *sections)
     assert out.returncode == 0, out.stderr
     table = _table(out.stdout)
     assert table[0] == ["section", "case", "median", "unit", "ratio / detail", "goal", "met"]
     body = table[2:]
     assert all(len(row) == 7 for row in body), body
-    sections = ["Engine", "Profiler", "Why it waits", "Compare runs", "Trace", "Timeline", "Dask", "Peers"]
-    assert [row[0] for row in body if row[0]] == sections
+    titles = ["Engine", "Profiler", "Memory", "Why it waits", "Compare runs", "Trace", "Timeline", "Dask", "Peers"]
+    assert [row[0] for row in body if row[0]] == titles
     cases = "\n".join(row[1] for row in body)
     for needle in (
         "threaded engine `a = a + 1`, 10x10",
@@ -49,6 +48,7 @@ def test_quick_suite_prints_one_table_with_every_section() -> None:
         "recording one span",
         "profiler on/off",
         "profiler on/off with the live view",
+        "memory recording on top of the profiler",
         "export",
         "load",
         "build and save HTML",

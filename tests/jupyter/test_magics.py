@@ -386,6 +386,11 @@ def test_memory_shows_the_peak_and_what_the_cell_kept(ip: Any) -> None:
     assert "still alive after the profile: 10 arrays, 4.0 KB" in out and "10 x _plus_scalar" in out
     _, out = run(ip, "--no-widget --memory", "def f():\n    x = mx.nd.ones((10, 10))\n    (x + 1).wait_to_read()\nf()")
     assert "memory: peak" in out and "still alive" not in out
+    _, out = run(ip, "--no-widget --no-memory", "(mx.nd.ones((10, 10)) + 1).wait_to_read()")
+    assert "memory:" not in out
+    # By default: on where the compiled hook is built (cheap), off in pure Python.
+    from opprof.profiler.memory import COMPILED_WHY_NOT
+
     _, out = run(ip, "--no-widget", "(mx.nd.ones((10, 10)) + 1).wait_to_read()")
-    assert "memory:" not in out  # off unless asked
+    assert ("memory:" in out) == (not COMPILED_WHY_NOT)
     ip.run_cell("kept.clear()")

@@ -1,0 +1,85 @@
+"""Memory recording's cost on top of the profiler (the memory issue: ≤ 5 % more time on the loop of
+small ops and of trivial custom ops), and nothing when off.
+
+Each round runs the loop profiled without memory, then with it (same engine, same machine
+minute); the row is the median of the per-round ratios. The profile's build after ``stop()`` is
+outside the timed region, as in the profiler section's on/off rows.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+import opprof as mx
+from opprof.profiler import memory as _memory
+
+from .common import Row, progress
+from .profiler import custom_calls  # noqa: F401 - registers ProfBenchAddOne
+
+SECTION = "Memory"
+#: The issue's goal: memory recording on top of the profiler, as a ratio of run times.
+MEMORY_GOAL = 1.05
+
+
+def _timed(work: Callable[[], None], memory: bool) -> float:
+    mx.nd.waitall()
+    prof = mx.Profiler(memory=memory).start()
+    t = time.perf_counter()
+    work()
+    mx.nd.waitall()
+    seconds = time.perf_counter() - t
+    prof.stop()
+    return seconds
+
+
+def _small(ops: int) -> Callable[[], None]:
+    def work() -> None:
+        a = mx.nd.ones((10, 10))
+        for _ in range(ops):
+            a = a + 1
+
+    return work
+
+
+def _custom(calls: int) -> Callable[[], None]:
+    def work() -> None:
+        a = mx.nd.ones((10, 10))
+        for _ in range(calls):
+            a = mx.nd.Custom(a, op_type="ProfBenchAddOne")
+
+    return work
+
+
+def rows(quick: bool = False, repeats: int | None = None) -> list[Row]:
+    ops, calls = (2_000, 200) if quick else (20_000, 2_000)
+    rounds = repeats or (1 if quick else 7)
+    path = "compiled" if not _memory.COMPILED_WHY_NOT else f"python ({_memory.COMPILED_WHY_NOT})"
+    out: list[Row] = []
+    try:
+        for kind in ("threaded", "naive"):
+            mx.set_engine(kind)
+            for label, work, count in (("small ops", _small(ops), ops), ("trivial custom ops", _custom(calls), calls)):
+                progress(f"memory: {count:,} {label} on the {kind} engine, profiled with memory off/on, {rounds} rounds")
+                work()  # warm: threads started, op types registered
+                pairs = [(_timed(work, False), _timed(work, True)) for _ in range(rounds)]
+                ratio = statistics.median(on / off for off, on in pairs)
+                off = statistics.median(p[0] for p in pairs)
+                on = statistics.median(p[1] for p in pairs)
+                unit = label.split()[-1][:-1]  # "op", "op" (per custom op)
+                detail = f"profiled {off / count * 1e6:.1f} µs/{unit}, with memory {on / count * 1e6:.1f}; {path} hook"
+                out.append(
+                    Row(
+                        SECTION,
+                        f"memory recording on top of the profiler, {count:,} {label}, {kind}",
+                        ratio,
+                        "x",
+                        detail,
+                        f"≤ {MEMORY_GOAL}x",
+                        ratio <= MEMORY_GOAL,
+                    )
+                )
+    finally:
+        mx.set_engine("threaded")
+    return out
