@@ -382,7 +382,36 @@ def why_text(trace: Trace, top: int = 5) -> str:
     sites = _top_sites(a, top)
     if sites:
         lines.append("Lines that pushed the most sub-op time: " + "; ".join(sites) + ".")
+    lines += _memory_words(a, top)
     return "\n".join(lines) if lines else "(nothing recorded)"
+
+
+def _memory_words(a: Analysis, top: int) -> list[str]:
+    """Memory's part of the why-text: the peak, when and by what it was reached, the ops whose
+    outputs allocated the most, and what was still alive; none where memory was not recorded."""
+    m = a.memory
+    if m is None or not len(m.ts):
+        return []
+    k = int(np.argmax(m.live))
+    t0 = int(a.table.start.min()) if len(a.table) else int(m.ts[0])
+    out = [
+        f"Memory: peak {fmt_bytes(m.peak)} of live NDArrays at {fmt_us((int(m.ts[k]) - t0) / 1e3)}, "
+        f"reached by {m.maker_name(k)}; {fmt_bytes(m.allocated)} allocated in all."
+    ]
+    by_name: dict[str, int] = defaultdict(int)
+    for row, b in enumerate(m.op_alloc.tolist()):
+        if b:
+            by_name[m.op_names.get(row, "?")] += b
+    biggest = sorted(by_name.items(), key=lambda kv: -kv[1])[:top]
+    if biggest:
+        out.append("  Ops whose outputs allocated the most: " + "; ".join(f"{n} {fmt_bytes(b)}" for n, b in biggest) + ".")
+    if m.alive:
+        out.append(
+            f"  Still alive when the profile stopped: {fmt_bytes(m.alive_bytes)} in "
+            + "; ".join(f"{g.count} x {g.op}" for g in m.alive[:top])
+            + "."
+        )
+    return out
 
 
 _GIL_PART_WORDS = {"GIL wait": "waiting for the GIL", "CPU wait": "waiting for a CPU"}

@@ -350,3 +350,22 @@ def test_the_compiled_path_is_taken_only_with_the_clock_it_reads() -> None:
     default = memory_.MemoryRecording(time.perf_counter_ns)
     assert default.path == ("python" if memory_.COMPILED_WHY_NOT else "compiled")
     assert (memory_._memlog is None) == bool(memory_.COMPILED_WHY_NOT)
+
+
+def test_the_why_text_tells_the_memory_story_where_memory_was_recorded() -> None:
+    from opprof.trace.text import why_text
+
+    kept = []
+    with opprof.profile(memory=True) as prof:
+        x = mx.nd.ones((1000, 1000))
+        y = mx.nd.Custom(x, op_type="MemDouble")
+        y.wait_to_read()
+        kept.append(y)
+    text = why_text(prof.trace)
+    assert "Memory: peak 20.0 MB of live NDArrays" in text and "reached by MemDouble::elemwise_add" in text
+    assert "Still alive when the profile stopped: 8.0 MB" in text
+    with opprof.profile() as plain:
+        (mx.nd.ones((10, 10)) + 1).wait_to_read()
+    assert "Memory:" not in why_text(plain.trace)
+    del x, y
+    kept.clear()
