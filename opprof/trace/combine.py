@@ -26,6 +26,7 @@ import numpy as np
 
 from .columns import FlowTable, SpanTable, StringTable
 from .data import TraceData
+from .memory import MemoryEvents
 from .ops import WAIT_ID_BASE, OpTable
 from .records import CounterSample, Instant, ThreadInfo
 from .threadstates import GIL_METADATA, ThreadStates
@@ -124,6 +125,7 @@ class Combiner:
         self._counters: list[CounterSample] = []
         self._states: list[ThreadStates] = []
         self._gil_meta: dict[str, Any] | None = None  # the first part's that sampled the GIL
+        self._memory: list[MemoryEvents] = []
 
     def add(self, trace: TraceData, pid: int, *, shift_ns: int = 0, group: Hashable = None) -> None:
         """Every record of ``trace``, its threads in process ``pid``, its times minus ``shift_ns``.
@@ -176,6 +178,13 @@ class Combiner:
             gil = trace.metadata.get(GIL_METADATA)
             if self._gil_meta is None and isinstance(gil, dict) and "period_ns" in gil:
                 self._gil_meta = gil
+        m = trace.memory
+        if m is not None:  # each part's memory in its own process, its vars as its ops' (remapped alike)
+            var_map = self._ids.groups.setdefault(group, (self._ids.op_next, {}))[1]
+            # Storage numbers run per process; parts of one process (a restarted worker) stay apart.
+            base = 1 + max((int(x.storage.max()) for x in self._memory if len(x)), default=-1)
+            pids = np.full(len(m), pid, dtype=_I64)
+            self._memory.append(MemoryEvents(m.ts - shift_ns, m.storage + base, self._ids._vars(m.var, var_map), m.nbytes, pids))
 
     def add_spans(self, table: SpanTable) -> None:
         """Spans already on the combined lanes and clock (tids from :attr:`lanes`)."""
@@ -199,6 +208,9 @@ class Combiner:
             gil = metadata.get(GIL_METADATA)
             if self._gil_meta is not None and not (isinstance(gil, dict) and "period_ns" in gil):
                 metadata = {**metadata, GIL_METADATA: {**self._gil_meta, "period_ns": states.period_ns}}
+        memory = None
+        for m in self._memory:
+            memory = m if memory is None else memory.concat_with(m)
         return Trace(
             list(self.lanes.threads),
             spans,
@@ -209,6 +221,7 @@ class Combiner:
             ops,
             processes,
             thread_states=states,
+            memory=memory,
         )
 
 

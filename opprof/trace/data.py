@@ -24,6 +24,7 @@ from typing import Any, Generic, TypeVar, cast
 import numpy as np
 
 from .columns import FlowTable, SpanTable
+from .memory import COLUMNS as MEMORY_COLUMNS
 from .memory import MemoryEvents
 from .ops import OpTable
 from .records import CounterSample, Flow, Instant, Span, ThreadInfo
@@ -267,4 +268,4 @@ def _same_states(a: ThreadStates | None, b: ThreadStates | None) -> bool:
 def _same_memory(a: MemoryEvents | None, b: MemoryEvents | None) -> bool:
     if a is None or b is None:
         return a is b
-    return all(np.array_equal(getattr(a, c), getattr(b, c)) for c in ("ts", "storage", "var", "nbytes"))
+    return all(np.array_equal(getattr(a, c), getattr(b, c)) for c in MEMORY_COLUMNS)

@@ -23,7 +23,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["MEMORY_CATEGORY", "MEMORY_COUNTER", "MEMORY_METADATA", "MemoryEvents"]
+__all__ = ["COLUMNS", "MEMORY_CATEGORY", "MEMORY_COUNTER", "MEMORY_METADATA", "MemoryEvents"]
+
+#: The columns, in the order the constructor takes them.
+COLUMNS = ("ts", "storage", "var", "nbytes", "pid")
 
 #: MXNet's names for the live-bytes counter (a Chrome ``C`` event per change) and its category.
 MEMORY_COUNTER = "Memory: cpu/0"
@@ -35,21 +38,29 @@ MEMORY_METADATA = "memory"
 @dataclass(eq=False)
 class MemoryEvents:
     """Allocations (``nbytes > 0``) and frees (``nbytes < 0``) of arrays' storage, as columns sorted
-    by time: ``ts`` (ns, the trace's clock), ``storage`` (a number per storage, which its free
-    repeats), ``var`` (the array's engine var id), ``nbytes``."""
+    by time: ``ts`` (ns, the trace's clock), ``storage`` (a number per storage in its process,
+    which its free repeats), ``var`` (the array's engine var id), ``nbytes``, and ``pid`` (the
+    process: a trace merged from several, a Dask cluster's, has each one's memory; 0 for one)."""
 
     ts: np.ndarray  # int64 ns
     storage: np.ndarray  # int64
     var: np.ndarray  # int64 var id
     nbytes: np.ndarray  # int64, signed
+    pid: np.ndarray | None = None  # int64; None: all 0
 
     def __post_init__(self) -> None:
-        for name in ("ts", "storage", "var", "nbytes"):
+        if self.pid is None:
+            self.pid = np.zeros(len(np.asarray(self.ts)), dtype=np.int64)
+        for name in COLUMNS:
             setattr(self, name, np.asarray(getattr(self, name), dtype=np.int64))
         order = np.argsort(self.ts, kind="stable")
         if len(order) and not np.array_equal(order, np.arange(len(order))):
-            for name in ("ts", "storage", "var", "nbytes"):
+            for name in COLUMNS:
                 setattr(self, name, getattr(self, name)[order])
+
+    def concat_with(self, other: MemoryEvents) -> MemoryEvents:
+        """Both tables' events as one (a merge's parts: each part's storages and vars already its own)."""
+        return MemoryEvents(*(np.concatenate([getattr(self, c), getattr(other, c)]) for c in COLUMNS))
 
     def __len__(self) -> int:
         return len(self.ts)
@@ -57,7 +68,7 @@ class MemoryEvents:
     @classmethod
     def empty(cls) -> MemoryEvents:
         z = np.zeros(0, dtype=np.int64)
-        return cls(z, z, z, z)
+        return cls(z, z, z, z, z)
 
     @property
     def allocated(self) -> np.ndarray:
@@ -68,21 +79,23 @@ class MemoryEvents:
         """What is wrong with the columns (empty when nothing): lengths, a zero size, a storage
         allocated twice, freed twice, or freed without an allocation of the same bytes before."""
         n = len(self.ts)
-        cols = ("storage", "var", "nbytes")
+        cols = ("storage", "var", "nbytes", "pid")
         problems = [f"column {c} has {len(getattr(self, c))} rows, ts has {n}" for c in cols if len(getattr(self, c)) != n]
         if problems:
             return problems
         if np.any(self.nbytes == 0):
             problems.append(f"{int(np.count_nonzero(self.nbytes == 0))} memory events of 0 bytes")
         alloc = self.allocated
+        pid = self.pid if self.pid is not None else np.zeros(n, dtype=np.int64)
         for part, what in ((alloc, "allocated"), (~alloc, "freed")):
-            if len(np.unique(self.storage[part])) < int(np.count_nonzero(part)):
+            keys = np.stack([pid[part], self.storage[part]])
+            if keys.shape[1] and np.unique(keys, axis=1).shape[1] < int(np.count_nonzero(part)):
                 problems.append(f"a storage is {what} twice")
-        order = np.lexsort((~alloc, self.storage))  # each storage: its allocation, then its free
-        st, nb = self.storage[order], self.nbytes[order]
+        order = np.lexsort((~alloc, self.storage, pid))  # each storage: its allocation, then its free
+        st, nb, pp = self.storage[order], self.nbytes[order], pid[order]
         free = nb < 0
         prev_ok = np.zeros(len(st), dtype=bool)
-        prev_ok[1:] = (st[1:] == st[:-1]) & (nb[:-1] == -nb[1:])
+        prev_ok[1:] = (st[1:] == st[:-1]) & (pp[1:] == pp[:-1]) & (nb[:-1] == -nb[1:])
         if np.any(free & ~prev_ok):
             k = int(np.flatnonzero(free & ~prev_ok)[0])
             problems.append(f"storage {int(st[k])} is freed of {-int(nb[k])} bytes without an allocation of them")

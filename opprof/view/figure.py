@@ -909,51 +909,72 @@ MEMORY_POINTS = 4000
 
 
 def _memory_lane(trace: Trace, analysis: Analysis, layout: Layout, x_range: Any, width: int, backend: str) -> Any:
-    """Live bytes over time under the figure, on its axis (zoom and pan move both): a step line,
-    hover with the bytes and the op whose array made the change; None without memory. Another
-    tool's trace draws its ``Memory: cpu/0`` counter (MXNet's profile_memory) the same way."""
+    """Live bytes over time under the figure, on its axis (zoom and pan move both): a step line
+    per process (a merged trace's each), hover with the bytes and the op whose array made the
+    change; None without memory. Another tool's trace draws its ``Memory: cpu/0`` counter (MXNet's
+    profile_memory) the same way."""
     m = analysis.memory
+    series: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []  # (pid, ns, live, change index)
     if m is not None and len(m.ts):
-        ts, live = m.ts, m.live
-        makers = [m.maker_name(k) for k in range(len(ts))] if len(ts) <= MEMORY_POINTS else None
+        for pid in m.processes:
+            idx = np.flatnonzero(m.pid == pid)
+            series.append((pid, m.ts[idx], m.live[idx], idx))
     else:
         ts, live = live_from_counters(trace.counters)
-        makers = None
         if not len(ts):
             return None
+        series.append((0, ts, live, np.full(len(ts), -1)))
+    f = figure(
+        width=width, height=110, x_range=x_range, tools="", toolbar_location=None, output_backend=backend,
+        y_axis_label="live MB",
+    )  # fmt: skip
+    dots = []
+    several = len(series) > 1
+    for k, (pid, ts, live, idx) in enumerate(series):
+        columns = _memory_columns(m, layout, ts, live, idx, trace.process_name(pid))
+        src = ColumnDataSource(columns, name="memory" if k == 0 else f"memory {pid}")
+        color = MEMORY_COLORS[k % len(MEMORY_COLORS)]
+        label = {"legend_label": trace.process_name(pid)} if several else {}
+        f.step(x="x", y="mb", source=src, mode="after", line_color=color, line_width=1.5, **label)
+        f.varea_step(x="x", y1=0, y2="mb", source=src, step_mode="after", fill_color=color, fill_alpha=0.12)
+        # A step line is not hit-tested by Bokeh's hover: a dot per change is (drawn small, faint).
+        dots.append(f.scatter(x="x", y="mb", source=src, size=5, fill_color=color, line_color=None, fill_alpha=0.6))
+    tooltips = [("live", "@bytes"), ("changed by", "@op")] + ([("process", "@process")] if several else [])
+    f.add_tools(HoverTool(renderers=dots, tooltips=tooltips, mode="vline"))
+    if several:
+        f.legend.location = "top_left"
+        f.legend.label_text_font_size = "8pt"
+    f.xaxis.formatter = CustomJSTickFormatter(code=_TICK_JS)
+    f.ygrid.grid_line_alpha = 0.3
+    peak = max(int(live.max()) for _, _, live, _ in series)
+    f.title.text = f"memory: live NDArray bytes (peak {fmt_bytes(peak)})"
+    return f
+
+
+#: The memory lane's colour per process (the first: a single process's).
+MEMORY_COLORS = ("#6a3d9a", "#b15928", "#1f78b4", "#33a02c", "#e31a1c", "#ff7f00")
+
+
+def _memory_columns(m: Any, layout: Layout, ts: np.ndarray, live: np.ndarray, idx: np.ndarray, process: str) -> dict[str, Any]:
+    """One process's steps as the lane's columns: at most :data:`MEMORY_POINTS` of them, each
+    pixel column's peak and last value kept in time order (a 1 GB spike among 25,000 small arrays
+    survives)."""
     x = (ts - layout.t0_ns) / 1e3
     keep = np.arange(len(x))
-    if len(x) > MEMORY_POINTS:  # per pixel column: its peak and its last value, in time order
+    if len(x) > MEMORY_POINTS:
         x0, x1 = layout.extent
         col = np.clip(((x - x0) / max(x1 - x0, 1e-9) * (MEMORY_POINTS // 2)).astype(np.int64), 0, MEMORY_POINTS // 2)
         last = np.flatnonzero(np.r_[col[1:] != col[:-1], True])
         order = np.lexsort((-live, col))
         peak = order[np.r_[True, col[order][1:] != col[order][:-1]]]
         keep = np.unique(np.concatenate([peak, last]))
-        makers = None
-    src = ColumnDataSource(
-        {
-            "x": x[keep],
-            "mb": live[keep] / 1e6,
-            "bytes": [fmt_bytes(int(v)) for v in live[keep].tolist()],
-            "op": [makers[k] for k in keep.tolist()] if makers is not None else ["" for _ in keep.tolist()],
-        },
-        name="memory",
-    )
-    f = figure(
-        width=width, height=110, x_range=x_range, tools="", toolbar_location=None, output_backend=backend,
-        y_axis_label="live MB",
-    )  # fmt: skip
-    f.step(x="x", y="mb", source=src, mode="after", line_color="#6a3d9a", line_width=1.5)
-    f.varea_step(x="x", y1=0, y2="mb", source=src, step_mode="after", fill_color="#6a3d9a", fill_alpha=0.15)
-    # A step line is not hit-tested by Bokeh's hover: a dot per change is (drawn small, faint).
-    dots = f.scatter(x="x", y="mb", source=src, size=5, fill_color="#6a3d9a", line_color=None, fill_alpha=0.6)
-    tooltips = [("live", "@bytes")] + ([("changed by", "@op")] if makers is not None else [])
-    f.add_tools(HoverTool(renderers=[dots], tooltips=tooltips, mode="vline"))
-    f.xaxis.formatter = CustomJSTickFormatter(code=_TICK_JS)
-    f.ygrid.grid_line_alpha = 0.3
-    f.title.text = f"memory: live NDArray bytes (peak {fmt_bytes(int(live.max()))})"
-    return f
+    return {
+        "x": x[keep],
+        "mb": live[keep] / 1e6,
+        "bytes": [fmt_bytes(int(v)) for v in live[keep].tolist()],
+        "op": [m.maker_name(int(i)) if m is not None and i >= 0 else "" for i in idx[keep].tolist()],
+        "process": [process] * len(keep),
+    }
 
 
 def _overview(layout: Layout, x_range: Any, width: int, backend: str, pad: float, ob: Blocks | None = None) -> Any:

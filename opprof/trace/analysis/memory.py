@@ -53,6 +53,17 @@ class MemoryAnalysis:
     op_alloc: np.ndarray  # int64 per row of ``ops``: bytes its outputs allocated
     alive: list[AliveGroup]  # largest first
     op_names: dict[int, str]  # a row of ``ops`` -> the op's name (its span's)
+    pid: np.ndarray  # int64 the process of each change (``live`` is that process's)
+
+    @property
+    def processes(self) -> list[int]:
+        """The processes whose memory this holds (one, pid 0, for a trace of one process)."""
+        return np.unique(self.pid).tolist() if len(self.pid) else [0]
+
+    def of_process(self, pid: int) -> tuple[np.ndarray, np.ndarray]:
+        """(ns, live bytes) of one process's changes."""
+        k = self.pid == pid
+        return self.ts[k], self.live[k]
 
     def maker_name(self, k: int) -> str:
         """The name of the op that made the array of change ``k`` ("?" where no op wrote it)."""
@@ -71,22 +82,30 @@ class MemoryAnalysis:
     def alive_bytes(self) -> int:
         return sum(g.nbytes for g in self.alive)
 
-    def live_at(self, t: np.ndarray) -> np.ndarray:
-        """Live bytes at each moment ``t`` (0 before the first change)."""
-        k = np.searchsorted(self.ts, np.asarray(t, dtype=_I64), side="right") - 1
-        return np.where(k >= 0, self.live[np.maximum(k, 0)], 0)
+    def live_at(self, t: np.ndarray, pid: int | None = None) -> np.ndarray:
+        """Live bytes at each moment ``t`` (0 before the first change), in process ``pid`` (None: a
+        trace of one process)."""
+        ts, live = (self.ts, self.live) if pid is None else self.of_process(pid)
+        k = np.searchsorted(ts, np.asarray(t, dtype=_I64), side="right") - 1
+        return np.where(k >= 0, live[np.maximum(k, 0)], 0)
 
-    def peak_within(self, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-        """The most live bytes at any moment of each window ``[start, end]``."""
+    def peak_within(self, start: np.ndarray, end: np.ndarray, pids: np.ndarray | None = None) -> np.ndarray:
+        """The most live bytes at any moment of each window ``[start, end]`` (in the process
+        ``pids[k]`` of window ``k``, where given)."""
         start, end = np.asarray(start, dtype=_I64), np.asarray(end, dtype=_I64)
-        out = self.live_at(start)
-        if not len(self.ts):
-            return out
-        a = np.searchsorted(self.ts, start, side="right")
-        b = np.searchsorted(self.ts, end, side="right")
-        # A running maximum per window: windows are few (one per invocation), changes many.
-        for k in np.flatnonzero(b > a).tolist():
-            out[k] = max(int(out[k]), int(self.live[a[k] : b[k]].max()))
+        out = np.zeros(len(start), dtype=_I64)
+        groups = (
+            [(None, np.arange(len(start)))] if pids is None else [(int(p), np.flatnonzero(pids == p)) for p in np.unique(pids)]
+        )
+        for pid, idx in groups:
+            ts, live = (self.ts, self.live) if pid is None else self.of_process(pid)
+            k = np.searchsorted(ts, start[idx], side="right") - 1
+            out[idx] = np.where(k >= 0, live[np.maximum(k, 0)], 0)
+            a = np.searchsorted(ts, start[idx], side="right")
+            b = np.searchsorted(ts, end[idx], side="right")
+            # A running maximum per window: windows are few (one per invocation), changes many.
+            for j in np.flatnonzero(b > a).tolist():
+                out[idx[j]] = max(int(out[idx[j]]), int(live[a[j] : b[j]].max()))
         return out
 
 
@@ -111,13 +130,9 @@ def _makers(ops: OpTable, vars_: np.ndarray) -> np.ndarray:
 def memory_analysis(memory: MemoryEvents, table: SpanTable, ops: OpTable | None, span_op_rows: np.ndarray) -> MemoryAnalysis:
     """Everything above, from the recorded events (see the module docstring)."""
     alloc = memory.allocated
-    a_var, a_bytes, a_made = memory.var[alloc], memory.nbytes[alloc], memory.ts[alloc]
-    a_st, f_st = memory.storage[alloc], memory.storage[~alloc]
-    # Each allocation's free (-1 none): storages are numbered, so a sorted search pairs them.
-    f_order = np.argsort(f_st, kind="stable")
-    f_st, f_at = f_st[f_order], memory.ts[~alloc][f_order]
-    k = np.minimum(np.searchsorted(f_st, a_st), max(len(f_st) - 1, 0))
-    f_ts = np.where((len(f_st) > 0) & (f_st[k] == a_st), f_at[k], -1) if len(f_st) else np.full(len(a_st), -1, dtype=_I64)
+    pid = memory.pid if memory.pid is not None else np.zeros(len(memory), dtype=_I64)
+    a_var, a_bytes, a_made, a_pid = memory.var[alloc], memory.nbytes[alloc], memory.ts[alloc], pid[alloc]
+    f_ts = _frees(memory.storage[alloc], a_pid, memory.storage[~alloc], pid[~alloc], memory.ts[~alloc])
     n_ops = len(ops) if ops is not None else 0
     if ops is not None and n_ops:
         maker = _makers(ops, a_var)
@@ -137,11 +152,41 @@ def memory_analysis(memory: MemoryEvents, table: SpanTable, ops: OpTable | None,
     ts = np.concatenate([counts_from, f_ts[freed]])
     delta = np.concatenate([a_bytes, -a_bytes[freed]])
     who = np.concatenate([maker, maker[freed]])
+    where = np.concatenate([a_pid, a_pid[freed]])
     order = np.lexsort((-delta, ts))  # at one moment, the making before the freeing
-    ts, delta, who = ts[order], delta[order], who[order]
-    live = np.cumsum(delta)
+    ts, delta, who, where = ts[order], delta[order], who[order], where[order]
     names = _op_names(ops, table, span_op_rows)
-    return MemoryAnalysis(ts, live, delta, who, op_alloc, _alive(ops, names, maker[~freed], a_bytes[~freed]), names)
+    alive = _alive(ops, names, maker[~freed], a_bytes[~freed])
+    return MemoryAnalysis(ts, _live_per_process(delta, where), delta, who, op_alloc, alive, names, where)
+
+
+def _frees(a_st: np.ndarray, a_pid: np.ndarray, f_st: np.ndarray, f_pid: np.ndarray, f_at: np.ndarray) -> np.ndarray:
+    """Each allocation's free time, -1 none: a storage is numbered within its process, so a sorted
+    search on (process, number) pairs them."""
+    if not len(f_st):
+        return np.full(len(a_st), -1, dtype=_I64)
+    order = np.lexsort((f_st, f_pid))
+    f_st, f_pid, f_at = f_st[order], f_pid[order], f_at[order]
+    # One sortable key per (process, number): processes apart by more than any number.
+    span = int(max(int(a_st.max(initial=0)), int(f_st.max(initial=0)))) + 1
+    base = int(min(int(a_pid.min(initial=0)), int(f_pid.min(initial=0))))
+    f_key = (f_pid - base) * span + f_st
+    a_key = (a_pid - base) * span + a_st
+    k = np.minimum(np.searchsorted(f_key, a_key), len(f_key) - 1)
+    return np.where(f_key[k] == a_key, f_at[k], -1)
+
+
+def _live_per_process(delta: np.ndarray, pid: np.ndarray) -> np.ndarray:
+    """Live bytes after each change, in the process of that change (a running sum per process)."""
+    if not len(delta) or bool(np.all(pid == pid[0])):
+        return np.cumsum(delta)
+    order = np.lexsort((np.arange(len(pid)), pid))  # each process's changes, in time order
+    run = np.cumsum(delta[order])
+    starts = np.flatnonzero(np.r_[True, pid[order][1:] != pid[order][:-1]])
+    before = np.repeat(np.r_[0, run[starts[1:] - 1]], np.diff(np.r_[starts, len(run)]))
+    live = np.empty_like(run)
+    live[order] = run - before
+    return live
 
 
 def _alive(ops: OpTable | None, names: dict[int, str], maker: np.ndarray, nbytes: np.ndarray) -> list[AliveGroup]:
@@ -171,17 +216,18 @@ def _op_names(ops: OpTable | None, table: SpanTable, span_op_rows: np.ndarray) -
 
 
 def invocation_memory(
-    m: MemoryAnalysis, table: SpanTable, parents: np.ndarray, span_op_rows: np.ndarray
+    m: MemoryAnalysis, table: SpanTable, parents: np.ndarray, span_op_rows: np.ndarray, pids: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per custom-op invocation (its parent span ``parents``): bytes its sub-ops' outputs
-    allocated, and the most live bytes while it ran."""
+    """Per custom-op invocation (its parent span ``parents``, in process ``pids``): bytes its
+    sub-ops' outputs allocated, and the most live bytes (of its process) while it ran."""
     inv = table.inv
     subs = np.flatnonzero((table.role == _SUB) & (span_op_rows >= 0) & (inv >= 0))
     by_inv: dict[int, int] = {}
     for i, row in zip(inv[subs].tolist(), span_op_rows[subs].tolist(), strict=True):
         by_inv[i] = by_inv.get(i, 0) + int(m.op_alloc[row])
     allocated = np.array([by_inv.get(i, 0) for i in inv[parents].tolist()], dtype=_I64)
-    peak = m.peak_within(table.start[parents], table.end[parents])
+    several = pids is not None and len(m.processes) > 1
+    peak = m.peak_within(table.start[parents], table.end[parents], pids if several else None)
     return allocated, peak
 
 

@@ -248,7 +248,10 @@ class Analysis:
     def invocation_memory(self) -> tuple[np.ndarray, np.ndarray] | None:
         """Per invocation (rows of :attr:`parents`): bytes its sub-ops allocated, and its peak."""
         m = self.memory
-        return None if m is None else invocation_memory(m, self.table, self.parents, self.span_op_rows)
+        if m is None:
+            return None
+        pids = self.data.pids_of(self.table.tid[self.parents])
+        return invocation_memory(m, self.table, self.parents, self.span_op_rows, pids)
 
     @cached_property
     def stats(self) -> list[StatRow]:

@@ -415,10 +415,10 @@ def _point_events(trace: TraceData, t0: int) -> list[dict[str, Any]]:
     # Live bytes as MXNet's profile_memory writes them: a counter of category "Device Storage",
     # one event per change (Perfetto draws it as a counter track; opprof reads it back as one).
     m = analysis_of(trace).memory if trace.memory is not None else None
-    if m is not None:
-        for ts, live in zip(m.ts.tolist(), m.live.tolist(), strict=True):
+    if m is not None:  # each process's counter in that process (a merged trace's workers too)
+        for ts, live, pid in zip(m.ts.tolist(), m.live.tolist(), m.pid.tolist(), strict=True):
             events.append(
-                {"ph": "C", "name": MEMORY_COUNTER, "cat": MEMORY_CATEGORY, "pid": PID, "tid": 0, "ts": _us(ts, t0),
+                {"ph": "C", "name": MEMORY_COUNTER, "cat": MEMORY_CATEGORY, "pid": pid, "tid": 0, "ts": _us(ts, t0),
                  "args": {MEMORY_COUNTER: live}}
             )  # fmt: skip
     return events

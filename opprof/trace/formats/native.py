@@ -97,7 +97,7 @@ OP_COLUMNS: dict[str, Any] = {
 #: an extra member older readers skip (so the version stays).
 STATE_COLUMNS: dict[str, Any] = {"tid": np.int64, "state": np.int8, "start": np.int64, "end": np.int64, "holder": np.int64}
 #: Every allocation and free of an array's storage (:mod:`..memory`), where memory was recorded.
-MEMORY_COLUMNS: dict[str, Any] = {"ts": np.int64, "storage": np.int64, "var": np.int64, "nbytes": np.int64}
+MEMORY_COLUMNS: dict[str, Any] = {"ts": np.int64, "storage": np.int64, "var": np.int64, "nbytes": np.int64, "pid": np.int64}
 FLOW_COLUMNS: dict[str, Any] = {
     "id": np.int64,
     "name": np.int32,
@@ -246,7 +246,9 @@ def _from_members(z: _Members, header: Any) -> TraceData:
     trace.thread_states = (
         _states(header, _columns(z, names, "states", STATE_COLUMNS)) if header.get("state_period_ns") is not None else None
     )
-    trace.memory = _memory(_columns(z, names, "memory", MEMORY_COLUMNS)) if header.get("memory") is True else None
+    if header.get("memory") is True:  # a file from before merged traces had memory has no pid column: one process
+        spec = {k: dt for k, dt in MEMORY_COLUMNS.items() if k != "pid" or "memory.pid" in names}
+        trace.memory = _memory(_columns(z, names, "memory", spec))
     return trace
 
 
@@ -416,10 +418,10 @@ def _states(header: dict[str, Any], c: dict[str, np.ndarray]) -> ThreadStates:
 
 def _memory(c: dict[str, np.ndarray]) -> MemoryEvents:
     n = len(c["ts"])
-    for k in MEMORY_COLUMNS:
+    for k in c:
         if c[k].shape != (n,):
             raise TraceFormatError(f"column memory.{k} has shape {c[k].shape}, expected ({n},)")
-    memory = MemoryEvents(c["ts"], c["storage"], c["var"], c["nbytes"])
+    memory = MemoryEvents(c["ts"], c["storage"], c["var"], c["nbytes"], c.get("pid"))
     problems = memory.check()
     if problems:
         raise TraceFormatError(f"the memory events are inconsistent: {problems[0]}")
