@@ -86,6 +86,7 @@ class DaskProfile:
         max_events: int = 5_000_000,
         clock_rounds: int = 15,
         engine: bool = True,
+        memory: bool = False,
         _clock_offsets_ns: dict[str, int] | None = None,
     ) -> None:
         if not isinstance(client, Client):
@@ -103,12 +104,14 @@ class DaskProfile:
         self.max_events = int(max_events)
         self.clock_rounds = int(clock_rounds)
         self.engine = engine
+        #: Each NDArray's storage too, on the client and every worker (:mod:`opprof.profiler.memory`).
+        self.memory = memory
         self._offsets = dict(_clock_offsets_ns or {})
         self.trace: Trace | None = None
         self.workers: dict[str, WorkerRecords] = {}
         self.problems: list[str] = []
         #: The client process's own recording (process 0); a caller may poll it (``%%opprof``'s live view).
-        self.local = Profiler(max_events)
+        self.local = Profiler(max_events, memory=memory)
         self._lock = threading.Lock()  # one pull at a time: the puller's and stop()'s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -133,6 +136,7 @@ class DaskProfile:
             clock_offsets_ns=self._offsets,
             engine=self.engine,
             client_version=VERSION,
+            memory=self.memory,
         )
         self._running = True
         try:
@@ -382,7 +386,8 @@ def profile(client: Client, **options: Any) -> Iterator[DaskProfile]:
 
     Options: ``interval`` (s between pulls, 1.0), ``chunk`` (tasks a reply at most, 100,000),
     ``max_events`` (per worker, as ``opprof.profile``), ``clock_rounds`` (exchanges per clock
-    measurement, 15), ``engine`` (record the workers' opprof engines, True).
+    measurement, 15), ``engine`` (record the workers' opprof engines, True), ``memory`` (each
+    NDArray's storage too, on the client and every worker, False).
     """
     prof = DaskProfile(client, **options).start()
     try:

@@ -358,7 +358,8 @@ class OpprofMagics(Magics):
             raise UsageError(f"--dask {args.dask}: {e}\n{usage}") from None
         # With the live view, pull as often as it polls (a pull costs ~2 ms here): else the workers'
         # tasks would reach it a second late, and a short cell's not at all.
-        return DaskProfile(client, max_events=args.max_events, interval=LIVE_PERIOD_S if live else 1.0).start()
+        interval = LIVE_PERIOD_S if live else 1.0
+        return DaskProfile(client, max_events=args.max_events, interval=interval, memory=_memory_wanted(args)).start()
 
     @line_magic
     def opprof_view(self, line: str) -> None:

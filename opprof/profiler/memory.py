@@ -141,14 +141,19 @@ class MemoryRecording:
         if self._live.pop(ref.key, None) is ref:
             self.events.append((self.clock(), ref.number, ref.var, -ref.nbytes))
 
-    def table(self) -> MemoryEvents | None:
-        """The events as columns (None when not recording was ever started)."""
+    def table(self, since: int = 0) -> MemoryEvents:
+        """The events as columns: all of them, or those after the first ``since`` recorded (a Dask
+        worker ships its memory a piece at a time, :meth:`recorded` counting what it shipped)."""
         with self._lock:
-            rows = list(self.events)
+            rows = list(self.events[since:])
         if not rows:
             return MemoryEvents.empty()
         a = np.array(rows, dtype=np.int64)
         return MemoryEvents(a[:, 0], a[:, 1], a[:, 2], a[:, 3])
+
+    def recorded(self) -> int:
+        """Events recorded so far."""
+        return len(self.events)
 
     def metadata(self) -> dict[str, Any]:
         """``metadata["memory"]``: what was recorded, by which path (and why not compiled), what is not seen."""
@@ -186,6 +191,9 @@ class _CompiledMemoryRecording(MemoryRecording):
     def _rows(self) -> np.ndarray:
         return np.frombuffer(self._log.records(), dtype=np.int64).reshape(-1, 4)
 
+    def recorded(self) -> int:
+        return len(self._rows())
+
     def start(self) -> None:
         if self.on:
             return
@@ -203,9 +211,9 @@ class _CompiledMemoryRecording(MemoryRecording):
         self.on = False
         self._log.stop()
 
-    def table(self) -> MemoryEvents | None:
+    def table(self, since: int = 0) -> MemoryEvents:
         """The events as columns: one copy of the C records (a snapshot), no Python object per event."""
-        ts, storage, var, nbytes = self._rows().T.copy()  # writeable, as the Python path's are
+        ts, storage, var, nbytes = self._rows()[since:].T.copy()  # writeable, as the Python path's are
         if not len(ts):
             return MemoryEvents.empty()
         return MemoryEvents(ts, storage, var, nbytes)

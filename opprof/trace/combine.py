@@ -111,6 +111,11 @@ class _EngineIds:
         return np.array(new, dtype=_I64)[inverse.ravel()]
 
 
+#: A process numbers its storages from 0 (:mod:`.memory`); in a merge each group's are shifted by
+#: its index times 2^40 (a trillion arrays a process), so they never meet.
+STORAGE_BITS = 40
+
+
 class Combiner:
     """Builds one trace from parts (see the module docstring): :meth:`add` each part, then :meth:`build`."""
 
@@ -126,6 +131,7 @@ class Combiner:
         self._states: list[ThreadStates] = []
         self._gil_meta: dict[str, Any] | None = None  # the first part's that sampled the GIL
         self._memory: list[MemoryEvents] = []
+        self._storage_base: dict[Hashable, int] = {}  # group -> what its storage numbers are shifted by
 
     def add(self, trace: TraceData, pid: int, *, shift_ns: int = 0, group: Hashable = None) -> None:
         """Every record of ``trace``, its threads in process ``pid``, its times minus ``shift_ns``.
@@ -181,8 +187,9 @@ class Combiner:
         m = trace.memory
         if m is not None:  # each part's memory in its own process, its vars as its ops' (remapped alike)
             var_map = self._ids.groups.setdefault(group, (self._ids.op_next, {}))[1]
-            # Storage numbers run per process; parts of one process (a restarted worker) stay apart.
-            base = 1 + max((int(x.storage.max()) for x in self._memory if len(x)), default=-1)
+            # Storage numbers run per process: a group's parts (a Dask worker's segments) share theirs,
+            # so a free in one pairs with its allocation in another; groups stay apart.
+            base = self._storage_base.setdefault(group, len(self._storage_base) << STORAGE_BITS)
             pids = np.full(len(m), pid, dtype=_I64)
             self._memory.append(MemoryEvents(m.ts - shift_ns, m.storage + base, self._ids._vars(m.var, var_map), m.nbytes, pids))
 

@@ -453,3 +453,33 @@ def test_a_restarted_worker_is_a_process_of_its_own_and_a_closed_client_says_so(
         cluster.close()
     with pytest.raises(DaskProfileError, match="client is closed"):
         opprof.dask.profile(client).__enter__()
+
+
+def keeps_arrays(rows: int) -> int:
+    """Makes a chain of arrays on the worker, dropping each, and keeps the last one until the
+    task ends: a peak of two ``rows`` x 1000 float32 arrays at a time."""
+    import opprof as mx
+
+    a = mx.nd.ones((rows, 1000))
+    for k in range(3):
+        a = a + k
+    a.wait_to_read()
+    return rows
+
+
+def test_each_worker_keeps_its_memory_lane(client: Any) -> None:
+    """memory=True: each worker's live bytes in its own process, pairs of allocation and free
+    kept across the segments a worker ships its recording in."""
+    with opprof.dask.profile(client, memory=True, interval=0.2) as prof:
+        done = client.gather([client.submit(keeps_arrays, rows, pure=False) for rows in (1000, 500, 1000, 500)])
+    assert sorted(done) == [500, 500, 1000, 1000]
+    trace = prof.trace
+    assert trace is not None and validate(trace) == []
+    m = trace.analysis().memory
+    assert m is not None
+    workers = [p for p in m.processes if p != 0]
+    assert workers, m.processes
+    for p in workers:
+        _, live = m.of_process(p)
+        assert int(live.max()) <= 8_000_000 and int(live[-1]) == 0, (p, (live // 1000).tolist())
+    assert m.peak == 8_000_000
