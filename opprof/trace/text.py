@@ -11,6 +11,7 @@ import json
 import math
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -40,8 +41,17 @@ __all__ = [
 
 
 def _aggregate(traces: Sequence[Trace]) -> list[StatRow]:
-    """Stats per (category, name) over several traces."""
-    return span_stats(SpanTable.concat([t.table for t in traces]))
+    """Stats per (category, name) over several traces (with the bytes allocated, where any
+    recorded memory)."""
+    rows = span_stats(SpanTable.concat([t.table for t in traces]))
+    with_memory = [t for t in traces if t.memory is not None]
+    if not with_memory:
+        return rows
+    alloc: dict[tuple[str, str], int] = defaultdict(int)
+    for t in with_memory:
+        for r in t.analysis().stats:
+            alloc[r.name, r.cat] += r.allocated_bytes or 0
+    return [replace(r, allocated_bytes=alloc.get((r.name, r.cat), 0)) for r in rows]
 
 
 def _op_types(traces: Sequence[Trace]) -> list[OpTypeSplit]:
@@ -116,6 +126,7 @@ def stats_json(traces: Sequence[Trace], sort_by: str = "total", ascending: bool 
             "Min Time": r.min_ns / 1e6,
             "Max Time": r.max_ns / 1e6,
             "Avg Time": r.avg_ns / 1e6,
+            **({"Allocated Bytes": r.allocated_bytes} if r.allocated_bytes is not None else {}),
         }
     out["custom_ops"] = [
         {
@@ -289,14 +300,22 @@ def split_table(trace: Trace) -> str:
     w = max(len(s.name) for s in split)
     keys = list(dict.fromkeys(k for s in split for k in s.waiting_by_cause))
     heads = "".join(f"  {CAUSE_HEADS.get(k, k):>6}" for k in keys)
-    lines = [f"{'custom op':<{w}}  calls   wall ms  python  off-CPU  sub-ops  waiting{heads}"]
+    # With memory recorded: each type's sub-op bytes (all its calls) and its highest peak.
+    memory: dict[str, tuple[int, int]] = {}
+    for r in trace.analysis().custom_ops:
+        if r.allocated_bytes is not None and r.peak_bytes is not None:
+            a, p = memory.get(r.name, (0, 0))
+            memory[r.name] = (a + r.allocated_bytes, max(p, r.peak_bytes))
+    mem_heads = "     alloc      peak" if memory else ""
+    lines = [f"{'custom op':<{w}}  calls   wall ms  python  off-CPU  sub-ops  waiting{heads}{mem_heads}"]
     for s in split:
         wall = s.wall_ns or 1
         off = "      -" if s.python_off_cpu_ns is None else f"{100 * s.python_off_cpu_ns / wall:6.1f}%"
         causes = "".join(f"  {100 * s.waiting_by_cause.get(k, 0) / wall:5.1f}%" for k in keys)
+        mem = "".join(f"  {fmt_bytes(v):>8}" for v in memory[s.name]) if s.name in memory else ""
         lines.append(
             f"{s.name:<{w}}  {s.calls:5d}  {s.wall_ns / 1e6:8.3f}  {100 * s.python_ns / wall:5.1f}%  {off}  "
-            f"{100 * s.subops_ns / wall:6.1f}%  {100 * s.waiting_ns / wall:6.1f}%{causes}"
+            f"{100 * s.subops_ns / wall:6.1f}%  {100 * s.waiting_ns / wall:6.1f}%{causes}{mem}"
         )
     if keys:
         lines.append("waiting: " + "; ".join(f"{CAUSE_HEADS.get(k, k)} = {CAUSE_WORDS.get(k, k)}" for k in keys))

@@ -369,3 +369,25 @@ def test_the_why_text_tells_the_memory_story_where_memory_was_recorded() -> None
     assert "Memory:" not in why_text(plain.trace)
     del x, y
     kept.clear()
+
+
+def test_stats_and_the_split_table_carry_the_bytes() -> None:
+    from opprof.trace.text import split_table, stats_json
+
+    with opprof.profile(memory=True) as prof:
+        x = mx.nd.ones((1000, 1000))
+        y = mx.nd.Custom(x, op_type="MemDouble")
+        z = x * 2
+        mx.nd.waitall()
+    by_name = {r.name: r.allocated_bytes for r in prof.trace.stats()}
+    assert by_name["_ones"] == MB4 and by_name["_mul_scalar"] == MB4
+    assert by_name["MemDouble::_plus_scalar"] == MB4 and by_name["MemDouble"] == MB4
+    stats = json.loads(stats_json([prof.trace]))
+    assert stats["categories"]["operator"]["_mul_scalar"]["Allocated Bytes"] == MB4
+    table = split_table(prof.trace).splitlines()
+    assert table[0].rstrip().endswith("alloc      peak")
+    assert table[1].split()[-2:] == ["12.0", "MB"] or "12.0 MB" in table[1]
+    with opprof.profile() as plain:
+        (mx.nd.ones((10, 10)) + 1).wait_to_read()
+    assert all(r.allocated_bytes is None for r in plain.trace.stats())
+    del x, y, z

@@ -255,8 +255,22 @@ class Analysis:
 
     @cached_property
     def stats(self) -> list[StatRow]:
-        """Count, total, min and max per (category, name), largest total first."""
-        return span_stats(self.table)
+        """Count, total, min and max per (category, name), largest total first; with memory
+        recorded, also the bytes their outputs allocated."""
+        rows = span_stats(self.table)
+        m = self.memory
+        if m is None:
+            return rows
+        t, op_rows = self.table, self.span_op_rows
+        ops_of = np.flatnonzero(op_rows >= 0)
+        # Each op once, by its first span (a custom op's parent and its engine op share a row).
+        _, first = np.unique(op_rows[ops_of], return_index=True)
+        spans = ops_of[first]
+        alloc: dict[tuple[str, str], int] = {}
+        for c, n, b in zip(t.cat[spans].tolist(), t.name[spans].tolist(), m.op_alloc[op_rows[spans]].tolist(), strict=True):
+            key = (t.strings[n], t.strings[c])
+            alloc[key] = alloc.get(key, 0) + int(b)
+        return [replace(r, allocated_bytes=alloc.get((r.name, r.cat), 0)) for r in rows]
 
     # ------------------------------------------------------------------ lookups
     def sites(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

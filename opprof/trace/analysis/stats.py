@@ -34,6 +34,8 @@ class StatRow:
     total_ns: int
     min_ns: int
     max_ns: int
+    #: Bytes the outputs of these ops allocated, where memory was recorded (None where not).
+    allocated_bytes: int | None = None
 
     @property
     def avg_ns(self) -> float:
