@@ -82,13 +82,6 @@ class MemoryAnalysis:
     def alive_bytes(self) -> int:
         return sum(g.nbytes for g in self.alive)
 
-    def live_at(self, t: np.ndarray, pid: int | None = None) -> np.ndarray:
-        """Live bytes at each moment ``t`` (0 before the first change), in process ``pid`` (None: a
-        trace of one process)."""
-        ts, live = (self.ts, self.live) if pid is None else self.of_process(pid)
-        k = np.searchsorted(ts, np.asarray(t, dtype=_I64), side="right") - 1
-        return np.where(k >= 0, live[np.maximum(k, 0)], 0)
-
     def peak_within(self, start: np.ndarray, end: np.ndarray, pids: np.ndarray | None = None) -> np.ndarray:
         """The most live bytes at any moment of each window ``[start, end]`` (in the process
         ``pids[k]`` of window ``k``, where given)."""
@@ -99,7 +92,7 @@ class MemoryAnalysis:
         )
         for pid, idx in groups:
             ts, live = (self.ts, self.live) if pid is None else self.of_process(pid)
-            k = np.searchsorted(ts, start[idx], side="right") - 1
+            k = np.searchsorted(ts, start[idx], side="right") - 1  # live at the start (0 before any change)
             out[idx] = np.where(k >= 0, live[np.maximum(k, 0)], 0)
             a = np.searchsorted(ts, start[idx], side="right")
             b = np.searchsorted(ts, end[idx], side="right")
