@@ -3,7 +3,8 @@
 opprof.engine._gil samples who holds the GIL (opprof/engine/_gil.c); opprof.engine._handoff is the
 engine's work queue, waited on in C so each hand-off's wake and GIL wait are timed
 (opprof/engine/_handoff.c); opprof.profiler._spanlog is the recorder's hot path for plain ops
-(opprof/profiler/_spanlog.c), and opprof.profiler._memlog memory recording's (opprof/profiler/_memlog.c).
+(opprof/profiler/_spanlog.c), and opprof.profiler._memlog memory recording's (opprof/profiler/_memlog.c), and opprof.profiler._npmem
+counts the NumPy data a custom op's Python allocates (opprof/profiler/_npmem.c).
 All are optional: without a C compiler or the Python headers the build skips them and opprof runs
 on its pure-Python path (opprof/engine/gil.py and handoff.py say what is then missing).
 
@@ -46,6 +47,12 @@ setup(
             ["opprof/profiler/_memlog.c"],
             depends=["opprof/_monotonic.h"],
             optional=True,
+            extra_compile_args=["-O2", "-std=gnu11"],
+        ),
+        Extension(
+            "opprof.profiler._npmem",
+            ["opprof/profiler/_npmem.c"],
+            optional=True,  # also needs NumPy >= 1.22 at run time, not its headers at build time
             extra_compile_args=["-O2", "-std=gnu11"],
         ),
         Extension(

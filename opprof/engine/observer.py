@@ -50,9 +50,10 @@ class EngineObserver:
         ``t1``; ``by`` is the op (its seq) whose completion ended it (0: none had to), ``var`` the
         var waited on (0 for all)."""
 
-    def on_python(self, inv: Invocation, t0: int, t1: int, cpu_ns: int = -1) -> None:
+    def on_python(self, inv: Invocation, t0: int, t1: int, cpu_ns: int = -1, numpy_peak: int = -1) -> None:
         """A custom op's Python ran from ``t0`` to ``t1`` on the calling thread, ``cpu_ns`` of it
-        on a CPU (the thread's CPU time; -1 when not measured)."""
+        on a CPU (the thread's CPU time; -1 when not measured), allocating at most ``numpy_peak``
+        bytes of NumPy data itself (its temporaries; -1 when not measured)."""
 
     def on_error(self, inv: Invocation, error: BaseException) -> None:
         """A custom-op invocation ended with ``error``."""
@@ -85,9 +86,12 @@ class Observers(EngineObserver):
         for o in self.observers:
             o.on_wait(name, t0, t1, by, var)
 
-    def on_python(self, inv: Invocation, t0: int, t1: int, cpu_ns: int = -1) -> None:
+    def on_python(self, inv: Invocation, t0: int, t1: int, cpu_ns: int = -1, numpy_peak: int = -1) -> None:
         for o in self.observers:
-            o.on_python(inv, t0, t1, cpu_ns)
+            if numpy_peak < 0:  # positional only: a compiled observer's on_python takes no keyword
+                o.on_python(inv, t0, t1, cpu_ns)
+            else:
+                o.on_python(inv, t0, t1, cpu_ns, numpy_peak=numpy_peak)
 
     def on_error(self, inv: Invocation, error: BaseException) -> None:
         for o in self.observers:

@@ -355,15 +355,23 @@ def _run_python(
     # The thread's CPU time beside the wall clock: Python that is not on a CPU (the GIL held by
     # another thread, a sleep, I/O) shows as the difference.
     cpu0 = thread_time_ns() if obs is not None else 0
+    # A recorder that records memory also counts the NumPy data the Python allocates itself (its
+    # temporaries): a data-memory handler in this thread's context around the Python only.
+    npm = getattr(obs, "numpy_memory", None) if obs is not None else None
     t0 = obs.clock() if obs is not None else 0
     try:
+        token = npm.enter() if npm is not None else None
         try:
             call_user(body, fresh_in, fresh_out, fresh_aux)
         except BaseException as e:  # becomes the error of the op's outputs
             error = e
+        finally:
+            numpy_peak = npm.leave(token) if npm is not None else -1
         if obs is not None:
             t1 = obs.clock()
             obs.on_python(inv, t0, t1, thread_time_ns() - cpu0)
+            if numpy_peak >= 0:  # a compiled recorder's on_python (C) takes no numpy_peak
+                obs.note_numpy_peak(inv, numpy_peak, t0)  # type: ignore[attr-defined]  # a Recorder: it has numpy_memory
         fresh_vars = tuple(x._var for x in itertools.chain(fresh_in, fresh_out, fresh_aux))  # each a new Var
         dummy_wait = functools.partial(_dummy_wait, engine, inv, error, fresh_vars, on_complete)
         try:

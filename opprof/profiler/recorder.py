@@ -31,6 +31,8 @@ from operator import attrgetter
 from types import FrameType
 from typing import Any
 
+import numpy as np
+
 from ..engine import (
     INTERNAL,
     CustomOpInfo,
@@ -45,12 +47,15 @@ from ..engine import (
 )
 from ..engine.gil import load_compiled
 from ..engine.state import thread_state
-from ..trace import ThreadInfo, Trace
+from ..trace import Role, SpanTable, ThreadInfo, Trace
+from ..trace.columns import ROLE_CODE
+from ..trace.memory import MEMORY_METADATA
 from ..trace.records import CUSTOM_POOL, CUSTOM_THREAD_PREFIX, ENGINE_POOL, ENGINE_THREAD_PREFIX
+from . import npmem as _npmem
 from . import sites as _sites
 from .build import COUNTER, DUMMY, ERROR, INSTANT, OP, PYTHON, START, USER, WAIT_REC, ThreadRecords, build_columns
 from .gil import GilRecording
-from .memory import MemoryRecording
+from .memory import PYTHON_UNSEEN, MemoryRecording
 
 __all__ = ["COMPILED_WHY_NOT", "ProfilerError", "Recorder"]
 
@@ -138,6 +143,8 @@ class Recorder(EngineObserver):
         self.gil = GilRecording(clock)
         #: Each NDArray's storage, made and freed, while attached (with ``memory=True``).
         self.memory = MemoryRecording(clock, compiled=False if compiled is False else None) if memory else None
+        #: Each invocation's NumPy peak (:meth:`note_numpy_peak`): ``inv.id -> (t0 of its Python, bytes)``.
+        self._numpy_peaks: dict[int, tuple[int, int]] = {}
         #: (when, engine kind) of each engine switch followed while recording.
         self.switches: list[tuple[int, str]] = []
 
@@ -373,12 +380,30 @@ class Recorder(EngineObserver):
             site = _site(4)
             self._buf().append((WAIT_REC, t0, t1, name, inv, None, (by, var, site)))
 
-    def on_python(self, inv: Invocation, t0: int, t1: int, cpu_ns: int = -1) -> None:
+    def on_python(self, inv: Invocation, t0: int, t1: int, cpu_ns: int = -1, numpy_peak: int = -1) -> None:
         # Takes no slot under the cap (its family's Dummy_Wait, recorded after it, may still fit),
         # but once the cap is reached the family is incomplete anyway: keeping it would let memory
         # grow with every custom-op call.
         if self.recording and not self.full:
             self._fam().append((PYTHON, t0, t1, inv, cpu_ns))
+        if numpy_peak >= 0:
+            self.note_numpy_peak(inv, numpy_peak, t0)
+
+    @property
+    def numpy_memory(self) -> Any:
+        """What measures the NumPy data a custom op's Python allocates (:mod:`.npmem`: ``enter()`` and
+        ``leave(token)`` around the Python, on its thread), where this recorder records memory and it
+        is available; else None. The compiled recorder's ``on_python`` is C and takes no
+        ``numpy_peak``: the custom-op machinery hands the peak to :meth:`note_numpy_peak` instead."""
+        return _npmem if self.memory is not None and _npmem.AVAILABLE else None
+
+    def note_numpy_peak(self, inv: Invocation, peak: int, t0: int) -> None:
+        """Invocation ``inv``'s Python, started at ``t0`` (what ``on_python`` was told), allocated at
+        most ``peak`` bytes of NumPy data itself (above what was live when it started); kept for the
+        trace's ``metadata["memory"]["numpy_peak"]``. The trace numbers invocations 1..n by start
+        time, not by ``inv.id``: the build finds each one's number by its Python span's start."""
+        if self.recording and not self.full:
+            self._numpy_peaks[inv.id] = (t0, peak)
 
     def on_error(self, inv: Invocation, error: BaseException) -> None:
         if not self.full:
@@ -451,6 +476,12 @@ class Recorder(EngineObserver):
             **self.gil.metadata(),
             **(self.memory.metadata() if self.memory is not None else {}),
         }
+        if self.memory is not None:
+            # NumPy temporaries: measured per invocation where _npmem is in use (a copy: live builds).
+            peaks = list(self._numpy_peaks.values())
+            seen = {"python": _NUMPY_SEEN, "numpy_peak": _numpy_peaks_by_number(built.spans, peaks)}
+            unseen = {"python": f"{PYTHON_UNSEEN} ({_npmem.WHY_NOT})"}
+            meta[MEMORY_METADATA] = {**meta[MEMORY_METADATA], **(seen if _npmem.AVAILABLE else unseen)}
         if metadata:
             meta.update(metadata)
         b = built
@@ -465,6 +496,25 @@ class Recorder(EngineObserver):
             thread_states=states,
             memory=self.memory.table() if self.memory is not None else None,
         )
+
+
+#: ``metadata["memory"]["python"]`` where :mod:`.npmem` measures NumPy temporaries.
+_NUMPY_SEEN = (
+    "NDArrays, and per custom-op invocation the peak bytes of NumPy data its Python allocated itself "
+    "(temporaries: numpy_peak, by the trace's invocation number; on the naive engine its sub-ops' "
+    "outputs too); arrays made before the profile are not counted"
+)
+
+
+def _numpy_peaks_by_number(spans: SpanTable, peaks: list[tuple[int, int]]) -> dict[str, int]:
+    """``{invocation number in the trace (as a string, as JSON keeps it): peak}`` from ``(t0 of its
+    Python, peak)`` pairs: each invocation has one Python span, starting at that t0 (invocations
+    dropped at the cap or unfinished have none, and no entry)."""
+    if not peaks:
+        return {}
+    py = np.flatnonzero(spans.role == ROLE_CODE[Role.PYTHON])
+    number = dict(zip(spans.start[py].tolist(), spans.inv[py].tolist(), strict=True))
+    return {str(number[t0]): peak for t0, peak in peaks if number.get(t0, -1) > 0}
 
 
 def _thread_order(name: str) -> tuple[int, int, str]:

@@ -242,10 +242,14 @@ class CustomOpRow:
     #: The invocation whose Python called this one (a custom op used inside another's
     #: ``forward``), None for one the program called.
     caller: int | None = None
-    #: Bytes its sub-ops' outputs allocated (NDArrays; its Python's NumPy temporaries are not
-    #: seen), and the most live bytes while it ran; None where memory was not recorded.
+    #: Bytes its sub-ops' outputs allocated (NDArrays: its Python's NumPy temporaries are
+    #: ``python_numpy_peak_bytes``), and the most live NDArray bytes while it ran; None where
+    #: memory was not recorded.
     allocated_bytes: int | None = None
     peak_bytes: int | None = None
+    #: The most bytes of NumPy data its Python allocated itself (temporaries, above what was live
+    #: when it began: ``metadata["memory"]["numpy_peak"]``); None where not measured.
+    python_numpy_peak_bytes: int | None = None
 
     @property
     def python_off_cpu_ns(self) -> int | None:

@@ -299,8 +299,11 @@ def _custom_op_rows(a: Analysis) -> list[CustomOpRow]:
     mem = a.invocation_memory
     allocated = mem[0].tolist() if mem is not None else [None] * len(parents)
     peak = mem[1].tolist() if mem is not None else [None] * len(parents)
+    # Its Python's NumPy temporaries, by the trace's invocation number (JSON keeps keys as strings).
+    np_peaks = ((a.data.metadata or {}).get("memory") or {}).get("numpy_peak") or {}
+    np_peak = {int(k): int(v) for k, v in np_peaks.items()}
     rows = [
-        CustomOpRow(op, bw == 1, inv, st, wall, py, sub, wait, err, bc, c, blk, None if by < 0 else by, al, pk)
+        CustomOpRow(op, bw == 1, inv, st, wall, py, sub, wait, err, bc, c, blk, None if by < 0 else by, al, pk, np_peak.get(inv))
         for op, bw, inv, st, wall, (py, sub, wait), err, bc, c, blk, by, al, pk in zip(
             ops,
             t.backward[parents].tolist(),

@@ -1,0 +1,310 @@
+/* opprof.profiler._npmem: the NumPy data a custom op's Python allocates itself (opprof/profiler/npmem.py is
+ * its Python face).
+ *
+ * opprof's memory recording sees NDArray storage only; the NumPy temporaries inside a custom op's
+ * Python (``y = np.tanh(x) * 2``) never become NDArrays. NumPy >= 1.22 lets an extension install the
+ * allocator of array data (NEP 49, "data memory handler"): a PyCapsule named "mem_handler" wrapping a
+ * PyDataMem_Handler, held in a context variable, so installing one affects the calling thread's
+ * context only. ``enter()`` installs this module's handler in the calling thread right before the
+ * custom op's Python and ``leave()`` puts the previous one back right after; the handler forwards every
+ * call to NumPy's default handler (captured by ``bind``) and counts bytes per thread.
+ *
+ * Counting (per thread, ``cur`` and ``peak``): malloc and calloc add their size; free subtracts the
+ * size NumPy passes it (an array's allocated bytes). realloc is not told the old size, so each thread
+ * keeps a small open-addressing table (pointer -> size) of the blocks it allocated while measuring:
+ * a realloc of one of those counts (new - old) exactly, and moves the entry; a realloc of any other
+ * block (made before ``enter`` or on another thread, or once the table is 3/4 full) counts +new
+ * (an upper bound: a moving realloc briefly holds both blocks). NumPy reallocs array data rarely
+ * (``ndarray.resize``, ``fromiter``/``fromfile`` growing their result). The table is emptied when the
+ * outermost ``leave`` returns. A block made here and freed on another thread (an array that escaped)
+ * lowers that thread's ``cur``: harmless, every measurement is a difference on one thread.
+ *
+ * No NumPy headers at build time: the two structs below are copied from NumPy's
+ * numpy/_core/include/numpy/ndarraytypes.h (NumPy 2.4; the same in 1.22+'s numpy/core/include), and
+ * the C-API table indices from numpy/_core/include/numpy/__multiarray_api.h: PyDataMem_SetHandler is
+ * PyArray_API[304], PyDataMem_GetHandler [305], PyArray_GetNDArrayCFeatureVersion [211]
+ * (NPY_1_22_API_VERSION is 0x0000000f, numpyconfig.h). The table comes at run time from the
+ * ``_ARRAY_API`` capsule the Python face passes to ``bind``.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdint.h>
+#include <string.h>
+
+/* From numpy/_core/include/numpy/ndarraytypes.h ("Memory handler structure for array data"). */
+typedef struct {
+    void *ctx;
+    void *(*malloc)(void *ctx, size_t size);
+    void *(*calloc)(void *ctx, size_t nelem, size_t elsize);
+    void *(*realloc)(void *ctx, void *ptr, size_t new_size);
+    void (*free)(void *ctx, void *ptr, size_t size);
+} PyDataMemAllocator;
+
+typedef struct {
+    char name[127]; /* multiple of 64 to keep the struct aligned */
+    uint8_t version; /* currently 1 */
+    PyDataMemAllocator allocator;
+} PyDataMem_Handler;
+
+#define API_SET_HANDLER 304
+#define API_GET_HANDLER 305
+#define API_FEATURE_VERSION 211
+#define NPY_1_22_API_VERSION 0x0000000f
+#define HANDLER_NAME "opprof_npmem"
+#define MEM_HANDLER "mem_handler"
+
+static PyObject *(*set_handler)(PyObject *) = NULL;
+static PyObject *(*get_handler)(void) = NULL;
+static PyObject *base_capsule = NULL; /* the default handler's capsule (a reference kept for good) */
+static PyDataMemAllocator base;       /* its allocator, which ours forwards to */
+static PyObject *our_capsule = NULL;
+
+/* Per thread: bytes allocated minus freed through our handler, and the most of it since enter. */
+static __thread int64_t cur, peak;
+static __thread int depth; /* enter()s not yet left on this thread */
+
+/* The per-thread size table: linear probing, deletion by backward shift. */
+#define SLOTS 1024
+#define MAX_USED (SLOTS * 3 / 4)
+typedef struct {
+    uintptr_t key; /* 0: empty */
+    int64_t size;
+} slot_t;
+static __thread slot_t table[SLOTS];
+static __thread int used;
+
+static inline size_t slot_of(uintptr_t key) {
+    key ^= key >> 17;
+    key *= (uintptr_t)0x9E3779B97F4A7C15ull;
+    return (size_t)(key >> 20) & (SLOTS - 1);
+}
+
+static void table_put(void *ptr, int64_t size) {
+    if (used >= MAX_USED) return;
+    uintptr_t key = (uintptr_t)ptr;
+    size_t i = slot_of(key);
+    while (table[i].key != 0 && table[i].key != key) i = (i + 1) & (SLOTS - 1);
+    if (table[i].key == 0) used++;
+    table[i].key = key;
+    table[i].size = size;
+}
+
+/* Remove ptr; its size, or -1 where it is not in the table. */
+static int64_t table_pop(void *ptr) {
+    if (used == 0) return -1;
+    uintptr_t key = (uintptr_t)ptr;
+    size_t i = slot_of(key);
+    while (table[i].key != key) {
+        if (table[i].key == 0) return -1;
+        i = (i + 1) & (SLOTS - 1);
+    }
+    int64_t size = table[i].size;
+    /* backward-shift deletion: move later entries of the run into the hole where they may go */
+    size_t hole = i, j = i;
+    for (;;) {
+        j = (j + 1) & (SLOTS - 1);
+        if (table[j].key == 0) break;
+        size_t home = slot_of(table[j].key);
+        /* j's entry may fill the hole unless its home lies cyclically in (hole, j] */
+        int stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
+        if (!stays) {
+            table[hole] = table[j];
+            hole = j;
+        }
+    }
+    table[hole].key = 0;
+    used--;
+    return size;
+}
+
+static inline void add(int64_t n) {
+    cur += n;
+    if (cur > peak) peak = cur;
+}
+
+static void *np_malloc(void *ctx, size_t size) {
+    (void)ctx;
+    void *p = base.malloc(base.ctx, size);
+    if (p != NULL) {
+        add((int64_t)size);
+        if (depth > 0) table_put(p, (int64_t)size);
+    }
+    return p;
+}
+
+static void *np_calloc(void *ctx, size_t nelem, size_t elsize) {
+    (void)ctx;
+    void *p = base.calloc(base.ctx, nelem, elsize);
+    if (p != NULL) {
+        int64_t size = (int64_t)(nelem * elsize); /* the base calloc succeeded: no overflow */
+        add(size);
+        if (depth > 0) table_put(p, size);
+    }
+    return p;
+}
+
+static void *np_realloc(void *ctx, void *ptr, size_t new_size) {
+    (void)ctx;
+    void *p = base.realloc(base.ctx, ptr, new_size);
+    if (p == NULL) return NULL; /* the old block is untouched */
+    int64_t old = ptr != NULL ? table_pop(ptr) : 0;
+    add((int64_t)new_size - (old > 0 ? old : 0));
+    if (depth > 0) table_put(p, (int64_t)new_size);
+    return p;
+}
+
+static void np_free(void *ctx, void *ptr, size_t size) {
+    (void)ctx;
+    if (ptr != NULL) {
+        table_pop(ptr);
+        cur -= (int64_t)size;
+    }
+    base.free(base.ctx, ptr, size);
+}
+
+static PyDataMem_Handler our_handler = {
+    HANDLER_NAME, 1, {NULL, np_malloc, np_calloc, np_realloc, np_free}};
+
+/* bind(api_capsule): take NumPy's C-API table, check it has the handler API, capture the current
+ * (default) handler. Raises RuntimeError saying why where anything is off. */
+static PyObject *npmem_bind(PyObject *module, PyObject *capsule) {
+    (void)module;
+    if (set_handler != NULL) Py_RETURN_NONE;
+    if (!PyCapsule_CheckExact(capsule)) {
+        PyErr_SetString(PyExc_RuntimeError, "NumPy's _ARRAY_API is not a capsule");
+        return NULL;
+    }
+    void **api = (void **)PyCapsule_GetPointer(capsule, PyCapsule_GetName(capsule));
+    if (api == NULL) return NULL;
+    unsigned int (*feature_version)(void) = (unsigned int (*)(void))api[API_FEATURE_VERSION];
+    unsigned int fv = feature_version();
+    if (fv < NPY_1_22_API_VERSION) {
+        PyErr_Format(PyExc_RuntimeError, "NumPy's C API is of feature version 0x%x: the data memory handler needs NumPy >= 1.22 (0x%x)",
+                     fv, NPY_1_22_API_VERSION);
+        return NULL;
+    }
+    PyObject *(*set)(PyObject *) = (PyObject * (*)(PyObject *)) api[API_SET_HANDLER];
+    PyObject *(*get)(void) = (PyObject * (*)(void)) api[API_GET_HANDLER];
+    PyObject *current = get();
+    if (current == NULL) return NULL;
+    if (!PyCapsule_IsValid(current, MEM_HANDLER)) {
+        Py_DECREF(current);
+        PyErr_SetString(PyExc_RuntimeError, "NumPy's current data memory handler is not a \"mem_handler\" capsule");
+        return NULL;
+    }
+    PyDataMem_Handler *h = (PyDataMem_Handler *)PyCapsule_GetPointer(current, MEM_HANDLER);
+    if (h == NULL) {
+        Py_DECREF(current);
+        return NULL;
+    }
+    if (h->version != 1) {
+        PyErr_Format(PyExc_RuntimeError, "NumPy's data memory handler is of version %d: this module knows version 1",
+                     (int)h->version);
+        Py_DECREF(current);
+        return NULL;
+    }
+    if (strncmp(h->name, "default_allocator", sizeof h->name) != 0) {
+        PyErr_Format(PyExc_RuntimeError, "the current NumPy data memory handler is %.127s, not NumPy's default_allocator", h->name);
+        Py_DECREF(current);
+        return NULL;
+    }
+    base = h->allocator;
+    base_capsule = current; /* kept: arrays made through ours free through the base */
+    set_handler = set;
+    get_handler = get;
+    Py_RETURN_NONE;
+}
+
+/* enter() -> token: install our handler in this thread's context (where NumPy's default handler is
+ * in use, or ours already: a nested call) and start a peak; None (nothing measured) where another
+ * handler is in use. */
+static PyObject *npmem_enter(PyObject *module, PyObject *unused) {
+    (void)module;
+    (void)unused;
+    if (set_handler == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "opprof.profiler._npmem is not bound (bind() first)");
+        return NULL;
+    }
+    PyObject *old = set_handler(our_capsule);
+    if (old == NULL) return NULL;
+    if (old != base_capsule && old != our_capsule) { /* someone else's handler: leave it be */
+        PyObject *back = set_handler(old);
+        Py_XDECREF(back);
+        Py_DECREF(old);
+        if (back == NULL) return NULL;
+        Py_RETURN_NONE;
+    }
+    PyObject *token = Py_BuildValue("(NLL)", old, (long long)cur, (long long)peak);
+    if (token == NULL) { /* Py_BuildValue stole old even on failure */
+        PyObject *back = set_handler(base_capsule);
+        Py_XDECREF(back);
+        return NULL;
+    }
+    depth++;
+    peak = cur;
+    return token;
+}
+
+/* leave(token) -> int: put the handler enter() replaced back; the most bytes of NumPy data allocated
+ * by this thread between the two above what was live at enter (-1 for a None token). */
+static PyObject *npmem_leave(PyObject *module, PyObject *token) {
+    (void)module;
+    if (token == Py_None) return PyLong_FromLong(-1);
+    PyObject *old;
+    long long cur0, saved;
+    if (!PyTuple_Check(token) || !PyArg_ParseTuple(token, "OLL", &old, &cur0, &saved)) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "leave() takes a token from enter()");
+        return NULL;
+    }
+    PyObject *back = set_handler(old);
+    if (back == NULL) return NULL;
+    Py_DECREF(back);
+    int64_t result = peak - (int64_t)cur0;
+    if (result < 0) result = 0;
+    if ((int64_t)saved > peak) peak = (int64_t)saved; /* an outer measurement still sees this peak */
+    if (depth > 0 && --depth == 0 && used > 0) {
+        memset(table, 0, sizeof table);
+        used = 0;
+    }
+    return PyLong_FromLongLong((long long)result);
+}
+
+/* counters() -> (cur, peak, depth, table entries) of this thread, for tests. */
+static PyObject *npmem_counters(PyObject *module, PyObject *unused) {
+    (void)module;
+    (void)unused;
+    return Py_BuildValue("(LLii)", (long long)cur, (long long)peak, depth, used);
+}
+
+static PyMethodDef methods[] = {
+    {"bind", npmem_bind, METH_O, "bind(api_capsule): take NumPy's C-API table and its default data memory handler."},
+    {"enter", npmem_enter, METH_NOARGS, "enter() -> token: count this thread's NumPy data allocations from now."},
+    {"leave", npmem_leave, METH_O, "leave(token) -> int: stop; peak bytes above what was live at enter."},
+    {"counters", npmem_counters, METH_NOARGS, "counters() -> (cur, peak, depth, table entries) of this thread."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moduledef = {
+    PyModuleDef_HEAD_INIT, "opprof.profiler._npmem",
+    "The NumPy data a custom op's Python allocates itself (opprof/profiler/npmem.py is the Python face).", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__npmem(void) {
+    PyObject *m = PyModule_Create(&moduledef);
+    if (m == NULL) return NULL;
+    if (our_capsule == NULL) {
+        our_capsule = PyCapsule_New(&our_handler, MEM_HANDLER, NULL);
+        if (our_capsule == NULL) {
+            Py_DECREF(m);
+            return NULL;
+        }
+    }
+    /* The record size load_compiled checks: the handler struct this module was built with. */
+    if (PyModule_AddIntConstant(m, "RECORD_SIZE", (long)sizeof(PyDataMem_Handler)) < 0 ||
+        PyModule_AddStringConstant(m, "HANDLER_NAME", HANDLER_NAME) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

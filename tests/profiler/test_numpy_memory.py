@@ -1,0 +1,163 @@
+"""The NumPy data a custom op's Python allocates itself (opprof.profiler.npmem), on known answers:
+three 8 MB temporaries alive at once are a 24 MB peak, none is ~0; nothing is installed without
+memory recording, and the handler the Python's thread had is back after it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import opprof as mx
+from opprof.profiler import npmem
+from opprof.profiler.session import Profiler
+from opprof.trace import load
+
+try:
+    from numpy._core.multiarray import get_handler_name
+except ImportError:  # NumPy 1.x
+    from numpy.core.multiarray import get_handler_name  # type: ignore[no-redef]
+
+MB8 = 8_000_000  # a million float64
+NAMES: list[str] = []  # the handler each forward saw, in its own thread
+
+
+class ThreeTemps(mx.operator.CustomOp):
+    """Three 8 MB NumPy temporaries alive at once, then freed."""
+
+    def forward(self, is_train, req, in_data, out_data, aux):
+        NAMES.append(get_handler_name())
+        a = np.ones(1_000_000)
+        b = np.tanh(a) * 2  # np.tanh's result is a fourth temporary, freed before b is kept
+        del b
+        b = np.full(1_000_000, 2.0)
+        c = a + b
+        del a, b, c
+        self.assign(out_data[0], req[0], in_data[0])
+
+
+class NoTemps(mx.operator.CustomOp):
+    def forward(self, is_train, req, in_data, out_data, aux):
+        NAMES.append(get_handler_name())
+        self.assign(out_data[0], req[0], in_data[0])
+
+
+@mx.operator.register("NpThreeTemps")
+class ThreeTempsProp(mx.operator.CustomOpProp):
+    def create_operator(self, ctx, shapes, dtypes):
+        return ThreeTemps()
+
+
+@mx.operator.register("NpNoTemps")
+class NoTempsProp(mx.operator.CustomOpProp):
+    def create_operator(self, ctx, shapes, dtypes):
+        return NoTemps()
+
+
+needs_npmem = pytest.mark.skipif(not npmem.AVAILABLE, reason=f"opprof.profiler._npmem not in use: {npmem.WHY_NOT}")
+
+
+@pytest.fixture(params=["threaded", "naive"])
+def engine(request: Any) -> Iterator[str]:
+    mx.set_engine(request.param)
+    try:
+        yield request.param
+    finally:
+        mx.set_engine("threaded")
+
+
+def run(op_type: str, n: int = 3) -> None:
+    x = mx.nd.ones((4, 4))
+    for _ in range(n):
+        x = mx.nd.Custom(x, op_type=op_type)
+    x.wait_to_read()
+
+
+def profiled(op_type: str, memory: bool = True, compiled: bool | None = None) -> Any:
+    prof = Profiler(memory=memory, compiled=compiled).start()
+    try:
+        run(op_type)
+    finally:
+        prof.stop()
+    return prof.trace
+
+
+@needs_npmem
+@pytest.mark.parametrize("compiled", [None, False], ids=["default-recorder", "python-recorder"])
+def test_three_temporaries_peak_at_24_mb(engine: str, compiled: bool | None, tmp_path: Path) -> None:
+    NAMES.clear()
+    trace = profiled("NpThreeTemps", compiled=compiled)
+    assert NAMES == ["opprof_npmem"] * 3
+    rows = [r for r in trace.custom_ops() if r.op_type == "NpThreeTemps"]
+    assert len(rows) == 3
+    for r in rows:
+        assert r.python_numpy_peak_bytes is not None
+        assert abs(r.python_numpy_peak_bytes - 3 * MB8) <= 0.05 * 3 * MB8, r.python_numpy_peak_bytes
+    meta = trace.metadata["memory"]
+    assert set(meta["numpy_peak"]) == {str(r.invocation) for r in rows}
+    assert "NumPy data its Python allocated itself" in meta["python"]
+    # The numbers survive a file (JSON keeps the ids as strings).
+    trace.save(tmp_path / "t.json")
+    back = [r.python_numpy_peak_bytes for r in load(tmp_path / "t.json").custom_ops()]
+    assert back == [r.python_numpy_peak_bytes for r in rows]
+
+
+@needs_npmem
+def test_no_temporaries_peak_near_zero(engine: str) -> None:
+    trace = profiled("NpNoTemps")
+    assert trace.metadata["memory"]["numpy_peak"]
+    rows = [r for r in trace.custom_ops() if r.op_type == "NpNoTemps"]
+    assert len(rows) == 3
+    for r in rows:
+        assert r.python_numpy_peak_bytes is not None
+        assert 0 <= r.python_numpy_peak_bytes < 64 * 1024, r.python_numpy_peak_bytes
+
+
+def test_not_installed_without_memory(engine: str) -> None:
+    before = get_handler_name()
+    NAMES.clear()
+    trace = profiled("NpThreeTemps", memory=False)
+    assert NAMES == [before] * 3
+    assert all(r.python_numpy_peak_bytes is None for r in trace.custom_ops())
+    assert "memory" not in trace.metadata or "numpy_peak" not in trace.metadata["memory"]
+
+
+def test_handler_back_after_profiling(engine: str) -> None:
+    """After a profile with memory, the Python's thread (a custom-op worker, or the caller on the
+    naive engine) runs the next custom op with the handler it had before."""
+    before = get_handler_name()
+    profiled("NpThreeTemps")
+    NAMES.clear()
+    run("NpThreeTemps")
+    assert NAMES == [before] * 3
+    assert get_handler_name() == before
+
+
+def test_metadata_says_why_not_where_unavailable() -> None:
+    trace = profiled("NpNoTemps")
+    python = trace.metadata["memory"]["python"]
+    if npmem.AVAILABLE:
+        assert "numpy_peak" in trace.metadata["memory"]
+    else:
+        assert npmem.WHY_NOT in python
+        assert "numpy_peak" not in trace.metadata["memory"]
+        assert all(r.python_numpy_peak_bytes is None for r in trace.custom_ops())
+
+
+@needs_npmem
+def test_enter_leave_nest_and_count_realloc() -> None:
+    outer = npmem.enter()
+    a = np.ones(1_000_000)  # 8 MB
+    inner = npmem.enter()
+    b = np.ones(2_000_000)  # 16 MB
+    del b
+    assert abs(npmem.leave(inner) - 2 * MB8) <= 1024  # give or take a small array NumPy makes itself
+    c = np.zeros(10)
+    c.resize(1_000_000, refcheck=False)  # a realloc: 80 bytes grown to 8 MB
+    del a
+    assert abs(npmem.leave(outer) - 3 * MB8) <= 1024
+    assert get_handler_name() == "default_allocator"
+    del c
