@@ -100,7 +100,7 @@ def _build_trace() -> Trace:
         b = mx.nd.array(rng.standard_normal((32, 32)))
         a.attach_grad()
         b.attach_grad()
-        with opprof.profiler.profile() as prof:
+        with opprof.profiler.profile(memory=True) as prof:
             for _ in range(3):
                 with mx.autograd.record():
                     h = mx.nd.Custom(a, op_type="PerfettoTanhScale")
@@ -293,6 +293,16 @@ def test_chrome_export_loads_in_perfetto_without_errors(exported, perfetto_url, 
     holders = _query(page, with_holder)[0]["n"]
     waits = sum(1 for e in gil_runs if "holder" in (e.get("args") or {}))
     assert holders == waits, f"{holders} of {waits} GIL waits name their holder in Perfetto; {context}"
+
+    # Memory: MXNet's "Memory: cpu/0" counter, a counter track with every change of live bytes.
+    memory = [e for e in events if e["ph"] == "C" and e["name"] == "Memory: cpu/0"]
+    assert trace.memory is not None and len(memory) > 0
+    counted = "select count(*) as n, max(value) as peak from counter join counter_track on counter.track_id = counter_track.id"
+    got = _query(page, f"{counted} where counter_track.name glob 'Memory: cpu/0*'")[0]
+    peak = max(e["args"]["Memory: cpu/0"] for e in memory)
+    assert got == {"n": len(memory), "peak": peak}, (
+        f"memory counter in Perfetto: {got}, the file: {len(memory)}, {peak}; {context}"
+    )
 
     perfetto_threads = {r["name"] for r in _query(page, "select name from thread")}
     assert thread_names <= perfetto_threads, (
