@@ -6,7 +6,6 @@ fixture for the schema (tests/data/mxnet-1.9.1-memory*, made with real MXNet 1.9
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,15 +41,6 @@ class MemDoubleProp(mx.operator.CustomOpProp):
         return MemDouble()
 
 
-@pytest.fixture(params=["threaded", "naive"])
-def engine(request: Any) -> Iterator[str]:
-    mx.set_engine(request.param)
-    try:
-        yield request.param
-    finally:
-        mx.set_engine("threaded")
-
-
 def chain() -> None:
     a = mx.nd.ones((1000, 1000))
     for k in range(5):
@@ -58,7 +48,7 @@ def chain() -> None:
     a.wait_to_read()
 
 
-def test_an_op_output_allocates_its_exact_bytes(engine: str) -> None:
+def test_an_op_output_allocates_its_exact_bytes(engine: Any) -> None:
     with opprof.profile(memory=True) as prof:
         x = mx.nd.ones((1000, 1000))
         y = x * 3
@@ -74,7 +64,7 @@ def test_an_op_output_allocates_its_exact_bytes(engine: str) -> None:
     del x, y
 
 
-def test_a_chain_that_drops_its_inputs_holds_two_arrays_at_a_time(engine: str) -> None:
+def test_a_chain_that_drops_its_inputs_holds_two_arrays_at_a_time(engine: Any) -> None:
     with opprof.profile(memory=True) as prof:
         chain()
     m = prof.trace.analysis().memory
@@ -84,7 +74,7 @@ def test_a_chain_that_drops_its_inputs_holds_two_arrays_at_a_time(engine: str) -
     assert int(m.live[-1]) == 0  # the last one too, once the chain's function returned
 
 
-def test_live_bytes_come_back_to_the_start_once_arrays_are_deleted(engine: str) -> None:
+def test_live_bytes_come_back_to_the_start_once_arrays_are_deleted(engine: Any) -> None:
     with opprof.profile(memory=True) as prof:
         xs = [mx.nd.ones((100, 100)) * k for k in range(4)]
         mx.nd.waitall()
@@ -96,7 +86,7 @@ def test_live_bytes_come_back_to_the_start_once_arrays_are_deleted(engine: str) 
     assert alive_text(prof.trace) == ""
 
 
-def test_a_custom_ops_sub_ops_allocate_and_its_peak_is_while_it_ran(engine: str) -> None:
+def test_a_custom_ops_sub_ops_allocate_and_its_peak_is_while_it_ran(engine: Any) -> None:
     with opprof.profile(memory=True) as prof:
         x = mx.nd.ones((1000, 1000))
         y = mx.nd.Custom(x, op_type="MemDouble")
@@ -108,7 +98,7 @@ def test_a_custom_ops_sub_ops_allocate_and_its_peak_is_while_it_ran(engine: str)
     del x, y
 
 
-def test_what_stays_alive_is_named_by_the_op_that_made_it(engine: str) -> None:
+def test_what_stays_alive_is_named_by_the_op_that_made_it(engine: Any) -> None:
     kept: list[Any] = []
     with opprof.profile(memory=True) as prof:
         for k in range(10):
@@ -263,7 +253,7 @@ def _record(compiled: bool) -> tuple[list[tuple[int, int, int]], Any]:
     return _normalised(events), kept
 
 
-def test_the_compiled_and_pure_paths_record_the_same_events(engine: str) -> None:
+def test_the_compiled_and_pure_paths_record_the_same_events(engine: Any) -> None:
     pure, kept_pure = _record(False)
     compiled, kept_compiled = _record(True)
     # a, a + 1, its double, f, five ones and their products: 14 allocations; a, a + 1, f, the five
@@ -279,7 +269,7 @@ def _live(rec: Any) -> int:
 
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["pure", "compiled"])
-def test_stop_releases_every_weak_reference(engine: str, compiled: bool) -> None:
+def test_stop_releases_every_weak_reference(engine: Any, compiled: bool) -> None:
     rec = _recording(compiled)
     rec.start()
     kept = [mx.nd.ones((3, 3)) + k for k in range(20)]

@@ -4,7 +4,6 @@ memory recording, and the handler the Python's thread had is back after it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -60,15 +59,6 @@ class NoTempsProp(mx.operator.CustomOpProp):
 needs_npmem = pytest.mark.skipif(not npmem.AVAILABLE, reason=f"opprof.profiler._npmem not in use: {npmem.WHY_NOT}")
 
 
-@pytest.fixture(params=["threaded", "naive"])
-def engine(request: Any) -> Iterator[str]:
-    mx.set_engine(request.param)
-    try:
-        yield request.param
-    finally:
-        mx.set_engine("threaded")
-
-
 def run(op_type: str, n: int = 3) -> None:
     x = mx.nd.ones((4, 4))
     for _ in range(n):
@@ -87,7 +77,7 @@ def profiled(op_type: str, memory: bool = True, compiled: bool | None = None) ->
 
 @needs_npmem
 @pytest.mark.parametrize("compiled", [None, False], ids=["default-recorder", "python-recorder"])
-def test_three_temporaries_peak_at_24_mb(engine: str, compiled: bool | None, tmp_path: Path) -> None:
+def test_three_temporaries_peak_at_24_mb(engine: Any, compiled: bool | None, tmp_path: Path) -> None:
     NAMES.clear()
     trace = profiled("NpThreeTemps", compiled=compiled)
     assert NAMES == ["opprof_npmem"] * 3
@@ -106,7 +96,7 @@ def test_three_temporaries_peak_at_24_mb(engine: str, compiled: bool | None, tmp
 
 
 @needs_npmem
-def test_no_temporaries_peak_near_zero(engine: str) -> None:
+def test_no_temporaries_peak_near_zero(engine: Any) -> None:
     trace = profiled("NpNoTemps")
     assert trace.metadata["memory"]["numpy_peak"]
     rows = [r for r in trace.custom_ops() if r.op_type == "NpNoTemps"]
@@ -116,7 +106,7 @@ def test_no_temporaries_peak_near_zero(engine: str) -> None:
         assert 0 <= r.python_numpy_peak_bytes < 64 * 1024, r.python_numpy_peak_bytes
 
 
-def test_not_installed_without_memory(engine: str) -> None:
+def test_not_installed_without_memory(engine: Any) -> None:
     before = get_handler_name()
     NAMES.clear()
     trace = profiled("NpThreeTemps", memory=False)
@@ -125,7 +115,7 @@ def test_not_installed_without_memory(engine: str) -> None:
     assert "memory" not in trace.metadata or "numpy_peak" not in trace.metadata["memory"]
 
 
-def test_handler_back_after_profiling(engine: str) -> None:
+def test_handler_back_after_profiling(engine: Any) -> None:
     """After a profile with memory, the Python's thread (a custom-op worker, or the caller on the
     naive engine) runs the next custom op with the handler it had before."""
     before = get_handler_name()
