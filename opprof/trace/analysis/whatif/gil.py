@@ -129,16 +129,22 @@ def gil_transfer_ns(trace: TraceData) -> int:
     return wake
 
 
+def _joined(ts: ThreadStates, first: ThreadState, then: ThreadState) -> np.ndarray:
+    """Each run ``i`` in state ``first`` that run ``i + 1`` follows on its thread at once, in state
+    ``then``: how a timed hand-off's exact runs show among the states (parked, then being woken,
+    then waiting for the GIL; :mod:`opprof.profiler.gil` lays them over the samples)."""
+    same = (ts.tid[1:] == ts.tid[:-1]) & (ts.end[:-1] == ts.start[1:])
+    return np.flatnonzero(same & (ts.state[:-1] == first) & (ts.state[1:] == then))
+
+
 def _handovers_at_park(ts: ThreadStates | None) -> np.ndarray:
     """ns from a pool thread parking (a timed hand-off's ``BLOCKED`` run, exact) to a woken thread
     that waited for the GIL meanwhile (a timed ``WAIT``, exact) holding it: the last such park of
     another thread inside each wait."""
     if ts is None or len(ts) < 2:
         return np.zeros(0, dtype=np.int64)
-    same = ts.tid[1:] == ts.tid[:-1]
-    joined = same & (ts.end[:-1] == ts.start[1:])
-    waits = np.flatnonzero(joined & (ts.state[:-1] == ThreadState.RUNNABLE) & (ts.state[1:] == ThreadState.WAIT)) + 1
-    parks = np.flatnonzero(joined & (ts.state[:-1] == ThreadState.BLOCKED) & (ts.state[1:] == ThreadState.RUNNABLE))
+    waits = _joined(ts, ThreadState.RUNNABLE, ThreadState.WAIT) + 1
+    parks = _joined(ts, ThreadState.BLOCKED, ThreadState.RUNNABLE)
     if not len(waits) or not len(parks):
         return np.zeros(0, dtype=np.int64)
     order = np.argsort(ts.start[parks], kind="stable")
@@ -173,7 +179,7 @@ def hop_held_ns(trace: TraceData) -> dict[str, int]:
     if not len(runnable):
         return {}
     nxt = runnable + 1  # the run after each wake: its wait for the GIL, if it waited
-    waited = (ts.tid[nxt] == ts.tid[runnable]) & (ts.state[nxt] == ThreadState.WAIT) & (ts.start[nxt] == ts.end[runnable])
+    waited = np.isin(runnable, _joined(ts, ThreadState.RUNNABLE, ThreadState.WAIT))
     got = np.where(waited, ts.end[nxt], ts.end[runnable])
     tids = ts.tid[runnable]
     order = np.lexsort((t.start, t.tid))

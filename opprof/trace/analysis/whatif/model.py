@@ -177,10 +177,7 @@ class Replay:
                 self._push(families[arg].dummy, t, -1 - th)
                 if self.tasks:  # straight on to the next task (its get does not sleep: the GIL kept)
                     self.taking += 1
-                    if self.hop_gil:
-                        self._work(t, CUSTOM_THREAD_KEY - th, self.l_cnext, 0, _TAKE, th)
-                    else:
-                        self.at(t + self.l_cnext, _TAKE, th)
+                    self._keep(t, CUSTOM_THREAD_KEY - th, self.l_cnext, _TAKE, th)
                 else:
                     heapq.heappush(self.idle_threads, th)
         return self
@@ -243,6 +240,14 @@ class Replay:
             self.at(t + held + free, ev, arg)
         else:
             self.gil.request(t, key, held, free, ev, arg)
+
+    def _keep(self, t: int, key: int, latency: int, ev: int, arg: int) -> None:
+        """A running thread goes on to its next work: ``latency`` of the engine's Python, with the
+        GIL it holds (where the recording says when the GIL was held; else a plain delay)."""
+        if self.hop_gil:
+            self._work(t, key, latency, 0, ev, arg)
+        else:
+            self.at(t + latency, ev, arg)
 
     def _hop(self, t: int, key: int, latency: int, pool: str, ev: int, arg: int) -> None:
         """A parked thread handed work, ``latency`` after the signal: woken by the OS (without the
@@ -454,10 +459,7 @@ class Replay:
     def _begin(self, r: int, w: int, t: int) -> None:
         """Worker ``w`` goes from its op to ``r``: the engine's Python between them, with the GIL kept."""
         self.worker[r] = w
-        if self.hop_gil:
-            self._work(t, -1 - w, self.l_next, 0, _BEGIN, r)
-        else:
-            self.at(t + self.l_next, _BEGIN, r)
+        self._keep(t, -1 - w, self.l_next, _BEGIN, r)
 
     # -------------------------------------------------------------- custom-op pool
     # As in CustomPool: a submit wakes one sleeping thread, and a new one starts while more tasks
