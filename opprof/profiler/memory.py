@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import gc
 import itertools
-import threading
 import time
 import weakref
 from collections.abc import Callable
@@ -98,9 +97,6 @@ class MemoryRecording:
         self.events: list[tuple[int, int, int, int]] = []  # (ns, storage number, var id, +bytes / -bytes)
         self._numbers = itertools.count()
         self._live: dict[int, _Storage] = {}  # id(storage) -> its weak reference
-        # Re-entrant: a collection can run inside ``_made`` (it allocates) and free an array whose
-        # callback, ``_freed``, then takes the lock on the same thread.
-        self._lock = threading.RLock()
         self._previous: Any = None
         self.on = False
 
@@ -118,8 +114,7 @@ class MemoryRecording:
         collect_young()
         _nd.set_array_hook(self._previous)
         self.on = False
-        with self._lock:
-            self._live.clear()  # the weak references die with it: no callback after this
+        self._live.clear()  # the weak references die with it: no callback after this
 
     def _made(self, data: np.ndarray, var: Var) -> None:
         if data.base is not None or not self.on:  # a view: another array's storage
@@ -132,8 +127,9 @@ class MemoryRecording:
             return
         ref = _Storage(data, self._freed)
         ref.key, ref.nbytes, ref.var, ref.number = key, n, var.id, next(self._numbers)
-        # No lock: a dict store and a list append are each atomic under the GIL (a free-threaded
-        # build records no memory: see start()).
+        # No lock: a dict store and a list append are each atomic (under the GIL, and per object
+        # on a free-threaded build), and a free that a collection runs inside this call (it
+        # allocates) only pops another storage's entry and appends.
         self._live[key] = ref
         self.events.append((self.clock(), ref.number, var.id, n))
 
@@ -144,8 +140,7 @@ class MemoryRecording:
     def table(self, since: int = 0) -> MemoryEvents:
         """The events as columns: all of them, or those after the first ``since`` recorded (a Dask
         worker ships its memory a piece at a time, :meth:`recorded` counting what it shipped)."""
-        with self._lock:
-            rows = list(self.events[since:])
+        rows = self.events[since:]  # a copy, taken at once
         if not rows:
             return MemoryEvents.empty()
         a = np.array(rows, dtype=np.int64)
