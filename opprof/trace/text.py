@@ -417,13 +417,10 @@ def _memory_words(a: Analysis, top: int) -> list[str]:
         f"Memory: peak {fmt_bytes(m.peak)} of live NDArrays at {fmt_us((int(m.ts[k]) - t0) / 1e3)}, "
         f"reached by {m.maker_name(k)}; {fmt_bytes(m.allocated)} allocated in all."
     ]
-    by_name: dict[str, int] = defaultdict(int)
-    for row, b in enumerate(m.op_alloc.tolist()):
-        if b:
-            by_name[m.op_names.get(row, "?")] += b
-    biggest = sorted(by_name.items(), key=lambda kv: -kv[1])[:top]
+    biggest = sorted((r for r in a.stats if r.allocated_bytes), key=lambda r: -(r.allocated_bytes or 0))[:top]
     if biggest:
-        out.append("  Ops whose outputs allocated the most: " + "; ".join(f"{n} {fmt_bytes(b)}" for n, b in biggest) + ".")
+        words = "; ".join(f"{r.name} {fmt_bytes(r.allocated_bytes or 0)}" for r in biggest)
+        out.append(f"  Ops whose outputs allocated the most: {words}.")
     if m.alive:
         out.append(
             f"  Still alive when the profile stopped: {fmt_bytes(m.alive_bytes)} in "

@@ -54,6 +54,7 @@ class MemoryAnalysis:
     alive: list[AliveGroup]  # largest first
     op_names: dict[int, str]  # a row of ``ops`` -> the op's name (its span's)
     pid: np.ndarray  # int64 the process of each change (``live`` is that process's)
+    op_span: np.ndarray  # int64 per row of ``ops``: its span (a custom op's: its parent), -1 none
 
     @property
     def processes(self) -> list[int]:
@@ -148,9 +149,11 @@ def memory_analysis(memory: MemoryEvents, table: SpanTable, ops: OpTable | None,
     where = np.concatenate([a_pid, a_pid[freed]])
     order = np.lexsort((-delta, ts))  # at one moment, the making before the freeing
     ts, delta, who, where = ts[order], delta[order], who[order], where[order]
-    names = _op_names(ops, table, span_op_rows)
+    op_span = _op_spans(table, span_op_rows, n_ops)
+    named = np.flatnonzero(op_span >= 0)
+    names = dict(zip(named.tolist(), table.str_list(table.name[op_span[named]]), strict=True))
     alive = _alive(ops, names, maker[~freed], a_bytes[~freed])
-    return MemoryAnalysis(ts, _live_per_process(delta, where), delta, who, op_alloc, alive, names, where)
+    return MemoryAnalysis(ts, _live_per_process(delta, where), delta, who, op_alloc, alive, names, where, op_span)
 
 
 def _frees(a_st: np.ndarray, a_pid: np.ndarray, f_st: np.ndarray, f_pid: np.ndarray, f_at: np.ndarray) -> np.ndarray:
@@ -197,15 +200,14 @@ def _alive(ops: OpTable | None, names: dict[int, str], maker: np.ndarray, nbytes
     return out
 
 
-def _op_names(ops: OpTable | None, table: SpanTable, span_op_rows: np.ndarray) -> dict[int, str]:
-    """Op row -> its span's name (a custom op's: its parent's)."""
-    if ops is None or not len(ops):
-        return {}
+def _op_spans(table: SpanTable, span_op_rows: np.ndarray, n_ops: int) -> np.ndarray:
+    """Each op row's span, -1 none: a custom op's row is its parent's (the span that names it)."""
+    out = np.full(n_ops, -1, dtype=_I64)
     has = np.flatnonzero(span_op_rows >= 0)
-    # Parents last, so a custom op's row ends up named by its parent.
+    # Parents last, so a custom op's row ends up with its parent (a later store wins).
     has = has[np.argsort(table.role[has] == _PARENT, kind="stable")]
-    names = table.str_list(table.name[has])
-    return dict(zip(span_op_rows[has].tolist(), names, strict=True))
+    out[span_op_rows[has]] = has
+    return out
 
 
 def invocation_memory(

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..columns import ROLE_CODE, SpanTable
 from ..data import TraceData
+from ..memory import MEMORY_METADATA
 from ..ops import OpKind, OpTable
 from ..records import CUSTOM_POOL, ENGINE_POOL, CustomOpRow, Role
 from ..threadstates import STATES, PoolCondition, ThreadState
@@ -261,13 +262,11 @@ class Analysis:
         m = self.memory
         if m is None:
             return rows
-        t, op_rows = self.table, self.span_op_rows
-        ops_of = np.flatnonzero(op_rows >= 0)
-        # Each op once, by its first span (a custom op's parent and its engine op share a row).
-        _, first = np.unique(op_rows[ops_of], return_index=True)
-        spans = ops_of[first]
+        t = self.table
+        op_rows = np.flatnonzero(m.op_span >= 0)  # each op once, by its span (a custom op's: its parent)
+        spans = m.op_span[op_rows]
         alloc: dict[tuple[str, str], int] = {}
-        for c, n, b in zip(t.cat[spans].tolist(), t.name[spans].tolist(), m.op_alloc[op_rows[spans]].tolist(), strict=True):
+        for c, n, b in zip(t.cat[spans].tolist(), t.name[spans].tolist(), m.op_alloc[op_rows].tolist(), strict=True):
             key = (t.strings[n], t.strings[c])
             alloc[key] = alloc.get(key, 0) + int(b)
         return [replace(r, allocated_bytes=alloc.get((r.name, r.cat), 0)) for r in rows]
@@ -300,7 +299,7 @@ def _custom_op_rows(a: Analysis) -> list[CustomOpRow]:
     allocated = mem[0].tolist() if mem is not None else [None] * len(parents)
     peak = mem[1].tolist() if mem is not None else [None] * len(parents)
     # Its Python's NumPy temporaries, by the trace's invocation number (JSON keeps keys as strings).
-    np_peaks = ((a.data.metadata or {}).get("memory") or {}).get("numpy_peak") or {}
+    np_peaks = ((a.data.metadata or {}).get(MEMORY_METADATA) or {}).get("numpy_peak") or {}
     np_peak = {int(k): int(v) for k, v in np_peaks.items()}
     rows = [
         CustomOpRow(op, bw == 1, inv, st, wall, py, sub, wait, err, bc, c, blk, None if by < 0 else by, al, pk, np_peak.get(inv))
