@@ -28,6 +28,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from .pagejs import page_base_url_js
 from .server import BOKEHJS_FILES, bokehjs_route
 
 __all__ = ["BokehJSSource", "bokehjs_source", "load_bokehjs", "unwatched"]
@@ -135,10 +136,7 @@ def _served_loader(version: str, base_url: str) -> str:
     return (
         f"""(function () {{
   if (window.Bokeh && window.Bokeh.version === {json.dumps(version)}) return;
-  var cfg = document.getElementById("jupyter-config-data");
-  var base = {json.dumps(base_url)};
-  try {{ if (cfg) base = JSON.parse(cfg.textContent).baseUrl || base; }} catch (e) {{}}
-  if (base.slice(-1) !== "/") base += "/";
+  {page_base_url_js(base_url)}
   var files = {files};
   for (var i = 0; i < files.length; i++) {{
     var xhr = new XMLHttpRequest();

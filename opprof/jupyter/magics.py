@@ -272,14 +272,8 @@ class OpprofMagics(Magics):
             return
         both_runs = side_by_side(a, b, label_a=comparison.label_a, label_b=comparison.label_b)
         if unwatched():  # no widgets to save (see _show): both runs, kept for the opening page
-            try:
-                saved = SavedTimeline(both_runs)
-            except ImportError as e:
-                print(f"(timeline unavailable: {e})")
-                return
-            print("(the diff chart shows where a page watches the cell run: the table above has its rows)")
-            load_bokehjs(once=True)
-            display(saved)
+            if self._show_saved(both_runs):
+                print("(the diff chart shows where a page watches the cell run: the table above has its rows)")
             return
         try:
             from jupyter_bokeh import BokehModel
@@ -478,17 +472,23 @@ class OpprofMagics(Magics):
         if args.html:
             print(f"timeline saved to {args.html}")
 
+    def _show_saved(self, trace: Trace) -> bool:
+        """The saved timeline of ``trace`` (:mod:`.saved`), for a run no page watches; False (saying
+        why) where Bokeh is missing."""
+        try:
+            saved = SavedTimeline(trace)
+        except ImportError as e:
+            print(f"(timeline unavailable: {e})")
+            return False
+        load_bokehjs(once=True)
+        display(saved)
+        return True
+
     def _show(self, trace: Trace, live: LiveView | None = None) -> None:
         """The timeline widget, in the live view's place if one was shown (else below the cell's output);
         where no page watches (nbclient), the saved timeline that the opening page draws (:mod:`.saved`)."""
         if live is None and unwatched():
-            try:
-                saved = SavedTimeline(trace)
-            except ImportError as e:
-                print(f"(timeline unavailable: {e})")
-                return
-            load_bokehjs(once=True)
-            display(saved)
+            self._show_saved(trace)
             return
         try:
             widget = timeline(trace)

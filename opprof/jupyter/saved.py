@@ -24,6 +24,7 @@ from typing import Any
 
 from ..trace import Trace
 from ..trace.text import text_summary
+from .pagejs import page_base_url_js
 
 __all__ = ["MAX_EMBEDDED_BYTES", "RENDER_ROUTE", "SavedTimeline"]
 
@@ -55,10 +56,7 @@ _RENDER_JS = """(function (el) {
       "`jupyter server extension list`): a still picture.";
     return;
   }
-  var cfg = document.getElementById("jupyter-config-data");
-  var base = "/";
-  try { if (cfg) base = JSON.parse(cfg.textContent).baseUrl || base; } catch (e) {}
-  if (base.slice(-1) !== "/") base += "/";
+  %(base)s
   var m = document.cookie.match("\\\\b_xsrf=([^;]*)\\\\b");
   var raw = atob(trace), bytes = new Uint8Array(raw.length);
   for (var i = 0; i < raw.length; i++) bytes[i] = raw.charCodeAt(i);
@@ -109,6 +107,7 @@ class SavedTimeline:
             "trace": json.dumps(self.trace_b64),
             "why": json.dumps(self.why_not),
             "route": json.dumps(RENDER_ROUTE),
+            "base": page_base_url_js("/"),
         }
         first = text_summary(self.trace).splitlines()[0]
         return {"application/javascript": js, "image/png": png, "text/plain": f"{first}\n{_TEXT_NOTE}"}

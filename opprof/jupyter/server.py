@@ -25,7 +25,7 @@ import asyncio
 import json
 from typing import Any
 
-from .saved import RENDER_ROUTE
+from .saved import MAX_EMBEDDED_BYTES, RENDER_ROUTE
 
 __all__ = ["BOKEHJS_FILES", "MAX_RENDER_BYTES", "bokehjs_route"]
 
@@ -34,8 +34,8 @@ __all__ = ["BOKEHJS_FILES", "MAX_RENDER_BYTES", "bokehjs_route"]
 BOKEHJS_FILES = ("bokeh.min.js", "bokeh-gl.min.js", "bokeh-widgets.min.js", "bokeh-tables.min.js")
 
 _YEAR_S = 365 * 24 * 3600
-#: A saved trace is at most 2 MB (:data:`.saved.MAX_EMBEDDED_BYTES`); anything larger is not one.
-MAX_RENDER_BYTES = 4 << 20
+#: A body past twice what a saved output keeps (:data:`.saved.MAX_EMBEDDED_BYTES`) is not one.
+MAX_RENDER_BYTES = 2 * MAX_EMBEDDED_BYTES
 
 
 def bokehjs_route(version: str) -> str:
