@@ -20,6 +20,13 @@ threaded engine, a dozen runs on a 2-core machine others were busy on), memory o
 when quiet), in Python; on trivial custom ops (several arrays each) 0.92-1.10 against 1.01-1.19.
 ``benchmarks``' "Memory" rows measure it in the suite.
 
+**Where each array was made.** Each allocation remembers the user's line that made it: the
+innermost frame outside opprof's own code (:data:`.sites.NOT_USER`) and ``threading`` (an engine
+worker's arrays have none). Only the arrays still alive when the profile stops keep it in the
+trace (``MemoryEvents.site``): the leak report names the line a kept array came from, the cell's
+own as well as a custom op's. The compiled path reads the interpreter's frame list in C (20-40 ns
+an array; no frame object is made), the pure path walks ``sys._getframe`` (~1 µs more an array).
+
 The pure-Python path sees NDArrays only: the NumPy temporaries inside a custom op's Python are not
 counted (``metadata["memory"]["python"]`` says so).
 """
@@ -28,6 +35,8 @@ from __future__ import annotations
 
 import gc
 import itertools
+import sys
+import threading
 import time
 import weakref
 from collections.abc import Callable
@@ -39,6 +48,7 @@ from ..engine import Var
 from ..engine.gil import load_compiled
 from ..nd import ndarray as _nd
 from ..trace.memory import MEMORY_METADATA, MemoryEvents
+from . import sites as _sites
 
 __all__ = ["COMPILED_WHY_NOT", "MemoryRecording"]
 
@@ -51,11 +61,49 @@ PYTHON_UNSEEN = (
 class _Storage(weakref.ref):
     """A weak reference to an array's storage that remembers what a free needs to say."""
 
-    __slots__ = ("key", "nbytes", "number", "var")
+    __slots__ = ("key", "nbytes", "number", "site", "var")
     key: int
     nbytes: int
     number: int
+    site: tuple[str, int] | None
     var: int
+
+
+#: The most frames a walk from the NDArray hook towards the user's line looks at (the usual paths: 2-5).
+MAX_WALK = 24
+
+
+def _not_user() -> tuple[str, ...]:
+    """Code whose lines are not the user's, for where an array was made: opprof's own and what a
+    front end added (:data:`.sites.NOT_USER`, read when recording starts), and ``threading`` (an
+    engine worker's frames below its loop)."""
+    return (*_sites.NOT_USER, threading.__file__)
+
+
+def _user_line(not_user: tuple[str, ...]) -> tuple[str, int] | None:
+    """The pure path's walk: the innermost frame above the hook whose file is not under ``not_user``."""
+    f: Any = sys._getframe(2)
+    for _ in range(MAX_WALK):
+        if f is None:
+            return None
+        if not f.f_code.co_filename.startswith(not_user):
+            return (f.f_code.co_filename, f.f_lineno)
+        f = f.f_back
+    return None
+
+
+def _sites_of(events: MemoryEvents, made_at: dict[int, tuple[str, int]]) -> MemoryEvents:
+    """``events`` with each allocation in ``made_at`` (storage number -> file, line) naming its line."""
+    if not made_at:
+        return events
+    texts: dict[tuple[str, int], int] = {}
+    site = np.full(len(events), -1, dtype=np.int64)
+    for k in np.flatnonzero(events.allocated).tolist():
+        where = made_at.get(int(events.storage[k]))
+        if where is not None:
+            site[k] = texts.setdefault(where, len(texts))
+    sites = tuple(_sites.site_text(file, line) for file, line in texts)
+    return MemoryEvents(events.ts, events.storage, events.var, events.nbytes, events.pid, site, sites)
 
 
 #: One event as :mod:`._memlog` writes it: four native int64s (ns, storage number, var id, ±bytes).
@@ -98,22 +146,29 @@ class MemoryRecording:
         self._numbers = itertools.count()
         self._live: dict[int, _Storage] = {}  # id(storage) -> its weak reference
         self._previous: Any = None
+        self._not_user: tuple[str, ...] = ()
+        # Storage number -> the user's line that made it, for the arrays alive when recording stopped.
+        self._made_at: dict[int, tuple[str, int]] = {}
         self.on = False
 
     def start(self) -> None:
         if self.on:
             return
         self.on = True
+        self._not_user = _not_user()
+        self._made_at = {}
         self._previous = _nd.set_array_hook(self._made)
 
     def stop(self) -> None:
-        """Stop recording; arrays alive now stay allocations without a free (alive at the end). A
-        collection first frees what only a reference cycle still held (an autograd graph)."""
+        """Stop recording; arrays alive now stay allocations without a free (alive at the end), each
+        with the line that made it. A collection first frees what only a reference cycle still
+        held (an autograd graph)."""
         if not self.on:
             return
         collect_young()
         _nd.set_array_hook(self._previous)
         self.on = False
+        self._made_at = {ref.number: ref.site for ref in list(self._live.values()) if ref.site is not None}
         self._live.clear()  # the weak references die with it: no callback after this
 
     def _made(self, data: np.ndarray, var: Var) -> None:
@@ -127,6 +182,7 @@ class MemoryRecording:
             return
         ref = _Storage(data, self._freed)
         ref.key, ref.nbytes, ref.var, ref.number = key, n, var.id, next(self._numbers)
+        ref.site = _user_line(self._not_user)
         # No lock: a dict store and a list append are each atomic (under the GIL, and per object
         # on a free-threaded build), and a free that a collection runs inside this call (it
         # allocates) only pops another storage's entry and appends.
@@ -144,7 +200,7 @@ class MemoryRecording:
         if not rows:
             return MemoryEvents.empty()
         a = np.array(rows, dtype=np.int64)
-        return MemoryEvents(a[:, 0], a[:, 1], a[:, 2], a[:, 3])
+        return _sites_of(MemoryEvents(a[:, 0], a[:, 1], a[:, 2], a[:, 3]), self._made_at)
 
     def recorded(self) -> int:
         """Events recorded so far."""
@@ -176,6 +232,7 @@ class _CompiledMemoryRecording(MemoryRecording):
         self.clock = clock
         self._log = _memlog.Log(Var)
         self._previous: Any = None
+        self._made_at: dict[int, tuple[str, int]] = {}
         self.on = False
 
     @property
@@ -193,7 +250,8 @@ class _CompiledMemoryRecording(MemoryRecording):
         if self.on:
             return
         self.on = True
-        self._log.start()
+        self._made_at = {}
+        self._log.start(_not_user())
         self._previous = _nd.set_array_hook(self._log.made)
 
     def stop(self) -> None:
@@ -204,6 +262,7 @@ class _CompiledMemoryRecording(MemoryRecording):
         collect_young()
         _nd.set_array_hook(self._previous)
         self.on = False
+        self._made_at = {number: (file, line) for number, file, line in self._log.alive_sites()}
         self._log.stop()
 
     def table(self, since: int = 0) -> MemoryEvents:
@@ -211,4 +270,4 @@ class _CompiledMemoryRecording(MemoryRecording):
         ts, storage, var, nbytes = self._rows()[since:].T.copy()  # writeable, as the Python path's are
         if not len(ts):
             return MemoryEvents.empty()
-        return MemoryEvents(ts, storage, var, nbytes)
+        return _sites_of(MemoryEvents(ts, storage, var, nbytes), self._made_at)

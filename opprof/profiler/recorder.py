@@ -399,9 +399,8 @@ class Recorder(EngineObserver):
 
     def note_numpy_peak(self, inv: Invocation, peak: int, t0: int) -> None:
         """Invocation ``inv``'s Python, started at ``t0`` (what ``on_python`` was told), allocated at
-        most ``peak`` bytes of NumPy data itself (above what was live when it started); kept for the
-        trace's ``metadata["memory"]["numpy_peak"]``. The trace numbers invocations 1..n by start
-        time, not by ``inv.id``: the build finds each one's number by its Python span's start."""
+        most ``peak`` bytes of NumPy data itself (above what was live when it started); kept on that
+        Python's span (``SpanTable.numpy_peak``), which the build finds by its start."""
         if self.recording and not self.full:
             self._numpy_peaks[inv.id] = (t0, peak)
 
@@ -477,9 +476,10 @@ class Recorder(EngineObserver):
             **(self.memory.metadata() if self.memory is not None else {}),
         }
         if self.memory is not None:
-            # NumPy temporaries: measured per invocation where _npmem is in use (a copy: live builds).
-            peaks = list(self._numpy_peaks.values())
-            seen = {"python": _NUMPY_SEEN, "numpy_peak": _numpy_peaks_by_number(built.spans, peaks)}
+            # NumPy temporaries: measured per invocation where _npmem is in use (a copy: live builds),
+            # each kept on its Python's span (the span table's numpy_peak column).
+            _numpy_peaks_onto(built.spans, list(self._numpy_peaks.values()))
+            seen = {"python": _NUMPY_SEEN}
             unseen = {"python": f"{PYTHON_UNSEEN} ({_npmem.WHY_NOT})"}
             meta[MEMORY_METADATA] = {**meta[MEMORY_METADATA], **(seen if _npmem.AVAILABLE else unseen)}
         if metadata:
@@ -501,20 +501,25 @@ class Recorder(EngineObserver):
 #: ``metadata["memory"]["python"]`` where :mod:`.npmem` measures NumPy temporaries.
 _NUMPY_SEEN = (
     "NDArrays, and per custom-op invocation the peak bytes of NumPy data its Python allocated itself "
-    "(temporaries: numpy_peak, by the trace's invocation number; on the naive engine its sub-ops' "
-    "outputs too); arrays made before the profile are not counted"
+    "(temporaries: each Python span's numpy_peak; on the naive engine its sub-ops' outputs too); "
+    "arrays made before the profile are not counted"
 )
 
 
-def _numpy_peaks_by_number(spans: SpanTable, peaks: list[tuple[int, int]]) -> dict[str, int]:
-    """``{invocation number in the trace (as a string, as JSON keeps it): peak}`` from ``(t0 of its
-    Python, peak)`` pairs: each invocation has one Python span, starting at that t0 (invocations
-    dropped at the cap or unfinished have none, and no entry)."""
+def _numpy_peaks_onto(spans: SpanTable, peaks: list[tuple[int, int]]) -> None:
+    """Set ``spans.numpy_peak`` of each Python span from ``(t0 of its Python, peak)`` pairs: each
+    invocation has one Python span, starting at that t0 (invocations dropped at the cap or
+    unfinished have none, and their peaks go)."""
     if not peaks:
-        return {}
+        return
     py = np.flatnonzero(spans.role == ROLE_CODE[Role.PYTHON])
-    number = dict(zip(spans.start[py].tolist(), spans.inv[py].tolist(), strict=True))
-    return {str(number[t0]): peak for t0, peak in peaks if number.get(t0, -1) > 0}
+    row = dict(zip(spans.start[py].tolist(), py.tolist(), strict=True))
+    column = np.full(len(spans), -1, dtype=np.int64)
+    for t0, peak in peaks:
+        k = row.get(t0)
+        if k is not None:
+            column[k] = peak
+    spans.numpy_peak = column
 
 
 def _thread_order(name: str) -> tuple[int, int, str]:

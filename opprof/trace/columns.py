@@ -250,9 +250,11 @@ class SpanTable:
     args_at: np.ndarray = field(default_factory=lambda: _EMPTY_I64)  # spans with other args, ascending
     args: list[dict[str, Any]] = field(default_factory=list)
     # The engine's side (see :mod:`.ops`): the op a span ran (its id in ``TraceData.ops``; a
-    # parent's is its custom op's own engine op), and a custom op's Python's CPU time; -1 for none.
+    # parent's is its custom op's own engine op), a custom op's Python's CPU time, and the most
+    # bytes of NumPy data that Python held at once of what it allocated itself; -1 for none.
     op: np.ndarray = None  # type: ignore[assignment]  # int64, made -1 when not given
     cpu: np.ndarray = None  # type: ignore[assignment]  # int64 ns
+    numpy_peak: np.ndarray = None  # type: ignore[assignment]  # int64 bytes
 
     def __post_init__(self) -> None:
         # Not given (a trace from another tool, a synthetic one): a read-only view of one -1, which
@@ -262,6 +264,8 @@ class SpanTable:
             self.op = np.broadcast_to(_I64(-1), (n,))
         if self.cpu is None:
             self.cpu = np.broadcast_to(_I64(-1), (n,))
+        if self.numpy_peak is None:
+            self.numpy_peak = np.broadcast_to(_I64(-1), (n,))
 
     def __len__(self) -> int:
         return len(self.start)
@@ -366,10 +370,13 @@ class SpanTable:
         n = len(spans)
         op = np.fromiter(map(g("op"), spans), dtype=_I64, count=n)
         cpu = np.fromiter(map(g("cpu"), spans), dtype=_I64, count=n)
+        numpy_peak = np.fromiter(map(g("numpy_peak"), spans), dtype=_I64, count=n)
         if (op >= 0).any():
             table.op = op
         if (cpu >= 0).any():
             table.cpu = cpu
+        if (numpy_peak >= 0).any():
+            table.numpy_peak = numpy_peak
         return table
 
     # ------------------------------------------------------------------ reading
@@ -446,6 +453,7 @@ class SpanTable:
                 self.all_args(),
                 self.op.tolist(),
                 self.cpu.tolist(),
+                self.numpy_peak.tolist(),
             )
         )
 
@@ -500,6 +508,7 @@ class SpanTable:
             backward=self.backward[idx],
             op=self.op[idx],
             cpu=self.cpu[idx],
+            numpy_peak=self.numpy_peak[idx],
             split_at=s_at,
             split_ns=self.split_ns[s_keep],
             args_at=a_at,
@@ -522,13 +531,13 @@ class SpanTable:
             return cls._concat_shared(tables)
         st = StringTable(tables[0].strings)
         parts: dict[str, list[np.ndarray]] = {
-            k: [] for k in ("start", "end", "tid", "name", "cat", "role", "inv", "op_type", "backward", "op", "cpu")
+            k: [] for k in ("start", "end", "tid", "name", "cat", "role", "inv", "op_type", "backward", "op", "cpu", "numpy_peak")
         }
         split_at, split_ns, args_at, args = [], [], [], []
         offset = 0
         for t in tables:
             remap = np.array([st.code(s) for s in t.strings] + [-1], dtype=np.int32)
-            for k in ("start", "end", "tid", "role", "inv", "backward", "op", "cpu"):
+            for k in ("start", "end", "tid", "role", "inv", "backward", "op", "cpu", "numpy_peak"):
                 parts[k].append(getattr(t, k))
             parts["name"].append(remap[t.name])
             parts["cat"].append(remap[t.cat])
@@ -554,7 +563,7 @@ class SpanTable:
         offsets = np.cumsum([0] + [len(t) for t in tables])[:-1].tolist()
         cols = {
             k: np.concatenate([getattr(t, k) for t in tables])
-            for k in ("start", "end", "tid", "name", "cat", "role", "inv", "op_type", "backward", "op", "cpu")
+            for k in ("start", "end", "tid", "name", "cat", "role", "inv", "op_type", "backward", "op", "cpu", "numpy_peak")
         }
         return cls(
             strings=tables[0].strings,

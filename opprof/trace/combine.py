@@ -191,7 +191,9 @@ class Combiner:
             # so a free in one pairs with its allocation in another; groups stay apart.
             base = self._storage_base.setdefault(group, len(self._storage_base) << STORAGE_BITS)
             pids = np.full(len(m), pid, dtype=_I64)
-            self._memory.append(MemoryEvents(m.ts - shift_ns, m.storage + base, self._ids._vars(m.var, var_map), m.nbytes, pids))
+            self._memory.append(
+                MemoryEvents(m.ts - shift_ns, m.storage + base, self._ids._vars(m.var, var_map), m.nbytes, pids, m.site, m.sites)
+            )
 
     def add_spans(self, table: SpanTable) -> None:
         """Spans already on the combined lanes and clock (tids from :attr:`lanes`)."""

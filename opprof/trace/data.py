@@ -268,4 +268,4 @@ def _same_states(a: ThreadStates | None, b: ThreadStates | None) -> bool:
 def _same_memory(a: MemoryEvents | None, b: MemoryEvents | None) -> bool:
     if a is None or b is None:
         return a is b
-    return all(np.array_equal(getattr(a, c), getattr(b, c)) for c in MEMORY_COLUMNS)
+    return a.sites == b.sites and all(np.array_equal(getattr(a, c), getattr(b, c)) for c in MEMORY_COLUMNS)

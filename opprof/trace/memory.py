@@ -5,7 +5,9 @@ dtype's size) and the moment its storage is freed (the last reference to it dies
 sampling. While profiling with memory on (:mod:`opprof.profiler.memory`), each array made with
 storage of its own is one *allocation* event (``+bytes``) and, if it dies before the profile
 stops, one *free* event (``-bytes``), both naming the array's var: the engine's edges then say
-which op made it (the first op that wrote the var) and which line pushed that op.
+which op made it (the first op that wrote the var) and which line pushed that op. An array still
+alive when the profile stopped also names the user's line that made it (``site``, where the
+recording knew it): a leak is found by its line, not only by its op.
 
 Everything else is derived (:mod:`.analysis.memory`): the bytes each op's outputs allocated, the
 live bytes over time (what MXNet's ``profile_memory`` shows as the ``Memory: cpu/0`` counter of
@@ -26,7 +28,7 @@ import numpy as np
 __all__ = ["COLUMNS", "MEMORY_CATEGORY", "MEMORY_COUNTER", "MEMORY_METADATA", "MemoryEvents"]
 
 #: The columns, in the order the constructor takes them.
-COLUMNS = ("ts", "storage", "var", "nbytes", "pid")
+COLUMNS = ("ts", "storage", "var", "nbytes", "pid", "site")
 
 #: MXNet's names for the live-bytes counter (a Chrome ``C`` event per change) and its category.
 MEMORY_COUNTER = "Memory: cpu/0"
@@ -39,18 +41,26 @@ MEMORY_METADATA = "memory"
 class MemoryEvents:
     """Allocations (``nbytes > 0``) and frees (``nbytes < 0``) of arrays' storage, as columns sorted
     by time: ``ts`` (ns, the trace's clock), ``storage`` (a number per storage in its process,
-    which its free repeats), ``var`` (the array's engine var id), ``nbytes``, and ``pid`` (the
-    process: a trace merged from several, a Dask cluster's, has each one's memory; 0 for one)."""
+    which its free repeats), ``var`` (the array's engine var id), ``nbytes``, ``pid`` (the
+    process: a trace merged from several, a Dask cluster's, has each one's memory; 0 for one), and
+    ``site`` (an allocation's user line, a code into ``sites``; -1 where not known: recorded for
+    the arrays still alive at the end)."""
 
     ts: np.ndarray  # int64 ns
     storage: np.ndarray  # int64
     var: np.ndarray  # int64 var id
     nbytes: np.ndarray  # int64, signed
     pid: np.ndarray | None = None  # int64; None: all 0
+    site: np.ndarray | None = None  # int64 code into ``sites``; None: all -1
+    sites: tuple[str, ...] = ()  # the lines, as the trace writes them ("In [3], line 2", "file:line")
 
     def __post_init__(self) -> None:
+        n = len(np.asarray(self.ts))
         if self.pid is None:
-            self.pid = np.zeros(len(np.asarray(self.ts)), dtype=np.int64)
+            self.pid = np.zeros(n, dtype=np.int64)
+        if self.site is None:
+            self.site = np.full(n, -1, dtype=np.int64)
+        self.sites = tuple(self.sites)
         for name in COLUMNS:
             setattr(self, name, np.asarray(getattr(self, name), dtype=np.int64))
         order = np.argsort(self.ts, kind="stable")
@@ -60,7 +70,16 @@ class MemoryEvents:
 
     def concat_with(self, other: MemoryEvents) -> MemoryEvents:
         """Both tables' events as one (a merge's parts: each part's storages and vars already its own)."""
-        return MemoryEvents(*(np.concatenate([getattr(self, c), getattr(other, c)]) for c in COLUMNS))
+        assert other.site is not None
+        theirs = np.where(other.site >= 0, other.site + len(self.sites), -1)
+        cols = {c: np.concatenate([getattr(self, c), theirs if c == "site" else getattr(other, c)]) for c in COLUMNS}
+        return MemoryEvents(**cols, sites=self.sites + other.sites)
+
+    def site_of(self, k: int) -> str | None:
+        """Event ``k``'s user line, where known."""
+        assert self.site is not None
+        code = int(self.site[k])
+        return self.sites[code] if code >= 0 else None
 
     def __len__(self) -> int:
         return len(self.ts)
@@ -68,7 +87,7 @@ class MemoryEvents:
     @classmethod
     def empty(cls) -> MemoryEvents:
         z = np.zeros(0, dtype=np.int64)
-        return cls(z, z, z, z, z)
+        return cls(z, z, z, z, z, z)
 
     @property
     def allocated(self) -> np.ndarray:
@@ -79,10 +98,13 @@ class MemoryEvents:
         """What is wrong with the columns (empty when nothing): lengths, a zero size, a storage
         allocated twice, freed twice, or freed without an allocation of the same bytes before."""
         n = len(self.ts)
-        cols = ("storage", "var", "nbytes", "pid")
+        cols = ("storage", "var", "nbytes", "pid", "site")
         problems = [f"column {c} has {len(getattr(self, c))} rows, ts has {n}" for c in cols if len(getattr(self, c)) != n]
         if problems:
             return problems
+        assert self.site is not None
+        if n and (int(self.site.min()) < -1 or int(self.site.max()) >= len(self.sites)):
+            problems.append(f"memory.site refers to lines outside its {len(self.sites)} sites")
         if np.any(self.nbytes == 0):
             problems.append(f"{int(np.count_nonzero(self.nbytes == 0))} memory events of 0 bytes")
         alloc = self.allocated

@@ -89,7 +89,7 @@ FAMILY_ARGS = frozenset({"op_type", "role", "invocation", "backward", *SPLIT_ARG
 class Span:
     """One timed piece of work on one thread (or, for a custom-op ``parent``, on no single thread)."""
 
-    __slots__ = ("args", "cat", "cpu", "end", "name", "op", "start", "tid")
+    __slots__ = ("args", "cat", "cpu", "end", "name", "numpy_peak", "op", "start", "tid")
 
     def __init__(
         self,
@@ -101,6 +101,7 @@ class Span:
         args: dict[str, Any] | None = None,
         op: int = -1,
         cpu: int = -1,
+        numpy_peak: int = -1,
     ) -> None:
         self.name = name
         self.cat = cat
@@ -113,6 +114,9 @@ class Span:
         self.op = op
         #: A custom op's Python's CPU time (ns; -1 where not measured).
         self.cpu = cpu
+        #: A custom op's Python: the most bytes of NumPy data it held at once, of what it allocated
+        #: itself (its temporaries; -1 where not measured: see :mod:`opprof.profiler.npmem`).
+        self.numpy_peak = numpy_peak
 
     @property
     def dur(self) -> int:
@@ -248,7 +252,7 @@ class CustomOpRow:
     allocated_bytes: int | None = None
     peak_bytes: int | None = None
     #: The most bytes of NumPy data its Python allocated itself (temporaries, above what was live
-    #: when it began: ``metadata["memory"]["numpy_peak"]``); None where not measured.
+    #: when it began: its Python span's ``numpy_peak``); None where not measured.
     python_numpy_peak_bytes: int | None = None
 
     @property

@@ -300,25 +300,33 @@ def split_table(trace: Trace) -> str:
     w = max(len(s.name) for s in split)
     keys = list(dict.fromkeys(k for s in split for k in s.waiting_by_cause))
     heads = "".join(f"  {CAUSE_HEADS.get(k, k):>6}" for k in keys)
-    # With memory recorded: each type's sub-op bytes (all its calls) and its highest peak.
+    # With memory recorded: each type's sub-op bytes (all its calls) and its highest peak, and
+    # where NumPy's allocations were seen, the most NumPy data one call's Python held itself.
     memory: dict[str, tuple[int, int]] = {}
+    numpy: dict[str, int] = {}
     for r in trace.analysis().custom_ops:
         if r.allocated_bytes is not None and r.peak_bytes is not None:
             a, p = memory.get(r.name, (0, 0))
             memory[r.name] = (a + r.allocated_bytes, max(p, r.peak_bytes))
-    mem_heads = "     alloc      peak" if memory else ""
+        if r.python_numpy_peak_bytes is not None:
+            numpy[r.name] = max(numpy.get(r.name, 0), r.python_numpy_peak_bytes)
+    mem_heads = ("     alloc      peak" if memory else "") + ("  py-numpy" if numpy else "")
     lines = [f"{'custom op':<{w}}  calls   wall ms  python  off-CPU  sub-ops  waiting{heads}{mem_heads}"]
     for s in split:
         wall = s.wall_ns or 1
         off = "      -" if s.python_off_cpu_ns is None else f"{100 * s.python_off_cpu_ns / wall:6.1f}%"
         causes = "".join(f"  {100 * s.waiting_by_cause.get(k, 0) / wall:5.1f}%" for k in keys)
-        mem = "".join(f"  {fmt_bytes(v):>8}" for v in memory[s.name]) if s.name in memory else ""
+        mem = "".join(f"  {fmt_bytes(v):>8}" for v in memory[s.name]) if s.name in memory else " " * 20 * bool(memory)
+        if numpy:
+            mem += f"  {fmt_bytes(numpy[s.name]) if s.name in numpy else '-':>8}"
         lines.append(
             f"{s.name:<{w}}  {s.calls:5d}  {s.wall_ns / 1e6:8.3f}  {100 * s.python_ns / wall:5.1f}%  {off}  "
             f"{100 * s.subops_ns / wall:6.1f}%  {100 * s.waiting_ns / wall:6.1f}%{causes}{mem}"
         )
     if keys:
         lines.append("waiting: " + "; ".join(f"{CAUSE_HEADS.get(k, k)} = {CAUSE_WORDS.get(k, k)}" for k in keys))
+    if numpy:
+        lines.append("py-numpy: the most NumPy data one call's Python held at once, of what it allocated itself")
     return "\n".join(lines)
 
 

@@ -13,7 +13,10 @@ import pytest
 import opprof as mx
 from opprof.profiler import npmem
 from opprof.profiler.session import Profiler
-from opprof.trace import load
+from opprof.trace import Role, load
+from opprof.trace.columns import ROLE_CODE
+from opprof.trace.compare import side_by_side
+from opprof.trace.text import split_table
 
 try:
     from numpy._core.multiarray import get_handler_name
@@ -86,19 +89,28 @@ def test_three_temporaries_peak_at_24_mb(engine: Any, compiled: bool | None, tmp
     for r in rows:
         assert r.python_numpy_peak_bytes is not None
         assert abs(r.python_numpy_peak_bytes - 3 * MB8) <= 0.05 * 3 * MB8, r.python_numpy_peak_bytes
-    meta = trace.metadata["memory"]
-    assert set(meta["numpy_peak"]) == {str(r.invocation) for r in rows}
-    assert "NumPy data its Python allocated itself" in meta["python"]
-    # The numbers survive a file (JSON keeps the ids as strings).
-    trace.save(tmp_path / "t.json")
-    back = [r.python_numpy_peak_bytes for r in load(tmp_path / "t.json").custom_ops()]
+    assert "NumPy data its Python allocated itself" in trace.metadata["memory"]["python"]
+    # Each is kept on its Python's span: one per invocation, none on any other span.
+    t = trace.table
+    python = t.role == ROLE_CODE[Role.PYTHON]
+    assert sorted(t.numpy_peak[python].tolist()) == sorted(r.python_numpy_peak_bytes for r in rows)
+    assert (t.numpy_peak[~python] == -1).all()
+    # The numbers survive a file, and a merge that numbers invocations anew (A and B side by side).
+    trace.save(tmp_path / "t.opprof")
+    back = [r.python_numpy_peak_bytes for r in load(tmp_path / "t.opprof").custom_ops()]
     assert back == [r.python_numpy_peak_bytes for r in rows]
+    none = profiled("NpNoTemps", compiled=compiled)
+    merged = side_by_side(none, trace).custom_ops()
+    assert (
+        sorted((r.op_type, r.python_numpy_peak_bytes is not None and r.python_numpy_peak_bytes >= MB8) for r in merged)
+        == [("NpNoTemps", False)] * 3 + [("NpThreeTemps", True)] * 3
+    )
+    assert "py-numpy" in split_table(trace)
 
 
 @needs_npmem
 def test_no_temporaries_peak_near_zero(engine: Any) -> None:
     trace = profiled("NpNoTemps")
-    assert trace.metadata["memory"]["numpy_peak"]
     rows = [r for r in trace.custom_ops() if r.op_type == "NpNoTemps"]
     assert len(rows) == 3
     for r in rows:
@@ -112,7 +124,7 @@ def test_not_installed_without_memory(engine: Any) -> None:
     trace = profiled("NpThreeTemps", memory=False)
     assert NAMES == [before] * 3
     assert all(r.python_numpy_peak_bytes is None for r in trace.custom_ops())
-    assert "memory" not in trace.metadata or "numpy_peak" not in trace.metadata["memory"]
+    assert (trace.table.numpy_peak == -1).all()
 
 
 def test_handler_back_after_profiling(engine: Any) -> None:
@@ -130,11 +142,12 @@ def test_metadata_says_why_not_where_unavailable() -> None:
     trace = profiled("NpNoTemps")
     python = trace.metadata["memory"]["python"]
     if npmem.AVAILABLE:
-        assert "numpy_peak" in trace.metadata["memory"]
+        assert "NumPy data its Python allocated itself" in python
+        assert all(r.python_numpy_peak_bytes is not None for r in trace.custom_ops())
     else:
         assert npmem.WHY_NOT in python
-        assert "numpy_peak" not in trace.metadata["memory"]
         assert all(r.python_numpy_peak_bytes is None for r in trace.custom_ops())
+        assert "py-numpy" not in split_table(trace)
 
 
 @needs_npmem

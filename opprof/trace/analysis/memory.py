@@ -36,7 +36,9 @@ class AliveGroup:
     """Arrays still alive when the profile stopped, made by one op at one line."""
 
     op: str  # the maker's name ("?" where no op wrote them)
-    site: str | None  # the line that pushed the maker, as the trace names it
+    # The user's line that made them, as the trace names it: recorded with the array where the
+    # recording knew it, else the line that pushed the maker (custom ops' sub-ops); None neither.
+    site: str | None
     count: int
     nbytes: int
 
@@ -152,7 +154,9 @@ def memory_analysis(memory: MemoryEvents, table: SpanTable, ops: OpTable | None,
     op_span = _op_spans(table, span_op_rows, n_ops)
     named = np.flatnonzero(op_span >= 0)
     names = dict(zip(named.tolist(), table.str_list(table.name[op_span[named]]), strict=True))
-    alive = _alive(ops, names, maker[~freed], a_bytes[~freed])
+    assert memory.site is not None
+    made_at = [memory.sites[c] if c >= 0 else None for c in memory.site[alloc][~freed].tolist()]
+    alive = _alive(ops, names, maker[~freed], a_bytes[~freed], made_at)
     return MemoryAnalysis(ts, _live_per_process(delta, where), delta, who, op_alloc, alive, names, where, op_span)
 
 
@@ -185,12 +189,13 @@ def _live_per_process(delta: np.ndarray, pid: np.ndarray) -> np.ndarray:
     return live
 
 
-def _alive(ops: OpTable | None, names: dict[int, str], maker: np.ndarray, nbytes: np.ndarray) -> list[AliveGroup]:
+def _alive(
+    ops: OpTable | None, names: dict[int, str], maker: np.ndarray, nbytes: np.ndarray, made_at: list[str | None]
+) -> list[AliveGroup]:
     groups: dict[tuple[str, str | None], list[int]] = {}
-    for row, b in zip(maker.tolist(), nbytes.tolist(), strict=True):
+    for row, b, site in zip(maker.tolist(), nbytes.tolist(), made_at, strict=True):
         name = names.get(row, "?")
-        site = None
-        if row >= 0 and ops is not None and ops.site[row] >= 0:
+        if site is None and row >= 0 and ops is not None and ops.site[row] >= 0:
             site = ops.strings[int(ops.site[row])]
         g = groups.setdefault((name, site), [0, 0])
         g[0] += 1

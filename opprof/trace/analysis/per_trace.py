@@ -24,7 +24,6 @@ import numpy as np
 
 from ..columns import ROLE_CODE, SpanTable
 from ..data import TraceData
-from ..memory import MEMORY_METADATA
 from ..ops import OpKind, OpTable
 from ..records import CUSTOM_POOL, ENGINE_POOL, CustomOpRow, Role
 from ..threadstates import STATES, PoolCondition, ThreadState
@@ -298,12 +297,10 @@ def _custom_op_rows(a: Analysis) -> list[CustomOpRow]:
     mem = a.invocation_memory
     allocated = mem[0].tolist() if mem is not None else [None] * len(parents)
     peak = mem[1].tolist() if mem is not None else [None] * len(parents)
-    # Its Python's NumPy temporaries, by the trace's invocation number (JSON keeps keys as strings).
-    np_peaks = ((a.data.metadata or {}).get(MEMORY_METADATA) or {}).get("numpy_peak") or {}
-    np_peak = {int(k): int(v) for k, v in np_peaks.items()}
+    np_peak = _numpy_peaks(t, a.members, len(parents))
     rows = [
-        CustomOpRow(op, bw == 1, inv, st, wall, py, sub, wait, err, bc, c, blk, None if by < 0 else by, al, pk, np_peak.get(inv))
-        for op, bw, inv, st, wall, (py, sub, wait), err, bc, c, blk, by, al, pk in zip(
+        CustomOpRow(op, bw == 1, inv, st, wall, py, sub, wait, err, bc, c, blk, None if by < 0 else by, al, pk, npk)
+        for op, bw, inv, st, wall, (py, sub, wait), err, bc, c, blk, by, al, pk, npk in zip(
             ops,
             t.backward[parents].tolist(),
             t.inv[parents].tolist(),
@@ -317,11 +314,20 @@ def _custom_op_rows(a: Analysis) -> list[CustomOpRow]:
             a.callers.tolist(),
             allocated,
             peak,
+            np_peak,
             strict=True,
         )
     ]
     rows.sort(key=lambda r: (r.start_ns, r.invocation))
     return rows
+
+
+def _numpy_peaks(t: SpanTable, members: tuple[np.ndarray, np.ndarray], k: int) -> list[int | None]:
+    """Each invocation's Python's NumPy peak (its Python span's ``numpy_peak``), None where not measured."""
+    idx, fam = members
+    peak = np.full(k, -1, dtype=np.int64)
+    np.maximum.at(peak, fam, t.numpy_peak[idx])
+    return [None if p < 0 else p for p in peak.tolist()]
 
 
 def _made_from(data: TraceData) -> tuple[object, ...] | None:

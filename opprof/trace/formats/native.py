@@ -79,7 +79,7 @@ SPAN_COLUMNS: dict[str, Any] = {
     "args_at": np.int64,
 }
 #: Columns a version 1 file does not have (then every span's is -1).
-SPAN_COLUMNS_V2: dict[str, Any] = {"op": np.int64, "cpu": np.int64}
+SPAN_COLUMNS_V2: dict[str, Any] = {"op": np.int64, "cpu": np.int64, "numpy_peak": np.int64}
 OP_COLUMNS: dict[str, Any] = {
     "op": np.int64,
     "kind": np.int8,
@@ -97,7 +97,14 @@ OP_COLUMNS: dict[str, Any] = {
 #: an extra member older readers skip (so the version stays).
 STATE_COLUMNS: dict[str, Any] = {"tid": np.int64, "state": np.int8, "start": np.int64, "end": np.int64, "holder": np.int64}
 #: Every allocation and free of an array's storage (:mod:`..memory`), where memory was recorded.
-MEMORY_COLUMNS: dict[str, Any] = {"ts": np.int64, "storage": np.int64, "var": np.int64, "nbytes": np.int64, "pid": np.int64}
+MEMORY_COLUMNS: dict[str, Any] = {
+    "ts": np.int64,
+    "storage": np.int64,
+    "var": np.int64,
+    "nbytes": np.int64,
+    "pid": np.int64,
+    "site": np.int64,
+}
 FLOW_COLUMNS: dict[str, Any] = {
     "id": np.int64,
     "name": np.int32,
@@ -152,6 +159,7 @@ def save(trace: TraceData, path: str | os.PathLike[str], *, compress: bool = Fal
         "state_period_ns": trace.thread_states.period_ns if trace.thread_states is not None else None,
         # An extra key today's readers skip (the version stays): older ones open it without memory.
         "memory": trace.memory is not None,
+        "memory_sites": list(trace.memory.sites) if trace.memory is not None else None,
     }
     arrays: dict[str, np.ndarray] = {
         f"spans.{k}": np.ascontiguousarray(getattr(t, k), dtype=dt) for k, dt in SPAN_COLUMNS.items()
@@ -246,9 +254,11 @@ def _from_members(z: _Members, header: Any) -> TraceData:
     trace.thread_states = (
         _states(header, _columns(z, names, "states", STATE_COLUMNS)) if header.get("state_period_ns") is not None else None
     )
-    if header.get("memory") is True:  # a file from before merged traces had memory has no pid column: one process
-        spec = {k: dt for k, dt in MEMORY_COLUMNS.items() if k != "pid" or "memory.pid" in names}
-        trace.memory = _memory(_columns(z, names, "memory", spec))
+    if header.get("memory") is True:
+        # Older files lack pid (before merged traces had memory: one process) and site (before
+        # alive arrays named their line): the columns a file has, and defaults for the rest.
+        spec = {k: dt for k, dt in MEMORY_COLUMNS.items() if k not in ("pid", "site") or f"memory.{k}" in names}
+        trace.memory = _memory(_columns(z, names, "memory", spec), header.get("memory_sites") or [])
     return trace
 
 
@@ -416,12 +426,14 @@ def _states(header: dict[str, Any], c: dict[str, np.ndarray]) -> ThreadStates:
     return states
 
 
-def _memory(c: dict[str, np.ndarray]) -> MemoryEvents:
+def _memory(c: dict[str, np.ndarray], sites: Any) -> MemoryEvents:
     n = len(c["ts"])
     for k in c:
         if c[k].shape != (n,):
             raise TraceFormatError(f"column memory.{k} has shape {c[k].shape}, expected ({n},)")
-    memory = MemoryEvents(c["ts"], c["storage"], c["var"], c["nbytes"], c.get("pid"))
+    if not isinstance(sites, list) or not all(type(s) is str for s in sites):
+        raise TraceFormatError("memory_sites is not a list of strings")
+    memory = MemoryEvents(c["ts"], c["storage"], c["var"], c["nbytes"], c.get("pid"), c.get("site"), tuple(sites))
     problems = memory.check()
     if problems:
         raise TraceFormatError(f"the memory events are inconsistent: {problems[0]}")
