@@ -60,11 +60,12 @@ def running_cell(shell: Any, depth: int = 40) -> int | None:
     return None
 
 
-def compiled_cell_name(shell: Any, source: str) -> str:
+def compiled_cell_name(shell: Any, source: str, number: int | None = None) -> str:
     """The file name to compile a ``%%opprof`` cell's body under: IPython's own, registered under
-    the running cell's number (so :func:`cell_number` and tracebacks know it), or a plain label."""
+    the running cell's number, or ``number`` (a labelled cell run again by ``--interleave`` keeps
+    its own), so :func:`cell_number` and tracebacks know it; else a plain label."""
     compiler = getattr(shell, "compile", None)
-    number = running_cell(shell)
+    number = number if number is not None else running_cell(shell)
     if compiler is None or number is None:
         return "<opprof-cell>"
     try:

@@ -37,7 +37,7 @@ from ..trace.formats.atomic import not_a_regular_file
 from ..trace.formats.jsonio import output_path_problem
 from ..trace.text import alive_text, compare_table, fmt_us, split_table, stats_table, summary_line, why_text
 from .bokehjs import load_bokehjs, unwatched
-from .cells import compiled_cell_name
+from .cells import compiled_cell_name, running_cell
 from .live import PERIOD_S as LIVE_PERIOD_S
 from .live import LiveView
 from .saved import SavedTimeline
@@ -51,7 +51,9 @@ class CellProfile:
     """What ``%%opprof`` leaves in the user namespace (``--var``, default ``_opprof``).
 
     ``trace`` is the (last) measured run; with ``--repeat N``, ``runs`` holds all N of them and
-    ``warmup`` the run before them, kept apart (first runs pay for imports and caches)."""
+    ``warmup`` the run before them, kept apart (first runs pay for imports and caches). ``code``
+    is the cell's text (what ``--interleave`` runs again for a label), ``comparison`` the result of
+    ``--compare``."""
 
     trace: Trace
     error: BaseException | None
@@ -59,6 +61,9 @@ class CellProfile:
     runs: list[Trace] = field(default_factory=list)
     warmup: Trace | None = None
     label: str | None = None
+    code: str | None = None
+    cell_number: int | None = None  # the cell's execution count, where known
+    comparison: Comparison | None = None
 
     def __post_init__(self) -> None:
         if not self.runs:
@@ -94,14 +99,15 @@ class CellProfile:
 HISTORY_VAR = "_opprof_history"
 
 
-def _run_code(shell: Any, cell: str) -> Any:
+def _run_code(shell: Any, cell: str, number: int | None = None) -> Any:
     """Run ``cell`` in the user namespace; return the value of a final expression (like a cell).
 
-    The body is compiled under IPython's own name for this cell (a profile's lines and a traceback
-    then say ``In [5], line 3``), its lines counted from the cell's first line: the ``%%opprof``
-    line is line 1 in the notebook, so the body starts at line 2."""
+    The body is compiled under IPython's own name for this cell (or for cell ``number``: a
+    labelled cell run again), so a profile's lines and a traceback say ``In [5], line 3``, its
+    lines counted from the cell's first line: the ``%%opprof`` line is line 1 in the notebook, so
+    the body starts at line 2."""
     source = shell.transform_cell(cell)
-    name = compiled_cell_name(shell, "\n" + source)  # the cached text lines up with the notebook's
+    name = compiled_cell_name(shell, "\n" + source, number)  # the cached text lines up with the notebook's
     tree = ast.parse(source, filename=name)
     ast.increment_lineno(tree, 1)
     last = None
@@ -159,6 +165,11 @@ class OpprofMagics(Magics):
     )
     @argument("--label", default=None, metavar="NAME", help="keep the result under NAME in _opprof_history, for --compare")
     @argument("--compare", default=None, metavar="NAME", help="compare this cell's runs with those labelled NAME")
+    @argument(
+        "--interleave",
+        action="store_true",
+        help="with --compare NAME and --repeat N: run NAME's cell and this one alternately, run by run",
+    )
     @argument("--max-events", type=int, default=5_000_000, metavar="N", help="event cap (memory bound)")
     @argument("--dask", default=None, metavar="CLIENT", help="also profile a Dask cluster (Client variable or address)")
     @cell_magic
@@ -193,6 +204,8 @@ class OpprofMagics(Magics):
                 live_wanted = False
             else:
                 load_bokehjs(once=True)  # before any BokehModel shows (a no-op once %load_ext did it)
+        if args.interleave:
+            return self._interleaved(shell, cell, args, history, engine_for_cell)
         runs: list[Trace] = []
         warmup: Trace | None = None
         live: LiveView | None = None
@@ -219,24 +232,103 @@ class OpprofMagics(Magics):
                     break
         if not runs:  # the warm-up itself failed
             runs = [trace]
-        profile = CellProfile(runs[-1], error, wall, runs=runs, warmup=warmup, label=args.label)
+        before = history[args.compare].runs if args.compare is not None else []
+        number = running_cell(shell)
+        profile = CellProfile(runs[-1], error, wall, runs=runs, warmup=warmup, label=args.label, code=cell, cell_number=number)
         shell.user_ns[args.var] = profile
         if args.label:
             history[args.label] = profile
         try:
             self._report(profile, args, live)
             if args.compare is not None and error is None:
-                label_b = args.label or "this cell"
-                before = history[args.compare].runs
-                comparison = compare(before, profile.runs, label_a=args.compare, label_b=label_b)
-                self._show_diff(comparison, before, profile.runs, args)
-                print(compare_table(comparison))
+                profile.comparison = compare(before, profile.runs, label_a=args.compare, label_b=args.label or "this cell")
+                self._show_comparison(profile.comparison, before, profile.runs, args)
         finally:
             if live is not None:
                 live.close()
         if error is not None:
             raise error
         return result
+
+    def _interleaved(
+        self, shell: Any, cell: str, args: Any, history: dict[str, CellProfile], engine_for_cell: AbstractContextManager[object]
+    ) -> Any:
+        """``--compare NAME --interleave --repeat N``: the cell labelled NAME (its code, kept with
+        the label) and this one run alternately, N measured runs each after a warm-up of each, and
+        the rows judged run pair by run pair. Blocks of runs taken minutes apart differ as wholes
+        (the machine's state moves); runs side by side in time share it, so a change shows
+        through drift that a blocked comparison has to decline."""
+        usage = self.opprof.parser.format_usage()
+        a = history[args.compare]
+        label_a, label_b = args.compare, args.label or "this cell"
+        if a.code is None:
+            raise UsageError(f"--interleave: the result labelled {label_a} was kept without its cell's code\n{usage}")
+        if a.code.strip() == cell.strip():
+            raise UsageError(
+                f"--interleave: the cell labelled {label_a} is this same code, so interleaving would run one version "
+                "twice (a change made outside the cell, such as a function defined again in another cell, applies "
+                "to both). Keep both versions and compare them with opprof.compare_functions(old, new), or give "
+                f"each version its own cell\n{usage}"
+            )
+        sides: dict[str, list[Trace]] = {label_a: [], label_b: []}
+        codes = {label_a: a.code, label_b: cell}
+        numbers = {label_a: a.cell_number, label_b: running_cell(shell)}
+        error: BaseException | None = None
+        failed = ""
+        result = None
+        wall = 0.0
+        loops = 1
+        with engine_for_cell:
+            # The warm-up: one run of each (imports, caches, the pools' threads); the quicker sets the loops.
+            took = {}
+            for name in (label_a, label_b):
+                trace, error, took[name], value, _ = self._profile_once(shell, codes[name], args, False, 1, numbers[name])
+                if error is not None:
+                    failed, sides[name] = name, [trace]
+                    break
+                result = value if name == label_b else result
+            if error is None:
+                loops = loops_after_warmup(min(took.values())) if args.loops == "auto" else int(args.loops)
+                print(
+                    f"opprof: {label_a} and {label_b} run alternately, {args.repeat} runs each after a warm-up"
+                    + (f", each run the cell {loops} times (runs of at least {MIN_RUN_S * 1e3:.0f} ms)" if loops > 1 else "")
+                )
+                for k in range(args.repeat):
+                    # Each pair in turn A, B then B, A: neither side always runs first.
+                    for name in (label_a, label_b) if k % 2 == 0 else (label_b, label_a):
+                        trace, error, run_wall, value, _ = self._profile_once(
+                            shell, codes[name], args, False, loops, numbers[name]
+                        )
+                        sides[name].append(trace)
+                        if name == label_b:
+                            result, wall = value, run_wall
+                        if error is not None:
+                            failed = name
+                            break
+                    if error is not None:
+                        break
+        b_runs = sides[label_b] or sides[label_a]
+        profile = CellProfile(b_runs[-1], error, wall, runs=b_runs, label=args.label, code=cell, cell_number=numbers[label_b])
+        shell.user_ns[args.var] = profile
+        if args.label:
+            history[args.label] = profile
+        if error is not None:
+            if failed == label_a:
+                print(f"opprof: the cell labelled {label_a} failed when run again for --interleave:")
+            self._report(profile, args)
+            raise error
+        n = min(len(sides[label_a]), len(sides[label_b]))
+        profile.comparison = compare(sides[label_a][:n], sides[label_b][:n], label_a=label_a, label_b=label_b, paired=True)
+        profile.comparison.notes.insert(
+            0, f"interleaved: {label_a} and {label_b} ran alternately, {n} runs each of {loops} loop(s), judged pair by pair"
+        )
+        self._report(profile, args)
+        self._show_comparison(profile.comparison, sides[label_a][:n], sides[label_b][:n], args)
+        return result
+
+    def _show_comparison(self, comparison: Comparison, a: list[Trace], b: list[Trace], args: Any) -> None:
+        self._show_diff(comparison, a, b, args)
+        print(compare_table(comparison))
 
     # ------------------------------------------------------------------ the widgets a cell shows
     # A timeline holds its trace and drawing (~16 MB at 200k spans) for as long as its widgets stay
@@ -290,7 +382,7 @@ class OpprofMagics(Magics):
         display(both)
 
     def _profile_once(
-        self, shell: Any, cell: str, args: Any, live_wanted: bool, loops: int = 1
+        self, shell: Any, cell: str, args: Any, live_wanted: bool, loops: int = 1, number: int | None = None
     ) -> tuple[Trace, BaseException | None, float, Any, LiveView | None]:
         """One run of the cell (``loops`` times over) under a profile of its own (this process's,
         or with ``--dask`` the cluster's too): (trace, error, wall s, value, live view)."""
@@ -306,7 +398,7 @@ class OpprofMagics(Magics):
                 if live_wanted:
                     live = LiveView(session.live_feed()).start()
                 for _ in range(loops):
-                    result = _run_code(shell, cell)
+                    result = _run_code(shell, cell, number)
             except BaseException as e:  # shown after the partial timeline, then re-raised
                 error = e
             finally:
@@ -408,6 +500,11 @@ class OpprofMagics(Magics):
             value = getattr(args, name)
             if value is not None and not value.strip():
                 raise UsageError(f"--{name} needs a name\n{usage}")
+        if args.interleave and (args.compare is None or args.repeat is None or args.repeat < 2):
+            raise UsageError(
+                "--interleave runs the cell labelled NAME and this one alternately: it needs --compare NAME "
+                f"and --repeat N (N at least 2: an interval needs two runs a side)\n{usage}"
+            )
         if args.live and (args.no_live or args.no_widget):
             other = "--no-live" if args.no_live else "--no-widget"
             raise UsageError(f"--live shows a widget while the cell runs: it cannot go with {other}\n{usage}")

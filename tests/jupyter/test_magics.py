@@ -230,6 +230,65 @@ def test_compare_with_widgets_shows_the_chart_and_both_runs_on_one_axis(ip: Any)
     assert any(type(w).__name__ == "BokehModel" for w in shown)  # the bar chart
 
 
+def test_interleave_runs_the_labelled_cell_and_this_one_alternately(ip: Any) -> None:
+    """--interleave: A's cell (its code kept with its label) and this one run in turn, each run
+    pair judged together; B naps twice as long, so B is slower, and the notes say how it ran.
+    A's runs name A's own cell lines, not this cell's."""
+    ip.run_cell(NAP)
+    cell_a = "MagicNap.seconds = 0.003\n" + NAP_CELL
+    cell_b = "MagicNap.seconds = 0.006\n" + NAP_CELL
+    result, out = run(ip, "--repeat 2 --loops 1 --label A --no-widget", cell_a)
+    assert result.error_in_exec is None, out
+    a = ip.user_ns["_opprof"]
+    assert a.code.strip() == cell_a and a.cell_number is not None
+
+    def attempt() -> None:
+        result, out = run(ip, "--repeat 4 --loops 2 --label B --compare A --interleave --no-widget", cell_b)
+        assert result.error_in_exec is None, out
+        assert "A and B run alternately, 4 runs each after a warm-up" in out
+        b = ip.user_ns["_opprof"]
+        c = b.comparison
+        assert c is not None and c.paired_runs and c.notes[0].startswith("interleaved: A and B ran alternately, 4 runs each")
+        assert c.end_to_end is not None and c.end_to_end.verdict.value == "slower", out
+        assert len(b.runs) == 4 and all(r.metadata["loops"] == 2 for r in b.runs)
+        assert ip.user_ns["_opprof_history"]["B"] is b and ip.user_ns["_opprof_history"]["A"] is a
+
+    retried(attempt)
+
+
+def test_compare_with_the_label_this_cell_takes_compares_with_the_earlier_runs(ip: Any) -> None:
+    """``--label X --compare X``: the runs labelled X before this cell (A) against this cell's (B),
+    which then take the label; not this cell's runs against themselves."""
+    run(ip, "--repeat 2 --loops 1 --label X --no-widget", "y = 1")
+    earlier = ip.user_ns["_opprof"]
+    result, out = run(ip, "--repeat 3 --loops 1 --label X --compare X --no-widget", "y = 2")
+    assert result.error_in_exec is None, out
+    c = ip.user_ns["_opprof"].comparison
+    assert c is not None and (c.runs_a, c.runs_b) == (2, 3)
+    assert ip.user_ns["_opprof_history"]["X"] is not earlier
+
+
+def test_interleave_refuses_what_it_cannot_do_and_says_why(ip: Any) -> None:
+    ip.user_ns["ran"] = 0
+    with pytest.raises(UsageError, match="--interleave runs the cell labelled NAME and this one alternately"):
+        ip.run_cell_magic("opprof", "--repeat 3 --interleave --no-widget", "ran = 1")
+    run(ip, "--repeat 2 --loops 1 --label same --no-widget", "ran = 0")
+    with pytest.raises(UsageError, match="is this same code, so interleaving would run one version twice"):
+        ip.run_cell_magic("opprof", "--repeat 3 --compare same --interleave --no-widget", "ran = 0")
+    with pytest.raises(UsageError, match="needs --compare NAME and --repeat N"):
+        ip.run_cell_magic("opprof", "--compare same --interleave --no-widget", "ran = 1")
+    assert ip.user_ns["ran"] == 0
+
+
+def test_interleave_when_the_labelled_cell_fails_again_raises_its_error(ip: Any) -> None:
+    ip.run_cell("ok = True")
+    run(ip, "--repeat 2 --loops 1 --label flaky --no-widget", "assert ok, 'the labelled cell now fails'")
+    ip.run_cell("ok = False")
+    result, out = run(ip, "--repeat 2 --compare flaky --interleave --no-widget", "x = 1")
+    assert isinstance(result.error_in_exec, AssertionError) and "the labelled cell now fails" in str(result.error_in_exec)
+    assert "the cell labelled flaky failed when run again for --interleave" in out
+
+
 def test_compare_with_an_unknown_label_runs_nothing_and_lists_the_labels(ip: Any) -> None:
     ip.user_ns["ran"] = 0
     with pytest.raises(UsageError, match="no result has that label"):
