@@ -16,7 +16,7 @@ from opprof import nd
 from opprof.engine import gil, handoff
 from opprof.trace import Trace
 from opprof.trace.analysis.whatif import what_if
-from opprof.trace.analysis.whatif.gil import MIN_TRANSFERS, gil_transfer_ns, hop_held_ns
+from opprof.trace.analysis.whatif.gil import MIN_TRANSFERS, gil_transfer_ns, hop_held_ns, one_holder
 from opprof.trace.synthetic import synthetic_trace
 from opprof.trace.threadstates import GIL_METADATA, ThreadState, ThreadStates
 
@@ -119,3 +119,30 @@ def test_a_woken_worker_runs_once_the_program_lets_the_gil_go() -> None:
             assert op.end - op.start < spin * 1e9 / 4, (
                 f"{label}: {op.name}'s span holds the wait ({(op.end - op.start) / 1e6:.2f} ms)"
             )
+
+
+# ---------------------------------------------------------------- one holder at a time
+def test_one_holder_leaves_alone_pieces_that_never_overlap() -> None:
+    a, b = np.array([0, 100 * US]), np.array([100 * US, 200 * US])
+    wait, share = np.zeros(2, dtype=np.int64), np.ones(2)
+    w2, s2 = one_holder(a, b, wait, share)
+    assert w2.tolist() == [0, 0] and s2.tolist() == [1.0, 1.0]
+
+
+def test_one_holder_splits_an_overlap_by_rank_then_by_density() -> None:
+    """Two pieces taken to hold the GIL through the same 100 µs cannot both have: of equal rank
+    each keeps half and waited the other half; of unequal rank the higher keeps it all and the
+    lower waited all along. A piece holding half its time (share 0.5) beside one holding all of
+    it, equal rank: held 1/3 and 2/3 of the overlap, what it lost now its wait."""
+    a, b = np.array([0, 0]), np.array([100 * US, 100 * US])
+    zero, full = np.zeros(2, dtype=np.int64), np.ones(2)
+    w, s = one_holder(a, b, zero, full)
+    assert w.tolist() == [50 * US, 50 * US] and s.tolist() == [1.0, 1.0]  # held all of what is left
+    w, s = one_holder(a, b, zero, full, np.array([1, 0]))
+    assert w.tolist() == [0, 100 * US] and s[0] == 1.0
+    w, s = one_holder(a, b, zero, np.array([0.5, 1.0]))
+    held = (100 * US - w) * s
+    assert held == pytest.approx([100 * US / 3, 200 * US / 3], abs=2)
+    # Partly overlapping: only the overlap is shared (a 100 µs piece, another over its last 50 µs).
+    w, s = one_holder(np.array([0, 50 * US]), np.array([100 * US, 100 * US]), zero, full)
+    assert w.tolist() == [25 * US, 25 * US]

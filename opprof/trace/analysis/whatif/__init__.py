@@ -57,12 +57,15 @@ close to the recording):
   free: a thread that asks meanwhile takes it, as in CPython, and the woken one waits again.
 * **Not modelled:** the engine's own Python beyond the hand-offs (pushing, completing), where
   inside a stretch its GIL part fell, how much of a piece shorter than two GIL samples held the
-  GIL (it is taken to hold it all along, its waits for it included: a 4 ms trace of ops that run
-  NumPy without the GIL replays 28 % too slow), contention between threads for cores and memory (durations
-  are replayed as recorded, with whatever slowdown the work beside them caused), the start of a
-  new pool thread, and synchronisation between program threads outside the engine. A trace's
-  :attr:`WhatIf.notes` say which of these matter for it (an op slower beside other work than
-  alone, workers waiting long to wake, several pushing threads) and how the GIL was read.
+  GIL (it is taken to hold it all along, its waits for it included, except where pieces on other
+  threads overlap it: one thread holds the GIL at a time, so overlapping pieces share it, first a
+  Python whose CPU time was read, then an op's run, then a program's Python between its pushes;
+  a 4 ms trace of ops that run NumPy without the GIL still replays ~18 % too slow), contention
+  between threads for cores and memory (durations are replayed as recorded, with whatever slowdown
+  the work beside them caused), the start of a new pool thread, and synchronisation between
+  program threads outside the engine. A trace's :attr:`WhatIf.notes` say which of these matter
+  for it (an op slower beside other work than alone, workers waiting long to wake, several pushing
+  threads) and how the GIL was read.
 
 The naive engine runs everything inline on the pushing thread, so there is nothing to schedule:
 its replay is a time warp of each thread, where every span's own time (without the spans nested

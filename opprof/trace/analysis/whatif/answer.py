@@ -45,7 +45,8 @@ _GIL_CPU = (
 _GIL_LEFT_OUT = (
     "Left out of the GIL model: the engine's own Python (pushing, completing ops) beyond the hand-offs read off "
     "the trace, where inside a stretch its GIL part fell (the model runs it first), and how much of a piece "
-    "shorter than two GIL samples held the GIL (taken as all of it, its waits for it included)."
+    "shorter than two GIL samples held the GIL (taken as all of it, its waits for it included, except where "
+    "pieces on other threads overlap it: one thread holds the GIL at a time, so they share it)."
 )
 _NO_GIL = "No GIL (a free-threaded build): every thread runs at once; the recorded waits for the GIL are left out."
 

@@ -17,7 +17,7 @@ from ...data import TraceData
 from ...ops import OpKind, OpTable
 from ...records import CUSTOM_POOL, ENGINE_POOL, Role
 from ...threadstates import STATES, ThreadState, ThreadStates
-from .gil import gil_shares, gil_transfer_ns, hop_held_ns
+from .gil import EXACT_PERIOD_NS, gil_shares, gil_transfer_ns, hop_held_ns, one_holder
 
 __all__ = ["LATENCY_KEY", "LATENCY_WORDS", "MODEL_METADATA", "POOL_PREFIXES", "Recording", "extent", "prepare"]
 
@@ -243,6 +243,12 @@ def prepare(trace: TraceData) -> Recording:
     all_cpu = np.concatenate([p_cpu, np.where(run_cpu >= 0, run_cpu / run_dur, -1.0)])
     python = np.concatenate([np.ones(len(pieces), dtype=bool), np.zeros(len(run_rows), dtype=bool)])
     g_wait, g_share = gil_shares(trace, all_tid, all_a, all_b, all_cpu, python)
+    states = trace.thread_states
+    if states is None or not states.period_ns or states.period_ns > EXACT_PERIOD_NS:  # a model's own: exact already
+        # One holder at a time where the pieces overlap; it goes first to a Python whose CPU clock
+        # was read, then to an op's run, then to a stretch of a thread's Python between its pushes.
+        rank = np.where(all_cpu >= 0, 2, np.where(python, 0, 1))
+        g_wait, g_share = one_holder(all_a, all_b, g_wait, g_share, rank)
     k = 0
     for fam in families:
         m = len(fam.items) + 1
