@@ -16,7 +16,7 @@ from opprof import nd
 from opprof.engine import gil, handoff
 from opprof.trace import Trace
 from opprof.trace.analysis.whatif import what_if
-from opprof.trace.analysis.whatif.gil import MIN_TRANSFERS, gil_transfer_ns, hop_held_ns, one_holder
+from opprof.trace.analysis.whatif.gil import MIN_TRANSFERS, gil_transfer_ns, held_after_handoff, hop_held_ns, one_holder
 from opprof.trace.synthetic import synthetic_trace
 from opprof.trace.threadstates import GIL_METADATA, ThreadState, ThreadStates
 
@@ -146,3 +146,19 @@ def test_one_holder_splits_an_overlap_by_rank_then_by_density() -> None:
     # Partly overlapping: only the overlap is shared (a 100 µs piece, another over its last 50 µs).
     w, s = one_holder(np.array([0, 50 * US]), np.array([100 * US, 100 * US]), zero, full)
     assert w.tolist() == [25 * US, 25 * US]
+
+
+def test_a_pool_thread_holds_the_gil_from_its_hand_off_to_its_next_park() -> None:
+    """After a timed wait for the GIL (exact) a thread runs until its next state (its park): that
+    stretch is taken to hold the GIL; a wait followed at once by another state gives none."""
+    states = _states(
+        [
+            (7, B, 0, 100 * US),
+            (7, W, 100 * US, 530 * US),  # woken at 100 µs, held the GIL from 530 µs ...
+            (7, B, 879 * US, 1000 * US),  # ... until it parked at 879 µs
+            (8, W, 0, 50 * US),
+            (8, H, 50 * US, 60 * US),  # sampled right after: nothing unrecorded
+        ]
+    )
+    tid, a, b = held_after_handoff(states)
+    assert (tid.tolist(), a.tolist(), b.tolist()) == ([7], [530 * US], [879 * US])

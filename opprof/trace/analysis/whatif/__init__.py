@@ -60,7 +60,7 @@ close to the recording):
   GIL (it is taken to hold it all along, its waits for it included, except where pieces on other
   threads overlap it: one thread holds the GIL at a time, so overlapping pieces share it, first a
   Python whose CPU time was read, then an op's run, then a program's Python between its pushes;
-  a 4 ms trace of ops that run NumPy without the GIL still replays ~18 % too slow), contention
+  a 4 ms trace of ops that run NumPy without the GIL still replays ~15 % too slow), contention
   between threads for cores and memory (durations are replayed as recorded, with whatever slowdown
   the work beside them caused), the start of a new pool thread, and synchronisation between
   program threads outside the engine. A trace's :attr:`WhatIf.notes` say which of these matter

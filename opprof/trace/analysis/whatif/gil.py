@@ -31,7 +31,16 @@ from ...data import TraceData
 from ...records import CUSTOM_POOL, ENGINE_POOL
 from ...threadstates import GIL_METADATA, STATES, ThreadState, ThreadStates
 
-__all__ = ["DEFAULT_SWITCH_INTERVAL", "EXACT_PERIOD_NS", "Gil", "gil_shares", "gil_transfer_ns", "hop_held_ns", "one_holder"]
+__all__ = [
+    "DEFAULT_SWITCH_INTERVAL",
+    "EXACT_PERIOD_NS",
+    "Gil",
+    "gil_shares",
+    "gil_transfer_ns",
+    "held_after_handoff",
+    "hop_held_ns",
+    "one_holder",
+]
 
 #: The ``period_ns`` of thread states a model wrote (a predicted trace's): exact, not sampled.
 EXACT_PERIOD_NS = 1
@@ -140,6 +149,25 @@ def one_holder(
     new_work = np.maximum(d - new_wait, 0.0)
     new_share = np.where(new_work > 0, np.minimum(held / np.maximum(new_work, 1.0), 1.0), 0.0)
     return new_wait, np.where(lost > 0.5, new_share, share)
+
+
+def held_after_handoff(states: ThreadStates) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(tid, start, end) of each stretch in which a pool thread ran after a timed hand-off gave it
+    the GIL: from the end of its wait for the GIL (exact, the hand-off's stamp) to its next state
+    (its next park, exact too, or a sample), where nothing was recorded in between.
+
+    Why: the thread then ran the engine's Python and its ops, holding the GIL most of the time,
+    which the thread's op spans alone do not cover (the completions and dispatches between them).
+    In the quickstart a worker got the GIL 430 µs after its wake and ran for 350 µs while the
+    program sat between two pushes; without this, the program's stretch was taken to hold the GIL
+    throughout and the replay kept the worker waiting for it."""
+    if not len(states):
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    tid, st, a, b = states.tid, states.state, states.start, states.end  # sorted by (tid, start)
+    nxt_same = np.r_[tid[1:] == tid[:-1], False]
+    gap_to = np.r_[a[1:], a[-1]]
+    pick = (st == ThreadState.WAIT) & nxt_same & (gap_to > b)
+    return tid[pick], b[pick], gap_to[pick]
 
 
 #: Handovers :func:`gil_transfer_ns` needs to trust its own median over the OS's wake.

@@ -17,7 +17,7 @@ from ...data import TraceData
 from ...ops import OpKind, OpTable
 from ...records import CUSTOM_POOL, ENGINE_POOL, Role
 from ...threadstates import STATES, ThreadState, ThreadStates
-from .gil import EXACT_PERIOD_NS, gil_shares, gil_transfer_ns, hop_held_ns, one_holder
+from .gil import EXACT_PERIOD_NS, gil_shares, gil_transfer_ns, held_after_handoff, hop_held_ns, one_holder
 
 __all__ = ["LATENCY_KEY", "LATENCY_WORDS", "MODEL_METADATA", "POOL_PREFIXES", "Recording", "extent", "prepare"]
 
@@ -248,7 +248,19 @@ def prepare(trace: TraceData) -> Recording:
         # One holder at a time where the pieces overlap; it goes first to a Python whose CPU clock
         # was read, then to an op's run, then to a stretch of a thread's Python between its pushes.
         rank = np.where(all_cpu >= 0, 2, np.where(python, 0, 1))
-        g_wait, g_share = one_holder(all_a, all_b, g_wait, g_share, rank)
+        # A pool thread's run after a timed hand-off gave it the GIL holds it too (beside the ops it
+        # ran then, whose own pieces it does not repeat): taken into the sharing, then dropped.
+        _, x_a, x_b = _without_pieces(*held_after_handoff(states), all_tid, all_a, all_b) if states is not None else ([],) * 3
+        m = len(all_a)
+        extra = len(x_a)
+        w2, s2 = one_holder(
+            np.concatenate([all_a, np.asarray(x_a, dtype=_I64)]),
+            np.concatenate([all_b, np.asarray(x_b, dtype=_I64)]),
+            np.concatenate([g_wait, np.zeros(extra, dtype=_I64)]),
+            np.concatenate([g_share, np.ones(extra)]),
+            np.concatenate([rank, np.ones(extra, dtype=np.int64)]),
+        )
+        g_wait, g_share = w2[:m], s2[:m]
     k = 0
     for fam in families:
         m = len(fam.items) + 1
@@ -442,6 +454,40 @@ def _calibrate(
     _mean(w_py or w_prog, "wake_python", latency, samples)
     _mean(quiet, "quiet_wait", latency, samples)
     return latency, samples
+
+
+def _without_pieces(
+    tid: np.ndarray, a: np.ndarray, b: np.ndarray, p_tid: np.ndarray, p_a: np.ndarray, p_b: np.ndarray
+) -> tuple[list[int], list[int], list[int]]:
+    """The stretches ``[a, b)`` on thread ``tid`` less the pieces ``[p_a, p_b)`` of the same thread
+    (a thread's pieces follow each other: each stretch looks only at those that start inside it,
+    and the one before)."""
+    out: tuple[list[int], list[int], list[int]] = ([], [], [])
+    by_tid: dict[int, tuple[list[int], list[int]]] = {}
+    order = np.lexsort((p_a, p_tid))
+    for t_, x, y in zip(p_tid[order].tolist(), p_a[order].tolist(), p_b[order].tolist(), strict=True):
+        starts, ends = by_tid.setdefault(t_, ([], []))
+        starts.append(x)
+        ends.append(y)
+    for t_, x, y in zip(tid.tolist(), a.tolist(), b.tolist(), strict=True):
+        starts, ends = by_tid.get(t_, ([], []))
+        at = x
+        k = max(bisect.bisect_right(starts, x) - 1, 0)
+        while k < len(starts) and starts[k] < y:
+            px, py = starts[k], ends[k]
+            k += 1
+            if py <= at:
+                continue
+            if px > at:
+                out[0].append(t_)
+                out[1].append(at)
+                out[2].append(px)
+            at = max(at, py)
+        if at < y:
+            out[0].append(t_)
+            out[1].append(at)
+            out[2].append(y)
+    return out
 
 
 def extent(trace: TraceData) -> tuple[int, int]:
