@@ -38,14 +38,14 @@ setup(
         Extension(
             "opprof.profiler._spanlog",
             ["opprof/profiler/_spanlog.c"],
-            depends=["opprof/_monotonic.h"],
+            depends=["opprof/_monotonic.h", "opprof/_frames.h"],
             optional=True,
             extra_compile_args=["-O2", "-std=gnu11"],
         ),
         Extension(
             "opprof.profiler._memlog",
             ["opprof/profiler/_memlog.c"],
-            depends=["opprof/_monotonic.h"],
+            depends=["opprof/_monotonic.h", "opprof/_frames.h"],
             optional=True,
             extra_compile_args=["-O2", "-std=gnu11"],
         ),

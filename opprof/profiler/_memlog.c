@@ -29,17 +29,13 @@
  */
 #define PY_SSIZE_T_CLEAN
 #ifndef Py_BUILD_CORE_MODULE
-#define Py_BUILD_CORE_MODULE /* the frame layout below (see user_site) is read from the internal headers */
+#define Py_BUILD_CORE_MODULE /* ../_frames.h reads the interpreter's frame list from the internal headers */
 #endif
 #include <Python.h>
 
+#include "../_frames.h"    /* opprof_user_frame(): the user's line that made an array */
 #include "../_monotonic.h" /* monotonic_ns(): the clock perf_counter_ns reads */
 #include <structmember.h>
-#if PY_VERSION_HEX >= 0x030B0000
-#include "internal/pycore_frame.h" /* _PyInterpreterFrame */
-#else
-#include <frameobject.h> /* PyFrameObject's fields (public in 3.10) */
-#endif
 
 #if defined(Py_GIL_DISABLED)
 #error "opprof.profiler._memlog relies on the GIL to serialise its log"
@@ -56,11 +52,6 @@ typedef struct {
 /* The first buffer holds 4,096 events (128 KiB); it doubles from there (amortised, a realloc per
  * doubling: ~20 for a million events). */
 #define FIRST_CAP 4096
-/* Filenames whose "is this the user's code?" is remembered (a walk meets a handful: the engine's,
- * the NDArray module's, the user's cell or script); one past these is checked each time. */
-#define FILE_CACHE 64
-/* Frames walked from the hook towards the user's line, at most (the usual paths take 2-5). */
-#define MAX_WALK 24
 
 typedef struct Log Log;
 
@@ -70,7 +61,7 @@ typedef struct Storage {
     struct Storage *prev, *next; /* the owner's list of live storages */
     Log *owner;                  /* borrowed: a Log lets go of all its Storages before it goes; NULL once released */
     int64_t number, var, nbytes;
-    PyObject *code; /* strong: the code of the user's line that made the array (see user_site); NULL none */
+    PyObject *code; /* strong: the code of the user's line that made the array (opprof_user_frame); NULL none */
     int lasti;      /* the byte offset of that line's instruction in ``code`` */
 } Storage;
 
@@ -84,16 +75,10 @@ struct Log {
     int on;
     PyTypeObject *var_type;    /* opprof.engine.Var, whose ``id`` slot is read at its offset */
     Py_ssize_t var_id_offset; /* -1: read ``id`` through getattr */
-    PyObject *not_user;        /* a tuple of path prefixes whose code is not the user's (start(not_user)) */
-    struct {
-        PyObject *file; /* strong: a code object's co_filename */
-        int own;        /* 1: under a not_user prefix */
-    } files[FILE_CACHE];
-    int nfiles;
+    opprof_user_code user; /* whose code is not the user's (start(not_user)) */
 };
 
 static PyTypeObject StorageType, LogType;
-static void forget_files(Log *log);
 static PyObject *str_base, *str_nbytes, *str_id;
 /* The weak references' callback (``_freed``): one function for all, so a Storage refers to
  * nothing but its storage (weakly) and to this; it finds its Log through ``owner``. */
@@ -246,8 +231,7 @@ static PyObject *log_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
 
 static void log_dealloc(Log *log) {
     release_all(log);
-    forget_files(log);
-    Py_XDECREF(log->not_user);
+    opprof_user_code_clear(&log->user);
     PyMem_Free(log->events);
     Py_XDECREF(log->var_type);
     Py_TYPE(log)->tp_free((PyObject *)log);
@@ -265,98 +249,6 @@ static inline int64_t var_id(Log *log, PyObject *var) {
     int64_t id = PyLong_AsLongLong(v);
     Py_DECREF(v);
     return id;
-}
-
-/* Whether ``file`` (a co_filename) is under one of the not_user prefixes: 1 yes, 0 no. Remembered
- * per filename object (a module's code objects share theirs). Runs no Python code. */
-static int is_not_user(Log *log, PyObject *file) {
-    for (int i = 0; i < log->nfiles; i++)
-        if (log->files[i].file == file) return log->files[i].own;
-    int own = 0;
-    Py_ssize_t n;
-    const char *path = PyUnicode_Check(file) ? PyUnicode_AsUTF8AndSize(file, &n) : NULL;
-    if (path == NULL) {
-        PyErr_Clear();
-        own = 1; /* not a path: not a line a user could read */
-    } else if (log->not_user != NULL) {
-        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(log->not_user) && !own; k++) {
-            Py_ssize_t m;
-            const char *prefix = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(log->not_user, k), &m);
-            if (prefix == NULL) {
-                PyErr_Clear();
-                continue;
-            }
-            own = m <= n && memcmp(path, prefix, (size_t)m) == 0;
-        }
-    }
-    if (log->nfiles < FILE_CACHE) {
-        log->files[log->nfiles].file = Py_NewRef(file);
-        log->files[log->nfiles++].own = own;
-    }
-    return own;
-}
-
-static void forget_files(Log *log) {
-    for (int i = 0; i < log->nfiles; i++) Py_CLEAR(log->files[i].file);
-    log->nfiles = 0;
-}
-
-/* The user's line that made the array: the innermost frame of this thread whose code is not under a
- * not_user prefix (opprof's own, threading's), as its code (borrowed) and instruction offset; NULL
- * none within MAX_WALK frames (an engine worker's array). The walk reads the interpreter's own
- * frame list, which materialises no frame object: 20-40 ns for the usual 3-5 frames, where
- * PyFrame_GetBack makes a frame object per step (the pure path's sys._getframe walk costs ~1 µs).
- * The layout is per version (the module is built per version):
- *   3.10        PyThreadState.frame -> PyFrameObject (f_back, f_code, f_lasti in code units)
- *   3.11, 3.12  PyThreadState.cframe->current_frame -> _PyInterpreterFrame (previous, f_code)
- *   3.13        PyThreadState.current_frame -> _PyInterpreterFrame (previous, f_executable) */
-static PyObject *user_site(Log *log, int *lasti) {
-    PyThreadState *ts = PyThreadState_GET();
-#if PY_VERSION_HEX >= 0x030D0000
-    _PyInterpreterFrame *f = ts->current_frame;
-#elif PY_VERSION_HEX >= 0x030B0000
-    _PyInterpreterFrame *f = ts->cframe->current_frame;
-#else
-    PyFrameObject *f = ts->frame;
-#endif
-    for (int depth = 0; f != NULL && depth < MAX_WALK; depth++) {
-#if PY_VERSION_HEX >= 0x030B0000
-#if PY_VERSION_HEX >= 0x030C0000
-        if (f->owner == FRAME_OWNED_BY_CSTACK) { /* the interpreter's entry shim: no user code */
-            f = f->previous;
-            continue;
-        }
-#endif
-#if PY_VERSION_HEX >= 0x030D0000
-        if (!PyCode_Check(f->f_executable)) {
-            f = f->previous;
-            continue;
-        }
-#endif
-        if (_PyFrame_IsIncomplete(f)) {
-            f = f->previous;
-            continue;
-        }
-#if PY_VERSION_HEX >= 0x030D0000
-        PyCodeObject *code = _PyFrame_GetCode(f);
-#else
-        PyCodeObject *code = f->f_code;
-#endif
-        if (!is_not_user(log, code->co_filename)) {
-            *lasti = _PyInterpreterFrame_LASTI(f) * (int)sizeof(_Py_CODEUNIT);
-            return (PyObject *)code;
-        }
-        f = f->previous;
-#else
-        PyCodeObject *code = f->f_code;
-        if (!is_not_user(log, code->co_filename)) {
-            *lasti = f->f_lasti * (int)sizeof(_Py_CODEUNIT);
-            return (PyObject *)code;
-        }
-        f = f->f_back;
-#endif
-    }
-    return NULL;
 }
 
 /* made(data, var): the NDArray hook (see MemoryRecording._made, whose rules these are). */
@@ -402,7 +294,7 @@ static PyObject *log_made(Log *log, PyObject *const *args, Py_ssize_t nargs) {
     s->number = log->numbers++;
     s->var = id;
     s->nbytes = nbytes;
-    s->code = user_site(log, &s->lasti);
+    s->code = opprof_user_frame(&log->user, &s->lasti);
     Py_XINCREF(s->code);
     link_storage(log, s); /* the new reference is the list's */
     write_event(log, s->number, id, nbytes);
@@ -411,15 +303,8 @@ static PyObject *log_made(Log *log, PyObject *const *args, Py_ssize_t nargs) {
 
 static PyObject *log_start(Log *log, PyObject *args) {
     PyObject *not_user = NULL;
-    if (!PyArg_ParseTuple(args, "|O!:start", &PyTuple_Type, &not_user)) return NULL;
-    for (Py_ssize_t k = 0; not_user != NULL && k < PyTuple_GET_SIZE(not_user); k++)
-        if (!PyUnicode_Check(PyTuple_GET_ITEM(not_user, k))) {
-            PyErr_SetString(PyExc_TypeError, "start(not_user): a tuple of str path prefixes");
-            return NULL;
-        }
-    forget_files(log);
-    Py_XINCREF(not_user);
-    Py_XSETREF(log->not_user, not_user);
+    if (!PyArg_ParseTuple(args, "|O:start", &not_user)) return NULL;
+    if (opprof_user_code_set(&log->user, not_user) < 0) return NULL;
     log->on = 1;
     Py_RETURN_NONE;
 }
@@ -427,7 +312,7 @@ static PyObject *log_start(Log *log, PyObject *args) {
 static PyObject *log_stop(Log *log, PyObject *unused) {
     log->on = 0;
     release_all(log);
-    forget_files(log);
+    opprof_user_code_clear(&log->user);
     Py_RETURN_NONE;
 }
 

@@ -10,7 +10,7 @@
  * their ids. Nothing per span is a Python object, so nothing is left for the garbage collector.
  *
  * ``on_push`` notes every op's push in the Python recorder's shape (inside a custom op's Python
- * with its invocation and the user's line, found by the recorder's own ``_site``). At ``run``, a
+ * with its invocation and the user's line, found in C as (code, offset): see ../_frames.h). At ``run``, a
  * sub-op (pushed inside a custom op's Python) and a custom op's own two ops are kept as the same
  * tuples the Python recorder appends, in the same lists (``sub``, ``fam``, ``deps``), as is a
  * custom op's Python (``on_python``) and a sub-op the naive engine pushes and runs at once; an op
@@ -23,8 +23,12 @@
  * that thread appends (both with the GIL held; nothing here releases it).
  */
 #define PY_SSIZE_T_CLEAN
+#ifndef Py_BUILD_CORE_MODULE
+#define Py_BUILD_CORE_MODULE /* ../_frames.h reads the interpreter's frame list from the internal headers */
+#endif
 #include <Python.h>
 
+#include "../_frames.h"    /* opprof_user_frame(): the user's line that pushed a sub-op */
 #include "../_monotonic.h" /* monotonic_ns(): the clock perf_counter_ns reads */
 #include <structmember.h>
 
@@ -276,7 +280,7 @@ struct Hot {
     PyObject *register_cb;  /* () -> this thread's ThreadRecords (made on first record) */
     PyObject *slow_run; /* the Python recorder's run, for every op that is not plain */
     PyObject *slow_run_pushed;
-    PyObject *site;         /* the recorder's _site(start): the user's line that pushed */
+    opprof_user_code user;  /* whose code is not the user's (the not_user prefixes) */
     PyObject *thread_state; /* opprof.engine.state.thread_state */
     PyObject *internal;     /* opprof.engine.INTERNAL */
 };
@@ -524,14 +528,18 @@ static PyObject *current_invocation(void) {
 }
 
 static PyObject *hot_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"max_events", "register", "run", "run_pushed", "site", "thread_state", "internal", NULL};
+    static char *kwlist[] = {"max_events", "register", "run", "run_pushed", "not_user", "thread_state", "internal", NULL};
     long long max_events;
-    PyObject *reg, *run, *run_pushed, *site, *ts, *internal;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "LOOOOOO:Hot", kwlist, &max_events, &reg, &run, &run_pushed, &site,
+    PyObject *reg, *run, *run_pushed, *not_user, *ts, *internal;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "LOOOOOO:Hot", kwlist, &max_events, &reg, &run, &run_pushed, &not_user,
                                      &ts, &internal))
         return NULL;
     Hot *self = (Hot *)type->tp_alloc(type, 0);
     if (self == NULL) return NULL;
+    if (opprof_user_code_set(&self->user, not_user) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
     self->table.index = PyDict_New();
     self->table.list = PyList_New(0);
     if (self->table.index == NULL || self->table.list == NULL) {
@@ -541,9 +549,8 @@ static PyObject *hot_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     self->recording = 1;
     self->max_events = max_events;
     self->generation = ++generations;
-    Py_INCREF(reg), Py_INCREF(run), Py_INCREF(run_pushed), Py_INCREF(site), Py_INCREF(ts);
+    Py_INCREF(reg), Py_INCREF(run), Py_INCREF(run_pushed), Py_INCREF(ts);
     Py_INCREF(internal);
-    self->site = site;
     self->register_cb = reg;
     self->slow_run = run;
     self->slow_run_pushed = run_pushed;
@@ -556,7 +563,7 @@ static int hot_traverse(Hot *self, visitproc visit, void *arg) {
     Py_VISIT(self->register_cb);
     Py_VISIT(self->slow_run);
     Py_VISIT(self->slow_run_pushed);
-    Py_VISIT(self->site);
+    Py_VISIT(self->user.not_user);
     return 0;
 }
 
@@ -564,7 +571,7 @@ static int hot_clear(Hot *self) {
     Py_CLEAR(self->register_cb);
     Py_CLEAR(self->slow_run);
     Py_CLEAR(self->slow_run_pushed);
-    Py_CLEAR(self->site);
+    opprof_user_code_clear(&self->user);
     return 0;
 }
 
@@ -587,9 +594,28 @@ static inline int admit(Hot *self) {
     return 0;
 }
 
+/* The user's line that pushed (the innermost frame outside the not_user prefixes) as a new
+ * ``(code, offset)`` pair, which the build turns into ``(file, line)`` (opprof.profiler.sites.resolve);
+ * None where no frame is the user's; NULL with an exception set. */
+static PyObject *user_site(Hot *self) {
+    int offset = 0;
+    PyObject *code = opprof_user_frame(&self->user, &offset);
+    if (code == NULL) return Py_NewRef(Py_None);
+    PyObject *off = PyLong_FromLong(offset);
+    if (off == NULL) return NULL;
+    PyObject *pair = PyTuple_New(2);
+    if (pair == NULL) {
+        Py_DECREF(off);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(pair, 0, Py_NewRef(code));
+    PyTuple_SET_ITEM(pair, 1, off);
+    return pair;
+}
+
 /* on_push(opr): note when and by whom an op was pushed, opr.prof = (ts, records, invocation, site)
  * in build's NOTE_* order: inside a custom op's Python, its invocation and (for a sub-op) the
- * user's line that pushed it, found by the recorder's _site; (ts, records, None, None) elsewhere. */
+ * user's line that pushed it, as (code, offset) (user_site); (ts, records, None, None) elsewhere. */
 static PyObject *hot_on_push(Hot *self, PyObject *opr) {
     if (!self->recording) Py_RETURN_NONE;
     PyObject *info = slot_get(&S_INFO, opr);
@@ -602,19 +628,8 @@ static PyObject *hot_on_push(Hot *self, PyObject *opr) {
     if (inv == NULL) return NULL;
     untrack_invocation(inv);
     int64_t ts = monotonic_ns();
-    PyObject *site = Py_None;
-    Py_INCREF(site);
-    if (inv != Py_None && info == Py_None) {
-        /* _site(2): its frame 0 is itself, 1 the engine's push (this C function is no frame). */
-        PyObject *start = PyLong_FromLong(2);
-        if (start == NULL) {
-            Py_DECREF(site);
-            return NULL;
-        }
-        Py_SETREF(site, PyObject_CallOneArg(self->site, start));
-        Py_DECREF(start);
-        if (site == NULL) return NULL;
-    }
+    PyObject *site = inv != Py_None && info == Py_None ? user_site(self) : Py_NewRef(Py_None);
+    if (site == NULL) return NULL;
     PyObject *t = PyLong_FromLongLong(ts);
     if (t == NULL) {
         Py_DECREF(site);
@@ -838,7 +853,7 @@ static PyObject *hot_run(Hot *self, PyObject *const *args, Py_ssize_t nargs) {
 
 /* A sub-op pushed and run at once inside a custom op's Python (the naive engine): kept as the Python
  * recorder keeps one (a sub record with its push's note, and its edges), without an Opr. Its push
- * and its start are one instant; the user's line that pushed is found by the recorder's _site. */
+ * and its start are one instant; the user's line that pushed is found by user_site. */
 static int keep_pushed_sub(Hot *self, PyObject *inv, PyObject *site, PyObject *const *args, int64_t t0, int64_t t1) {
     if (!admit(self)) return 0;
     PyObject *a = PyLong_FromLongLong(t0), *b = PyLong_FromLongLong(t1);
@@ -859,9 +874,7 @@ static int keep_pushed_sub(Hot *self, PyObject *inv, PyObject *site, PyObject *c
 static PyObject *run_pushed_inside(Hot *self, PyObject *inv, PyObject *const *args, Py_ssize_t nargs) {
     PyObject *rec = this_threads_records(self);
     if (rec == NULL) return NULL;
-    PyObject *start = PyLong_FromLong(2); /* _site's frame 0 is itself, 1 the engine's push */
-    PyObject *site = start ? PyObject_CallOneArg(self->site, start) : NULL;
-    Py_XDECREF(start);
+    PyObject *site = user_site(self);
     if (site == NULL) return NULL;
     call_t c = timed_call(args[4], args + 5, nargs - 5);
     int kept = keep_pushed_sub(self, inv, site, args, c.t0, c.t1);

@@ -35,7 +35,7 @@ from ..trace.analysis.split import callers, split_columns
 from ..trace.columns import ROLE_CODE, StringTable
 from ..trace.ops import WAIT_ID_BASE, OpKind, OpTable
 from ..trace.records import OPERATOR, WAIT
-from .sites import site_text
+from .sites import resolve, site_text
 
 __all__ = [
     "BUF_FIELDS",
@@ -125,7 +125,8 @@ SUB_FIELDS = 5
 # the pusher's records (their ``ThreadRecords.index``: a number, not the object, so that no record
 # refers back to the lists that hold it and the compiled recorder can keep its records out of the
 # garbage collector's sight), the invocation whose Python pushed (None outside one) and the user's
-# line that pushed (``(file, line)``; None for a plain op or a custom op's own).
+# line that pushed (``(file, line)``, or ``(code, offset)`` from the compiled recorder: see
+# :func:`.sites.resolve`; None for a plain op or a custom op's own).
 NOTE_TS, NOTE_RECORDS, NOTE_INV, NOTE_SITE = 0, 1, 2, 3
 # ``deps``: the edges of an op that is not plain (the plain record's, then the push's site).
 DEP_SEQ, DEP_PUSH, DEP_PUSHER, DEP_READY, DEP_BY, DEP_BY_VAR, DEP_READS, DEP_WRITES, DEP_SITE = range(9)
@@ -462,7 +463,7 @@ def build_columns(threads: Sequence[ThreadRecords]) -> Built:
 def _site_codes(sites: list[Any], st: StringTable) -> np.ndarray:
     """Each push's or wait's ``(file, line)`` as a code of its text (:func:`.sites.site_text`; -1 for none): each
     distinct site formatted once, then looked up in C."""
-    code = {x: -1 if x is None else st.code(site_text(x[0], x[1])) for x in set(sites)}
+    code = {x: -1 if x is None else st.code(site_text(*resolve(x))) for x in set(sites)}
     return np.fromiter(map(code.__getitem__, sites), dtype=np.int32, count=len(sites))
 
 

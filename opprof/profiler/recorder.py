@@ -556,7 +556,7 @@ class _CompiledRecorder(Recorder):
             register=self._records,
             run=Recorder.run.__get__(self),
             run_pushed=Recorder.run_pushed.__get__(self),
-            site=_site,
+            not_user=_sites.NOT_USER,
             thread_state=thread_state,
             internal=INTERNAL,
         )

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from types import CodeType
+from typing import Any
 
-__all__ = ["NOT_USER", "SiteNamer", "add_not_user_code", "name_sites_with", "site_text"]
+__all__ = ["NOT_USER", "SiteNamer", "add_not_user_code", "name_sites_with", "resolve", "site_text"]
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: Where code lives that is not the user's: a push or wait passes through it on its way from the
@@ -59,3 +61,14 @@ def site_text(file: str, line: int) -> str:
         if text:
             return text
     return f"{file}:{line}"
+
+
+def resolve(site: tuple[Any, int]) -> tuple[str, int]:
+    """A recorded site as ``(file, line)``: the pure recorder keeps that already; the compiled one
+    keeps ``(code, offset)`` (the frame's code and instruction offset, read in C without a frame
+    object), whose line is looked up here, once per distinct site, when the trace is built."""
+    where, at = site
+    if not isinstance(where, CodeType):
+        return where, at
+    line = next((ln for a, b, ln in where.co_lines() if a <= at < b and ln is not None), where.co_firstlineno)
+    return where.co_filename, line

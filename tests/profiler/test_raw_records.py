@@ -12,6 +12,7 @@ import opprof as mx
 from opprof.engine import Invocation
 from opprof.profiler import build as b
 from opprof.profiler.recorder import Recorder
+from opprof.profiler.sites import resolve
 from tests.helpers import MyAddOneProp
 
 pytestmark = pytest.mark.timeout(60)
@@ -54,7 +55,8 @@ def test_each_record_has_its_fields_where_build_names_them() -> None:
         note = s[b.SUB_NOTE]
         assert isinstance(note[b.NOTE_INV], Invocation) and note[b.NOTE_INV].op_type == "RawRecordsAddOne"
         assert note[b.NOTE_RECORDS] in by_index and note[b.NOTE_TS] <= s[b.T0] <= s[b.T1]
-        assert note[b.NOTE_SITE] is not None and note[b.NOTE_SITE][0].endswith("helpers.py")
+        site = note[b.NOTE_SITE]  # (file, line), or (code, offset) from the compiled recorder: resolved alike
+        assert site is not None and resolve(site)[0].endswith("helpers.py")
 
     # Its start, its Python and its Dummy_Wait, one invocation.
     assert {len(f) for f in fam} == {b.FAM_FIELDS}
