@@ -17,7 +17,7 @@ class Hot:
         register: Callable[[], Any],
         run: Callable[..., Any],
         run_pushed: Callable[..., Any],
-        site: Callable[[int], Any],
+        not_user: tuple[str, ...],
         thread_state: Any,
         internal: Any,
     ) -> None: ...

@@ -441,3 +441,16 @@ def test_stats_and_the_split_table_carry_the_bytes() -> None:
         (mx.nd.ones((10, 10)) + 1).wait_to_read()
     assert all(r.allocated_bytes is None for r in plain.trace.stats())
     del x, y, z
+
+
+def test_the_compiled_log_reads_numpy_arrays_off_their_struct_where_checked() -> None:
+    """Where the compiled log is built it reads an array's base and bytes off NumPy's struct, having
+    checked the layout on sample arrays at import (views, 0-d, empty, structured dtypes); the
+    events it records for such arrays are the pure path's (test above), and a layout check that
+    fails leaves getattr in use."""
+    from opprof.profiler import memory as memory_
+
+    if memory_._memlog is None:
+        pytest.skip(f"no compiled memory log here: {memory_.COMPILED_WHY_NOT}")
+    assert memory_.NUMPY_STRUCT
+    assert memory_._memlog.bind_numpy(np.ndarray, memory_._numpy_samples())
