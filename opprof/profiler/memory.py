@@ -9,7 +9,13 @@ var does until its deletion runs), which is the free. Both are stamped on the pr
 and name the array's var; :mod:`opprof.trace.memory` says what is derived from them.
 
 Cost: one hook call per array made and one weak-reference callback at its free; nothing when off
-(one global read per array). Where :mod:`._memlog` is built both are C (the default;
+(one global read per array). Where the compiled parts are built, frees are mostly seen another way:
+the recording thread allocates NumPy data through opprof's watching handler (``_npmem.c``'s
+``watch_enter``, NumPy's own allocator API) while recording, and so does a custom op's Python
+(the counting handler): an array whose data one of them allocated is kept in the compiled log's
+pointer table and its free comes from the handler's free hook, with no weak reference (0.13 µs
+an NDArray made and freed against 0.24 µs with one; arrays allocated elsewhere keep the weak
+reference, see ``WATCH_WHY_NOT``). Where :mod:`._memlog` is built both are C (the default;
 ``OPPROF_PURE=1`` or ``MemoryRecording(compiled=False)`` for the pure-Python path, which is also
 the reference the compiled one is tested against): ~0.2 µs per array made and freed (0.19-0.34 µs
 on a loop of 20,000 ``x = x + 1`` on 4x4 arrays, naive engine, where NumPy's own ``empty(16)`` is
@@ -112,6 +118,19 @@ RECORD_SIZE = 4 * 8
 _memlog, _why_not = load_compiled("_memlog", RECORD_SIZE, package="opprof.profiler")
 
 
+def _npmem_enter() -> Any:
+    from . import npmem
+
+    return npmem._npmem.watch_enter() if npmem._npmem is not None else None
+
+
+def _npmem_leave(token: Any) -> None:
+    from . import npmem
+
+    if npmem._npmem is not None:
+        npmem._npmem.watch_leave(token)
+
+
 def _numpy_samples() -> list[np.ndarray]:
     """Arrays the compiled log's struct reading is checked on: dtypes of several sizes, 0 to 3
     dimensions, empty ones, views, a structured dtype."""
@@ -131,6 +150,46 @@ def _numpy_samples() -> list[np.ndarray]:
 #: Whether the compiled log reads an array's base and bytes off NumPy's struct (checked at import on
 #: :func:`_numpy_samples`; where a NumPy's layout differs, it asks by getattr, ~55 ns more an array).
 NUMPY_STRUCT = bool(_memlog is not None and _memlog.bind_numpy(np.ndarray, _numpy_samples()))
+
+
+def _watch_through_npmem() -> str:
+    """Let the compiled log see frees through :mod:`.npmem`'s data-memory handler: "" where it
+    does, else why not. Checked on two arrays: one allocated with the handler installed must name
+    it (NumPy's ``get_handler_name`` and the struct's ``mem_handler`` alike), one allocated
+    without must not."""
+    if _memlog is None:
+        return _why_not
+    if not NUMPY_STRUCT:
+        return "NumPy's array struct is not the one the compiled log reads"
+    from . import npmem
+
+    if not npmem.AVAILABLE or npmem._npmem is None:
+        return npmem.WHY_NOT
+    _memlog.bind_npmem(npmem._npmem._hooks)
+    names = []
+    for enter, leave in ((npmem._npmem.watch_enter, npmem._npmem.watch_leave), (npmem.enter, npmem.leave)):
+        token = enter()
+        try:
+            ours = np.empty(4096, dtype=np.uint8)
+        finally:
+            leave(token)
+        theirs = np.empty(4096, dtype=np.uint8)
+        name = npmem._multiarray()[1].get_handler_name(ours)
+        mine, other = _memlog.handler_of(ours), _memlog.handler_of(theirs)
+        if token is None or mine is None or mine is other:
+            _memlog.bind_npmem(None)
+            return f"an array allocated with opprof's NumPy handler does not say so ({name!r})"
+        names.append(name)
+    if names != [npmem._npmem.WATCH_NAME, npmem._npmem.HANDLER_NAME]:
+        _memlog.bind_npmem(None)
+        return f"arrays allocated with opprof's NumPy handlers name {names}"
+    return ""
+
+
+#: Why frees are not seen through NumPy's data-memory handler here ("" where they are: the
+#: recording thread and custom ops' Pythons allocate through opprof's handler while recording, and
+#: their arrays need no weak reference).
+WATCH_WHY_NOT: str = _watch_through_npmem()
 #: Why memory is recorded in Python here ("" where the compiled hot path is in use).
 COMPILED_WHY_NOT: str = _why_not
 _CLOCK_WHY_NOT = "the compiled memory log reads CLOCK_MONOTONIC: it takes clock=time.perf_counter_ns only"
@@ -254,6 +313,8 @@ class _CompiledMemoryRecording(MemoryRecording):
         self._log = _memlog.Log(Var)
         self._previous: Any = None
         self._made_at: dict[int, tuple[str, int]] = {}
+        self._npmem_token: Any = None
+        self._npmem_thread = 0
         self.on = False
 
     @property
@@ -274,6 +335,10 @@ class _CompiledMemoryRecording(MemoryRecording):
         self._made_at = {}
         self._log.start(_not_user())
         self._previous = _nd.set_array_hook(self._log.made)
+        # The recording thread allocates through opprof's NumPy handler while recording, so the
+        # frees of what it makes are seen by the handler (see WATCH_WHY_NOT).
+        self._npmem_token = _npmem_enter() if not WATCH_WHY_NOT else None
+        self._npmem_thread = threading.get_ident()
 
     def stop(self) -> None:
         """As :meth:`MemoryRecording.stop`: a collection first, then the C log lets go of every weak
@@ -283,6 +348,9 @@ class _CompiledMemoryRecording(MemoryRecording):
         collect_young()
         _nd.set_array_hook(self._previous)
         self.on = False
+        if self._npmem_token is not None and threading.get_ident() == self._npmem_thread:
+            _npmem_leave(self._npmem_token)  # (stopped on another thread: that one's context is left as it is)
+        self._npmem_token = None
         self._made_at = {number: (file, line) for number, file, line in self._log.alive_sites()}
         self._log.stop()
 

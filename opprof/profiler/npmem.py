@@ -10,6 +10,11 @@ it records memory (``opprof.profile(memory=True)``); without memory recording no
 Where the sub-ops a custom op's Python pushes run on that same thread (the naive engine), their
 outputs' storage is NumPy data made there too, and is counted with the temporaries.
 
+The same module has a second handler, the watching one (``watch_enter``/``watch_leave``), which
+only forwards and tells the compiled memory log (``_memlog.c``) of each block freed or moved: a
+memory recording installs it in its own thread, so that the frees of the arrays made there need no
+weak reference (:mod:`.memory`). Both handlers tell the log through the ``_hooks`` capsule.
+
 Not available (``AVAILABLE`` False, ``WHY_NOT`` says why) with ``OPPROF_PURE=1``, where the module
 was not built, where NumPy lacks the handler API, where another data handler than NumPy's default is
 in use when this module is imported, or where the installed handler does not answer to its name.
