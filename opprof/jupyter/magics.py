@@ -121,6 +121,12 @@ def _run_code(shell: Any, cell: str, number: int | None = None) -> Any:
     return None
 
 
+def _loops(args: Any, warmup_s: float) -> int:
+    """How many times each measured run runs the cell: ``--loops K``, or (auto) enough for a run of
+    at least :data:`MIN_RUN_S` after a warm-up run of ``warmup_s``."""
+    return loops_after_warmup(warmup_s) if args.loops == "auto" else int(args.loops)
+
+
 def _memory_wanted(args: Any) -> bool:
     """``--memory``, ``--no-memory``; else on where it is cheap: the compiled hook (~6 % on a loop of
     tiny ops, within noise on custom ops), not the pure-Python one (~30 %; ``benchmarks``, "Memory")."""
@@ -219,7 +225,7 @@ class OpprofMagics(Magics):
                 if args.repeat and k == 0 and error is None:
                     warmup = trace
                     # Runs long enough to compare: the warm-up's time sets the loops (or --loops K).
-                    loops = loops_after_warmup(wall) if args.loops == "auto" else int(args.loops)
+                    loops = _loops(args, wall)
                     if loops > 1:
                         print(
                             f"opprof: each of the {args.repeat} runs runs the cell {loops} times "
@@ -270,60 +276,64 @@ class OpprofMagics(Magics):
                 "to both). Keep both versions and compare them with opprof.compare_functions(old, new), or give "
                 f"each version its own cell\n{usage}"
             )
-        sides: dict[str, list[Trace]] = {label_a: [], label_b: []}
-        codes = {label_a: a.code, label_b: cell}
-        numbers = {label_a: a.cell_number, label_b: running_cell(shell)}
+        # Side 0 is A (the labelled cell), side 1 B (this one): by side, not by label, as both may
+        # carry one label (``--label A --compare A --interleave``).
+        sides: tuple[list[Trace], list[Trace]] = ([], [])
+        codes = (a.code, cell)
+        numbers = (a.cell_number, running_cell(shell))
         error: BaseException | None = None
-        failed = ""
+        failed = -1
         result = None
         wall = 0.0
         loops = 1
         with engine_for_cell:
             # The warm-up: one run of each (imports, caches, the pools' threads); the quicker sets the loops.
-            took = {}
-            for name in (label_a, label_b):
-                trace, error, took[name], value, _ = self._profile_once(shell, codes[name], args, False, 1, numbers[name])
+            took = [0.0, 0.0]
+            for side in (0, 1):
+                trace, error, took[side], value, _ = self._profile_once(shell, codes[side], args, False, 1, numbers[side])
                 if error is not None:
-                    failed, sides[name] = name, [trace]
+                    failed = side
+                    sides[side].append(trace)
                     break
-                result = value if name == label_b else result
+                if side == 1:
+                    result = value
             if error is None:
-                loops = loops_after_warmup(min(took.values())) if args.loops == "auto" else int(args.loops)
+                loops = _loops(args, min(took))
                 print(
                     f"opprof: {label_a} and {label_b} run alternately, {args.repeat} runs each after a warm-up"
                     + (f", each run the cell {loops} times (runs of at least {MIN_RUN_S * 1e3:.0f} ms)" if loops > 1 else "")
                 )
                 for k in range(args.repeat):
                     # Each pair in turn A, B then B, A: neither side always runs first.
-                    for name in (label_a, label_b) if k % 2 == 0 else (label_b, label_a):
+                    for side in (0, 1) if k % 2 == 0 else (1, 0):
                         trace, error, run_wall, value, _ = self._profile_once(
-                            shell, codes[name], args, False, loops, numbers[name]
+                            shell, codes[side], args, False, loops, numbers[side]
                         )
-                        sides[name].append(trace)
-                        if name == label_b:
+                        sides[side].append(trace)
+                        if side == 1:
                             result, wall = value, run_wall
                         if error is not None:
-                            failed = name
+                            failed = side
                             break
                     if error is not None:
                         break
-        b_runs = sides[label_b] or sides[label_a]
-        profile = CellProfile(b_runs[-1], error, wall, runs=b_runs, label=args.label, code=cell, cell_number=numbers[label_b])
+        b_runs = sides[1] or sides[0]
+        profile = CellProfile(b_runs[-1], error, wall, runs=b_runs, label=args.label, code=cell, cell_number=numbers[1])
         shell.user_ns[args.var] = profile
         if args.label:
             history[args.label] = profile
         if error is not None:
-            if failed == label_a:
+            if failed == 0:
                 print(f"opprof: the cell labelled {label_a} failed when run again for --interleave:")
             self._report(profile, args)
             raise error
-        n = min(len(sides[label_a]), len(sides[label_b]))
-        profile.comparison = compare(sides[label_a][:n], sides[label_b][:n], label_a=label_a, label_b=label_b, paired=True)
+        n = min(len(sides[0]), len(sides[1]))
+        profile.comparison = compare(sides[0][:n], sides[1][:n], label_a=label_a, label_b=label_b, paired=True)
         profile.comparison.notes.insert(
             0, f"interleaved: {label_a} and {label_b} ran alternately, {n} runs each of {loops} loop(s), judged pair by pair"
         )
         self._report(profile, args)
-        self._show_comparison(profile.comparison, sides[label_a][:n], sides[label_b][:n], args)
+        self._show_comparison(profile.comparison, sides[0][:n], sides[1][:n], args)
         return result
 
     def _show_comparison(self, comparison: Comparison, a: list[Trace], b: list[Trace], args: Any) -> None:

@@ -268,6 +268,19 @@ def test_compare_with_the_label_this_cell_takes_compares_with_the_earlier_runs(i
     assert ip.user_ns["_opprof_history"]["X"] is not earlier
 
 
+def test_interleave_under_the_label_it_compares_with_runs_both_versions(ip: Any) -> None:
+    """``--label v --compare v --interleave``: A is the code labelled v before this cell, B this
+    cell's; the two sides are kept apart though they share a label (each version ran its own runs)."""
+    ip.run_cell("calls = {'a': 0, 'b': 0}")
+    run(ip, "--repeat 2 --loops 1 --label v --no-widget", "calls['a'] += 1")
+    ip.run_cell("calls = {'a': 0, 'b': 0}")
+    result, out = run(ip, "--repeat 3 --loops 1 --label v --compare v --interleave --no-widget", "calls['b'] += 1")
+    assert result.error_in_exec is None, out
+    assert ip.user_ns["calls"] == {"a": 1 + 3, "b": 1 + 3}  # a warm-up and three runs each
+    c = ip.user_ns["_opprof"].comparison
+    assert c is not None and (c.runs_a, c.runs_b) == (3, 3) and c.paired_runs
+
+
 def test_interleave_refuses_what_it_cannot_do_and_says_why(ip: Any) -> None:
     ip.user_ns["ran"] = 0
     with pytest.raises(UsageError, match="--interleave runs the cell labelled NAME and this one alternately"):
