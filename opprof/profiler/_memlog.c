@@ -34,6 +34,7 @@
 #include <Python.h>
 
 #include "../_frames.h"    /* opprof_user_frame(): the user's line that made an array */
+#include "_npmem_hooks.h"  /* what _npmem.c's handlers tell: their frees and moves */
 #include "../_monotonic.h" /* monotonic_ns(): the clock perf_counter_ns reads */
 #include <structmember.h>
 
@@ -160,15 +161,6 @@ static int array_facts(PyObject *data, PyObject **base, int64_t *nbytes) {
  * the free, without a weak reference (~0.18 µs of the ~0.21 µs an array cost with one). Any other
  * array keeps the weak reference. One Log watches at a time (the ``watcher``); the hooks run under
  * the GIL (NumPy frees an array's data in its dealloc), and are ignored without it. */
-typedef void (*free_hook_t)(void *ptr);
-typedef void (*move_hook_t)(void *old, void *new_ptr);
-typedef struct {
-    int version;
-    free_hook_t *free_hook;
-    move_hook_t *move_hook;
-    PyObject **capsule;       /* the counting handler's (custom ops' Pythons) */
-    PyObject **watch_capsule; /* the watching handler's (the recording thread) */
-} npmem_hooks_t;
 static npmem_hooks_t *npmem = NULL; /* bound by bind_npmem */
 static Log *watcher = NULL;         /* borrowed: the Log whose start() took the hooks, until its stop() */
 
@@ -299,10 +291,11 @@ static PyObject *memlog_bind_npmem(PyObject *module, PyObject *capsule) {
         npmem = NULL;
         Py_RETURN_NONE;
     }
-    npmem_hooks_t *h = PyCapsule_GetPointer(capsule, "opprof.profiler._npmem._hooks");
+    npmem_hooks_t *h = PyCapsule_GetPointer(capsule, NPMEM_HOOKS_CAPSULE);
     if (h == NULL) return NULL;
-    if (h->version != 2) {
-        PyErr_Format(PyExc_RuntimeError, "opprof.profiler._npmem's hooks are of version %d, not 2", h->version);
+    if (h->version != NPMEM_HOOKS_VERSION) {
+        PyErr_Format(PyExc_RuntimeError, "opprof.profiler._npmem's hooks are of version %d, not %d", h->version,
+                     NPMEM_HOOKS_VERSION);
         return NULL;
     }
     npmem = h;

@@ -36,6 +36,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_npmem_hooks.h" /* what _memlog.c takes from the ``_hooks`` capsule */
+
 /* From numpy/_core/include/numpy/ndarraytypes.h ("Memory handler structure for array data"). */
 typedef struct {
     void *ctx;
@@ -64,24 +66,14 @@ static PyObject *base_capsule = NULL; /* the default handler's capsule (a refere
 static PyDataMemAllocator base;       /* its allocator, which ours forwards to */
 static PyObject *our_capsule = NULL;
 
-/* Told of every block our handler frees or moves (opprof/profiler/_memlog.c watches NDArray storage
- * this way, where the storage was allocated through this handler: no weak reference per array).
+/* Told of every block our handlers free or move (opprof/profiler/_memlog.c watches NDArray storage
+ * this way, where the storage was allocated through one of them: no weak reference per array).
  * Set and read under the GIL; NumPy frees an array's data in its dealloc, with the GIL held. */
-typedef void (*free_hook_t)(void *ptr);
-typedef void (*move_hook_t)(void *old, void *new_ptr);
-static free_hook_t free_hook = NULL;
-static move_hook_t move_hook = NULL;
+static npmem_free_hook_t free_hook = NULL;
+static npmem_move_hook_t move_hook = NULL;
 /* The watching handler's capsule: the same hooks, without the counting (see watch_enter). */
 static PyObject *watch_capsule = NULL;
-/* What _memlog takes from the ``_hooks`` capsule (version 2). */
-typedef struct {
-    int version;
-    free_hook_t *free_hook;
-    move_hook_t *move_hook;
-    PyObject **capsule;       /* our handler's capsule: an array whose mem_handler is it was allocated here */
-    PyObject **watch_capsule; /* ... or the watching handler's */
-} npmem_hooks_t;
-static npmem_hooks_t hooks = {2, &free_hook, &move_hook, &our_capsule, &watch_capsule};
+static npmem_hooks_t hooks = {NPMEM_HOOKS_VERSION, &free_hook, &move_hook, &our_capsule, &watch_capsule};
 
 /* Per thread: bytes allocated minus freed through our handler, and the most of it since enter. */
 static __thread int64_t cur, peak;
@@ -269,25 +261,34 @@ static PyObject *npmem_bind(PyObject *module, PyObject *capsule) {
     Py_RETURN_NONE;
 }
 
-/* enter() -> token: install our handler in this thread's context (where NumPy's default handler is
- * in use, or ours already: a nested call) and start a peak; None (nothing measured) where another
- * handler is in use. */
-static PyObject *npmem_enter(PyObject *module, PyObject *unused) {
-    (void)module;
-    (void)unused;
+/* Install ``capsule`` in this thread's context where the handler in use is one of ``mine`` (NumPy's
+ * default, or one of ours); the handler it replaced (a new reference), or Py_None (a new reference)
+ * where another one is in use and was left be; NULL with an exception set. */
+static PyObject *install(PyObject *capsule, PyObject *const *mine, int n) {
     if (set_handler == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "opprof.profiler._npmem is not bound (bind() first)");
         return NULL;
     }
-    PyObject *old = set_handler(our_capsule);
+    PyObject *old = set_handler(capsule);
     if (old == NULL) return NULL;
-    if (old != base_capsule && old != our_capsule && old != watch_capsule) { /* someone else's: leave it be */
-        PyObject *back = set_handler(old);
-        Py_XDECREF(back);
-        Py_DECREF(old);
-        if (back == NULL) return NULL;
-        Py_RETURN_NONE;
-    }
+    for (int i = 0; i < n; i++)
+        if (old == mine[i]) return old;
+    PyObject *back = set_handler(old); /* someone else's handler: leave it be */
+    Py_XDECREF(back);
+    Py_DECREF(old);
+    if (back == NULL) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* enter() -> token: install our handler in this thread's context (where NumPy's default handler is
+ * in use, or ours already: a nested call, or the watching one: a recording thread) and start a
+ * peak; None (nothing measured) where another handler is in use. */
+static PyObject *npmem_enter(PyObject *module, PyObject *unused) {
+    (void)module;
+    (void)unused;
+    PyObject *const mine[] = {base_capsule, our_capsule, watch_capsule};
+    PyObject *old = install(our_capsule, mine, 3);
+    if (old == NULL || old == Py_None) return old;
     PyObject *token = Py_BuildValue("(NLL)", old, (long long)cur, (long long)peak);
     if (token == NULL) { /* Py_BuildValue stole old even on failure */
         PyObject *back = set_handler(base_capsule);
@@ -324,24 +325,13 @@ static PyObject *npmem_leave(PyObject *module, PyObject *token) {
 }
 
 /* watch_enter() -> token: install the watching handler in this thread's context (where NumPy's
- * default handler is in use); None where another handler is in use. */
+ * default handler is in use); None where another handler is in use. The token is the handler to
+ * put back. */
 static PyObject *npmem_watch_enter(PyObject *module, PyObject *unused) {
     (void)module;
     (void)unused;
-    if (set_handler == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "opprof.profiler._npmem is not bound (bind() first)");
-        return NULL;
-    }
-    PyObject *old = set_handler(watch_capsule);
-    if (old == NULL) return NULL;
-    if (old != base_capsule) { /* another handler (ours counting, or someone else's): leave it be */
-        PyObject *back = set_handler(old);
-        Py_XDECREF(back);
-        Py_DECREF(old);
-        if (back == NULL) return NULL;
-        Py_RETURN_NONE;
-    }
-    return old; /* the token: the handler to put back */
+    PyObject *const mine[] = {base_capsule};
+    return install(watch_capsule, mine, 1);
 }
 
 /* watch_leave(token): put back the handler watch_enter() replaced. */
@@ -393,7 +383,7 @@ PyMODINIT_FUNC PyInit__npmem(void) {
         }
     }
     /* The record size load_compiled checks: the handler struct this module was built with. */
-    PyObject *hooks_capsule = PyCapsule_New(&hooks, "opprof.profiler._npmem._hooks", NULL);
+    PyObject *hooks_capsule = PyCapsule_New(&hooks, NPMEM_HOOKS_CAPSULE, NULL);
     if (hooks_capsule == NULL || PyModule_AddObject(m, "_hooks", hooks_capsule) < 0) {
         Py_XDECREF(hooks_capsule);
         Py_DECREF(m);

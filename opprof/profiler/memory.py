@@ -54,6 +54,7 @@ from ..engine import Var
 from ..engine.gil import load_compiled
 from ..nd import ndarray as _nd
 from ..trace.memory import MEMORY_METADATA, MemoryEvents
+from . import npmem
 from . import sites as _sites
 
 __all__ = ["COMPILED_WHY_NOT", "MemoryRecording"]
@@ -118,19 +119,6 @@ RECORD_SIZE = 4 * 8
 _memlog, _why_not = load_compiled("_memlog", RECORD_SIZE, package="opprof.profiler")
 
 
-def _npmem_enter() -> Any:
-    from . import npmem
-
-    return npmem._npmem.watch_enter() if npmem._npmem is not None else None
-
-
-def _npmem_leave(token: Any) -> None:
-    from . import npmem
-
-    if npmem._npmem is not None:
-        npmem._npmem.watch_leave(token)
-
-
 def _numpy_samples() -> list[np.ndarray]:
     """Arrays the compiled log's struct reading is checked on: dtypes of several sizes, 0 to 3
     dimensions, empty ones, views, a structured dtype."""
@@ -161,8 +149,6 @@ def _watch_through_npmem() -> str:
         return _why_not
     if not NUMPY_STRUCT:
         return "NumPy's array struct is not the one the compiled log reads"
-    from . import npmem
-
     if not npmem.AVAILABLE or npmem._npmem is None:
         return npmem.WHY_NOT
     _memlog.bind_npmem(npmem._npmem._hooks)
@@ -300,10 +286,12 @@ class MemoryRecording:
 
 
 class _CompiledMemoryRecording(MemoryRecording):
-    """:class:`MemoryRecording` with its hook and free callback in C (:mod:`._memlog`): the NDArray
-    hook is the C ``Log.made`` itself, each storage's weak reference a C ``weakref.ref`` subclass,
-    and each event four int64s in a C buffer that :meth:`table` reads with NumPy. Same rules, same
-    events (tests/profiler/test_memory.py holds them equal), stamped with the same clock."""
+    """:class:`MemoryRecording` with its hook and frees in C (:mod:`._memlog`): the NDArray hook is
+    the C ``Log.made`` itself; a storage NumPy allocated through opprof's handlers is kept in the
+    log's pointer table and its free comes from the handler (see the module docstring), any other
+    has a C ``weakref.ref`` subclass whose callback is C; each event is four int64s in a C buffer
+    that :meth:`table` reads with NumPy. Same rules, same events (tests/profiler/test_memory.py
+    holds them equal), stamped with the same clock."""
 
     path = "compiled"
 
@@ -337,7 +325,7 @@ class _CompiledMemoryRecording(MemoryRecording):
         self._previous = _nd.set_array_hook(self._log.made)
         # The recording thread allocates through opprof's NumPy handler while recording, so the
         # frees of what it makes are seen by the handler (see WATCH_WHY_NOT).
-        self._npmem_token = _npmem_enter() if not WATCH_WHY_NOT else None
+        self._npmem_token = npmem._npmem.watch_enter() if not WATCH_WHY_NOT else None
         self._npmem_thread = threading.get_ident()
 
     def stop(self) -> None:
@@ -349,7 +337,7 @@ class _CompiledMemoryRecording(MemoryRecording):
         _nd.set_array_hook(self._previous)
         self.on = False
         if self._npmem_token is not None and threading.get_ident() == self._npmem_thread:
-            _npmem_leave(self._npmem_token)  # (stopped on another thread: that one's context is left as it is)
+            npmem._npmem.watch_leave(self._npmem_token)  # (stopped on another thread: its context is left as it is)
         self._npmem_token = None
         self._made_at = {number: (file, line) for number, file, line in self._log.alive_sites()}
         self._log.stop()
