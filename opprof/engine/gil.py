@@ -354,7 +354,14 @@ class GilSampler:
     lower it (not root, no CAP_SYS_NICE) the sampler runs at the default weight."""
 
     def __init__(
-        self, period_ns: int = DEFAULT_PERIOD_NS, *, max_samples: int = 1 << 20, nice: int = -10, quiet_period_ns: int = 0
+        self,
+        period_ns: int = DEFAULT_PERIOD_NS,
+        *,
+        max_samples: int = 1 << 20,
+        nice: int = -10,
+        quiet_period_ns: int = 0,
+        sustained_period_ns: int = 0,
+        sustained_after_ns: int = 0,
     ) -> None:
         self.period_ns = period_ns
         self.max_samples = max_samples
@@ -363,6 +370,11 @@ class GilSampler:
         #: keeps its holder), sample this far apart instead (0: always ``period_ns``): a timer wake
         #: costs ~20 µs of CPU on this VM, and contention brings the fine rate back at once.
         self.quiet_period_ns = quiet_period_ns
+        #: Once threads have contended for ``sustained_after_ns`` without a break, sample every
+        #: ``sustained_period_ns`` instead (0: never): the fine rate's timer wakes alone cost more
+        #: than 2 % of a core here when held for seconds; contention's onset keeps the fine rate.
+        self.sustained_period_ns = sustained_period_ns
+        self.sustained_after_ns = sustained_after_ns
 
     @property
     def available(self) -> bool:
@@ -387,7 +399,16 @@ class GilSampler:
         """Start sampling; False if the sampler already runs (or on the pure path)."""
         if _native is None:
             return False
-        return bool(_native.start(self.period_ns, self.max_samples, self.nice, self.quiet_period_ns))
+        return bool(
+            _native.start(
+                self.period_ns,
+                self.max_samples,
+                self.nice,
+                self.quiet_period_ns,
+                self.sustained_period_ns,
+                self.sustained_after_ns,
+            )
+        )
 
     def stop(self) -> bool:
         """Stop sampling and join the sampler thread; False if it was not running."""
@@ -428,7 +449,14 @@ class GilSampler:
 
 
 def sampler_cpu_share(
-    periods_ns: tuple[int, ...], seconds: float, idle_threads: int = 3, *, quiet_period_ns: int = 0, spinners: int = 0
+    periods_ns: tuple[int, ...],
+    seconds: float,
+    idle_threads: int = 3,
+    *,
+    quiet_period_ns: int = 0,
+    spinners: int = 0,
+    sustained_period_ns: int = 0,
+    sustained_after_ns: int = 0,
 ) -> dict[int, float]:
     """The sampler's own CPU time as a share of one core at each period, with the calling thread
     and ``idle_threads`` parked threads registered (as an engine's are between ops), and
@@ -457,7 +485,12 @@ def sampler_cpu_share(
     share: dict[int, float] = {}
     try:
         for period in periods_ns:
-            sampler = GilSampler(period, quiet_period_ns=quiet_period_ns)
+            sampler = GilSampler(
+                period,
+                quiet_period_ns=quiet_period_ns,
+                sustained_period_ns=sustained_period_ns,
+                sustained_after_ns=sustained_after_ns,
+            )
             cpu0 = sampler.stats().get("sampler_cpu_ns", 0)
             sampler.start()
             time.sleep(seconds)

@@ -19,7 +19,7 @@ from ..engine import gil, handoff
 from ..trace.records import ThreadInfo
 from ..trace.threadstates import GIL_METADATA, ThreadState, ThreadStates
 
-__all__ = ["PERIOD_NS", "QUIET_PERIOD_NS", "GilRecording"]
+__all__ = ["PERIOD_NS", "QUIET_PERIOD_NS", "SUSTAINED_AFTER_NS", "SUSTAINED_PERIOD_NS", "GilRecording"]
 
 #: 1 ms (1 kHz) while profiling: five samples per switch interval (5 ms, the longest a GIL waiter
 #: waits for a holder that never blocks), at 1.7-3.8 % of a core here; 5 kHz costs 10-15 %
@@ -29,6 +29,15 @@ PERIOD_NS = 1_000_000
 #: under a switch interval, so contention is seen within one, and the hand-offs are timed exactly
 #: anyway (:mod:`opprof.engine.handoff`). It brings an idle engine's sampler from ~3 % of a core to ~1 %.
 QUIET_PERIOD_NS = 4_000_000
+#: 2.5 ms (400 Hz) once threads have contended for :data:`SUSTAINED_AFTER_NS` without a break: a
+#: timer wake alone is ~25 µs of CPU on this VM (a bare 1 kHz sleep loop: 2.8-2.9 % of a core), so
+#: 1 kHz held through seconds of contention took 2.75 % of a core, over the 2 % a sampler may take;
+#: two seconds of it now take 1.5-1.6 % (2 ms: 1.5-1.9 %, too near the goal). Still two samples per
+#: switch interval; a long episode has hundreds either way.
+SUSTAINED_PERIOD_NS = 2_500_000
+#: 100 ms of unbroken contention (20 switch intervals, 100 samples at the fine rate) before the
+#: sampler backs off: short episodes (a 30-40 ms spin, a notebook cell of a few ms) keep 1 kHz.
+SUSTAINED_AFTER_NS = 100_000_000
 
 
 class GilRecording:
@@ -44,7 +53,16 @@ class GilRecording:
             self.why_not = gil.WHY_NOT
         elif clock is not time.perf_counter_ns:
             self.why_not = "the recording runs on a clock of its own, not the GIL sampler's"
-        self.sampler = gil.GilSampler(PERIOD_NS, quiet_period_ns=QUIET_PERIOD_NS) if not self.why_not else None
+        self.sampler = (
+            gil.GilSampler(
+                PERIOD_NS,
+                quiet_period_ns=QUIET_PERIOD_NS,
+                sustained_period_ns=SUSTAINED_PERIOD_NS,
+                sustained_after_ns=SUSTAINED_AFTER_NS,
+            )
+            if not self.why_not
+            else None
+        )
 
     def start(self) -> None:
         """Sample from now on (the calling thread, the program's, registered too)."""
@@ -135,6 +153,8 @@ class GilRecording:
                 "source": "opprof's GIL sampler (the interpreter's GIL holder, thread CPU clocks, /proc syscalls)",
                 "period_ns": self.samples.period_ns,
                 "quiet_period_ns": QUIET_PERIOD_NS,
+                "sustained_period_ns": SUSTAINED_PERIOD_NS,
+                "sustained_after_ns": SUSTAINED_AFTER_NS,
                 "samples": len(self.samples),
                 **{k: stats[k] for k in ("dropped", "missed", "sampler_cpu_ns") if k in stats},
                 "handoffs": self._handoff_summary(),
