@@ -596,9 +596,10 @@ def test_gil_baseline_demo(gil_reset: None) -> None:
     reason="measured on the loaded 2-core VM (2026-12-03), 36 recordings of the quickstart's 3-step cell "
     "(~4 ms): the model without change is too slow, median +15 % (-1 % to +52 %, 11 within 10 %; +21 %, 6 "
     "within, on the same recordings before overlapping pieces shared the GIL and a woken worker's run held it; "
-    "+28 % on an earlier set). Its 100x100 ops run NumPy without the GIL and wait for it inside their spans, its "
-    "program releases the GIL between two pushes for no reason the trace shows, and a 4 ms trace holds ~3 GIL "
-    "samples: too few to tell apart",
+    "+28 % on an earlier set; re-recorded twice later that day, +12 % and +17 %, 8-11 within 10 %). Its 100x100 "
+    "ops run NumPy without the GIL and wait for it inside their spans, its program releases the GIL between two "
+    "pushes for no reason the trace shows, and a recording (~1.3 ms) holds one GIL sample (median): too few to "
+    "tell apart, and sampling its first 20 ms at 5 kHz did not help (+19 % beside +17 %)",
 )
 def test_gil_baseline_quickstart(gil_reset: None) -> None:
     ok, said = tries(lambda: _baseline(quickstart_loop, None, None))
