@@ -45,14 +45,14 @@ setup(
         Extension(
             "opprof.profiler._memlog",
             ["opprof/profiler/_memlog.c"],
-            depends=["opprof/_monotonic.h", "opprof/_frames.h", "opprof/profiler/_npmem_hooks.h"],
+            depends=["opprof/_monotonic.h", "opprof/_frames.h", "opprof/profiler/_npmem_hooks.h", "opprof/profiler/_ptrtable.h"],
             optional=True,
             extra_compile_args=["-O2", "-std=gnu11"],
         ),
         Extension(
             "opprof.profiler._npmem",
             ["opprof/profiler/_npmem.c"],
-            depends=["opprof/profiler/_npmem_hooks.h"],
+            depends=["opprof/profiler/_npmem_hooks.h", "opprof/profiler/_ptrtable.h"],
             optional=True,  # also needs NumPy >= 1.22 at run time, not its headers at build time
             extra_compile_args=["-O2", "-std=gnu11"],
         ),

@@ -35,6 +35,7 @@
 
 #include "../_frames.h"    /* opprof_user_frame(): the user's line that made an array */
 #include "_npmem_hooks.h"  /* what _npmem.c's handlers tell: their frees and moves */
+#include "_ptrtable.h"     /* the watch table's hash, probe and deletion (shared with _npmem.c) */
 #include "../_monotonic.h" /* monotonic_ns(): the clock perf_counter_ns reads */
 #include <structmember.h>
 
@@ -171,21 +172,11 @@ struct watch {
     int lasti;
 };
 
-static inline size_t watch_slot(uintptr_t key, size_t cap) {
-    key ^= key >> 17;
-    key *= (uintptr_t)0x9E3779B97F4A7C15ull;
-    return (size_t)(key >> 16) & (cap - 1);
-}
-
 /* The entry of ``key``, or NULL. */
 static struct watch *watch_find(Log *log, uintptr_t key) {
     if (log->wused == 0) return NULL;
-    size_t i = watch_slot(key, log->wcap);
-    while (log->watched[i].key != 0) {
-        if (log->watched[i].key == key) return &log->watched[i];
-        i = (i + 1) & (log->wcap - 1);
-    }
-    return NULL;
+    struct watch *e = &log->watched[opprof_ptr_probe(log->watched, sizeof(struct watch), log->wcap - 1, key)];
+    return e->key != 0 ? e : NULL;
 }
 
 /* Room for one more entry (the table kept at most 3/4 full); -1 with MemoryError set. */
@@ -198,10 +189,8 @@ static int watch_reserve(Log *log) {
         return -1;
     }
     for (size_t k = 0; k < log->wcap; k++) {
-        if (log->watched[k].key == 0) continue;
-        size_t i = watch_slot(log->watched[k].key, cap);
-        while (t[i].key != 0) i = (i + 1) & (cap - 1);
-        t[i] = log->watched[k];
+        uintptr_t key = log->watched[k].key;
+        if (key != 0) t[opprof_ptr_probe(t, sizeof(struct watch), cap - 1, key)] = log->watched[k];
     }
     PyMem_Free(log->watched);
     log->watched = t;
@@ -211,27 +200,14 @@ static int watch_reserve(Log *log) {
 
 /* Put an entry (room reserved); its key is not in the table. */
 static void watch_put(Log *log, struct watch w) {
-    size_t i = watch_slot(w.key, log->wcap);
-    while (log->watched[i].key != 0) i = (i + 1) & (log->wcap - 1);
-    log->watched[i] = w;
+    log->watched[opprof_ptr_probe(log->watched, sizeof(struct watch), log->wcap - 1, w.key)] = w;
     log->wused++;
 }
 
-/* Take the entry at ``e`` out (backward-shift deletion: the runs after it stay findable). */
+/* Take the entry at ``e`` out. */
 static struct watch watch_take(Log *log, struct watch *e) {
     struct watch out = *e;
-    size_t cap = log->wcap, hole = (size_t)(e - log->watched), j = hole;
-    for (;;) {
-        j = (j + 1) & (cap - 1);
-        if (log->watched[j].key == 0) break;
-        size_t home = watch_slot(log->watched[j].key, cap);
-        int stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
-        if (!stays) {
-            log->watched[hole] = log->watched[j];
-            hole = j;
-        }
-    }
-    log->watched[hole].key = 0;
+    opprof_ptr_delete(log->watched, sizeof(struct watch), log->wcap - 1, (size_t)(e - log->watched));
     log->wused--;
     return out;
 }

@@ -37,6 +37,7 @@
 #include <string.h>
 
 #include "_npmem_hooks.h" /* what _memlog.c takes from the ``_hooks`` capsule */
+#include "_ptrtable.h"    /* the size table's hash, probe and deletion (shared with _memlog.c) */
 
 /* From numpy/_core/include/numpy/ndarraytypes.h ("Memory handler structure for array data"). */
 typedef struct {
@@ -79,7 +80,7 @@ static npmem_hooks_t hooks = {NPMEM_HOOKS_VERSION, &free_hook, &move_hook, &our_
 static __thread int64_t cur, peak;
 static __thread int depth; /* enter()s not yet left on this thread */
 
-/* The per-thread size table: linear probing, deletion by backward shift. */
+/* The per-thread size table (_ptrtable.h: linear probing, deletion by backward shift). */
 #define SLOTS 1024
 #define MAX_USED (SLOTS * 3 / 4)
 typedef struct {
@@ -89,46 +90,21 @@ typedef struct {
 static __thread slot_t table[SLOTS];
 static __thread int used;
 
-static inline size_t slot_of(uintptr_t key) {
-    key ^= key >> 17;
-    key *= (uintptr_t)0x9E3779B97F4A7C15ull;
-    return (size_t)(key >> 20) & (SLOTS - 1);
-}
-
 static void table_put(void *ptr, int64_t size) {
     if (used >= MAX_USED) return;
-    uintptr_t key = (uintptr_t)ptr;
-    size_t i = slot_of(key);
-    while (table[i].key != 0 && table[i].key != key) i = (i + 1) & (SLOTS - 1);
+    size_t i = opprof_ptr_probe(table, sizeof(slot_t), SLOTS - 1, (uintptr_t)ptr);
     if (table[i].key == 0) used++;
-    table[i].key = key;
+    table[i].key = (uintptr_t)ptr;
     table[i].size = size;
 }
 
 /* Remove ptr; its size, or -1 where it is not in the table. */
 static int64_t table_pop(void *ptr) {
     if (used == 0) return -1;
-    uintptr_t key = (uintptr_t)ptr;
-    size_t i = slot_of(key);
-    while (table[i].key != key) {
-        if (table[i].key == 0) return -1;
-        i = (i + 1) & (SLOTS - 1);
-    }
+    size_t i = opprof_ptr_probe(table, sizeof(slot_t), SLOTS - 1, (uintptr_t)ptr);
+    if (table[i].key == 0) return -1;
     int64_t size = table[i].size;
-    /* backward-shift deletion: move later entries of the run into the hole where they may go */
-    size_t hole = i, j = i;
-    for (;;) {
-        j = (j + 1) & (SLOTS - 1);
-        if (table[j].key == 0) break;
-        size_t home = slot_of(table[j].key);
-        /* j's entry may fill the hole unless its home lies cyclically in (hole, j] */
-        int stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
-        if (!stays) {
-            table[hole] = table[j];
-            hole = j;
-        }
-    }
-    table[hole].key = 0;
+    opprof_ptr_delete(table, sizeof(slot_t), SLOTS - 1, i);
     used--;
     return size;
 }
