@@ -31,7 +31,7 @@ setup(
         Extension(
             "opprof.engine._gil",
             ["opprof/engine/_gil.c"],
-            depends=["opprof/_monotonic.h"],
+            depends=["opprof/_monotonic.h", "opprof/_gilstruct.h"],
             optional=True,  # no compiler, no headers, not Linux: opprof installs without it
             extra_compile_args=["-O2", "-std=gnu11"],
         ),
@@ -59,7 +59,7 @@ setup(
         Extension(
             "opprof.engine._handoff",
             ["opprof/engine/_handoff.c"],
-            depends=["opprof/_monotonic.h"],
+            depends=["opprof/_monotonic.h", "opprof/_gilstruct.h"],
             optional=True,
             extra_compile_args=["-O2", "-std=gnu11"],
         ),

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 import opprof as mx
+from opprof.engine import handoff
 from opprof.engine.handoff import ping_pong_us
 
 try:
@@ -132,11 +133,11 @@ def _one_cpu(ops: int, calls: int, repeats: int) -> dict[str, float]:
     return {k: float(v) for k, v in json.loads(done.stdout.strip().splitlines()[-1]).items()}
 
 
-def _on(kind: str, fn: Any) -> Any:
+def _on(kind: str, fn: Any, **engine: Any) -> Any:
     """``fn`` run on engine ``kind`` (each call switches, so interleaved cases may differ in engine)."""
 
     def run() -> float:
-        mx.set_engine(kind)
+        mx.set_engine(kind, **engine)
         return fn()
 
     return run
@@ -196,6 +197,9 @@ def measure(ops: int, calls: int, repeats: int, mxnet: dict[str, float] | None =
         for kind in ("threaded", "naive"):
             cases[f"{kind}_fwd"] = _on(kind, lambda: custom_forward(calls))
             cases[f"{kind}_fwdbwd"] = _on(kind, lambda: custom_forward_backward(calls))
+        # The threaded engine with its threads parking at once (no polling first): what the poll buys.
+        cases["parked_fwd"] = _on("threaded", lambda: custom_forward(calls), spin_us=0)
+        cases["parked_fwdbwd"] = _on("threaded", lambda: custom_forward_backward(calls), spin_us=0)
         us = {k: v / calls * 1e6 for k, v in interleaved(cases, repeats).items()}
         default.update(custom_threaded_fwd=us["threaded_fwd"], custom_threaded_fwdbwd=us["threaded_fwdbwd"])
         for kind in ("threaded", "naive"):
@@ -219,6 +223,19 @@ def measure(ops: int, calls: int, repeats: int, mxnet: dict[str, float] | None =
                         f"custom_{kind}_{part}",
                     )
                 )
+        for part, label in (("fwd", "forward"), ("fwdbwd", "forward + backward")):
+            parked, polled = us[f"parked_{part}"], us[f"threaded_{part}"]
+            out.append(
+                Row(
+                    SECTION,
+                    f"trivial custom op, threaded, {label}, threads parking at once (spin_us=0)",
+                    parked,
+                    "µs/call",
+                    f"polling up to {handoff.SPIN_US:.0f} µs before parking (the default): {polled:.1f} µs/call, "
+                    f"{polled / parked:.2f}x the time",
+                    key=f"custom_parked_{part}",
+                )
+            )
         out += _machine_floor(ops, calls, repeats, mxnet, numpy_us, default)
     finally:
         mx.set_engine("threaded")
@@ -237,16 +254,31 @@ def _machine_floor(
         return []
     trips = max(200, calls)
     progress(f"engine: thread hand-offs, {trips} round trips, across CPUs / on one CPU, {repeats} rounds")
-    hand = interleaved({"across": lambda: ping_pong_us(trips, False), "one": lambda: ping_pong_us(trips, True)}, repeats)
+    hand = interleaved(
+        {
+            "across": lambda: ping_pong_us(trips, False, spin_us=0),
+            "one": lambda: ping_pong_us(trips, True, spin_us=0),
+            "polled": lambda: ping_pong_us(trips, False),
+        },
+        repeats,
+    )
     out = [
         Row(
             SECTION,
-            "thread hand-off between two Python threads, one way",
+            "thread hand-off between two Python threads, one way, the getter parked",
             hand["across"],
             "µs",
             f"on one CPU {hand['one']:.1f} µs ({hand['across'] / hand['one']:.0f}x less); a trivial custom op makes two a call",
             key="handoff",
-        )
+        ),
+        Row(
+            SECTION,
+            "thread hand-off between two Python threads, one way, the getter polling (the engine's default)",
+            hand["polled"],
+            "µs",
+            f"polls up to {handoff.SPIN_US:.0f} µs before parking; {hand['polled'] / hand['across']:.2f}x the parked getter's",
+            key="handoff_polled",
+        ),
     ]
     progress(f"engine: the threaded rows with the process on one CPU (a child process), {repeats} rounds")
     pinned = _one_cpu(ops, calls, repeats)

@@ -27,10 +27,8 @@
  * microseconds). A waiter wakes every switch interval to ask the holder to drop the GIL, so "did
  * not advance at all" would call it running now and then; "less than half" does not.
  *
- * Where the GIL lives differs per version (and so the module is built per version):
- *   3.10, 3.11  _PyRuntime.ceval.gil           (struct _gil_runtime_state)
- *   3.12, 3.13  interp->ceval.gil              (a pointer, per interpreter; the main one's is used)
- * A free-threaded build (Py_GIL_DISABLED) has no GIL: the module then only says so.
+ * Where the GIL lives differs per version (and so the module is built per version: see
+ * opprof/_gilstruct.h, shared with opprof.engine._handoff). A free-threaded build (Py_GIL_DISABLED) has no GIL: the module then only says so.
  *
  * The GIL struct also holds FORCE_SWITCHING's switch_cond: a holder that was asked to drop the GIL
  * waits there until another thread took it, and counts as waiting for the GIL too (it goes on to
@@ -82,11 +80,7 @@ PyMODINIT_FUNC PyInit__gil(void) {
 
 #else /* ------------------------------------------------------------------ the sampler */
 
-#if PY_VERSION_HEX >= 0x030C0000
-#include "internal/pycore_interp.h" /* PyInterpreterState.ceval.gil */
-#else
-#include "internal/pycore_runtime.h" /* _PyRuntime.ceval.gil */
-#endif
+#include "../_gilstruct.h" /* opprof_main_gil(): the interpreter's GIL struct, per version */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -265,10 +259,10 @@ static int take_sample(void) {
     int64_t elapsed = prev_sample_t ? r.t - prev_sample_t : period_ns;
     prev_sample_t = r.t;
 
-    int locked = __atomic_load_n((const int *)&gil_ptr->locked, __ATOMIC_ACQUIRE);
+    int locked = opprof_gil_locked(gil_ptr);
     void *holder_ts = __atomic_load_n((void *const *)&gil_ptr->last_holder, __ATOMIC_RELAXED);
     r.switches = (uint32_t)__atomic_load_n(&gil_ptr->switch_number, __ATOMIC_RELAXED);
-    r.flags = locked == 1 ? 1 : 0;
+    r.flags = locked ? 1 : 0;
     r.holder = -1;
 
     for (int i = 0; i < MAX_SLOTS; i++) {
@@ -285,7 +279,7 @@ static int take_sample(void) {
         int64_t delta = s->last_cpu >= 0 ? cpu - s->last_cpu : 0;
         s->last_cpu = cpu;
         if (delta > 0) r.on_cpu |= bit;
-        if (locked == 1 && (void *)s->tstate == holder_ts) {
+        if (locked && (void *)s->tstate == holder_ts) {
             r.holder = (int8_t)i;
             s->last_syscall = SYS_UNREAD;
             continue;
@@ -674,12 +668,7 @@ static void find_gil(void) {
         snprintf(unavailable_reason, sizeof(unavailable_reason), "/proc/self/task is not readable");
         return;
     }
-#if PY_VERSION_HEX >= 0x030C0000
-    PyInterpreterState *interp = PyInterpreterState_Main();
-    gil_ptr = interp != NULL ? interp->ceval.gil : NULL;
-#else
-    gil_ptr = &_PyRuntime.ceval.gil;
-#endif
+    gil_ptr = opprof_main_gil();
     if (gil_ptr == NULL) snprintf(unavailable_reason, sizeof(unavailable_reason), "the interpreter has no GIL struct");
 }
 

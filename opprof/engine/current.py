@@ -5,8 +5,8 @@ child has none of the parent's threads, and locks another thread held stay held.
 the engine finishes its queued work before the fork (so no array is left mid-write), and the
 child starts with no engine: its first operation makes a fresh one. The parent goes on as it was.
 
-``OPPROF_ENGINE=threaded|naive`` (``OPPROF_ENGINE_THREADS``, ``OPPROF_CUSTOM_THREADS``) chooses
-the first one; :func:`set_engine` replaces it, finishing the old one's work first, and
+``OPPROF_ENGINE=threaded|naive`` (``OPPROF_ENGINE_THREADS``, ``OPPROF_CUSTOM_THREADS``,
+``OPPROF_ENGINE_SPIN_US``) chooses the first one; :func:`set_engine` replaces it, finishing the old one's work first, and
 ``with use(kind):`` runs a block on another engine and then puts the one before it back. A custom op's
 Python is *bound* to the engine that runs it, so that its sub-ops and its ``Dummy_Wait`` share
 one engine even if another was made current meanwhile.
@@ -42,20 +42,35 @@ def _from_env() -> Engine:
     kind = os.environ.get("OPPROF_ENGINE", "threaded").strip().lower() or "threaded"
     workers = os.environ.get("OPPROF_ENGINE_THREADS")
     custom = os.environ.get("OPPROF_CUSTOM_THREADS")
+    spin = os.environ.get(SPIN_ENV, "").strip()
+    try:
+        spin_us = float(spin) if spin else None
+    except ValueError:
+        raise ValueError(f"{SPIN_ENV}={spin!r}: expected a number of µs (0: park at once)") from None
     return make_engine(
         kind,
         workers=int(workers) if workers else None,
         custom_workers=int(custom) if custom else None,
+        spin_us=spin_us if kind == "threaded" else None,
     )
 
 
-def make_engine(kind: str = "threaded", *, workers: int | None = None, custom_workers: int | None = None) -> Engine:
-    """A new engine of ``kind`` (``"threaded"`` or ``"naive"``); it is not made current."""
+#: The environment variable that sets the first threaded engine's ``spin_us``.
+SPIN_ENV = "OPPROF_ENGINE_SPIN_US"
+
+
+def make_engine(
+    kind: str = "threaded", *, workers: int | None = None, custom_workers: int | None = None, spin_us: float | None = None
+) -> Engine:
+    """A new engine of ``kind`` (``"threaded"`` or ``"naive"``); it is not made current.
+
+    ``spin_us``: how long a threaded engine's idle thread polls its queue before parking
+    (:data:`opprof.engine.handoff.SPIN_US` by default; 0 parks at once)."""
     if kind == "threaded":
-        return ThreadedEngine(workers, custom_workers)
+        return ThreadedEngine(workers, custom_workers, spin_us=spin_us)
     if kind == "naive":
-        if workers is not None or custom_workers is not None:
-            raise ValueError("the naive engine runs everything inline; it takes no thread counts")
+        if workers is not None or custom_workers is not None or spin_us is not None:
+            raise ValueError("the naive engine runs everything inline; it takes no thread counts or spin")
         return NaiveEngine()
     raise ValueError(f"unknown engine kind {kind!r}; expected 'threaded' or 'naive' (OPPROF_ENGINE)")
 
@@ -89,13 +104,21 @@ def _set(engine: Engine | None) -> Engine | None:
     return old
 
 
-def set_engine(kind: str | Engine = "threaded", *, workers: int | None = None, custom_workers: int | None = None) -> Engine:
+def set_engine(
+    kind: str | Engine = "threaded",
+    *,
+    workers: int | None = None,
+    custom_workers: int | None = None,
+    spin_us: float | None = None,
+) -> Engine:
     """Make a new engine current; the old one finishes its work and stops its threads first.
 
     Errors that the old engine held and nobody waited for are raised here rather than lost.
     """
     _refuse_inside_the_engine("set_engine")
-    engine = kind if isinstance(kind, Engine) else make_engine(kind, workers=workers, custom_workers=custom_workers)
+    engine = (
+        kind if isinstance(kind, Engine) else make_engine(kind, workers=workers, custom_workers=custom_workers, spin_us=spin_us)
+    )
     with _current_lock:
         old = _set(engine)
     if old is not None and old is not engine:
@@ -118,7 +141,13 @@ def _refuse_inside_the_engine(what: str) -> None:
 
 
 @contextmanager
-def use(kind: str | Engine = "threaded", *, workers: int | None = None, custom_workers: int | None = None) -> Iterator[Engine]:
+def use(
+    kind: str | Engine = "threaded",
+    *,
+    workers: int | None = None,
+    custom_workers: int | None = None,
+    spin_us: float | None = None,
+) -> Iterator[Engine]:
     """``with engine.use("naive"):`` runs the block on another engine, then makes the one before it current again.
 
     ``kind`` and the thread counts make a new engine, as :func:`set_engine` does; an :class:`Engine`
@@ -132,7 +161,9 @@ def use(kind: str | Engine = "threaded", *, workers: int | None = None, custom_w
     own block started from.
     """
     _refuse_inside_the_engine("engine.use")
-    engine = kind if isinstance(kind, Engine) else make_engine(kind, workers=workers, custom_workers=custom_workers)
+    engine = (
+        kind if isinstance(kind, Engine) else make_engine(kind, workers=workers, custom_workers=custom_workers, spin_us=spin_us)
+    )
     pid = os.getpid()
     with _current_lock:
         previous = _set(engine)

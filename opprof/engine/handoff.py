@@ -8,9 +8,12 @@ getters in C without the GIL and stamps, per hand-off, when the getter parked, w
 got was put, when the OS woke it and when it held the GIL again. A profile turns these into exact
 thread states (:mod:`opprof.profiler.gil`).
 
+The compiled queue also makes hand-offs cheaper: a getter that finds it empty polls it for a while
+before parking (:data:`SPIN_US`), so that work handed back soon costs no wake at all.
+
 The compiled part is optional: :func:`work_queue` is a :class:`queue.SimpleQueue` on the pure path
 (``OPPROF_PURE=1``, no compiler at install, a free-threaded Python), and :data:`WHY_NOT` says why
-hand-offs are not timed there.
+hand-offs are not timed there (nor polled: every hand-off there wakes a parked thread).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from .gil import load_compiled
 
 __all__ = [
     "AVAILABLE",
+    "SPIN_US",
     "HANDOFF_DTYPE",
     "WHY_NOT",
     "Handoffs",
@@ -86,12 +90,44 @@ _native, WHY_NOT = _load()
 AVAILABLE: bool = _native is not None
 
 
-def work_queue(kind: QueueKind) -> WorkQueue:
-    """A FIFO for the engine's work: the compiled, timed one where it exists."""
+#: The most (µs) an engine thread that finds its queue empty polls it, without the GIL, before it
+#: parks. A parked thread costs the next hand-off a wake: 35-49 µs on this project's VM, where an idle
+#: vCPU halts, against ~1 µs for a thread still polling. Each thread adapts its own poll under this
+#: bound, as KVM's halt polling does (``_handoff.c``): longer when its work came back soon after it
+#: had parked, halved when the wait was longer than the bound anyway, so an engine left idle polls
+#: ~2x this at most before its threads park for good. 200 µs is KVM's own default bound for the same
+#: trade, and covers a trivial custom op's round trip (the worker waits 30-150 µs for its Python's
+#: sub-ops). Measured in one run, 8 interleaved rounds against parking at once: a chain of trivial
+#: custom ops' forward 0.53x the time a call (100 µs: 0.66x, 500 µs: 0.50x), the two-thread ping-pong
+#: one way 39 -> 1-4 µs; forward + backward and chains of small ops unchanged (their queues are
+#: seldom empty: the GIL, not the queue, passes their work). A thread polls only while another CPU is
+#: left for the thread running Python (at most CPUs - 1 pollers in the process, none on one CPU).
+SPIN_US = 200.0
+#: The most a queue may spin: past this a spin costs more than any hand-off it could save.
+MAX_SPIN_US = 1_000_000.0
+
+
+def check_spin_us(spin_us: float) -> float:
+    """``spin_us`` if it is a number of µs a queue may spin (0 to :data:`MAX_SPIN_US`), else ValueError."""
+    if not isinstance(spin_us, (int, float)) or isinstance(spin_us, bool) or not 0 <= spin_us <= MAX_SPIN_US:
+        raise ValueError(f"spin_us must be a number of µs from 0 to {MAX_SPIN_US:,.0f} (0: park at once), got {spin_us!r}")
+    return float(spin_us)
+
+
+def work_queue(kind: QueueKind, spin_us: float = 0.0) -> WorkQueue:
+    """A FIFO for the engine's work: the compiled, timed one where it exists, whose getters poll it
+    for ``spin_us`` before parking (:data:`SPIN_US`); the pure path's parks at once."""
+    spin_us = check_spin_us(spin_us)
     if _native is not None:
-        q: WorkQueue = _native.Queue(int(kind))
+        q: WorkQueue = _native.Queue(int(kind), round(spin_us * 1000))
         return q
     return SimpleQueue()
+
+
+def spin_stats() -> dict[str, int]:
+    """Since the process started, across all queues: spins that ``caught`` an item, ``timed_out``
+    (the getter then parked), or were ``refused`` (no CPU to spare). Empty on the pure path."""
+    return dict(_native.spin_stats()) if _native is not None else {}
 
 
 @dataclass(frozen=True)
@@ -131,14 +167,15 @@ def drain() -> Handoffs:
     return Handoffs(np.frombuffer(raw, dtype=HANDOFF_DTYPE).copy(), int(dropped))
 
 
-def ping_pong_us(trips: int, one_cpu: bool = False) -> float:
+def ping_pong_us(trips: int, one_cpu: bool = False, spin_us: float = SPIN_US) -> float:
     """One way of a hand-off between two Python threads through the engine's queue (a ping-pong), in
     µs: the floor of every hand-off the engine makes on this machine, which a profile's measured
     hops are read against.
 
     With ``one_cpu`` both threads are pinned to one CPU, where a hand-off is a context switch rather
-    than waking a CPU that went idle (35-49 µs here: the guest halts idle vCPUs)."""
-    there, back = work_queue(QueueKind.ENGINE), work_queue(QueueKind.ENGINE)
+    than waking a CPU that went idle (35-49 µs here: the guest halts idle vCPUs). ``spin_us`` is the
+    queues' spin before parking, the engine's by default (0: every hand-off wakes a parked thread)."""
+    there, back = work_queue(QueueKind.ENGINE, spin_us), work_queue(QueueKind.ENGINE, spin_us)
     cpu = {min(os.sched_getaffinity(0))} if one_cpu and hasattr(os, "sched_getaffinity") else None
     took = 0.0
 

@@ -42,10 +42,10 @@ class CustomPool:
     deadlock a fixed-size pool. Blocked workers therefore do not count toward the pool's size.
     """
 
-    def __init__(self, size: int, prefix: str) -> None:
+    def __init__(self, size: int, prefix: str, spin_us: float = 0.0) -> None:
         self._size = max(1, size)
         self._prefix = prefix
-        self._tasks = handoff.work_queue(handoff.QueueKind.CUSTOM)  # timed hand-offs where compiled
+        self._tasks = handoff.work_queue(handoff.QueueKind.CUSTOM, spin_us)  # timed hand-offs where compiled
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._idle = 0
@@ -137,10 +137,15 @@ class ThreadedEngine(Engine):
 
     kind = "threaded"
 
-    def __init__(self, workers: int | None = None, custom_workers: int | None = None, max_pending: int = 128) -> None:
+    def __init__(
+        self, workers: int | None = None, custom_workers: int | None = None, max_pending: int = 128, spin_us: float | None = None
+    ) -> None:
         super().__init__()
         if max_pending < 2:
             raise ValueError(f"max_pending must be at least 2, got {max_pending}")
+        #: µs a thread of this engine that finds its queue empty polls it before parking
+        #: (:data:`opprof.engine.handoff.SPIN_US`; compiled queues only).
+        self.spin_us = handoff.check_spin_us(handoff.SPIN_US if spin_us is None else spin_us)
         self.max_pending = max_pending
         cpus = os.cpu_count() or 1
         for what, n in (("workers", workers), ("custom_workers", custom_workers)):
@@ -148,13 +153,13 @@ class ThreadedEngine(Engine):
                 raise ValueError(f"{what}={n:,}: at most {MAX_POOL_THREADS:,} threads a pool (each takes a stack)")
         self.workers = max(1, workers if workers is not None else cpus)
         self.custom_workers = max(1, custom_workers if custom_workers is not None else max(2, cpus))
-        self._ready = handoff.work_queue(handoff.QueueKind.ENGINE)
+        self._ready = handoff.work_queue(handoff.QueueKind.ENGINE, self.spin_us)
         self._threads = [
             threading.Thread(target=self._worker, name=f"{ENGINE_THREAD_PREFIX}{i}", daemon=True) for i in range(self.workers)
         ]
         for t in self._threads:
             t.start()
-        self._custom = CustomPool(self.custom_workers, CUSTOM_THREAD_PREFIX)
+        self._custom = CustomPool(self.custom_workers, CUSTOM_THREAD_PREFIX, self.spin_us)
 
     @shielded
     def push_op(

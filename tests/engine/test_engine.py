@@ -31,8 +31,10 @@ from opprof.engine import (
     ThreadedEngine,
     Var,
     get_engine,
+    handoff,
     make_engine,
     set_engine,
+    use,
 )
 
 pytestmark = pytest.mark.timeout(60)
@@ -972,8 +974,57 @@ def test_make_engine_arguments():
     try:
         assert isinstance(t, ThreadedEngine) and t.workers == 3 and t.custom_workers == 1
         assert get_engine() is current  # made, not made current
+        assert t.spin_us == handoff.SPIN_US  # polls before parking by default
     finally:
         waited(t.shutdown)
+    for bad in (-5, float("inf"), "fast"):
+        with pytest.raises(ValueError, match="spin_us"):
+            make_engine("threaded", spin_us=bad)
+    with pytest.raises(ValueError, match="spin"):
+        make_engine("naive", spin_us=10)
+    t = make_engine("threaded", spin_us=0)
+    try:
+        assert t.spin_us == 0.0
+    finally:
+        waited(t.shutdown)
+
+
+@pytest.mark.skipif(not handoff.AVAILABLE, reason=f"no polling queue here: {handoff.WHY_NOT}")
+def test_an_idle_engine_stops_polling():
+    """Known answer: once a chain of custom ops has run, the engine's threads poll their queues for
+    at most about twice SPIN_US (10 ms here, on purpose) and then park: over the next 300 ms they
+    take (almost) no CPU, however long the poll they were allowed."""
+    import opprof as mx
+
+    class Echo(mx.operator.CustomOp):
+        def forward(self, is_train, req, in_data, out_data, aux):
+            self.assign(out_data[0], req[0], in_data[0] + 1)
+
+    @mx.operator.register("IdlePollEcho")
+    class EchoProp(mx.operator.CustomOpProp):
+        def create_operator(self, ctx, shapes, dtypes):
+            return Echo()
+
+    e = make_engine("threaded", workers=2, custom_workers=1, spin_us=10_000)
+    try:
+        with use(e):
+            a = mx.nd.ones((2, 2))
+            for _ in range(30):
+                a = mx.nd.Custom(a, op_type="IdlePollEcho")
+            mx.nd.waitall()
+            assert float(a.asnumpy()[0, 0]) == 31.0
+        mine = [t for t in threading.enumerate() if t.name.startswith(("opprof-engine-", "opprof-custom-")) and t.ident]
+        clocks = {t.name: time.pthread_getcpuclockid(t.ident) for t in mine if t.is_alive()}
+
+        def cpu_ns() -> int:
+            return sum(time.clock_gettime_ns(c) for c in clocks.values())
+
+        time.sleep(0.1)  # past any poll (at most ~2 x 10 ms each)
+        before = cpu_ns()
+        time.sleep(0.3)
+        assert cpu_ns() - before < 3_000_000, (len(clocks), cpu_ns() - before)
+    finally:
+        waited(e.shutdown)
 
 
 def _run_with_env(env_vars: dict[str, str], code: str) -> subprocess.CompletedProcess[str]:
@@ -993,6 +1044,11 @@ def test_engine_kind_from_environment():
     assert r.stdout.split() == ["ThreadedEngine", "3"]
     r = _run_with_env({"OPPROF_ENGINE": "bogus"}, code)
     assert r.returncode != 0 and "bogus" in r.stderr
+    spin = "import opprof; print(opprof.get_engine().spin_us)"
+    r = _run_with_env({"OPPROF_ENGINE_SPIN_US": "0"}, spin)
+    assert r.returncode == 0 and r.stdout.split() == ["0.0"], r.stderr
+    r = _run_with_env({"OPPROF_ENGINE_SPIN_US": "soon"}, spin)
+    assert r.returncode != 0 and "OPPROF_ENGINE_SPIN_US='soon'" in r.stderr
 
 
 # ---------------------------------------------------------------------------- 10. custom pool

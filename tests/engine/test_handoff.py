@@ -5,9 +5,11 @@ in Python waits for the GIL about one switch interval."""
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from queue import SimpleQueue
 
 import numpy as np
@@ -156,9 +158,17 @@ def test_the_pure_path_is_a_simple_queue(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_ping_pong_measures_one_way() -> None:
-    us = handoff.ping_pong_us(200)
-    assert 0.5 < us < 50_000
-    assert np.isfinite(us)
+    """A parked getter's hand-off takes a wake (µs at least); a polling one's, where a CPU is spare
+    and the queue polls (compiled), takes less: the pair is what the engine's default buys."""
+
+    def check() -> None:
+        parked, polled = handoff.ping_pong_us(200, spin_us=0), handoff.ping_pong_us(200)
+        assert 0.5 < parked < 50_000 and 0 < polled < 50_000
+        assert np.isfinite(parked) and np.isfinite(polled)
+        if handoff.AVAILABLE and _cpus() > 1:
+            assert polled < parked, (polled, parked)
+
+    retried(check)
 
 
 def test_an_item_stays_queued_until_its_taker_holds_the_gil() -> None:
@@ -208,3 +218,215 @@ def test_a_custom_op_pool_of_two_runs_its_first_burst_of_two_at_once() -> None:
         assert n1 != n2 and max(s1, s2) < min(e1, e2), ran  # on two threads, overlapping
 
     retried(check)
+
+
+# ------------------------------------------------------------------ polling before parking
+def _cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+
+
+needs_spare_cpu = pytest.mark.skipif(_cpus() < 2, reason="a getter polls only while another CPU is left: this process has one")
+
+
+def _spins(run: Callable[[], None]) -> dict[str, int]:
+    """How ``run`` moved :func:`handoff.spin_stats` (caught, timed_out, refused)."""
+    before = handoff.spin_stats()
+    run()
+    after = handoff.spin_stats()
+    return {k: after[k] - before[k] for k in after}
+
+
+def _getter(q: handoff.WorkQueue, cpu: set[int] | None = None) -> tuple[threading.Thread, list[object]]:
+    """A thread that takes one item off ``q`` (pinned to ``cpu`` first, if given), started and in get()."""
+    got: list[object] = []
+    ready = threading.Event()
+
+    def run() -> None:
+        if cpu is not None:
+            os.sched_setaffinity(0, cpu)  # this thread only (Linux: 0 is the calling thread)
+        ready.set()
+        got.append(q.get())
+
+    th = threading.Thread(target=run, daemon=True)  # a getter never served must not hold the process
+    th.start()
+    ready.wait()
+    return th, got
+
+
+@needs_compiled
+@needs_spare_cpu
+def test_a_polling_getter_takes_its_item_without_a_wake(log: object) -> None:
+    """Known answer: a getter that may poll 50 ms, given its item 5 ms after it found the queue
+    empty, sees it at once: its spin is counted as caught, and its hand-off shows it parked (polled)
+    from the get to the put and saw the item microseconds after it, not a wake's tens later."""
+
+    def check() -> None:
+        handoff.drain()
+        q = handoff.work_queue(handoff.QueueKind.ENGINE, spin_us=50_000)
+
+        def run() -> None:
+            th, got = _getter(q)
+            time.sleep(0.005)  # the GIL released: the getter is polling by now
+            q.put(7)
+            th.join(5)
+            assert got == [7]
+
+        moved = _spins(run)
+        assert moved["caught"] == 1 and moved["timed_out"] == 0, moved
+        ((park, put, woke, gil, _, _),) = handoff.drain().records.tolist()
+        assert put - park >= 3_000_000
+        assert put <= woke <= gil
+        assert woke - put < 200_000, (woke - put, gil - woke)
+
+    retried(check)
+
+
+@needs_compiled
+def test_a_getter_that_polls_in_vain_parks_and_gets_its_item(log: object) -> None:
+    """A 1 ms poll and an item 30 ms later: the poll times out, the getter parks, and the put wakes it."""
+    q = handoff.work_queue(handoff.QueueKind.CUSTOM, spin_us=1_000)
+
+    def run() -> None:
+        th, got = _getter(q)
+        time.sleep(0.03)
+        q.put("late")
+        th.join(5)
+        assert got == ["late"]
+
+    moved = _spins(run)
+    assert moved["caught"] == 0 and moved["timed_out"] + moved["refused"] == 1, moved
+    ((park, put, woke, gil, _, _),) = handoff.drain().records.tolist()
+    assert put - park >= 25_000_000 and put <= woke <= gil
+
+
+@needs_compiled
+def test_no_poll_on_one_cpu_nor_with_spin_zero() -> None:
+    """A getter pinned to one CPU would only delay the thread it waits for: it is refused a poll and
+    parks. A queue made with spin_us=0 never polls at all."""
+    cpu = {min(os.sched_getaffinity(0))}
+    q = handoff.work_queue(handoff.QueueKind.ENGINE, spin_us=50_000)
+
+    def pinned() -> None:
+        th, got = _getter(q, cpu)
+        time.sleep(0.01)
+        q.put(1)
+        th.join(5)
+        assert got == [1]
+
+    moved = _spins(pinned)
+    assert moved["caught"] == 0 and moved["timed_out"] == 0 and moved["refused"] == 1, moved
+
+    never = handoff.work_queue(handoff.QueueKind.ENGINE, spin_us=0)
+
+    def at_once() -> None:
+        th, got = _getter(never)
+        time.sleep(0.01)
+        never.put(2)
+        th.join(5)
+        assert got == [2]
+
+    assert _spins(at_once) == {"caught": 0, "timed_out": 0, "refused": 0}
+
+
+@needs_compiled
+@needs_spare_cpu
+def test_a_polling_getter_waits_for_a_busy_holder_as_for_the_gil(log: object) -> None:
+    """Known answer: the putter spins in pure Python for 30 ms right after the put. The polling
+    getter sees the item at once (woke - put: µs), then waits for the GIL (gil - woke: at least
+    about a switch interval), and the log calls that wait the GIL's, not the wake's."""
+
+    def check() -> None:
+        handoff.drain()
+        q = handoff.work_queue(handoff.QueueKind.ENGINE, spin_us=50_000)
+        th, got = _getter(q)
+        time.sleep(0.005)
+        q.put(1)
+        end = time.perf_counter() + 0.03
+        while time.perf_counter() < end:
+            pass
+        th.join(5)
+        assert got == [1]
+        ((_, put, woke, gil, _, _),) = handoff.drain().records.tolist()
+        interval = sys.getswitchinterval() * 1e9
+        assert woke - put < 1_000_000, (woke - put, gil - woke)
+        assert gil - woke >= 0.5 * interval, (woke - put, gil - woke)
+
+    retried(check)
+
+
+@needs_compiled
+@needs_spare_cpu
+def test_two_items_reach_a_poller_and_a_parked_getter() -> None:
+    """Known answer: one getter parked (pinned to one CPU, so it never polls), one polling, and two
+    items put back to back. The first put wakes no one (the poller will take it); the second must
+    wake the parked getter: each then holds one item and waits for the other at a barrier, as a
+    custom op's Python may wait for another's. A put that woke no one while anyone polled would
+    leave the barrier broken."""
+    q = handoff.work_queue(handoff.QueueKind.CUSTOM, spin_us=50_000)
+    meet = threading.Barrier(2, timeout=3)
+    got: list[object] = []
+
+    def take(cpu: set[int] | None) -> None:
+        if cpu is not None:
+            os.sched_setaffinity(0, cpu)
+        got.append(q.get())
+        meet.wait()
+
+    parked = threading.Thread(target=take, args=({min(os.sched_getaffinity(0))},), daemon=True)
+    parked.start()
+    time.sleep(0.01)
+    poller = threading.Thread(target=take, args=(None,), daemon=True)
+    poller.start()
+    time.sleep(0.005)
+    q.put("a")
+    q.put("b")
+    parked.join(5)
+    poller.join(5)
+    assert not meet.broken and sorted(got) == ["a", "b"]  # type: ignore[type-var]
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    spin_us=st.sampled_from([0.0, 5.0, 50.0, 500.0]),
+    getters=st.integers(1, 3),
+    putters=st.integers(1, 2),
+    pauses=st.lists(st.integers(0, 3), min_size=1, max_size=8),
+)
+def test_polling_and_parked_getters_lose_no_item(spin_us: float, getters: int, putters: int, pauses: list[int]) -> None:
+    """Getters polling, parked, or between the two, fed by several putters that pause now and then
+    (a put that finds a poller wakes no one: the poller must take it, or another must be woken):
+    every item is taken exactly once, and every getter returns."""
+    q = handoff.work_queue(handoff.QueueKind.CUSTOM, spin_us=spin_us)
+    n = 400
+    taken: list[list[object]] = [[] for _ in range(getters)]
+
+    def take(k: int) -> None:
+        while (x := q.get()) is not None:
+            taken[k].append(x)
+
+    def put(p: int) -> None:
+        for i in range(n):
+            q.put((p, i))
+            pause = pauses[i % len(pauses)]
+            if pause and i % 37 == 0:
+                time.sleep(pause * 1e-4)
+
+    takers = [threading.Thread(target=take, args=(k,), daemon=True) for k in range(getters)]
+    givers = [threading.Thread(target=put, args=(p,)) for p in range(putters)]
+    for th in takers + givers:
+        th.start()
+    for th in givers:
+        th.join(10)
+    for _ in takers:
+        q.put(None)
+    for th in takers:
+        th.join(10)
+    assert not any(th.is_alive() for th in takers + givers)
+    everything = [x for got in taken for x in got]
+    assert sorted(everything) == sorted((p, i) for p in range(putters) for i in range(n))  # type: ignore[type-var]
+
+
+def test_spin_is_checked() -> None:
+    for bad in (-1, float("nan"), 2e6, "100", True):
+        with pytest.raises(ValueError, match="spin_us"):
+            handoff.work_queue(handoff.QueueKind.ENGINE, spin_us=bad)  # type: ignore[arg-type]
