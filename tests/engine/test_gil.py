@@ -380,6 +380,22 @@ def test_the_sampler_keeps_its_rate_through_the_gils_switches() -> None:
 
 
 @native
+@native
+def test_stopping_does_not_wait_out_the_samplers_sleep() -> None:
+    """Known answer: a sampler asleep for 1 s between samples stops at once when told (it waits on a
+    futex that stop() wakes), not at its next sample: every profile's stop() used to wait out up to
+    a quiet period (4 ms)."""
+    s = GilSampler(1_000_000_000)
+    s.register_thread()
+    assert s.start()
+    time.sleep(0.02)  # asleep until its first sample, 1 s away
+    t = time.perf_counter()
+    assert s.stop()
+    took = time.perf_counter() - t
+    assert took < 0.1, took
+    s.drain()
+
+
 def test_the_sampler_refuses_a_negative_sustained_period() -> None:
     with pytest.raises(ValueError, match="sustained_period_ns"):
         GilSampler(1_000_000, sustained_period_ns=-1).start()
