@@ -229,6 +229,11 @@ static unsigned long long n_spin_refused = 0, n_spin_caught = 0, n_spin_timeout 
 #endif
 
 static struct _gil_runtime_state *gil_ptr = NULL;
+/* How long a getter that saw its item polls the GIL before it waits for it as any thread does: a
+ * putter finishing its Python lets the GIL go within ~10 us (the engine hop's median GIL wait, 8 us),
+ * and a longer holder (the program pushing for milliseconds) should not keep a CPU and the poller's
+ * slot from another thread that could poll for its own work meanwhile. */
+#define GIL_POLL_NS 50000
 
 /* Without the GIL, an item seen: poll the GIL until it looks free, for up to `until`. Taking it while
  * its holder still runs would park this thread on the GIL's condition variable, and the holder's
@@ -315,7 +320,7 @@ static int64_t spin_for_item(Queue *self) {
     __atomic_add_fetch(got ? &n_spin_caught : &n_spin_timeout, 1, __ATOMIC_RELAXED);
     int64_t seen = got ? monotonic_ns() : 0;
     /* Still a spinner while it polls the GIL: a CPU is taken until it holds the GIL or gives up. */
-    if (got) spin_for_gil(seen + self->spin_ns);
+    if (got) spin_for_gil(seen + (self->spin_ns < GIL_POLL_NS ? self->spin_ns : GIL_POLL_NS));
     __atomic_sub_fetch(&spinners, 1, __ATOMIC_ACQ_REL);
     return seen;
 }
@@ -421,9 +426,17 @@ static struct PyModuleDef handoff_module = {
     .m_doc = "The engine's work queues, waited on in C: each hand-off's wake and GIL wait, timed.", .m_size = -1,
     .m_methods = module_methods};
 
+/* A forked child has none of the parent's threads: none of them polls there, whatever the count said. */
+static void after_fork_child(void) { spinners = 0; }
+
 PyMODINIT_FUNC PyInit__handoff(void) {
+    static int once = 0;
     if (PyType_Ready(&QueueType) < 0) return NULL;
     gil_ptr = opprof_main_gil();
+    if (!once) {
+        pthread_atfork(NULL, NULL, after_fork_child);
+        once = 1;
+    }
     PyObject *m = PyModule_Create(&handoff_module);
     if (m == NULL) return NULL;
     Py_INCREF(&QueueType);

@@ -129,7 +129,10 @@ class GilRecording:
         if h is None or not len(h):
             return ThreadStates.empty()
         r = h.records
-        tid = np.array([native_ids.get(int(n), -1) for n in r["native_id"].tolist()], dtype=np.int64)
+        # A dict lookup per distinct thread, not per hand-off (a profile of 2,000 custom-op calls
+        # times ~4,000 of them: 2 ms as a list comprehension).
+        getters, which = np.unique(r["native_id"], return_inverse=True)
+        tid = np.array([native_ids.get(int(n), -1) for n in getters.tolist()], dtype=np.int64)[which.ravel()]
         put, woke = h.signal, r["woke"]
         edges = [(ThreadState.BLOCKED, r["park"], put), (ThreadState.RUNNABLE, put, woke), (ThreadState.WAIT, woke, r["gil"])]
         hi = np.iinfo(np.int64).max if t1 is None else t1

@@ -430,3 +430,34 @@ def test_spin_is_checked() -> None:
     for bad in (-1, float("nan"), 2e6, "100", True):
         with pytest.raises(ValueError, match="spin_us"):
             handoff.work_queue(handoff.QueueKind.ENGINE, spin_us=bad)  # type: ignore[arg-type]
+
+
+@needs_compiled
+@needs_spare_cpu
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+def test_a_forked_child_polls_though_a_parent_thread_was_polling() -> None:
+    """A thread polling in the parent at the fork does not exist in the child: the child's getters
+    may poll all the same (the count of pollers starts again at none)."""
+    q = handoff.work_queue(handoff.QueueKind.ENGINE, spin_us=1_000_000)
+    th, got = _getter(q)
+    time.sleep(0.01)  # polling now (for up to 1 s), holding the one poller's slot of 2 CPUs
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 if its own getter polled and caught its item
+        code = 1
+        try:
+            mine = handoff.work_queue(handoff.QueueKind.ENGINE, spin_us=50_000)
+
+            def run() -> None:
+                child_th, child_got = _getter(mine)
+                time.sleep(0.005)
+                mine.put(1)
+                child_th.join(5)
+
+            code = 0 if _spins(run)["caught"] == 1 else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    q.put(0)
+    th.join(5)
+    assert got == [0]
+    assert os.waitstatus_to_exitcode(status) == 0
