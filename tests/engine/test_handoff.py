@@ -452,6 +452,7 @@ def test_a_forked_child_polls_though_a_parent_thread_was_polling() -> None:
                 time.sleep(0.005)
                 mine.put(1)
                 child_th.join(5)
+                assert child_got == [1]
 
             code = 0 if _spins(run)["caught"] == 1 else 2
         finally:
