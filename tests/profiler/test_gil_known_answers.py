@@ -214,12 +214,14 @@ def test_the_logged_hops_account_for_a_thread_ping_pong() -> None:
     """Known answer 4, the cost: two threads ping-pong 300 times through the engine's queue; the
     hand-offs the queue logs (put to GIL held) add up to the ping-pong's own wall time within 10 %.
     (A hop here swings 30-130 µs from one second to the next as idle vCPUs halt: the comparison is
-    within one run. ``python -m benchmarks`` compares a profiled chain's hops with the ping-pong.)"""
+    within one run. ``python -m benchmarks`` compares a profiled chain's hops with the ping-pong.)
+    The getters park at once here (``spin_us=0``): a polled hop is a fraction of a µs, less than
+    the loop's own put and get, so the log would account for the wake only, not the wall time."""
     trips = 300
     assert handoff.start()
     try:
         handoff.drain()
-        one_way_us = handoff.ping_pong_us(trips)
+        one_way_us = handoff.ping_pong_us(trips, spin_us=0)
         r = handoff.drain().records
     finally:
         handoff.stop()
