@@ -289,21 +289,25 @@ def _runs_outside(
     tid: np.ndarray, a: np.ndarray, b: np.ndarray, w_tid: np.ndarray, w_a: np.ndarray, w_b: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(tid, start, end) of the parts of the runs ``[a, b)`` (disjoint per thread) outside every
-    interval ``[w_a, w_b)`` of the same thread (which may nest and overlap)."""
-    out_t, out_a, out_b = [], [], []
-    for th in np.unique(tid).tolist():
-        r, w = tid == th, w_tid == th
-        t = np.concatenate([a[r], b[r], w_a[w], w_b[w]])
-        d_run = np.concatenate([np.ones(int(r.sum())), -np.ones(int(r.sum())), np.zeros(2 * int(w.sum()))])
-        d_work = np.concatenate([np.zeros(2 * int(r.sum())), np.ones(int(w.sum())), -np.ones(int(w.sum()))])
-        order = np.argsort(t, kind="stable")
-        t, in_run, in_work = t[order], np.cumsum(d_run[order]), np.cumsum(d_work[order])
-        idle = (in_run > 0) & (in_work == 0)
-        seg = np.flatnonzero(idle[:-1] & (t[1:] > t[:-1]))
-        out_t.append(np.full(len(seg), th, dtype=np.int64))
-        out_a.append(t[seg])
-        out_b.append(t[seg + 1])
-    if not out_a:
+    interval ``[w_a, w_b)`` of the same thread (which may nest and overlap).
+
+    One sweep over every thread's edges at once, sorted by (thread, time): each thread's runs and
+    intervals open and close as often, so the running counts are back at zero where the next
+    thread's edges begin, and a part never spans two threads. (A loop per thread cost ~0.25 ms a
+    thread, ~2 ms of a 10,000-span profile's build.)"""
+    if not len(tid):
         z = np.zeros(0, dtype=np.int64)
         return z, z, z
-    return np.concatenate(out_t), np.concatenate(out_a).astype(np.int64), np.concatenate(out_b).astype(np.int64)
+    keep = np.isin(w_tid, tid)  # intervals of threads without runs change nothing
+    w_tid, w_a, w_b = w_tid[keep], w_a[keep], w_b[keep]
+    n, m = len(tid), len(w_tid)
+    t = np.concatenate([a, b, w_a, w_b]).astype(np.int64)
+    th = np.concatenate([tid, tid, w_tid, w_tid]).astype(np.int64)
+    d_run = np.concatenate([np.ones(n, np.int64), -np.ones(n, np.int64), np.zeros(2 * m, np.int64)])
+    d_work = np.concatenate([np.zeros(2 * n, np.int64), np.ones(m, np.int64), -np.ones(m, np.int64)])
+    order = np.lexsort((t, th))  # stable: ties keep run starts, run ends, interval starts, ends
+    t, th = t[order], th[order]
+    in_run, in_work = np.cumsum(d_run[order]), np.cumsum(d_work[order])
+    idle = (in_run > 0) & (in_work == 0)
+    seg = np.flatnonzero(idle[:-1] & (t[1:] > t[:-1]) & (th[1:] == th[:-1]))
+    return th[seg], t[seg], t[seg + 1]
