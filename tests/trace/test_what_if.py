@@ -310,9 +310,13 @@ def test_predicted_trace_is_a_profile(training_trace: Trace) -> None:
     assert len(ran) == len(set(ran))
     assert set(t.tid[is_op & (t.role != ROLE_CODE[Role.PARENT])].tolist()) <= engine_tids
     assert set(t.tid[t.role == ROLE_CODE[Role.PYTHON]].tolist()) <= custom_tids
-    # The predicted run is a trace what_if reads in turn: replayed unchanged, it is itself.
+    # The predicted run is a trace what_if reads in turn: replayed unchanged, it is itself, within
+    # 1 µs on a live recording (seen 1 ns off in about 1 of 60: a program's gap before its
+    # WaitForAll waited 36,302 ns for the GIL in the replay of the prediction, 36,301 in the
+    # prediction; the recording of a 37 µs drift is checked to the ns below).
     again = what_if(w.trace)
-    assert again.recorded_ns == again.baseline_ns == w.predicted_ns
+    ns = (again.recorded_ns, again.baseline_ns, w.predicted_ns)
+    assert max(ns) - min(ns) <= 1_000, ns
     assert w.trace.metadata["engine_workers"] == 3 and w.trace.metadata["custom_workers"] == 2
 
 
