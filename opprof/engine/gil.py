@@ -364,6 +364,19 @@ class GilSampler:
         sustained_after_ns: int = 0,
         short_slice: bool = True,
     ) -> None:
+        # Checked here, on either path, as the C part checks them again at start(): a bad setting
+        # is an error also where there is nothing to sample (OPPROF_PURE=1, no compiler).
+        if not 10_000 <= period_ns <= 1_000_000_000:
+            raise ValueError(f"period_ns must be between 10_000 (100 kHz) and 1_000_000_000 (1 Hz), got {period_ns}")
+        if max_samples < 1:
+            raise ValueError(f"max_samples must be positive, got {max_samples}")
+        if not 0 <= quiet_period_ns <= 1_000_000_000:
+            raise ValueError(f"quiet_period_ns must be between 0 (off) and 1_000_000_000, got {quiet_period_ns}")
+        if not 0 <= sustained_period_ns <= 1_000_000_000 or sustained_after_ns < 0:
+            raise ValueError(
+                "sustained_period_ns must be between 0 (off) and 1_000_000_000, sustained_after_ns >= 0, "
+                f"got {sustained_period_ns} and {sustained_after_ns}"
+            )
         self.period_ns = period_ns
         self.max_samples = max_samples
         self.nice = nice

@@ -399,6 +399,10 @@ def test_stopping_does_not_wait_out_the_samplers_sleep() -> None:
 def test_the_sampler_refuses_a_negative_sustained_period() -> None:
     with pytest.raises(ValueError, match="sustained_period_ns"):
         GilSampler(1_000_000, sustained_period_ns=-1).start()
+    with pytest.raises(ValueError, match="period_ns"):
+        GilSampler(0)
+    with pytest.raises(ValueError, match="quiet_period_ns"):
+        GilSampler(1_000_000, quiet_period_ns=-5)
 
 
 # ---------------------------------------------------------------------------- without the extension
