@@ -356,9 +356,11 @@ static PyObject *queue_get(Queue *self, PyObject *unused) {
             pthread_mutex_unlock(&self->mu);
             int64_t seen = spin_for_item(self);
             pthread_mutex_lock(&self->mu);
-            if (seen && self->len > 0) {
+            /* An item here came while it polled, or after the poll gave up but before mu was taken
+             * again: no wake either way, and a hand-off all the same (logged as one). */
+            if (self->len > 0) {
                 waited = caught = 1;
-                woke = seen;
+                woke = seen ? seen : monotonic_ns();
             }
         }
         if (!caught) {
