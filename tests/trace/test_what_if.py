@@ -580,8 +580,11 @@ def test_gil_baseline_small_custom_ops(gil_reset: None) -> None:
     """40 small custom ops in a chain: the model without change within 10 % of the recording
     (36 recordings on the loaded 2-core VM, 2026-12-03: median -7 %, 30 within 10 %; a later set
     -1 %, 27 within; it was -15 % before woken threads took the GIL back in the model and
-    hand-offs were averaged, not medians)."""
-    ok, said = tries(lambda: _baseline(small_loop, 2, 1))
+    hand-offs were averaged, not medians). With the engine's threads polling before they park, 30
+    recordings: median -6.8 %, 20 within 10 % (parking at once, same minutes: -10.8 %, 11 within):
+    the median is nearer, the spread wider (a run's hand-offs are caught by a poll or wake a parked
+    thread, by the minute), so up to five recordings are tried (three missed in one full run)."""
+    ok, said = tries(lambda: _baseline(small_loop, 2, 1), 5)
     assert ok, said
 
 
