@@ -21,7 +21,7 @@ from .analysis.gil import PYTHON_GIL_PARTS, GilHolder, handoff_costs, no_gil_evi
 from .analysis.stats import StatRow, sort_rows, span_stats
 from .analysis.summary import OpTypeSplit, custom_op_summary
 from .columns import ROLE_CODE, SpanTable
-from .compare import CONFIDENCE, CallResult, Comparison, RowKind, Verdict
+from .compare import CONFIDENCE, CallResult, Comparison, Estimate, RowKind, Verdict
 from .memory import MEMORY_CATEGORY, MEMORY_COUNTER
 from .ops import short_site
 from .records import CUSTOM_OP, CUSTOM_POOL, Role
@@ -538,14 +538,31 @@ def calls_table(comparison: Comparison, name: str, part: str = "wall") -> str:
 _MEMORY_VERDICT = {Verdict.SLOWER: "more", Verdict.FASTER: "less"}
 
 
+def _ratio_says(c: Comparison) -> str:
+    """What the table's B/A and interval are, from the estimates its rows used."""
+    pct = round(100 * CONFIDENCE)
+    if c.paired_runs:
+        return f"B/A of the pairs (runs taken alternately) with its {pct} % interval (t on the per-pair log ratios)"
+    used = {r.estimate for r in c.rows}
+    says = []
+    if Estimate.FASTEST in used:
+        says.append(
+            f"B/A of the fastest runs with its {pct} % interval (bootstrap), widened by how much each side's halves "
+            "differ; a verdict needs all runs to agree"
+        )
+    if Estimate.GEOMETRIC_MEAN in used:
+        where = "rows with a zero in some run: " if says else ""
+        says.append(f"{where}B/A of the geometric means with its {pct} % interval (Welch), widened alike")
+    return "; ".join(says) or "B/A of the medians (no intervals)"
+
+
 def compare_table(comparison: Comparison, top: int = 25) -> str:
     """A comparison (:func:`~opprof.trace.compare.compare`) as a table: end to end first, then the
     rows that explain the most of its change; added/removed rows and the notes below."""
     c = comparison
     head = (
         f"{c.label_a}: {c.runs_a} run{'s' if c.runs_a != 1 else ''}, {c.label_b}: {c.runs_b} run{'s' if c.runs_b != 1 else ''}; "
-        f"medians; B/A of the geometric means with its {round(100 * CONFIDENCE)} % interval (Welch, log times, "
-        "widened by how much each side's halves differ)"
+        f"medians; {_ratio_says(c)}"
     )
     changed = [r for r in c.rows if r.verdict not in (Verdict.ADDED, Verdict.REMOVED)]
     moved = [r for r in c.rows if r.verdict in (Verdict.ADDED, Verdict.REMOVED)]
