@@ -83,6 +83,7 @@ __all__ = [
     "RowKind",
     "RowResult",
     "Verdict",
+    "BLOCK_RUNS_FOR_10_PERCENT",
     "BOOTSTRAP_RESAMPLES",
     "CallResult",
     "Estimate",
@@ -431,6 +432,11 @@ MIN_RUNS_FOR_HALVES = 4
 #: one random walk (10 runs each, 400 draws) 1x left 18 % false verdicts, 2x 3 %; the fastest runs
 #: (:data:`Estimate.FASTEST`) widened alike, and confirmed by all runs, 4 %.
 BLOCK_DISTANCE = 2.0
+#: Runs a side that a blocked comparison needs to find a 10 % change most of the time here: on a
+#: ~100 ms workload (2026-12-04) blocks of 10 found +10 % in 74 of 100 trials, blocks of 20 in 19 of
+#: 20 (the fastest runs' block-to-block swing 0.9-1.0 % against 1.7-1.9 %), identical code getting a
+#: verdict in 1 of 240 and 2 of 80 trials. A blocked comparison with fewer that finds no change says so.
+BLOCK_RUNS_FOR_10_PERCENT = 20
 #: Resamples of the fastest runs' bootstrap: its 2.5 % and 97.5 % quantiles move by < 0.2 % of
 #: the ratio between seeds at 2,000 (10 runs a side), and it costs ~1 ms a row.
 BOOTSTRAP_RESAMPLES = 2000
@@ -664,7 +670,7 @@ def compare(
             )
         )
     e2e = next((r for r in results if r.key.kind is RowKind.END_TO_END), None)
-    notes += _stability_notes(e2e, results, a, b)
+    notes += _stability_notes(e2e, results, a, b, paired=paired)
     total = e2e.delta if e2e is not None else 0.0
     # A time row's share of the end-to-end change; bytes are no share of a time (memory rows: 0).
     shares = [
@@ -689,8 +695,11 @@ def compare(
 SHORT_RUN_NS = 50_000_000
 
 
-def _stability_notes(e2e: RowResult | None, rows: list[RowResult], a: list[Trace], b: list[Trace]) -> list[str]:
-    """What a reader must know before trusting the verdicts: runs too short, an unstable block."""
+def _stability_notes(
+    e2e: RowResult | None, rows: list[RowResult], a: list[Trace], b: list[Trace], *, paired: bool = False
+) -> list[str]:
+    """What a reader must know before trusting the verdicts: runs too short, blocks too few to find
+    a small change, an unstable block."""
     notes = []
     if e2e is not None and len(e2e.a) and len(e2e.b):
         # A run's own length (all its loops), not the per-loop row.
@@ -704,6 +713,13 @@ def _stability_notes(e2e: RowResult | None, rows: list[RowResult], a: list[Trace
                 "(opprof.compare_functions)"
             )
     unstable = [r for r in rows if r.verdict is Verdict.UNSTABLE]
+    few = min(len(a), len(b))
+    undecided = (Verdict.NO_CLEAR_CHANGE, Verdict.UNSTABLE)
+    if not paired and e2e is not None and e2e.verdict in undecided and 2 <= few < BLOCK_RUNS_FOR_10_PERCENT:
+        notes.append(
+            f"blocks of {few} runs may miss a change of ~10 %: run {BLOCK_RUNS_FOR_10_PERCENT} a side "
+            f"(%%opprof --repeat {BLOCK_RUNS_FOR_10_PERCENT}) or interleave A and B (opprof.compare_functions)"
+        )
     if e2e is not None and e2e.verdict is Verdict.UNSTABLE:
         notes.append(f"end to end seems unstable: {e2e.why_unstable} (declined, not called faster or slower)")
     elif unstable:

@@ -562,3 +562,25 @@ def test_a_row_with_a_zero_keeps_the_geometric_means_and_the_table_says_what_eac
     paired = compare([_run(1_000)] * 3, [_run(1_100)] * 3, paired=True)
     assert paired.end_to_end is not None and paired.end_to_end.estimate is Estimate.PAIRS
     assert "B/A of the pairs" in compare_table(paired).splitlines()[0]
+
+
+def test_blocks_too_few_to_find_ten_percent_say_so_and_twenty_do_not() -> None:
+    """A blocked comparison that finds no change with fewer than BLOCK_RUNS_FOR_10_PERCENT runs a
+    side says how many would (or to interleave); with that many, or paired, or with a verdict, no such note."""
+    from opprof.trace.compare import BLOCK_RUNS_FOR_10_PERCENT
+
+    rng = np.random.default_rng(4)
+
+    def runs(n: int, scale: float = 1.0) -> list[Trace]:
+        return [_run(int(scale * 1_000 * np.exp(0.02 * rng.standard_normal()))) for _ in range(n)]
+
+    few = compare(runs(10), runs(10))
+    assert few.end_to_end is not None and few.end_to_end.verdict is not Verdict.SLOWER
+    assert any(n.startswith(f"blocks of 10 runs may miss a change of ~10 %: run {BLOCK_RUNS_FOR_10_PERCENT} a side") for n in few.notes)
+    n = BLOCK_RUNS_FOR_10_PERCENT
+    enough = compare(runs(n), runs(n))
+    assert not any("may miss" in note for note in enough.notes)
+    assert not any("may miss" in note for note in compare(runs(10), runs(10), paired=True).notes)
+    found = compare(runs(10), runs(10, 1.5))
+    assert found.end_to_end is not None and found.end_to_end.verdict is Verdict.SLOWER
+    assert not any("may miss" in note for note in found.notes)
