@@ -576,7 +576,8 @@ def test_blocks_too_few_to_find_ten_percent_say_so_and_twenty_do_not() -> None:
 
     few = compare(runs(10), runs(10))
     assert few.end_to_end is not None and few.end_to_end.verdict is not Verdict.SLOWER
-    assert any(n.startswith(f"blocks of 10 runs may miss a change of ~10 %: run {BLOCK_RUNS_FOR_10_PERCENT} a side") for n in few.notes)
+    said = f"blocks of 10 runs may miss a change of ~10 %: run {BLOCK_RUNS_FOR_10_PERCENT} a side"
+    assert any(n.startswith(said) for n in few.notes)
     n = BLOCK_RUNS_FOR_10_PERCENT
     enough = compare(runs(n), runs(n))
     assert not any("may miss" in note for note in enough.notes)
