@@ -112,8 +112,6 @@ def measure(trials: int = 20, runs: int = 5) -> list[Row]:
 # B's in another after it. Each block is calibrated as the magic calibrates it (its warm-up's time
 # sets the loops of a run of >= 100 ms) and the verdicts come from compare(), as the magic's do.
 _SIZE = {"calls": 20, "ops": 300, "nap_s": 0.001}
-#: Runs a side in the blocked rows: what ``compare``'s note asks of a blocked comparison that finds nothing.
-BLOCK_RUNS = BLOCK_RUNS_FOR_10_PERCENT
 
 
 class _Tiny(mx.operator.CustomOp):
@@ -267,7 +265,8 @@ def blocked_rows(trials: int, runs: int) -> list[Row]:
 def rows(quick: bool = False, repeats: int | None = None) -> list[Row]:
     # trials, not rounds: --repeats does not apply
     out = measure(trials=3 if quick else 20, runs=3 if quick else 5)
-    return out + blocked_rows(trials=2 if quick else 20, runs=4 if quick else BLOCK_RUNS)
+    # Blocks of the size compare's note asks for when a blocked comparison finds nothing.
+    return out + blocked_rows(trials=2 if quick else 20, runs=4 if quick else BLOCK_RUNS_FOR_10_PERCENT)
 
 
 def main() -> None:

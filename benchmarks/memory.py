@@ -68,12 +68,8 @@ def rows(quick: bool = False, repeats: int | None = None) -> list[Row]:
                 work()  # warm: threads started, op types registered
                 pairs = []
                 for k in range(rounds):
-                    if k % 2:
-                        on_first = _timed(work, True)
-                        pairs.append((_timed(work, False), on_first))
-                    else:
-                        off_first = _timed(work, False)
-                        pairs.append((off_first, _timed(work, True)))
+                    took = {memory: _timed(work, memory) for memory in ((True, False) if k % 2 else (False, True))}
+                    pairs.append((took[False], took[True]))
                 ratio = statistics.median(on / off for off, on in pairs)
                 off = statistics.median(p[0] for p in pairs)
                 on = statistics.median(p[1] for p in pairs)

@@ -349,8 +349,7 @@ class Comparison:
             va, vb = a[:, k, j], b[:, k, j]
             ma, mb = float(np.median(va)), float(np.median(vb))
             said = judged(va, vb, self.label_a, self.label_b, paired=self.paired_runs)
-            ratio = said.ratio if not math.isnan(said.ratio) else (mb / ma if ma > 0 else float("nan"))
-            out.append(CallResult(name, k, part, va, vb, ma, mb, ratio, said.low, said.high, said.verdict, said.estimate))
+            out.append(CallResult(name, k, part, va, vb, ma, mb, said.ratio, said.low, said.high, said.verdict, said.estimate))
         return out
 
     def most_changed_calls(self, top: int = 5) -> list[CallResult]:
@@ -515,20 +514,23 @@ def judged(a: np.ndarray, b: np.ndarray, label_a: str = "A", label_b: str = "B",
     """B/A of runs ``a`` and ``b``, judged. Blocks (A's runs, then B's): where both sides have at
     least :data:`MIN_RUNS_FOR_HALVES` runs and every time is positive, the ratio of the fastest runs
     with its bootstrap interval (:func:`fastest_interval`) widened by :data:`BLOCK_DISTANCE` times
-    the root mean square of the two sides' half-to-half shifts of their fastest runs; else the
-    geometric means' interval (:func:`ratio_interval`) widened by twice the larger shift of the
-    halves' means. A verdict also needs the plain interval of all runs (Welch) to say the same: one
-    lucky run does not make a change. A verdict the plain interval gave and the widened one does not
-    is declined as *unstable*, saying why. ``paired`` (runs interleaved A, B, A, B): the paired
-    interval (:func:`paired_interval`), which a shift of the machine does not bias: no widening."""
-    if paired:
-        ratio, lo, hi = paired_interval(a, b)
-        verdict = Verdict.NO_CLEAR_CHANGE if math.isnan(ratio) else verdict_of(lo, hi)
-        return Judgement(ratio, lo, hi, verdict, 0.0, "", Estimate.PAIRS)
+    the larger of the two sides' half-to-half shifts of their fastest runs; else the geometric
+    means' interval (:func:`ratio_interval`) widened by twice the larger shift of the halves'
+    means. For the fastest runs a verdict also needs all runs to agree: their Welch interval,
+    widened once by the larger shift of their halves' means, must say the same (one lucky run does
+    not make a change). A verdict the plain Welch interval gave and the judged one does not is
+    declined as *unstable*, saying why. ``paired`` (runs interleaved A, B, A, B): the paired
+    interval (:func:`paired_interval`), which a shift of the machine does not bias: no widening.
+    Without an interval (fewer than two runs a side, A's times all zero): the ratio of the medians
+    and no verdict."""
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    ratio, lo, hi = ratio_interval(a, b)
-    if math.isnan(ratio):
-        return Judgement(ratio, lo, hi, Verdict.NO_CLEAR_CHANGE, 0.0, "", Estimate.MEDIANS)
+    ratio, lo, hi = paired_interval(a, b) if paired else ratio_interval(a, b)
+    if math.isnan(ratio):  # no interval: the plain ratio of the medians, and no verdict
+        ma, mb = float(np.median(a)), float(np.median(b))
+        medians = mb / ma if ma > 0 else float("nan")
+        return Judgement(medians, lo, hi, Verdict.NO_CLEAR_CHANGE, 0.0, "", Estimate.MEDIANS)
+    if paired:
+        return Judgement(ratio, lo, hi, verdict_of(lo, hi), 0.0, "", Estimate.PAIRS)
     plain = verdict_of(lo, hi)
     fastest = min(len(a), len(b)) >= MIN_RUNS_FOR_HALVES and bool((a > 0).all() and (b > 0).all())
     shift_a, shift_b = block_shift(a, fastest=fastest), block_shift(b, fastest=fastest)
@@ -560,8 +562,6 @@ def judged(a: np.ndarray, b: np.ndarray, label_a: str = "A", label_b: str = "B",
             f"too unstable to call a {100 * abs(ratio - 1):.0f} % change"
         )
         widened = Verdict.UNSTABLE
-    elif widened is not plain:  # the fastest runs moved where the runs as a whole did not
-        widened = Verdict.NO_CLEAR_CHANGE
     return Judgement(ratio, wide_lo, wide_hi, widened, math.expm1(noise), why, estimate)
 
 
@@ -650,9 +650,6 @@ def compare(
             results.append(RowResult(key, va, vb, ma, mb, float("nan"), float("nan"), float("nan"), verdict))
             continue
         j = judged(va, vb, label_a, label_b, paired=paired)
-        ratio = j.ratio
-        if math.isnan(ratio):  # no interval: the plain ratio of medians, and no verdict
-            ratio = mb / ma if ma > 0 else float("nan")
         results.append(
             RowResult(
                 key,
@@ -660,7 +657,7 @@ def compare(
                 vb,
                 ma,
                 mb,
-                ratio,
+                j.ratio,
                 j.low,
                 j.high,
                 j.verdict,
