@@ -178,20 +178,24 @@ WORKLOADS: list[tuple[str, Any, str]] = [
 ]
 
 
-def _block(fn: Any, scale: float, runs: int) -> list[Trace]:
-    """A block as the magic takes it: a warm-up (which sets the loops), then ``runs`` runs."""
+def _block(fn: Any, scale: float, runs: int, loops: int | None = None) -> tuple[list[Trace], int]:
+    """A block as the magic takes it: a warm-up (which sets the loops, unless given: ``--compare``
+    takes the labelled side's), then ``runs`` runs; and its loops."""
     from opprof.profiler.ab import loops_after_warmup, profiled_run
 
     t0 = time.perf_counter()
     profiled_run(lambda: fn(scale))
-    loops = loops_after_warmup(time.perf_counter() - t0)
-    return [profiled_run(lambda: fn(scale), loops) for _ in range(runs)]
+    if loops is None:
+        loops = loops_after_warmup(time.perf_counter() - t0)
+    return [profiled_run(lambda: fn(scale), loops) for _ in range(runs)], loops
 
 
 def blocked_trial(fn: Any, factor: float, runs: int) -> tuple[Verdict, int, int, Verdict]:
-    """A's block, then B's (``factor`` times the work): (end-to-end verdict, rows with a verdict,
-    rows, the verdict of the row that changed most)."""
-    c = compare(_block(fn, 1.0, runs), _block(fn, factor, runs))
+    """A's block, then B's (``factor`` times the work) with A's loops, as ``%%opprof --compare A``
+    runs it: (end-to-end verdict, rows with a verdict, rows, the verdict of the row that changed most)."""
+    a, loops = _block(fn, 1.0, runs)
+    b, _ = _block(fn, factor, runs, loops)
+    c = compare(a, b)
     e2e = c.end_to_end
     assert e2e is not None
     judged = [r for r in c.rows if r.verdict not in (Verdict.ADDED, Verdict.REMOVED)]

@@ -32,7 +32,7 @@ from ..profiler.ab import MAX_LOOPS, MIN_RUN_S, loops_after_warmup
 from ..profiler.memory import COMPILED_WHY_NOT as MEMORY_WHY_NOT
 from ..trace import Trace, load
 from ..trace.analysis.stats import SORT_KEYS
-from ..trace.compare import Comparison, compare, side_by_side
+from ..trace.compare import Comparison, compare, loops_of, side_by_side
 from ..trace.formats.atomic import not_a_regular_file
 from ..trace.formats.jsonio import output_path_problem
 from ..trace.text import alive_text, compare_table, fmt_us, split_table, stats_table, summary_line, why_text
@@ -125,6 +125,18 @@ def _loops(args: Any, warmup_s: float) -> int:
     """How many times each measured run runs the cell: ``--loops K``, or (auto) enough for a run of
     at least :data:`MIN_RUN_S` after a warm-up run of ``warmup_s``."""
     return loops_after_warmup(warmup_s) if args.loops == "auto" else int(args.loops)
+
+
+def _loops_as(args: Any, baseline: CellProfile | None) -> int | None:
+    """With ``--compare NAME`` and ``--loops auto``: as many loops as NAME's measured runs had, where
+    NAME ran with ``--repeat`` (else None). Rows are compared per loop, and what happens once a run
+    (the profile's final wait for the engine, a run's first ops on cold caches) weighs 1/loops of
+    it: sides calibrated apart, from one warm-up each (3 and 11 loops, 9 and 19, on small ops here),
+    made the final wait's row differ in 5 of 20 blocked trials of identical code; with A's loops on
+    both sides, in 0 of 20 (2026-12-04)."""
+    if args.loops != "auto" or baseline is None or baseline.warmup is None or not baseline.runs:
+        return None
+    return loops_of(baseline.runs[0])
 
 
 def _memory_wanted(args: Any) -> bool:
@@ -225,8 +237,14 @@ class OpprofMagics(Magics):
                 if args.repeat and k == 0 and error is None:
                     warmup = trace
                     # Runs long enough to compare: the warm-up's time sets the loops (or --loops K).
-                    loops = _loops(args, wall)
-                    if loops > 1:
+                    matched = _loops_as(args, history[args.compare] if args.compare is not None else None)
+                    loops = matched if matched is not None else _loops(args, wall)
+                    if matched is not None:
+                        print(
+                            f"opprof: each of the {args.repeat} runs runs the cell {loops} time(s), as {args.compare}'s "
+                            "runs did (both sides alike: what happens once a run weighs the same per loop; --loops K to set it)"
+                        )
+                    elif loops > 1:
                         print(
                             f"opprof: each of the {args.repeat} runs runs the cell {loops} times "
                             f"(one run took {wall * 1e3:.1f} ms; a run of at least {MIN_RUN_S * 1e3:.0f} ms compares "

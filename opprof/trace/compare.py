@@ -625,6 +625,13 @@ def compare(
             f"{min(len(a), len(b))} run on one side: ratios without intervals, so no verdicts "
             "(run each side at least twice; five runs find a 10 % change on this kind of machine)"
         )
+    loops_a, loops_b = sorted({loops_of(t) for t in a}), sorted({loops_of(t) for t in b})
+    if loops_a != loops_b:
+        notes.append(
+            f"{label_a}'s runs ran the code {_counts(loops_a)} time(s) each and {label_b}'s {_counts(loops_b)}: rows are per "
+            "loop, so what happens once a run (the final wait for the engine, a run's first ops) weighs differently on "
+            "the two sides and can look like a change; give both the same loops (%%opprof --compare does; --loops K)"
+        )
     only_a = {k.name for k in keys_a - keys_b if k.kind is not RowKind.END_TO_END}
     only_b = {k.name for k in keys_b - keys_a if k.kind is not RowKind.END_TO_END}
     if only_a or only_b:

@@ -441,6 +441,26 @@ def test_repeat_calibrates_runs_long_enough_to_compare_and_says_so(ip: Any) -> N
     assert "runs the cell" not in out or "3 times" in out
 
 
+def test_compare_runs_the_cell_as_many_times_a_run_as_the_labelled_side(ip: Any) -> None:
+    """``--compare A`` (loops auto) takes A's loops, whatever B's own warm-up says: what happens once
+    a run (the final wait for the engine) then weighs the same per loop on both sides. A cell ten
+    times slower still runs A's count; ``--loops K`` still sets it."""
+    fast = "y = mx.nd.ones((2, 2)) + 1\ny.wait_to_read()\ntime.sleep(0.002)"
+    slow = "y = mx.nd.ones((2, 2)) + 1\ny.wait_to_read()\ntime.sleep(0.02)"
+    result, out = run(ip, "--repeat 2 --label A --no-widget", fast)
+    assert result.error_in_exec is None, out
+    loops_a = ip.user_ns["_opprof"].runs[0].metadata["loops"]
+    assert loops_a > 5, loops_a  # calibrated: ~2 ms a call, runs of >= 100 ms
+    result, out = run(ip, "--repeat 2 --compare A --no-widget", slow)
+    assert result.error_in_exec is None, out
+    b = ip.user_ns["_opprof"]
+    assert [r.metadata["loops"] for r in b.runs] == [loops_a, loops_a]  # its own warm-up would say ~5
+    assert f"{loops_a} time(s), as A's runs did" in out
+    result, out = run(ip, "--repeat 2 --loops 2 --compare A --no-widget", slow)
+    assert all(r.metadata["loops"] == 2 for r in ip.user_ns["_opprof"].runs)
+    assert "as A's runs did" not in out
+
+
 @pytest.mark.parametrize("line", ["--loops 3", "--repeat 2 --loops 0", "--repeat 2 --loops many", "--repeat 2 --loops 100000"])
 def test_bad_loops_print_usage_and_run_nothing(ip: Any, line: str) -> None:
     ip.user_ns["ran"] = False

@@ -504,6 +504,9 @@ def test_runs_compare_per_loop_and_short_runs_are_said_to_be_short() -> None:
     assert e2e.median_a == pytest.approx(2_000, rel=0.05)  # per loop: 8,000 ns a run / 4
     assert any(n.startswith("runs last ") and "too short" in n for n in c.notes)
     assert "note: runs last" in compare_table(c)
+    assert any("A's runs ran the code 4 time(s) each and B's 1" in n for n in c.notes)  # once-a-run costs differ
+    same = compare(a, [loops(_run(int(4_000 * f)), 4) for f in noise])
+    assert not any("ran the code" in n for n in same.notes)
 
 
 def test_fail_if_slower_does_not_fire_on_instability(tmp_path: Path) -> None:
