@@ -174,14 +174,9 @@ class GilRecording:
             return {"why_not": "hand-offs were not timed (another session was timing them)"}
         out: dict[str, Any] = {"source": "the engine's queues, waited on in C", "count": len(h), "dropped": h.dropped}
         r = h.records
-        signal = h.signal
         pools = [(kind.name.lower(), r["queue"] == int(kind)) for kind in handoff.QueueKind]
-        for name, m in [*pools, ("all", np.ones(len(r), dtype=bool))]:
-            if np.any(m):
-                out[name] = {
-                    "count": int(m.sum()),
-                    "wake_ns_median": int(np.median(r["woke"][m] - signal[m])),
-                    "gil_ns_median": int(np.median(r["gil"][m] - r["woke"][m])),
-                    "hop_ns_median": int(np.median(r["gil"][m] - signal[m])),
-                }
+        for name, m in [*pools, ("all", None)]:
+            got = h.medians(m)
+            if got["count"]:
+                out[name] = got
         return out

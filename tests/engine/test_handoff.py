@@ -171,6 +171,37 @@ def test_ping_pong_measures_one_way() -> None:
     retried(check)
 
 
+def test_medians_of_known_hand_offs() -> None:
+    """Three hand-offs with known stamps: the wake runs from the put (or the park, where the item
+    was put before the getter parked) to the OS running the getter, the GIL wait from then to holding it."""
+    r = np.zeros(3, dtype=handoff.HANDOFF_DTYPE)
+    r["park"] = [0, 0, 100]
+    r["put"] = [10, 20, 50]  # the third was put before its getter parked: its wait began at the park
+    r["woke"] = [30, 50, 120]
+    r["gil"] = [40, 90, 125]
+    got = handoff.Handoffs(r).medians()
+    assert got == {"count": 3, "wake_ns_median": 20, "gil_ns_median": 10, "hop_ns_median": 30}
+    assert handoff.Handoffs(r).medians(np.array([True, False, False])) == {
+        "count": 1,
+        "wake_ns_median": 20,
+        "gil_ns_median": 10,
+        "hop_ns_median": 30,
+    }
+    assert handoff.Handoffs(r[:0]).medians() == {"count": 0}
+
+
+@needs_compiled
+def test_a_timed_ping_pong_logs_its_own_hand_offs() -> None:
+    """The ping-pong read as a profile reads the engine's queues: one logged hand-off at most per
+    trip each way (polled gets that found their item log nothing), each a wake then a GIL wait."""
+    one_way, got = handoff.timed_ping_pong(200, spin_us=0)
+    assert one_way > 0 and 100 <= got["count"] <= 2 * 200 + 3, got  # + the start-up round trip and the final None
+    assert 0 <= got["wake_ns_median"] <= got["hop_ns_median"] and got["gil_ns_median"] >= 0, got
+    assert handoff.start()  # it left logging off
+    handoff.stop()
+    handoff.drain()
+
+
 def test_an_item_stays_queued_until_its_taker_holds_the_gil() -> None:
     """As queue.SimpleQueue: a woken getter takes its item only once it runs Python again, so a
     thread holding the GIL meanwhile still sees it queued (qsize() answers as SimpleQueue's does)."""
