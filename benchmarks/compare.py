@@ -181,12 +181,12 @@ WORKLOADS: list[tuple[str, Any, str]] = [
 def _block(fn: Any, scale: float, runs: int, loops: int | None = None) -> tuple[list[Trace], int]:
     """A block as the magic takes it: a warm-up (which sets the loops, unless given: ``--compare``
     takes the labelled side's), then ``runs`` runs; and its loops."""
-    from opprof.profiler.ab import loops_after_warmup, profiled_run
+    from opprof.profiler.ab import loops_after_warmup, profiled_run, run_seconds
 
     t0 = time.perf_counter()
-    profiled_run(lambda: fn(scale))
+    warmup = profiled_run(lambda: fn(scale))
     if loops is None:
-        loops = loops_after_warmup(time.perf_counter() - t0)
+        loops = loops_after_warmup(run_seconds(warmup, time.perf_counter() - t0))
     return [profiled_run(lambda: fn(scale), loops) for _ in range(runs)], loops
 
 

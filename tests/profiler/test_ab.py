@@ -12,7 +12,8 @@ import time
 import pytest
 
 import opprof as mx
-from opprof.profiler.ab import MAX_LOOPS, calibrate_loops, compare_functions, profiled_run
+from opprof.profiler.ab import MAX_LOOPS, calibrate_loops, compare_functions, profiled_run, run_seconds
+from opprof.trace import Trace
 from opprof.trace.compare import RowKey, RowKind, Verdict
 from tests.helpers import retried
 
@@ -52,6 +53,18 @@ def test_calibration_makes_runs_long_enough() -> None:
     assert sum(1 for r in trace.custom_ops() if r.op_type == "ABTestNap") == 6
     with pytest.raises(ValueError, match="loops"):
         profiled_run(_napping(0.002), loops=0)
+
+
+def test_a_run_is_timed_without_the_build_after_it() -> None:
+    """Calibration reads a run's length as the comparison does: the profile's start to the end of
+    its final wait, not the wall time with the trace's build; without those stamps, the wall time."""
+    wall0 = time.perf_counter()
+    trace = profiled_run(_napping(0.01))
+    wall = time.perf_counter() - wall0
+    got = run_seconds(trace, wall)
+    assert 0.02 <= got < wall, (got, wall)  # two naps of 10 ms, and less than with the build
+    assert run_seconds(Trace(), 0.5) == 0.5
+    assert run_seconds(Trace(metadata={"t_start_ns": 10, "t_stop_ns": 5}), 0.5) == 0.5  # nonsense stamps: the wall time
 
 
 def test_interleaved_finds_a_slower_function_and_says_how_it_ran() -> None:
