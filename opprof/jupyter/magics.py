@@ -247,8 +247,8 @@ class OpprofMagics(Magics):
                     elif loops > 1:
                         print(
                             f"opprof: each of the {args.repeat} runs runs the cell {loops} times "
-                            f"(one run took {run_seconds(trace, wall) * 1e3:.1f} ms; a run of at least {MIN_RUN_S * 1e3:.0f} ms compares "
-                            "reliably; --loops K to set it)"
+                            f"(one run took {run_seconds(trace, wall) * 1e3:.1f} ms; a run of at least "
+                            f"{MIN_RUN_S * 1e3:.0f} ms compares reliably; --loops K to set it)"
                         )
                 else:
                     runs.append(trace)
