@@ -89,6 +89,14 @@ typedef struct {
 } slot_t;
 static __thread slot_t table[SLOTS];
 static __thread int used;
+/* The blocks put since the outermost enter, so that its leave empties the table by popping them:
+ * clearing all of it (16 KB) at a leave where a block escaped (a trivial custom op's output, on the
+ * naive engine) made enter + leave around one escaping 10x10 array cost 0.76 us over the array
+ * alone, popping 0.59 us (200,000 calls each, 2026-12-04). Past LOGGED puts the leave clears the
+ * whole table instead. */
+#define LOGGED 32
+static __thread uintptr_t logged[LOGGED];
+static __thread int n_logged;
 
 static void table_put(void *ptr, int64_t size) {
     if (used >= MAX_USED) return;
@@ -96,6 +104,8 @@ static void table_put(void *ptr, int64_t size) {
     if (table[i].key == 0) used++;
     table[i].key = (uintptr_t)ptr;
     table[i].size = size;
+    if (n_logged < LOGGED) logged[n_logged] = (uintptr_t)ptr;
+    n_logged++;
 }
 
 /* Remove ptr; its size, or -1 where it is not in the table. */
@@ -293,9 +303,14 @@ static PyObject *npmem_leave(PyObject *module, PyObject *token) {
     int64_t result = peak - (int64_t)cur0;
     if (result < 0) result = 0;
     if ((int64_t)saved > peak) peak = (int64_t)saved; /* an outer measurement still sees this peak */
-    if (depth > 0 && --depth == 0 && used > 0) {
-        memset(table, 0, sizeof table);
-        used = 0;
+    if (depth > 0 && --depth == 0) {
+        if (used > 0 && n_logged <= LOGGED) {
+            for (int k = 0; k < n_logged && used > 0; k++) (void)table_pop((void *)logged[k]);
+        } else if (used > 0) {
+            memset(table, 0, sizeof table);
+            used = 0;
+        }
+        n_logged = 0;
     }
     return PyLong_FromLongLong((long long)result);
 }

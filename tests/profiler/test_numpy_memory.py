@@ -164,3 +164,25 @@ def test_enter_leave_nest_and_count_realloc() -> None:
     assert abs(npmem.leave(outer) - 3 * MB8) <= 1024
     assert get_handler_name() == "default_allocator"
     del c
+
+
+@needs_npmem
+@pytest.mark.parametrize("escaping", [3, 40])  # fewer blocks than the leave pops one by one, and more
+def test_blocks_that_escape_a_python_leave_the_table_empty(escaping: int) -> None:
+    """Arrays made inside and kept past ``leave`` (a custom op's outputs) are forgotten at the
+    outermost leave, whether it pops them one by one or clears the table, and the next measurement
+    counts from there."""
+    _npmem = npmem._npmem
+    kept = []
+    token = npmem.enter()
+    for _ in range(escaping):
+        kept.append(np.ones(1000))
+    assert _npmem.counters()[3] == escaping  # used slots: one per block made inside
+    npmem.leave(token)
+    assert _npmem.counters()[3] == 0
+    kept.clear()
+    token = npmem.enter()
+    fresh = np.ones(1_000_000)
+    assert abs(npmem.leave(token) - MB8) <= 1024
+    assert _npmem.counters()[3] == 0
+    del fresh
