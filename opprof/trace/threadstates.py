@@ -130,15 +130,18 @@ class ThreadStates:
             hit = (i >= 0) & (self.end[j] > mid) & (exact.tid[ask] != th)
             holder[ask[hit]] = th
             ask, mid = ask[~hit], mid[~hit]
-        parts = [(exact.tid, exact.state, exact.start, exact.end, holder)]
-        # The samples outside the exact runs, kept per (state, holder) so each part keeps both.
-        keys = np.unique(np.stack([self.state.astype(np.int64), self.holder]), axis=1) if len(self) else np.zeros((2, 0))
-        for st, h in keys.T.tolist():
-            m = (self.state == st) & (self.holder == h)
-            tids, a, b = _runs_outside(self.tid[m], self.start[m], self.end[m], exact.tid, exact.start, exact.end)
-            parts.append((tids, np.full(len(tids), st, dtype=np.int8), a, b, np.full(len(tids), h, dtype=np.int64)))
-        tid, state, start, end, holders = (np.concatenate([p[k] for p in parts]) for k in range(5))
-        return ThreadStates(tid, state, start, end, holders, self.period_ns)
+        # The samples outside the exact runs, each part keeping its run's state and holder: one
+        # sweep for all (one per distinct state and holder cost 3-5 ms of a 2,000-call profile's
+        # 21 ms build, 2026-12-04).
+        tids, a, b, src = _runs_outside(self.tid, self.start, self.end, exact.tid, exact.start, exact.end)
+        return ThreadStates(
+            np.concatenate([exact.tid, tids]),
+            np.concatenate([exact.state, self.state[src]]),
+            np.concatenate([exact.start, a]),
+            np.concatenate([exact.end, b]),
+            np.concatenate([holder, self.holder[src]]),
+            self.period_ns,
+        )
 
     def overlap(self, tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
         """(n, len(STATES)) int64: how many ns of each interval ``[start, end)`` on thread ``tid``
@@ -281,15 +284,16 @@ def _idle_runs(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The parts of the runs ``[a, b)`` of each thread outside every interval ``[w_a, w_b)`` of the
     same thread (work: spans, which may nest and overlap): one sweep per thread, NumPy only."""
-    _, out_a, out_b = _runs_outside(tid, a, b, w_tid, w_a, w_b)
+    _, out_a, out_b, _ = _runs_outside(tid, a, b, w_tid, w_a, w_b)
     return out_a, out_b
 
 
 def _runs_outside(
     tid: np.ndarray, a: np.ndarray, b: np.ndarray, w_tid: np.ndarray, w_a: np.ndarray, w_b: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(tid, start, end) of the parts of the runs ``[a, b)`` (disjoint per thread) outside every
-    interval ``[w_a, w_b)`` of the same thread (which may nest and overlap).
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(tid, start, end, run) of the parts of the runs ``[a, b)`` (disjoint per thread) outside every
+    interval ``[w_a, w_b)`` of the same thread (which may nest and overlap); ``run`` is the index
+    of the run each part is of.
 
     One sweep over every thread's edges at once, sorted by (thread, time): each thread's runs and
     intervals open and close as often, so the running counts are back at zero where the next
@@ -297,7 +301,7 @@ def _runs_outside(
     thread, ~2 ms of a 10,000-span profile's build.)"""
     if not len(tid):
         z = np.zeros(0, dtype=np.int64)
-        return z, z, z
+        return z, z, z, z
     keep = np.isin(w_tid, tid)  # intervals of threads without runs change nothing
     w_tid, w_a, w_b = w_tid[keep], w_a[keep], w_b[keep]
     n, m = len(tid), len(w_tid)
@@ -310,4 +314,9 @@ def _runs_outside(
     in_run, in_work = np.cumsum(d_run[order]), np.cumsum(d_work[order])
     idle = (in_run > 0) & (in_work == 0)
     seg = np.flatnonzero(idle[:-1] & (t[1:] > t[:-1]) & (th[1:] == th[:-1]))
-    return th[seg], t[seg], t[seg + 1]
+    # The run open at each edge: the last run start at or before it (a thread's runs are disjoint,
+    # so while one is open no other is; at a tie the next run's start sorts before the previous
+    # one's end, and the part between them is empty).
+    starts = order < n
+    last = np.maximum.accumulate(np.where(starts, np.arange(len(order)), 0))
+    return th[seg], t[seg], t[seg + 1], order[last[seg]]
