@@ -462,6 +462,8 @@ EVENT = st.dictionaries(FIELD, JSON, max_size=8) | st.fixed_dictionaries(
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(JSON, st.lists(EVENT | JSON, max_size=12), st.fixed_dictionaries({"traceEvents": st.lists(EVENT, max_size=12)})))
 def test_any_json_loads_or_raises_trace_format_error(obj: Any) -> None:
+    """Any JSON, as a trace file: it loads, or says what is wrong. (Found by this test in CI: a
+    float timestamp of 1.8e305 µs overflowed to inf in ns and raised OverflowError.)"""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -597,3 +599,28 @@ def test_opprofs_gil_tracks_without_its_other_data_come_back_as_thread_states_no
     )
     want = sorted((names[t], int(s), a, b, names.get(h, "-")) for t, s, a, b, h in runs)
     assert got == want
+
+
+@pytest.mark.parametrize("ts", [1.7976931348623157e305, -1.7976931348623157e305, 1e300])
+def test_a_float_time_past_the_range_is_dropped_and_said(ts: float) -> None:
+    """Another tool's slice whose float timestamp overflows once made ns (inf past ~1.8e305 µs) or
+    passes int64: dropped as out of range, the others kept, one warning saying so."""
+    events = [{"ph": "X", "ts": ts, "dur": 1.0, "name": "far"}, {"ph": "X", "ts": 5.0, "dur": 2.0, "name": "near"}]
+    with pytest.warns(UserWarning, match="out of range"):
+        trace = from_chrome(events)
+    assert [trace.table.strings[n] for n in trace.table.name] == ["near"]
+    assert trace.metadata["dropped_events"] == 1
+    with pytest.warns(UserWarning, match="duration out of range"):
+        trace = from_chrome([{"ph": "X", "ts": 5.0, "dur": 1.7976931348623157e305, "name": "long"}, events[1]])
+    assert len(trace.table) == 1
+
+
+def test_our_own_file_with_a_float_duration_past_the_range_says_so() -> None:
+    """The reader of opprof's own Chrome files: a duration of inf, nan or past the range is a
+    format error naming the event, not an OverflowError or ValueError."""
+    ours = to_chrome(from_chrome([{"ph": "X", "ts": 1.0, "dur": 2.0, "name": "a", "pid": 1, "tid": 1}]))
+    at = next(i for i, ev in enumerate(ours["traceEvents"]) if ev.get("ph") == "X")
+    for dur in (1.7976931348623157e305, float("nan"), float("inf")):
+        ours["traceEvents"][at]["dur"] = dur
+        with pytest.raises(TraceFormatError, match=f"event {at}: duration"):
+            from_chrome(ours)

@@ -705,6 +705,8 @@ class _OwnEventReader:
         elif ph == "X":
             start = _ns(ev.get("ts"), t0, i)
             dur = ev.get("dur", 0)
+            if isinstance(dur, float) and not -_US_LIMIT < dur < _US_LIMIT:  # nan, inf, or past the range: round() raises
+                raise TraceFormatError(f"event {i}: duration {dur!r} is out of range")
             end = start + round(dur * 1e3) if isinstance(dur, (int, float)) else start
             if end < start:
                 raise TraceFormatError(f"event {i}: negative duration {dur!r}")

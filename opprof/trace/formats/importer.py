@@ -105,12 +105,14 @@ NS_LIMIT = 1 << 62
 
 
 def _us_to_ns(value: Any) -> int | None:
-    """Chrome microseconds (int or finite float) as integer nanoseconds; None when not a number."""
+    """Chrome microseconds (int or finite float) as integer nanoseconds; None when not a number. A
+    float past :data:`NS_LIMIT` comes back as the limit itself, which the callers' range checks drop."""
     t = type(value)
     if t is int:
         return value * 1000
     if t is float and -_INF < value < _INF:
-        return round(value * 1000)
+        ns = value * 1000  # inf past ~1.8e305 µs: round() would raise, so clamp to the range's ends
+        return round(ns) if -NS_LIMIT < ns < NS_LIMIT else (NS_LIMIT if ns > 0 else -NS_LIMIT)
     return None
 
 
