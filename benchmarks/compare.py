@@ -71,9 +71,13 @@ def _run(work: int) -> Trace:
 def _trial(factor: float, runs: int) -> tuple[Verdict, Verdict]:
     a: list[Trace] = []
     b: list[Trace] = []
-    for _ in range(runs):  # interleaved
-        a.append(_run(_BASE_WORK))
-        b.append(_run(round(_BASE_WORK * factor)))
+    for k in range(runs):  # interleaved, each pair in turn A, B then B, A (as compare_functions runs them)
+        if k % 2 == 0:
+            a.append(_run(_BASE_WORK))
+            b.append(_run(round(_BASE_WORK * factor)))
+        else:
+            b.append(_run(round(_BASE_WORK * factor)))
+            a.append(_run(_BASE_WORK))
     c = compare(a, b, paired=True)  # interleaved runs: judged in pairs, as compare_functions does
     e2e = c.end_to_end
     assert e2e is not None

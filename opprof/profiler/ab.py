@@ -112,7 +112,7 @@ def compare_functions(
     label_b: str = "B",
     min_run_s: float = MIN_RUN_S,
 ) -> Comparison:
-    """Compare ``a()`` with ``b()`` run alternately (A, B, A, B, ...), each run profiled on its own.
+    """Compare ``a()`` with ``b()`` run alternately (A, B, then B, A, ...), each run profiled on its own.
 
     ``loops``: how many calls make one run ("auto": enough for ``min_run_s``, calibrated on a
     warm-up call of each, the same for both sides). The first call of each is a warm-up, kept out.
@@ -131,9 +131,15 @@ def compare_functions(
         raise ValueError(f"loops must be a positive integer or 'auto', got {loops!r}")
     side_a: list[Trace] = []
     side_b: list[Trace] = []
-    for _ in range(runs):
-        side_a.append(profiled_run(a, n))
-        side_b.append(profiled_run(b, n))
+    for k in range(runs):
+        # Each pair in turn A, B then B, A (as %%opprof --interleave runs them): neither side always
+        # runs second, after the other's garbage and on its warmed caches.
+        if k % 2 == 0:
+            side_a.append(profiled_run(a, n))
+            side_b.append(profiled_run(b, n))
+        else:
+            side_b.append(profiled_run(b, n))
+            side_a.append(profiled_run(a, n))
     c = compare(side_a, side_b, label_a=label_a, label_b=label_b, paired=True)
     c.notes.insert(0, f"interleaved: {label_a} and {label_b} ran alternately, {runs} runs each of {n} call(s)")
     return c

@@ -95,3 +95,12 @@ def test_bad_arguments_say_what_is_wrong() -> None:
         compare_functions(fn, fn, runs=1)
     with pytest.raises(ValueError, match="loops must be"):
         compare_functions(fn, fn, runs=2, loops="many")
+
+
+def test_interleaved_pairs_take_turns_going_first() -> None:
+    """After one warm-up call of each, the pairs run A, B then B, A, as ``%%opprof --interleave``
+    runs them: neither side always runs second."""
+    calls: list[str] = []
+    c = compare_functions(lambda: calls.append("a"), lambda: calls.append("b"), runs=4, loops=1)
+    assert calls == ["a", "b", "a", "b", "b", "a", "a", "b", "b", "a"]
+    assert c.paired_runs and c.runs_a == c.runs_b == 4
