@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 import opprof as mx
+from opprof.profiler.ab import pair_order
 from opprof.trace import Trace
 from opprof.trace.compare import BLOCK_RUNS_FOR_10_PERCENT, RowKey, RowKind, Verdict, compare
 
@@ -69,16 +70,12 @@ def _run(work: int) -> Trace:
 
 
 def _trial(factor: float, runs: int) -> tuple[Verdict, Verdict]:
-    a: list[Trace] = []
-    b: list[Trace] = []
-    for k in range(runs):  # interleaved, each pair in turn A, B then B, A (as compare_functions runs them)
-        if k % 2 == 0:
-            a.append(_run(_BASE_WORK))
-            b.append(_run(round(_BASE_WORK * factor)))
-        else:
-            b.append(_run(round(_BASE_WORK * factor)))
-            a.append(_run(_BASE_WORK))
-    c = compare(a, b, paired=True)  # interleaved runs: judged in pairs, as compare_functions does
+    work = (_BASE_WORK, round(_BASE_WORK * factor))
+    sides: tuple[list[Trace], list[Trace]] = ([], [])
+    for k in range(runs):  # interleaved, as compare_functions runs them
+        for side in pair_order(k):
+            sides[side].append(_run(work[side]))
+    c = compare(*sides, paired=True)  # interleaved runs: judged in pairs, as compare_functions does
     e2e = c.end_to_end
     assert e2e is not None
     return c.row(RowKey(RowKind.CUSTOM_OP, "BenchWork", "wall")).verdict, e2e.verdict

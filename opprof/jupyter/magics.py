@@ -28,7 +28,7 @@ from IPython.display import display
 from .. import engine as _engine
 from ..engine import MAX_POOL_THREADS
 from ..profiler import Profiler, ProfileSession, stop_after
-from ..profiler.ab import MAX_LOOPS, MIN_RUN_S, loops_after_warmup, run_seconds
+from ..profiler.ab import MAX_LOOPS, MIN_RUN_S, loops_after_warmup, pair_order, run_seconds
 from ..profiler.memory import COMPILED_WHY_NOT as MEMORY_WHY_NOT
 from ..trace import Trace, load
 from ..trace.analysis.stats import SORT_KEYS
@@ -238,7 +238,8 @@ class OpprofMagics(Magics):
                     warmup = trace
                     # Runs long enough to compare: the warm-up's time sets the loops (or --loops K).
                     matched = _loops_as(args, history[args.compare] if args.compare is not None else None)
-                    loops = matched if matched is not None else _loops(args, run_seconds(trace, wall))
+                    run_s = run_seconds(trace, wall)
+                    loops = matched if matched is not None else _loops(args, run_s)
                     if matched is not None:
                         print(
                             f"opprof: each of the {args.repeat} runs runs the cell {loops} time(s), as {args.compare}'s "
@@ -247,7 +248,7 @@ class OpprofMagics(Magics):
                     elif loops > 1:
                         print(
                             f"opprof: each of the {args.repeat} runs runs the cell {loops} times "
-                            f"(one run took {run_seconds(trace, wall) * 1e3:.1f} ms; a run of at least "
+                            f"(one run took {run_s * 1e3:.1f} ms; a run of at least "
                             f"{MIN_RUN_S * 1e3:.0f} ms compares reliably; --loops K to set it)"
                         )
                 else:
@@ -324,7 +325,7 @@ class OpprofMagics(Magics):
                 )
                 for k in range(args.repeat):
                     # Each pair in turn A, B then B, A: neither side always runs first.
-                    for side in (0, 1) if k % 2 == 0 else (1, 0):
+                    for side in pair_order(k):
                         trace, error, run_wall, value, _ = self._profile_once(
                             shell, codes[side], args, False, loops, numbers[side]
                         )

@@ -29,6 +29,7 @@ __all__ = [
     "calibrate_loops",
     "compare_functions",
     "loops_after_warmup",
+    "pair_order",
     "profiled_run",
     "run_seconds",
 ]
@@ -54,6 +55,13 @@ def run_seconds(trace: Trace, wall_s: float) -> float:
     if isinstance(t0, int) and isinstance(t1, int) and 0 < t1 - t0 <= wall_s * 1e9:
         return (t1 - t0) / 1e9
     return wall_s
+
+
+def pair_order(k: int) -> tuple[int, int]:
+    """Which side (0: A, 1: B) runs first in the ``k``-th pair of an interleaved comparison: A, B
+    then B, A in turn, so that neither side always runs second, after the other's garbage and on
+    its warmed caches."""
+    return (0, 1) if k % 2 == 0 else (1, 0)
 
 
 def loops_after_warmup(warmup_s: float, min_run_s: float = MIN_RUN_S) -> int:
@@ -129,17 +137,11 @@ def compare_functions(
         profiled_run(b)
     else:
         raise ValueError(f"loops must be a positive integer or 'auto', got {loops!r}")
-    side_a: list[Trace] = []
-    side_b: list[Trace] = []
+    fns = (a, b)
+    sides: tuple[list[Trace], list[Trace]] = ([], [])
     for k in range(runs):
-        # Each pair in turn A, B then B, A (as %%opprof --interleave runs them): neither side always
-        # runs second, after the other's garbage and on its warmed caches.
-        if k % 2 == 0:
-            side_a.append(profiled_run(a, n))
-            side_b.append(profiled_run(b, n))
-        else:
-            side_b.append(profiled_run(b, n))
-            side_a.append(profiled_run(a, n))
-    c = compare(side_a, side_b, label_a=label_a, label_b=label_b, paired=True)
+        for side in pair_order(k):
+            sides[side].append(profiled_run(fns[side], n))
+    c = compare(sides[0], sides[1], label_a=label_a, label_b=label_b, paired=True)
     c.notes.insert(0, f"interleaved: {label_a} and {label_b} ran alternately, {runs} runs each of {n} call(s)")
     return c
