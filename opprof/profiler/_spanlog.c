@@ -2,22 +2,27 @@
  *
  * Why C: a plain op's span recorded by the Python recorder cost ~1.1 µs (a thread-local lookup, a
  * tuple of 11 fields the garbage collector tracks, attribute reads, a frame); a span in plain
- * Python is ~0.13 µs at best. Here the engine's two hooks for a plain op (``on_push`` on the pusher,
+ * Python is ~0.13 µs at best. Here the engine's two hooks for an op (``on_push`` on the pusher,
  * ``run`` around the op on the thread that runs it) are C functions that read the op's slots at
  * their offsets, read CLOCK_MONOTONIC (what ``time.perf_counter_ns`` reads on Linux: the recording
  * mixes both clocks), and append one fixed-size record of int64s to a per-thread log found through
- * a C thread-local. Names become small integer codes (one dict lookup of an interned str), the vars
- * their ids. Nothing per span is a Python object, so nothing is left for the garbage collector.
+ * a C thread-local. Names, invocations and sites become small integer codes (one dict lookup each,
+ * fewer for runs of one invocation), vars their ids. Nothing per record is a Python object, so
+ * nothing is left for the garbage collector.
+ *
+ * A thread keeps four logs (``Log``), one per shape of build.py's ThreadRecords: plain ops, sub-ops
+ * (pushed inside a custom op's Python), a custom op's own records (its engine op, its Dummy_Wait,
+ * its Python: ``on_python``) and the engine edges of the ops that are not plain. A log's schema
+ * names its fields, so the Python recorder appends the same records in their tuple form, and
+ * indexing a log gives them back as tuples (the live view reads tails that way): this module is a
+ * fast lane beside the Python recorder, not a second one (tests/profiler/test_compiled_recorder.py
+ * holds them equal). An op of any other info goes to the Python recorder's ``run``, unchanged. The
+ * build after stop() reads each log as columns (``Log.columns``: the records' bytes, for
+ * ``numpy.frombuffer``), so no record becomes a Python object there either: a trivial custom op's
+ * family of five spans built in 7 µs where its tuples took 15 (2,000 calls, 2026-12-04).
  *
  * ``on_push`` notes every op's push in the Python recorder's shape (inside a custom op's Python
- * with its invocation and the user's line, found in C as (code, offset): see ../_frames.h). At ``run``, a
- * sub-op (pushed inside a custom op's Python) and a custom op's own two ops are kept as the same
- * tuples the Python recorder appends, in the same lists (``sub``, ``fam``, ``deps``), as is a
- * custom op's Python (``on_python``) and a sub-op the naive engine pushes and runs at once; an op
- * of any other info goes to the Python recorder's ``run``, unchanged: this module is a fast lane
- * beside it, not a second recorder (tests/profiler/test_compiled_recorder.py holds them equal). The build after stop() reads each log as columns
- * (``PlainLog.columns``: the records' bytes, for ``numpy.frombuffer``), so no record becomes a
- * Python object there either.
+ * with its invocation and the user's line, found in C as (code, offset): see ../_frames.h).
  *
  * A log is chunked (CHUNK records a chunk, never moved): a live view may read a thread's log while
  * that thread appends (both with the GIL held; nothing here releases it).
@@ -53,6 +58,15 @@ typedef struct {
     int64_t t0, t1, name, seq, push, pusher, ready, by, by_var, reads, writes;
 } plain_t;
 #define FIELDS 11
+/* The four logs a thread's records hold, in Log's schema letters (see below); build.py names them
+ * too, and the recorder uses this module only where both agree. A plain op (its span and edges); a
+ * sub-op (t0, t1, name, seq, its push's note); a custom op's own op or Python (kind, t0, t1,
+ * invocation, seq or CPU ns); a non-plain op's edges (seq, push, pusher, ready, by, by_var, reads,
+ * writes, site). */
+#define PLAIN_SCHEMA "iiniiiiiivv"
+#define SUB_SCHEMA "iiniN"
+#define FAM_SCHEMA "iiioi"
+#define DEPS_SCHEMA "iiiiiivvs"
 #define CHUNK 4096
 
 /* ------------------------------------------------------------------ slots read at their offsets */
@@ -119,47 +133,128 @@ static slot_t S_PROF, S_INFO, S_NAME, S_SEQ, S_READY, S_BY, S_BY_VAR, S_READS, S
     S_SUB, S_FAM, S_DEPS, S_CINV, S_CPART;
 /* opprof.engine.state's CustomOpInfo and CustomPart.INVOCATION; build's START, DUMMY, PYTHON kinds. */
 static PyTypeObject *custom_info_type;
-static PyObject *part_invocation, *kind_start, *kind_dummy, *kind_python;
+static PyObject *part_invocation;
+static int64_t KIND_START, KIND_DUMMY, KIND_PYTHON;
 static PyObject *str_invocation;
 
-/* ------------------------------------------------------------------ the names (one table a recorder) */
+/* ------------------------------------------------------------------ tables (three a recorder) */
+/* What a record holds that is not a number, as a small code: names (str -> code, by value), objects
+ * (an Invocation: by identity) and sites (a push's ``(code, offset)`` or ``(file, line)``: by the
+ * identity of its first item and the value of its second, as a new pair is made at every push). Each
+ * table keeps what it coded alive, so an identity stays unique while the recorder lives. */
 typedef struct {
-    PyObject *index; /* str -> int code */
-    PyObject *list;  /* code -> str */
-} names_t;
+    PyObject *index; /* key -> int code */
+    PyObject *list;  /* code -> the value */
+} table_t;
 
-static int64_t name_code(names_t *n, PyObject *name) {
-    PyObject *c = PyDict_GetItemWithError(n->index, name);
-    if (c != NULL) return PyLong_AsLongLong(c);
-    if (PyErr_Occurred()) return -1;
-    Py_ssize_t code = PyList_GET_SIZE(n->list);
+static int table_init(table_t *t) {
+    t->index = PyDict_New();
+    t->list = PyList_New(0);
+    return t->index == NULL || t->list == NULL ? -1 : 0;
+}
+
+static void table_free(table_t *t) {
+    Py_CLEAR(t->index);
+    Py_CLEAR(t->list);
+}
+
+/* The code of ``key`` (stolen), adding ``value`` as a new one; -1 with an exception set. */
+static int64_t table_code(table_t *t, PyObject *key, PyObject *value) {
+    if (key == NULL) return -1;
+    PyObject *c = PyDict_GetItemWithError(t->index, key);
+    if (c != NULL) {
+        Py_DECREF(key);
+        return PyLong_AsLongLong(c);
+    }
+    if (PyErr_Occurred()) {
+        Py_DECREF(key);
+        return -1;
+    }
+    Py_ssize_t code = PyList_GET_SIZE(t->list);
     PyObject *pc = PyLong_FromSsize_t(code);
-    if (pc == NULL) return -1;
-    int bad = PyDict_SetItem(n->index, name, pc) < 0 || PyList_Append(n->list, name) < 0;
-    Py_DECREF(pc);
+    int bad = pc == NULL || PyDict_SetItem(t->index, key, pc) < 0 || PyList_Append(t->list, value) < 0;
+    Py_XDECREF(pc);
+    Py_DECREF(key);
     return bad ? -1 : (int64_t)code;
 }
 
-/* ------------------------------------------------------------------ PlainLog: one thread's plain ops */
+static int64_t name_code(table_t *t, PyObject *name) {
+    PyObject *c = PyDict_GetItemWithError(t->index, name); /* the common case: no key made */
+    if (c != NULL) return PyLong_AsLongLong(c);
+    if (PyErr_Occurred()) return -1;
+    return table_code(t, Py_NewRef(name), name);
+}
+
+/* An object's code by identity; -1 for None. */
+static int64_t object_code(table_t *t, PyObject *obj) {
+    return obj == Py_None ? -1 : table_code(t, PyLong_FromVoidPtr(obj), obj);
+}
+
+/* A site's code: a pair by (identity of its first item, its second), anything else by identity; -1 for None. */
+static int64_t site_code(table_t *t, PyObject *site) {
+    if (site == Py_None) return -1;
+    if (PyTuple_CheckExact(site) && PyTuple_GET_SIZE(site) == 2) {
+        PyObject *first = PyLong_FromVoidPtr(PyTuple_GET_ITEM(site, 0));
+        PyObject *key = first == NULL ? NULL : PyTuple_Pack(2, first, PyTuple_GET_ITEM(site, 1));
+        Py_XDECREF(first);
+        return table_code(t, key, site);
+    }
+    return table_code(t, PyLong_FromVoidPtr(site), site);
+}
+
+/* A code back to its value (a new reference); None for -1. */
+static PyObject *table_value(table_t *t, int64_t code) {
+    if (code < 0) return Py_NewRef(Py_None);
+    PyObject *v = PyList_GetItem(t->list, (Py_ssize_t)code);
+    Py_XINCREF(v);
+    return v;
+}
+
+typedef struct Hot Hot;
+static PyTypeObject HotType;
+
+struct Hot {
+    PyObject_HEAD
+    int recording;
+    int full;
+    long long count;      /* records attempted (the recorder's cap counts them) */
+    long long max_events; /* the cap */
+    unsigned long long generation;
+    table_t names, objects, sites;
+    PyObject *register_cb;  /* () -> this thread's ThreadRecords (made on first record) */
+    PyObject *slow_run; /* the Python recorder's run, for every op that is not plain */
+    PyObject *slow_run_pushed;
+    opprof_user_code user;  /* whose code is not the user's (the not_user prefixes) */
+    PyObject *thread_state; /* opprof.engine.state.thread_state */
+    PyObject *internal;     /* opprof.engine.INTERNAL */
+};
+
+/* ------------------------------------------------------------------ Log: one thread's records of one shape */
+/* A log's schema names its tuple form's fields, one letter each: 'i' an int, 'n' a name (str), 'v' an
+ * op's vars (one id, or a tuple of ids), 'o' an object or None, 's' a site or None, 'N' a push's note
+ * ``(ts, records, invocation, site)``; each is one int64 slot in a record, a note four. build.py
+ * names the schemas (and their slots) once; the hooks below write the four it names. */
+#define MAX_FIELDS 16
+
 typedef struct {
     PyObject_HEAD
-    plain_t **chunks;
+    int64_t **chunks;
     Py_ssize_t nchunks, cap;
     Py_ssize_t len;
-    PyObject *names;  /* the recorder's Names (a list of the strings, shared) */
-    names_t *table;   /* the recorder's table (owned by the Hot; names keeps its list alive) */
-    PyObject *owner;  /* the Hot whose table this is */
-    PyObject *extras; /* list: var-id tuples of ops with none or several vars */
-} PlainLog;
+    Py_ssize_t width;               /* int64 slots a record */
+    char schema[MAX_FIELDS + 1];    /* its tuple form's fields */
+    Hot *owner;                     /* whose tables code its names, objects and sites */
+    PyObject *extras;               /* list: var-id tuples of ops with none or several vars */
+} Log;
 
-static PyTypeObject PlainLogType;
+static PyTypeObject LogType;
 
-static plain_t *log_next(PlainLog *log) {
+static int64_t *log_next(Log *log) {
     Py_ssize_t c = log->len / CHUNK;
     if (c >= log->nchunks) {
         if (log->nchunks == log->cap) {
             Py_ssize_t cap = log->cap ? log->cap * 2 : 16;
-            plain_t **grown = PyMem_Realloc(log->chunks, (size_t)cap * sizeof(plain_t *));
+            int64_t **grown = PyMem_Realloc(log->chunks, (size_t)cap * sizeof(int64_t *));
             if (grown == NULL) {
                 PyErr_NoMemory();
                 return NULL;
@@ -167,20 +262,20 @@ static plain_t *log_next(PlainLog *log) {
             log->chunks = grown;
             log->cap = cap;
         }
-        plain_t *chunk = PyMem_Malloc(CHUNK * sizeof(plain_t));
+        int64_t *chunk = PyMem_Malloc((size_t)(CHUNK * log->width) * sizeof(int64_t));
         if (chunk == NULL) {
             PyErr_NoMemory();
             return NULL;
         }
         log->chunks[log->nchunks++] = chunk;
     }
-    return &log->chunks[c][log->len % CHUNK];
+    return log->chunks[c] + (log->len % CHUNK) * log->width;
 }
 
-static inline plain_t *log_at(PlainLog *log, Py_ssize_t i) { return &log->chunks[i / CHUNK][i % CHUNK]; }
+static inline int64_t *log_at(Log *log, Py_ssize_t i) { return log->chunks[i / CHUNK] + (i % CHUNK) * log->width; }
 
 /* A var tuple as a record's field: the id of its one var, else a code into the log's extras. */
-static int64_t vars_field(PlainLog *log, PyObject *vars, int *err) {
+static int64_t vars_field(Log *log, PyObject *vars, int *err) {
     if (!PyTuple_Check(vars)) {
         PyErr_SetString(PyExc_TypeError, "an op's vars must be a tuple");
         *err = 1;
@@ -212,8 +307,8 @@ static int64_t vars_field(PlainLog *log, PyObject *vars, int *err) {
     return -1 - (int64_t)k;
 }
 
-/* A field given by Python code (an int, or a tuple of var ids). */
-static int64_t given_vars(PlainLog *log, PyObject *v, int *err) {
+/* A vars field given by Python code (an int, or a tuple of var ids). */
+static int64_t given_vars(Log *log, PyObject *v, int *err) {
     if (PyLong_Check(v)) {
         int64_t x = PyLong_AsLongLong(v);
         if (x == -1 && PyErr_Occurred()) *err = 1;
@@ -236,27 +331,96 @@ static int64_t given_vars(PlainLog *log, PyObject *v, int *err) {
     return -1 - (int64_t)k;
 }
 
-static PyObject *field_vars(PlainLog *log, int64_t x) {
+static PyObject *field_vars(Log *log, int64_t x) {
     if (x > 0) return PyLong_FromLongLong(x);
     PyObject *t = PyList_GetItem(log->extras, (Py_ssize_t)(-1 - x));
     Py_XINCREF(t);
     return t;
 }
 
-static PyObject *record_tuple(PlainLog *log, plain_t *r) {
-    PyObject *t = PyTuple_New(FIELDS);
-    if (t == NULL) return NULL;
-    int64_t *f = &r->t0;
-    for (int k = 0; k < FIELDS; k++) {
-        PyObject *v;
-        if (k == 2) {
-            v = PyList_GetItem(log->table->list, (Py_ssize_t)f[k]);
-            Py_XINCREF(v);
-        } else if (k == 9 || k == 10) {
-            v = field_vars(log, f[k]);
-        } else {
-            v = PyLong_FromLongLong(f[k]);
+static inline int64_t given_int(PyObject *v, int *err) {
+    int64_t x = PyLong_AsLongLong(v);
+    if (x == -1 && PyErr_Occurred()) *err = 1;
+    return x;
+}
+
+/* One field given by Python code, written at ``f`` (a note's four slots); the slots it took. */
+static int given_field(Log *log, char kind, PyObject *v, int64_t *f, int *err) {
+    Hot *h = log->owner;
+    switch (kind) {
+    case 'n':
+        if (!PyUnicode_Check(v)) {
+            PyErr_SetString(PyExc_TypeError, "an op's name is a str");
+            *err = 1;
+            return 1;
         }
+        f[0] = name_code(&h->names, v);
+        *err = f[0] < 0;
+        return 1;
+    case 'v':
+        f[0] = given_vars(log, v, err);
+        return 1;
+    case 'o':
+        f[0] = object_code(&h->objects, v);
+        *err = f[0] == -1 && PyErr_Occurred();
+        return 1;
+    case 's':
+        f[0] = site_code(&h->sites, v);
+        *err = f[0] == -1 && PyErr_Occurred();
+        return 1;
+    case 'N':
+        if (!PyTuple_Check(v) || PyTuple_GET_SIZE(v) != 4) {
+            PyErr_SetString(PyExc_TypeError, "a push's note is a tuple (ts, records, invocation, site)");
+            *err = 1;
+            return 4;
+        }
+        f[0] = given_int(PyTuple_GET_ITEM(v, 0), err);
+        if (!*err) f[1] = given_int(PyTuple_GET_ITEM(v, 1), err);
+        if (!*err) f[2] = object_code(&h->objects, PyTuple_GET_ITEM(v, 2)), *err = f[2] == -1 && PyErr_Occurred();
+        if (!*err) f[3] = site_code(&h->sites, PyTuple_GET_ITEM(v, 3)), *err = f[3] == -1 && PyErr_Occurred();
+        return 4;
+    default:
+        f[0] = given_int(v, err);
+        return 1;
+    }
+}
+
+/* One field of a record's tuple form, from the slots at ``f``; the slots it took (*out NULL: error). */
+static int tuple_field(Log *log, char kind, int64_t *f, PyObject **out) {
+    Hot *h = log->owner;
+    switch (kind) {
+    case 'n':
+        *out = table_value(&h->names, f[0]);
+        return 1;
+    case 'v':
+        *out = field_vars(log, f[0]);
+        return 1;
+    case 'o':
+        *out = table_value(&h->objects, f[0]);
+        return 1;
+    case 's':
+        *out = table_value(&h->sites, f[0]);
+        return 1;
+    case 'N': {
+        PyObject *ts = PyLong_FromLongLong(f[0]), *records = PyLong_FromLongLong(f[1]);
+        PyObject *inv = table_value(&h->objects, f[2]), *site = table_value(&h->sites, f[3]);
+        *out = ts && records && inv && site ? PyTuple_Pack(4, ts, records, inv, site) : NULL;
+        Py_XDECREF(ts), Py_XDECREF(records), Py_XDECREF(inv), Py_XDECREF(site);
+        return 4;
+    }
+    default:
+        *out = PyLong_FromLongLong(f[0]);
+        return 1;
+    }
+}
+
+static PyObject *record_tuple(Log *log, int64_t *f) {
+    Py_ssize_t n = (Py_ssize_t)strlen(log->schema);
+    PyObject *t = PyTuple_New(n);
+    if (t == NULL) return NULL;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *v;
+        f += tuple_field(log, log->schema[k], f, &v);
         if (v == NULL) {
             Py_DECREF(t);
             return NULL;
@@ -266,42 +430,34 @@ static PyObject *record_tuple(PlainLog *log, plain_t *r) {
     return t;
 }
 
-typedef struct Hot Hot;
-static PyTypeObject HotType;
-
-struct Hot {
-    PyObject_HEAD
-    int recording;
-    int full;
-    long long count;      /* records attempted (the recorder's cap counts them) */
-    long long max_events; /* the cap */
-    unsigned long long generation;
-    names_t table;
-    PyObject *register_cb;  /* () -> this thread's ThreadRecords (made on first record) */
-    PyObject *slow_run; /* the Python recorder's run, for every op that is not plain */
-    PyObject *slow_run_pushed;
-    opprof_user_code user;  /* whose code is not the user's (the not_user prefixes) */
-    PyObject *thread_state; /* opprof.engine.state.thread_state */
-    PyObject *internal;     /* opprof.engine.INTERNAL */
-};
-
-static PyObject *log_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
-    PyObject *owner;
-    if (!PyArg_ParseTuple(args, "O!:PlainLog", &HotType, &owner)) return NULL;
-    PlainLog *log = (PlainLog *)type->tp_alloc(type, 0);
+static Log *log_make(Hot *owner, const char *schema) {
+    Py_ssize_t n = (Py_ssize_t)strlen(schema), width = 0;
+    if (n == 0 || n > MAX_FIELDS || strspn(schema, "invosN") != (size_t)n) {
+        PyErr_Format(PyExc_ValueError, "a log's schema is 1 to %d of the letters i n v o s N, got '%s'", MAX_FIELDS, schema);
+        return NULL;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) width += schema[k] == 'N' ? 4 : 1;
+    Log *log = (Log *)LogType.tp_alloc(&LogType, 0);
     if (log == NULL) return NULL;
     log->extras = PyList_New(0);
     if (log->extras == NULL) {
         Py_DECREF(log);
         return NULL;
     }
-    Py_INCREF(owner);
-    log->owner = owner;
-    log->table = &((Hot *)owner)->table;
-    return (PyObject *)log;
+    memcpy(log->schema, schema, (size_t)n + 1);
+    log->width = width;
+    log->owner = (Hot *)Py_NewRef(owner);
+    return log;
 }
 
-static void log_dealloc(PlainLog *log) {
+static PyObject *log_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    PyObject *owner;
+    const char *schema;
+    if (!PyArg_ParseTuple(args, "O!s:Log", &HotType, &owner, &schema)) return NULL;
+    return (PyObject *)log_make((Hot *)owner, schema);
+}
+
+static void log_dealloc(Log *log) {
     for (Py_ssize_t i = 0; i < log->nchunks; i++) PyMem_Free(log->chunks[i]);
     PyMem_Free(log->chunks);
     Py_XDECREF(log->extras);
@@ -309,41 +465,27 @@ static void log_dealloc(PlainLog *log) {
     Py_TYPE(log)->tp_free((PyObject *)log);
 }
 
-static Py_ssize_t log_length(PlainLog *log) { return log->len; }
+static Py_ssize_t log_length(Log *log) { return log->len; }
 
-static PyObject *log_append(PlainLog *log, PyObject *rec) {
-    if (!PyTuple_Check(rec) || PyTuple_GET_SIZE(rec) != FIELDS) {
-        PyErr_Format(PyExc_TypeError, "a plain op's record is a tuple of %d fields", FIELDS);
+static PyObject *log_append(Log *log, PyObject *rec) {
+    Py_ssize_t n = (Py_ssize_t)strlen(log->schema);
+    if (!PyTuple_Check(rec) || PyTuple_GET_SIZE(rec) != n) {
+        PyErr_Format(PyExc_TypeError, "a record of this log is a tuple of %zd fields", n);
         return NULL;
     }
-    plain_t r;
-    int64_t *f = &r.t0;
+    int64_t r[4 * MAX_FIELDS];
+    int64_t *f = r;
     int err = 0;
-    for (int k = 0; k < FIELDS && !err; k++) {
-        PyObject *v = PyTuple_GET_ITEM(rec, k);
-        if (k == 2) {
-            if (!PyUnicode_Check(v)) {
-                PyErr_SetString(PyExc_TypeError, "an op's name is a str");
-                return NULL;
-            }
-            f[k] = name_code(log->table, v);
-            err = f[k] < 0;
-        } else if (k == 9 || k == 10) {
-            f[k] = given_vars(log, v, &err);
-        } else {
-            f[k] = PyLong_AsLongLong(v);
-            err = f[k] == -1 && PyErr_Occurred();
-        }
-    }
+    for (Py_ssize_t k = 0; k < n && !err; k++) f += given_field(log, log->schema[k], PyTuple_GET_ITEM(rec, k), f, &err);
     if (err) return NULL;
-    plain_t *at = log_next(log);
+    int64_t *at = log_next(log);
     if (at == NULL) return NULL;
-    *at = r;
+    memcpy(at, r, (size_t)log->width * sizeof(int64_t));
     log->len++;
     Py_RETURN_NONE;
 }
 
-static PyObject *log_extend(PlainLog *log, PyObject *records) {
+static PyObject *log_extend(Log *log, PyObject *records) {
     PyObject *it = PyObject_GetIter(records);
     if (it == NULL) return NULL;
     PyObject *rec;
@@ -361,22 +503,22 @@ static PyObject *log_extend(PlainLog *log, PyObject *records) {
     Py_RETURN_NONE;
 }
 
-static PyObject *log_item(PlainLog *log, Py_ssize_t i) {
+static PyObject *log_item(Log *log, Py_ssize_t i) {
     if (i < 0 || i >= log->len) {
-        PyErr_SetString(PyExc_IndexError, "PlainLog index out of range");
+        PyErr_SetString(PyExc_IndexError, "Log index out of range");
         return NULL;
     }
     return record_tuple(log, log_at(log, i));
 }
 
-static PyObject *log_subscript(PlainLog *log, PyObject *key) {
+static PyObject *log_subscript(Log *log, PyObject *key) {
     if (PyIndex_Check(key)) {
         Py_ssize_t i = PyNumber_AsSsize_t(key, PyExc_IndexError);
         if (i == -1 && PyErr_Occurred()) return NULL;
         return log_item(log, i < 0 ? i + log->len : i);
     }
     if (!PySlice_Check(key)) {
-        PyErr_SetString(PyExc_TypeError, "PlainLog indices are ints or slices");
+        PyErr_SetString(PyExc_TypeError, "Log indices are ints or slices");
         return NULL;
     }
     Py_ssize_t start, stop, step;
@@ -395,41 +537,35 @@ static PyObject *log_subscript(PlainLog *log, PyObject *key) {
     return out;
 }
 
-static PyObject *log_columns(PlainLog *log, PyObject *Py_UNUSED(ignored)) {
-    /* The records' bytes (FIELDS int64s each), the names (code -> str; shared, may grow), extras. */
-    PyObject *b = PyBytes_FromStringAndSize(NULL, log->len * (Py_ssize_t)sizeof(plain_t));
+static PyObject *log_columns(Log *log, PyObject *Py_UNUSED(ignored)) {
+    /* The records' bytes (width int64s each), then the names, objects and sites by code (the
+     * recorder's, shared by its logs: copies as they are now), and this log's extras. */
+    Py_ssize_t size = (Py_ssize_t)sizeof(int64_t) * log->width;
+    PyObject *b = PyBytes_FromStringAndSize(NULL, log->len * size);
     if (b == NULL) return NULL;
     char *dst = PyBytes_AS_STRING(b);
     for (Py_ssize_t c = 0, left = log->len; left > 0; c++) {
         Py_ssize_t k = left < CHUNK ? left : CHUNK;
-        memcpy(dst, log->chunks[c], (size_t)k * sizeof(plain_t));
-        dst += k * sizeof(plain_t);
+        memcpy(dst, log->chunks[c], (size_t)(k * size));
+        dst += k * size;
         left -= k;
     }
-    PyObject *names = PyList_GetSlice(log->table->list, 0, PY_SSIZE_T_MAX);
-    PyObject *extras = PyList_GetSlice(log->extras, 0, PY_SSIZE_T_MAX);
-    if (names == NULL || extras == NULL) {
-        Py_DECREF(b);
-        Py_XDECREF(names);
-        Py_XDECREF(extras);
-        return NULL;
-    }
-    return Py_BuildValue("(NNN)", b, names, extras);
+    Hot *h = log->owner;
+    return Py_BuildValue("(NNNNN)", b, PyList_GetSlice(h->names.list, 0, PY_SSIZE_T_MAX),
+                         PyList_GetSlice(h->objects.list, 0, PY_SSIZE_T_MAX), PyList_GetSlice(h->sites.list, 0, PY_SSIZE_T_MAX),
+                         PyList_GetSlice(log->extras, 0, PY_SSIZE_T_MAX));
 }
 
-static PyObject *log_copy(PlainLog *log, PyObject *Py_UNUSED(ignored)) {
-    PyObject *args = Py_BuildValue("(O)", log->owner);
-    if (args == NULL) return NULL;
-    PlainLog *c = (PlainLog *)log_new(&PlainLogType, args, NULL);
-    Py_DECREF(args);
+static PyObject *log_copy(Log *log, PyObject *Py_UNUSED(ignored)) {
+    Log *c = log_make(log->owner, log->schema);
     if (c == NULL) return NULL;
     for (Py_ssize_t i = 0; i < log->len; i++) {
-        plain_t *at = log_next(c);
+        int64_t *at = log_next(c);
         if (at == NULL) {
             Py_DECREF(c);
             return NULL;
         }
-        *at = *log_at(log, i);
+        memcpy(at, log_at(log, i), (size_t)log->width * sizeof(int64_t));
         c->len++;
     }
     Py_SETREF(c->extras, PyList_GetSlice(log->extras, 0, PY_SSIZE_T_MAX));
@@ -440,11 +576,21 @@ static PyObject *log_copy(PlainLog *log, PyObject *Py_UNUSED(ignored)) {
     return (PyObject *)c;
 }
 
+static PyObject *log_schema(Log *log, void *Py_UNUSED(closure)) { return PyUnicode_FromString(log->schema); }
+
+static PyObject *log_width(Log *log, void *Py_UNUSED(closure)) { return PyLong_FromSsize_t(log->width); }
+
+static PyGetSetDef log_getset[] = {
+    {"schema", (getter)log_schema, NULL, "its tuple form's fields, a letter each (see _spanlog.c)", NULL},
+    {"width", (getter)log_width, NULL, "int64 slots a record", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
 static PyMethodDef log_methods[] = {
-    {"append", (PyCFunction)log_append, METH_O, "Append one record given as build's 11-field tuple (the Python paths)."},
+    {"append", (PyCFunction)log_append, METH_O, "Append one record given in its tuple form (the Python paths)."},
     {"extend", (PyCFunction)log_extend, METH_O, "Append each record of an iterable, as list.extend does."},
     {"columns", (PyCFunction)log_columns, METH_NOARGS,
-     "(bytes of the records as int64s, names by code, extras): the build reads them with numpy.frombuffer."},
+     "(bytes of the records as int64s, names, objects, sites by code, extras): the build reads them with numpy.frombuffer."},
     {"copy", (PyCFunction)log_copy, METH_NOARGS, "The log as it is now (a live build reads a copy)."},
     {NULL, NULL, 0, NULL},
 };
@@ -453,14 +599,15 @@ static PyMethodDef log_methods[] = {
 static PySequenceMethods log_as_sequence = {.sq_length = (lenfunc)log_length, .sq_item = (ssizeargfunc)log_item};
 static PyMappingMethods log_as_mapping = {.mp_length = (lenfunc)log_length, .mp_subscript = (binaryfunc)log_subscript};
 
-static PyTypeObject PlainLogType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "opprof.profiler._spanlog.PlainLog",
-    .tp_doc = "One thread's plain-op records, fixed-size, in chunks (a list of tuples on the pure path).",
-    .tp_basicsize = sizeof(PlainLog),
+static PyTypeObject LogType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "opprof.profiler._spanlog.Log",
+    .tp_doc = "One thread's records of one shape, fixed-size, in chunks (a list of tuples on the pure path).",
+    .tp_basicsize = sizeof(Log),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = log_new,
     .tp_dealloc = (destructor)log_dealloc,
     .tp_methods = log_methods,
+    .tp_getset = log_getset,
     .tp_as_sequence = &log_as_sequence,
     .tp_as_mapping = &log_as_mapping,
 };
@@ -471,31 +618,37 @@ static unsigned long long generations = 0;
 /* This thread's records for the recorder `generation` (borrowed: the recorder keeps them). */
 static _Thread_local struct {
     unsigned long long generation;
-    PyObject *records; /* its ThreadRecords */
-    PlainLog *plain;
-    PyObject *sub, *fam, *deps; /* its lists (see build.ThreadRecords) */
-    PyObject *index;            /* its ThreadRecords.index: what a push's note names the pusher by */
-    PyObject *state;            /* this thread's dict of opprof.engine.state.thread_state (a threading.local) */
+    PyObject *records;            /* its ThreadRecords */
+    Log *plain, *sub, *fam, *deps; /* its logs (see build.ThreadRecords) */
+    PyObject *index;              /* its ThreadRecords.index: what a push's note names the pusher by */
+    int64_t index_value;          /* the same, as a number */
+    PyObject *state;              /* this thread's dict of opprof.engine.state.thread_state (a threading.local) */
+    PyObject *last_inv;           /* the invocation last coded on this thread, and its code: a custom op's */
+    int64_t last_inv_code;        /* records come in runs of the same one (a dict lookup saved each) */
 } tls;
+
+/* The log in ``rec``'s slot ``s`` if it has the schema the hooks write; borrowed (rec keeps it); NULL with an exception set. */
+static Log *records_log(PyObject *rec, slot_t *s, const char *schema) {
+    PyObject *log = slot_get(s, rec);
+    if (log == NULL) return NULL;
+    Py_DECREF(log);
+    if (!Py_IS_TYPE(log, &LogType) || strcmp(((Log *)log)->schema, schema) != 0) {
+        PyErr_Format(PyExc_TypeError, "the thread's records hold no Log of schema %s in %U", schema, s->name);
+        return NULL;
+    }
+    return (Log *)log;
+}
 
 static PyObject *this_threads_records(Hot *self) {
     if (tls.generation == self->generation) return tls.records;
     PyObject *rec = PyObject_CallNoArgs(self->register_cb);
     if (rec == NULL) return NULL;
-    PyObject *plain = slot_get(&S_PLAIN, rec);
-    if (plain == NULL || !Py_IS_TYPE(plain, &PlainLogType)) {
-        if (plain != NULL) PyErr_SetString(PyExc_TypeError, "the thread's records hold no PlainLog");
-        Py_XDECREF(plain);
-        Py_DECREF(rec);
-        return NULL;
-    }
-    PyObject *sub = slot_get(&S_SUB, rec), *fam = slot_get(&S_FAM, rec), *deps = slot_get(&S_DEPS, rec);
-    int bad = sub == NULL || fam == NULL || deps == NULL || !PyList_CheckExact(sub) || !PyList_CheckExact(fam) ||
-              !PyList_CheckExact(deps);
-    /* Borrowed from here on: the recorder's list of records keeps them alive, as long as it. */
-    Py_XDECREF(sub), Py_XDECREF(fam), Py_XDECREF(deps), Py_DECREF(plain), Py_DECREF(rec);
-    if (bad) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "the thread's records hold no sub, fam and deps lists");
+    Py_DECREF(rec); /* borrowed from here on: the recorder's list of records keeps it alive, as long as it */
+    Log *plain = records_log(rec, &S_PLAIN, PLAIN_SCHEMA), *sub = plain ? records_log(rec, &S_SUB, SUB_SCHEMA) : NULL;
+    Log *fam = sub ? records_log(rec, &S_FAM, FAM_SCHEMA) : NULL, *deps = fam ? records_log(rec, &S_DEPS, DEPS_SCHEMA) : NULL;
+    if (deps == NULL) return NULL;
+    if (plain->owner != self || sub->owner != self || fam->owner != self || deps->owner != self) {
+        PyErr_SetString(PyExc_ValueError, "the thread's logs belong to another recorder");
         return NULL;
     }
     /* The thread's own dict of the engine's threading.local: stable for the thread's life (the
@@ -511,12 +664,24 @@ static PyObject *this_threads_records(Hot *self) {
     PyObject *index = slot_get(&S_INDEX, rec);
     if (index == NULL) return NULL;
     Py_DECREF(index); /* the records keep it */
+    int err = 0;
+    tls.index_value = given_int(index, &err);
+    if (err) return NULL;
     tls.index = index;
     tls.generation = self->generation;
     tls.records = rec;
-    tls.plain = (PlainLog *)plain;
-    tls.sub = sub, tls.fam = fam, tls.deps = deps;
+    tls.plain = plain, tls.sub = sub, tls.fam = fam, tls.deps = deps;
+    tls.last_inv = NULL;
     return tls.records;
+}
+
+/* An invocation's code in the recorder's objects (call after this_threads_records); -1 for None,
+ * or -1 with an exception set. */
+static int64_t inv_code(Hot *self, PyObject *inv) {
+    if (inv == tls.last_inv) return tls.last_inv_code;
+    int64_t code = object_code(&self->objects, inv);
+    if (code >= 0) tls.last_inv = inv, tls.last_inv_code = code; /* the table keeps it alive: its address stays its own */
+    return code;
 }
 
 /* The invocation whose Python this thread runs (thread_state.invocation), borrowed; Py_None outside
@@ -540,9 +705,7 @@ static PyObject *hot_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
         Py_DECREF(self);
         return NULL;
     }
-    self->table.index = PyDict_New();
-    self->table.list = PyList_New(0);
-    if (self->table.index == NULL || self->table.list == NULL) {
+    if (table_init(&self->names) < 0 || table_init(&self->objects) < 0 || table_init(&self->sites) < 0) {
         Py_DECREF(self);
         return NULL;
     }
@@ -578,8 +741,9 @@ static int hot_clear(Hot *self) {
 static void hot_dealloc(Hot *self) {
     PyObject_GC_UnTrack(self);
     hot_clear(self);
-    Py_XDECREF(self->table.index);
-    Py_XDECREF(self->table.list);
+    table_free(&self->names);
+    table_free(&self->objects);
+    table_free(&self->sites);
     Py_XDECREF(self->thread_state);
     Py_XDECREF(self->internal);
     Py_TYPE(self)->tp_free((PyObject *)self);
@@ -639,131 +803,95 @@ static PyObject *hot_on_push(Hot *self, PyObject *opr) {
     Py_DECREF(t);
     Py_DECREF(site);
     if (note == NULL) return NULL;
-    PyObject_GC_UnTrack(note); /* numbers, an Invocation, a site: in no cycle (see append_new) */
+    PyObject_GC_UnTrack(note); /* numbers, an Invocation, a site: in no cycle, and one an op until it runs */
     int bad = slot_set(&S_PROF, opr, note);
     Py_DECREF(note);
     if (bad) return NULL;
     Py_RETURN_NONE;
 }
 
-/* Fill a plain op's record from the op and its push's note; 0, or -1 with an exception set. */
-static int fill(Hot *self, PlainLog *log, plain_t *r, PyObject *opr, PyObject *note) {
+/* Append one record (``log->width`` slots at ``r``); 0, or -1 with an exception set. */
+static int log_put(Log *log, const int64_t *r) {
+    int64_t *at = log_next(log);
+    if (at == NULL) return -1;
+    memcpy(at, r, (size_t)log->width * sizeof(int64_t));
+    log->len++; /* last: a live reader (with the GIL) never sees a record half written */
+    return 0;
+}
+
+/* An op's engine edges from the op and its push's note, at ``d`` in build's DEP_* order (DEPS_SCHEMA),
+ * its vars coded into ``log``'s extras; 0, or -1 with an exception set. */
+static int op_edges(Hot *self, Log *log, int64_t *d, PyObject *opr, PyObject *note) {
     int err = 0;
-    PyObject *name = slot_get(&S_NAME, opr);
-    if (name == NULL) return -1;
-    r->name = PyUnicode_Check(name) ? name_code(&self->table, name) : -1;
-    Py_DECREF(name);
-    if (r->name < 0) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "an op's name is a str");
-        return -1;
-    }
-    r->seq = slot_int(&S_SEQ, opr, &err);
-    r->push = PyLong_AsLongLong(PyTuple_GET_ITEM(note, 0));
-    if (r->push == -1 && PyErr_Occurred()) return -1;
-    r->pusher = PyLong_AsLongLong(PyTuple_GET_ITEM(note, 1));
-    if (r->pusher == -1 && PyErr_Occurred()) return -1;
-    r->ready = slot_int(&S_READY, opr, &err);
-    r->by = slot_int(&S_BY, opr, &err);
-    r->by_var = slot_int(&S_BY_VAR, opr, &err);
+    d[0] = slot_int(&S_SEQ, opr, &err);
+    if (!err) d[1] = given_int(PyTuple_GET_ITEM(note, 0), &err);
+    if (!err) d[2] = given_int(PyTuple_GET_ITEM(note, 1), &err);
+    if (!err) d[3] = slot_int(&S_READY, opr, &err);
+    if (!err) d[4] = slot_int(&S_BY, opr, &err);
+    if (!err) d[5] = slot_int(&S_BY_VAR, opr, &err);
     if (err) return -1;
     PyObject *reads = slot_get(&S_READS, opr);
     if (reads == NULL) return -1;
-    r->reads = vars_field(log, reads, &err);
+    d[6] = vars_field(log, reads, &err);
     Py_DECREF(reads);
     if (err) return -1;
     PyObject *writes = slot_get(&S_WRITES, opr);
     if (writes == NULL) return -1;
-    r->writes = vars_field(log, writes, &err);
+    d[7] = vars_field(log, writes, &err);
     Py_DECREF(writes);
-    return err ? -1 : 0;
+    if (err) return -1;
+    d[8] = site_code(&self->sites, PyTuple_GET_ITEM(note, 3));
+    return d[8] == -1 && PyErr_Occurred() ? -1 : 0;
 }
 
-/* Keep a plain op's span [t0, t1] on this thread's log; 0, or -1 with an exception set. */
+/* An op's name as a code; -1 with an exception set. */
+static int64_t op_name(Hot *self, PyObject *opr) {
+    PyObject *name = slot_get(&S_NAME, opr);
+    if (name == NULL) return -1;
+    int64_t code = PyUnicode_Check(name) ? name_code(&self->names, name) : -1;
+    Py_DECREF(name);
+    if (code < 0 && !PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "an op's name is a str");
+    return code;
+}
+
+/* Keep a plain op's span [t0, t1] on this thread's log (PLAIN_SCHEMA: its span and its edges in one
+ * record); 0, or -1 with an exception set. */
 static int keep(Hot *self, PyObject *opr, PyObject *note, int64_t t0, int64_t t1) {
     if (!admit(self)) return 0;
     if (this_threads_records(self) == NULL) return -1;
-    PlainLog *log = tls.plain;
-    plain_t r;
-    r.t0 = t0;
-    r.t1 = t1;
-    if (fill(self, log, &r, opr, note) < 0) return -1;
-    plain_t *at = log_next(log);
-    if (at == NULL) return -1;
-    *at = r;
-    log->len++;
-    return 0;
-}
-
-/* A var tuple as a deps field, as the Python recorder keeps it: the one var's id, else a tuple of ids. */
-static PyObject *vars_value(PyObject *vars) {
-    if (!PyTuple_Check(vars)) {
-        PyErr_SetString(PyExc_TypeError, "an op's vars must be a tuple");
-        return NULL;
-    }
-    Py_ssize_t n = PyTuple_GET_SIZE(vars);
-    if (n == 1) return slot_get(&S_VAR_ID, PyTuple_GET_ITEM(vars, 0));
-    PyObject *ids = PyTuple_New(n);
-    if (ids == NULL) return NULL;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *id = slot_get(&S_VAR_ID, PyTuple_GET_ITEM(vars, i));
-        if (id == NULL) {
-            Py_DECREF(ids);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(ids, i, id);
-    }
-    return ids;
-}
-
-/* Append a new record (stolen) to one of the thread's lists, out of the garbage collector's sight:
- * a record holds numbers, strings, an Invocation (which holds only those) and a push's note (the
- * same), so it is in no reference cycle, and a profile's thousands of records would otherwise be
- * traversed by every full collection they make more frequent (a trivial custom op's call, naive
- * engine: 94 us profiled, 78 with the collector off, 58 unprofiled). */
-static int append_new(PyObject *list, PyObject *item) {
-    if (item == NULL) return -1;
-    PyObject_GC_UnTrack(item);
-    int bad = PyList_Append(list, item);
-    Py_DECREF(item);
-    return bad;
+    int64_t d[9];
+    plain_t r = {.t0 = t0, .t1 = t1};
+    r.name = op_name(self, opr);
+    if (r.name < 0 || op_edges(self, tls.plain, d, opr, note) < 0) return -1;
+    r.seq = d[0], r.push = d[1], r.pusher = d[2], r.ready = d[3], r.by = d[4], r.by_var = d[5];
+    r.reads = d[6], r.writes = d[7]; /* a plain op has no site */
+    return log_put(tls.plain, &r.t0);
 }
 
 /* Keep an op that is not plain, as the Python recorder's _record does: a sub-op (info None, pushed
- * inside a custom op's Python) as (t0, t1, name, seq, note) in ``sub``, a custom op's own op as
- * (START or DUMMY, t0, t1, invocation, seq) in ``fam``; its edges in ``deps``. */
+ * inside a custom op's Python) in ``sub`` (SUB_SCHEMA: t0, t1, name, seq and its push's note), a
+ * custom op's own op in ``fam`` (FAM_SCHEMA: START or DUMMY, t0, t1, invocation, seq); its edges
+ * in ``deps``. */
 static int keep_other(Hot *self, PyObject *opr, PyObject *note, PyObject *info, int64_t t0, int64_t t1) {
     if (!admit(self)) return 0;
     if (this_threads_records(self) == NULL) return -1;
-    PyObject *seq = slot_get(&S_SEQ, opr);
-    if (seq == NULL) return -1;
-    PyObject *a = PyLong_FromLongLong(t0), *b = PyLong_FromLongLong(t1);
-    int bad = a == NULL || b == NULL;
-    if (!bad && info == Py_None) {
-        PyObject *name = slot_get(&S_NAME, opr);
-        bad = name == NULL || append_new(tls.sub, PyTuple_Pack(5, a, b, name, seq, note)) < 0;
-        Py_XDECREF(name);
-    } else if (!bad) {
-        PyObject *inv = slot_get(&S_CINV, info), *part = slot_get(&S_CPART, info);
-        PyObject *kind = part == part_invocation ? kind_start : kind_dummy;
-        if (inv != NULL) untrack_invocation(inv);
-        bad = inv == NULL || part == NULL || append_new(tls.fam, PyTuple_Pack(5, kind, a, b, inv, seq)) < 0;
-        Py_XDECREF(inv), Py_XDECREF(part);
+    int64_t d[9];
+    if (op_edges(self, tls.deps, d, opr, note) < 0) return -1;
+    if (info == Py_None) {
+        int64_t inv = inv_code(self, PyTuple_GET_ITEM(note, 2));
+        if (inv == -1 && PyErr_Occurred()) return -1;
+        int64_t r[8] = {t0, t1, op_name(self, opr), d[0], d[1], d[2], inv, d[8]};
+        if (r[2] < 0 || log_put(tls.sub, r) < 0) return -1;
+    } else {
+        PyObject *obj = slot_get(&S_CINV, info), *part = slot_get(&S_CPART, info);
+        if (obj != NULL) untrack_invocation(obj);
+        int64_t inv = obj == NULL ? -1 : inv_code(self, obj); /* the table keeps it */
+        int bad = obj == NULL || part == NULL || (inv == -1 && PyErr_Occurred());
+        int64_t r[5] = {part == part_invocation ? KIND_START : KIND_DUMMY, t0, t1, inv, d[0]};
+        Py_XDECREF(obj), Py_XDECREF(part);
+        if (bad || log_put(tls.fam, r) < 0) return -1;
     }
-    Py_XDECREF(a), Py_XDECREF(b);
-    if (!bad) {
-        PyObject *pusher = PyTuple_GET_ITEM(note, 1);
-        Py_INCREF(pusher);
-        PyObject *ready = slot_get(&S_READY, opr), *by = slot_get(&S_BY, opr), *by_var = slot_get(&S_BY_VAR, opr);
-        PyObject *r = slot_get(&S_READS, opr), *w = slot_get(&S_WRITES, opr);
-        PyObject *reads = r ? vars_value(r) : NULL, *writes = w ? vars_value(w) : NULL;
-        bad = pusher == NULL || ready == NULL || by == NULL || by_var == NULL || reads == NULL || writes == NULL ||
-              append_new(tls.deps, PyTuple_Pack(9, seq, PyTuple_GET_ITEM(note, 0), pusher, ready, by, by_var, reads, writes,
-                                                PyTuple_GET_ITEM(note, 3))) < 0;
-        Py_XDECREF(pusher), Py_XDECREF(ready), Py_XDECREF(by), Py_XDECREF(by_var);
-        Py_XDECREF(r), Py_XDECREF(w), Py_XDECREF(reads), Py_XDECREF(writes);
-    }
-    Py_DECREF(seq);
-    return bad ? -1 : 0;
+    return log_put(tls.deps, d);
 }
 
 /* One call of an op's function, timed: its result (NULL: it raised, its error fetched here so that
@@ -856,19 +984,23 @@ static PyObject *hot_run(Hot *self, PyObject *const *args, Py_ssize_t nargs) {
  * and its start are one instant; the user's line that pushed is found by user_site. */
 static int keep_pushed_sub(Hot *self, PyObject *inv, PyObject *site, PyObject *const *args, int64_t t0, int64_t t1) {
     if (!admit(self)) return 0;
-    PyObject *a = PyLong_FromLongLong(t0), *b = PyLong_FromLongLong(t1);
-    PyObject *note = a ? PyTuple_Pack(4, a, tls.index, inv, site) : NULL;
-    if (note != NULL) PyObject_GC_UnTrack(note); /* in no cycle (see append_new) */
+    if (!PyUnicode_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "an op's name is a str");
+        return -1;
+    }
     untrack_invocation(inv);
-    PyObject *pusher = slot_get(&S_INDEX, tls.records);
-    PyObject *reads = vars_value(args[2]), *writes = vars_value(args[3]);
-    PyObject *zero = PyLong_FromLong(0);
-    int bad = b == NULL || note == NULL || pusher == NULL || reads == NULL || writes == NULL || zero == NULL ||
-              append_new(tls.sub, PyTuple_Pack(5, a, b, args[0], args[1], note)) < 0 ||
-              append_new(tls.deps, PyTuple_Pack(9, args[1], a, pusher, zero, zero, zero, reads, writes, site)) < 0;
-    Py_XDECREF(a), Py_XDECREF(b), Py_XDECREF(note), Py_XDECREF(pusher);
-    Py_XDECREF(reads), Py_XDECREF(writes), Py_XDECREF(zero);
-    return bad ? -1 : 0;
+    int err = 0;
+    int64_t seq = given_int(args[1], &err);
+    int64_t name = err ? -1 : name_code(&self->names, args[0]);
+    int64_t invc = name < 0 ? -1 : inv_code(self, inv);
+    int64_t sitec = invc < 0 ? -1 : site_code(&self->sites, site);
+    if (name < 0 || invc < 0 || (sitec == -1 && PyErr_Occurred())) return -1;
+    int64_t reads = vars_field(tls.deps, args[2], &err);
+    int64_t writes = err ? 0 : vars_field(tls.deps, args[3], &err);
+    if (err) return -1;
+    int64_t r[8] = {t0, t1, name, seq, t0, tls.index_value, invc, sitec};
+    int64_t d[9] = {seq, t0, tls.index_value, 0, 0, 0, reads, writes, sitec};
+    return log_put(tls.sub, r) < 0 || log_put(tls.deps, d) < 0 ? -1 : 0;
 }
 
 static PyObject *run_pushed_inside(Hot *self, PyObject *inv, PyObject *const *args, Py_ssize_t nargs) {
@@ -893,11 +1025,13 @@ static PyObject *hot_on_python(Hot *self, PyObject *const *args, Py_ssize_t narg
     if (!self->recording || self->full) Py_RETURN_NONE;
     if (this_threads_records(self) == NULL) return NULL;
     untrack_invocation(args[0]);
-    PyObject *cpu = nargs == 4 ? (Py_INCREF(args[3]), args[3]) : PyLong_FromLong(-1);
-    if (cpu == NULL) return NULL;
-    int bad = append_new(tls.fam, PyTuple_Pack(5, kind_python, args[1], args[2], args[0], cpu)) < 0;
-    Py_DECREF(cpu);
-    if (bad) return NULL;
+    int err = 0;
+    int64_t inv = inv_code(self, args[0]);
+    if (inv == -1 && PyErr_Occurred()) return NULL;
+    int64_t r[5] = {KIND_PYTHON, given_int(args[1], &err), 0, inv, -1};
+    if (!err) r[2] = given_int(args[2], &err);
+    if (!err && nargs == 4) r[4] = given_int(args[3], &err);
+    if (err || log_put(tls.fam, r) < 0) return NULL;
     Py_RETURN_NONE;
 }
 
@@ -911,12 +1045,11 @@ static int keep_pushed(Hot *self, PyObject *const *args, int64_t t0, int64_t t1)
         PyErr_SetString(PyExc_TypeError, "an op's name is a str");
         return -1;
     }
-    PlainLog *log = tls.plain;
+    Log *log = tls.plain;
     int err = 0;
-    plain_t r = {.t0 = t0, .t1 = t1, .push = t0, .ready = 0, .by = 0, .by_var = 0};
-    r.pusher = slot_int(&S_INDEX, rec, &err);
-    if (!err) {
-        r.name = name_code(&self->table, args[0]);
+    plain_t r = {.t0 = t0, .t1 = t1, .push = t0, .pusher = tls.index_value, .ready = 0, .by = 0, .by_var = 0};
+    {
+        r.name = name_code(&self->names, args[0]);
         err = r.name < 0;
     }
     if (!err) {
@@ -925,11 +1058,7 @@ static int keep_pushed(Hot *self, PyObject *const *args, int64_t t0, int64_t t1)
     }
     if (!err) r.reads = vars_field(log, args[2], &err);
     if (!err) r.writes = vars_field(log, args[3], &err);
-    plain_t *at = err ? NULL : log_next(log);
-    if (at == NULL) return -1;
-    *at = r;
-    log->len++;
-    return 0;
+    return err ? -1 : log_put(log, &r.t0);
 }
 
 /* run_pushed(name, seq, reads, writes, fn, *args): the naive engine's plain op pushed and run at once. */
@@ -1007,7 +1136,12 @@ static PyObject *mod_bind(PyObject *m, PyObject *args) {
     Py_INCREF(opr), Py_INCREF(var), Py_INCREF(records), Py_INCREF(info);
     Py_INCREF(part), Py_INCREF(start), Py_INCREF(dummy), Py_INCREF(python);
     custom_info_type = (PyTypeObject *)info;
-    part_invocation = part, kind_start = start, kind_dummy = dummy, kind_python = python;
+    part_invocation = part;
+    int err = 0;
+    KIND_START = given_int(start, &err);
+    if (!err) KIND_DUMMY = given_int(dummy, &err);
+    if (!err) KIND_PYTHON = given_int(python, &err);
+    if (err) return NULL;
     Py_RETURN_NONE;
 }
 
@@ -1025,15 +1159,17 @@ static struct PyModuleDef moddef = {
 PyMODINIT_FUNC PyInit__spanlog(void) {
     str_invocation = PyUnicode_InternFromString("invocation");
     if (str_invocation == NULL) return NULL;
-    if (PyType_Ready(&PlainLogType) < 0 || PyType_Ready(&HotType) < 0) return NULL;
+    if (PyType_Ready(&LogType) < 0 || PyType_Ready(&HotType) < 0) return NULL;
     PyObject *m = PyModule_Create(&moddef);
     if (m == NULL) return NULL;
-    Py_INCREF(&PlainLogType);
+    Py_INCREF(&LogType);
     Py_INCREF(&HotType);
-    if (PyModule_AddObject(m, "PlainLog", (PyObject *)&PlainLogType) < 0 ||
+    if (PyModule_AddObject(m, "Log", (PyObject *)&LogType) < 0 ||
         PyModule_AddObject(m, "Hot", (PyObject *)&HotType) < 0 ||
         PyModule_AddIntConstant(m, "RECORD_SIZE", (long)sizeof(plain_t)) < 0 ||
-        PyModule_AddIntConstant(m, "FIELDS", FIELDS) < 0) {
+        PyModule_AddIntConstant(m, "FIELDS", FIELDS) < 0 || PyModule_AddStringConstant(m, "PLAIN_SCHEMA", PLAIN_SCHEMA) < 0 ||
+        PyModule_AddStringConstant(m, "SUB_SCHEMA", SUB_SCHEMA) < 0 || PyModule_AddStringConstant(m, "FAM_SCHEMA", FAM_SCHEMA) < 0 ||
+        PyModule_AddStringConstant(m, "DEPS_SCHEMA", DEPS_SCHEMA) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -7,10 +7,15 @@ edges in one record), sub-ops pushed inside a custom op's Python as ``(t0, t1, n
 op, ``Dummy_Wait``, Python) as ``(kind, t0, t1, invocation, seq or CPU ns)``, the rest (waits,
 errors, user spans, instants, counters) as ``(kind, t0, t1, name, info, pushed_in, extra)``, and
 the edges of every op that is not plain in ``deps`` as ``(seq, push, pusher, ready, by, by_var,
-reads, writes, site)``. The records are plain tuples (the recorder's hot path builds nothing
-slower); their fields are named once, here, by index constants (``T0``, ``PUSH``, ``FAM_INV``...)
-that every reader uses. ``map(itemgetter(k), records)`` turns a list into columns in C (~20-60 ns
-a field; ``zip(*records)`` costs ~400 ns a record, an iterator each).
+reads, writes, site)``. The pure-Python recorder appends plain tuples; the compiled one keeps the
+same records fixed-size in C (a ``Log`` of each shape, :data:`PLAIN_SCHEMA` ...), which give them
+back as tuples when indexed. Their fields are named once, here, by index constants (``T0``,
+``PUSH``, ``FAM_INV``...) that every reader uses. :func:`record_columns` makes int64 columns of
+either: a compiled log's bytes are its columns already (its names, invocations and sites coded in
+its recorder's tables, mapped to the build's in one lookup a field); a list's fields are taken with
+``map(itemgetter(k), records)`` in C (~20-60 ns a field; ``zip(*records)`` costs ~400 ns a
+record, an iterator each). Measured on 2,000 trivial custom-op calls (10,002 spans, 2026-12-04):
+this build took 8-10 ms from logs where it took 14-15 from tuples.
 
 From there nothing runs per span in Python: the kind of each span, its custom-op family (through
 the ``id()`` of its :class:`~opprof.engine.Invocation`), its ``Type::op`` name (formatted once per
@@ -59,6 +64,10 @@ __all__ = [
     "DEP_SEQ",
     "DEP_SITE",
     "DEP_WRITES",
+    "DEPS_SCHEMA",
+    "FAM_SCHEMA",
+    "PLAIN_SCHEMA",
+    "SUB_SCHEMA",
     "DUMMY",
     "ERROR",
     "FAM_FIELDS",
@@ -93,11 +102,12 @@ __all__ = [
     "WAIT_VAR",
     "WRITES",
     "Built",
-    "PlainColumns",
+    "Tables",
     "ThreadRecords",
     "build_columns",
     "encode_vars",
-    "plain_columns",
+    "record_columns",
+    "schema_slots",
 ]
 
 # Kinds of record: in a thread's ``fam`` list (a custom op's engine op, its Dummy_Wait, its Python)
@@ -145,8 +155,21 @@ BUF_FIELDS = 7
 WAIT_BY, WAIT_VAR, WAIT_SITE = 0, 1, 2
 
 
+# The same records' shapes in the compiled recorder's logs (opprof/profiler/_spanlog.c's ``Log``), a
+# letter a field of the tuple form: ``i`` an int, ``n`` a name, ``v`` an op's vars (one id, or a tuple
+# of ids), ``o`` an object (an Invocation) or None, ``s`` a site or None, ``N`` a push's note. Each
+# is one int64 slot of a record, a note four (NOTE_* in order: ts, records, invocation, site); the
+# recorder uses the compiled logs only where the module's schemas are these.
+PLAIN_SCHEMA = "iiniiiiiivv"
+SUB_SCHEMA = "iiniN"
+FAM_SCHEMA = "iiioi"
+DEPS_SCHEMA = "iiiiiivvs"
+# A sub-op's record as slots: its push's note flattened from SUB_NOTE on.
+SUB_PUSH_TS, SUB_PUSHER, SUB_INV = SUB_NOTE + NOTE_TS, SUB_NOTE + NOTE_RECORDS, SUB_NOTE + NOTE_INV
+
+
 class ThreadRecords:
-    """One thread's records: its name and its three lists (see the module docstring)."""
+    """One thread's records: its name and its lists (see the module docstring)."""
 
     __slots__ = ("buf", "deps", "fam", "index", "name", "native_id", "plain", "sub")
 
@@ -154,13 +177,14 @@ class ThreadRecords:
         self.name = name
         self.native_id = native_id  # the OS's id of the thread: how the GIL sampler names it
         self.index = -1  # its place among the recorder's threads: what an op's record names its pusher by
-        # PLAIN_FIELDS fields: T0 ... WRITES; the compiled recorder puts a PlainLog of the same
-        # records here (fixed-size, in C: :func:`plain_columns` reads either).
+        # Lists of tuples (PLAIN_FIELDS fields: T0 ... WRITES; SUB_FIELDS; FAM_FIELDS; DEP_FIELDS); the
+        # compiled recorder puts a Log of the same records in each of the four (fixed-size, in C: the
+        # build reads either, :func:`record_columns`). ``buf`` is always a list.
         self.plain: Any = []
-        self.sub: list[tuple[int, int, str, int, tuple[int, Any, Invocation, Any]]] = []
-        self.fam: list[tuple[int, int, int, Invocation, int]] = []
+        self.sub: Any = []
+        self.fam: Any = []
         self.buf: list[tuple[Any, ...]] = []
-        self.deps: list[tuple[Any, ...]] = []
+        self.deps: Any = []
 
     def __len__(self) -> int:
         return len(self.plain) + len(self.sub) + len(self.fam) + len(self.buf)
@@ -169,29 +193,111 @@ class ThreadRecords:
         """The lists as they are now (other threads append while a live build reads)."""
         c = ThreadRecords(self.name, self.native_id)
         c.index = self.index  # what pushes name their pusher by (a copy is the same thread's)
-        # ``plain`` is a list, or the compiled recorder's PlainLog (opprof.profiler._spanlog): each copies itself.
-        c.plain, c.sub, c.fam, c.buf = self.plain.copy(), list(self.sub), list(self.fam), list(self.buf)
-        c.deps = list(self.deps)
+        # A list, or the compiled recorder's Log (opprof.profiler._spanlog): each copies itself.
+        c.plain, c.sub, c.fam, c.deps = self.plain.copy(), self.sub.copy(), self.fam.copy(), self.deps.copy()
+        c.buf = list(self.buf)
         return c
 
 
-@dataclass(frozen=True, slots=True)
-class PlainColumns:
-    """Every thread's plain-op records as one int64 array of ``PLAIN_FIELDS`` columns, in thread
-    order: ``NAME`` is a code into ``names``, ``READS``/``WRITES`` a var id (ids start at 1) or
-    ``-(k + 1)`` for ``extras[k]``, the ids of an op with none or several vars. The compiled
-    recorder's logs are in this shape already (read with ``numpy.frombuffer``, no record becomes a
-    Python object); the pure path's tuples are turned into it here."""
+def schema_slots(schema: str) -> list[tuple[int, int, str, int]]:
+    """(field, slot, kind, part) of each int64 slot of a record of ``schema``: a note's four slots
+    are its parts 0-3 (ts, records, invocation, site: kinds i, i, o, s); -1 for a whole field."""
+    out: list[tuple[int, int, str, int]] = []
+    for k, kind in enumerate(schema):
+        out += [(k, len(out) + j, c, j) for j, c in enumerate("iios")] if kind == "N" else [(k, len(out), kind, -1)]
+    return out
 
-    fields: np.ndarray  # (PLAIN_FIELDS, n): each field contiguous (a strided column cost 2x to read)
-    names: list[str]
-    extras: list[tuple[int, ...]]
 
-    def __len__(self) -> int:
-        return int(self.fields.shape[1])
+def _site_key(site: Any) -> Any:
+    """What tells two sites apart, as the compiled log does: a pair by the identity of its first item
+    (a code object, or a file name) and its second (an offset, or a line); anything else by identity."""
+    return (id(site[0]), site[1]) if type(site) is tuple and len(site) == 2 else id(site)
 
-    def column(self, k: int) -> np.ndarray:
-        return self.fields[k]
+
+class Tables:
+    """What the records' non-numeric fields become while :func:`record_columns` makes their columns:
+    names a code in one :class:`StringTable`, vars an id or ``-(k + 1)`` for ``extras[k]`` (the ops with
+    none or several vars), an object its ``id()`` (0 for None; ``objects`` finds it back: the records
+    keep it alive) and a site a code into ``sites`` (-1 for None; each distinct one once)."""
+
+    def __init__(self) -> None:
+        self.names = StringTable()
+        self.extras: list[tuple[int, ...]] = []
+        self.objects: dict[int, Any] = {}
+        self.sites: list[Any] = []
+        self._site_codes: dict[Any, int] = {}
+        # A compiled recorder's tables (one a recorder, shared by its logs, only ever growing) as maps
+        # from their codes, made once per (kind, length): every log of a finished recording has the same.
+        self._maps: dict[tuple[str, int], np.ndarray] = {}
+
+    def site_code(self, site: Any) -> int:
+        if site is None:
+            return -1
+        key = _site_key(site)
+        code = self._site_codes.get(key)
+        if code is None:
+            code = self._site_codes[key] = len(self.sites)
+            self.sites.append(site)
+        return code
+
+    def column(self, kind: str, values: list[Any]) -> np.ndarray:
+        """One field of records given as Python values, coded (see the class docstring)."""
+        if kind == "n":
+            return self.names.codes(values).astype(np.int64)
+        if kind == "v":
+            return encode_vars(values, self.extras)
+        if kind == "o":
+            ids = _ids(values)
+            ids[ids == id(None)] = 0
+            self.objects.update(zip(ids.tolist(), values, strict=True))
+            return ids
+        if kind == "s":
+            return np.fromiter(map(self.site_code, values), dtype=np.int64, count=len(values))
+        return _arr(values)
+
+    def code_map(self, kind: str, table: list[Any]) -> np.ndarray:
+        """A compiled recorder's table of ``kind`` as the codes here, -1 (a None) reading the last item."""
+        key = (kind, len(table))
+        m = self._maps.get(key)
+        if m is None:
+            if kind == "n":
+                m = self.names.codes(table).astype(np.int64)
+            elif kind == "o":
+                m = _ids(table)
+                self.objects.update(zip(m.tolist(), table, strict=True))
+            else:
+                m = np.fromiter(map(self.site_code, table), dtype=np.int64, count=len(table))
+            m = self._maps[key] = np.append(m, 0 if kind == "o" else -1)
+        return m
+
+
+def record_columns(logs: Sequence[Any], schema: str, tables: Tables) -> np.ndarray:
+    """The records of ``logs`` (lists of tuples, or compiled logs of ``schema``), one after another,
+    as an int64 array of one row per slot (:func:`schema_slots`), their other fields coded into ``tables``.
+    A compiled log's bytes are its records already (read with ``numpy.frombuffer``: no record becomes
+    a Python object); only its codes are mapped to ``tables``' (a table lookup a slot)."""
+    slots = schema_slots(schema)
+    parts: list[np.ndarray] = []
+    for log in logs:
+        if not len(log):
+            continue
+        f = np.empty((len(slots), len(log)), dtype=np.int64)
+        if isinstance(log, list):
+            for k, slot, kind, part in slots:
+                values = list(map(itemgetter(k), log))
+                f[slot] = tables.column(kind, values if part < 0 else list(map(itemgetter(part), values)))
+        else:
+            raw, names, objects, sites, extras = log.columns()
+            f[:] = np.frombuffer(raw, dtype=np.int64).reshape(-1, len(slots)).T  # records -> fields
+            for _, slot, kind, _ in slots:
+                if kind == "v":
+                    several = f[slot] < 1
+                    f[slot, several] -= len(tables.extras)  # its log's k-th extra is the k + len(extras)-th here
+                elif kind != "i":
+                    f[slot] = tables.code_map(kind, {"n": names, "o": objects, "s": sites}[kind])[f[slot]]
+            tables.extras.extend(extras)
+        parts.append(f)
+    return np.concatenate(parts, axis=1) if parts else np.zeros((len(slots), 0), dtype=np.int64)
 
 
 def _extras_len(extras: list[tuple[int, ...]]) -> np.ndarray:
@@ -216,38 +322,6 @@ def encode_vars(values: list[Any], extras: list[tuple[int, ...]]) -> np.ndarray:
     codes[several] = -1 - (len(extras) + np.arange(len(several), dtype=np.int64))
     extras.extend(map(tuple, map(values.__getitem__, several.tolist())))
     return codes
-
-
-def plain_columns(threads: Sequence[ThreadRecords]) -> PlainColumns:
-    """The plain ops of ``threads`` (lists of tuples, or compiled logs) as :class:`PlainColumns`."""
-    st = StringTable()
-    extras: list[tuple[int, ...]] = []
-    parts: list[np.ndarray] = []
-    for r in threads:
-        plain = r.plain
-        if isinstance(plain, list):
-            if not plain:
-                continue
-            cols = [list(map(itemgetter(k), plain)) for k in range(PLAIN_FIELDS)]
-            f = np.empty((PLAIN_FIELDS, len(plain)), dtype=np.int64)
-            for k in (T0, T1, SEQ, PUSH, PUSHER, READY, BY, BY_VAR):
-                f[k] = _arr(cols[k])
-            f[NAME] = st.codes(cols[NAME])
-            f[READS] = encode_vars(cols[READS], extras)
-            f[WRITES] = encode_vars(cols[WRITES], extras)
-        else:  # a compiled log: its bytes are the records
-            if not len(plain):
-                continue
-            raw, names, more = plain.columns()
-            f = np.frombuffer(raw, dtype=np.int64).reshape(-1, PLAIN_FIELDS).T.copy()  # records -> fields
-            f[NAME] = st.codes(names)[f[NAME]]
-            for k in (READS, WRITES):
-                several = f[k] < 1
-                f[k, several] -= len(extras)  # its log's k-th extra is the k + len(extras)-th here
-            extras.extend(more)
-        parts.append(f)
-    fields = np.concatenate(parts, axis=1) if parts else np.zeros((PLAIN_FIELDS, 0), dtype=np.int64)
-    return PlainColumns(fields, st.strings, extras)
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,31 +361,30 @@ def build_columns(threads: Sequence[ThreadRecords]) -> Built:
     """Columns of every thread's records (thread ``i + 1`` made ``threads[i]``)."""
     tid_of = np.arange(1, len(threads) + 1, dtype=np.int64)
     # The four lists, one after another in the combined columns: plain ops, sub-ops, families' own
-    # records, the rest.
-    plain = plain_columns(threads)
-    sub = _cols([r.sub for r in threads], SUB_FIELDS)
-    s_t0, s_t1, s_name, s_seq, s_push = sub[T0], sub[T1], sub[NAME], sub[SEQ], sub[SUB_NOTE]
-    fam = _cols([r.fam for r in threads], FAM_FIELDS)
-    f_kind, f_t0, f_t1, f_inv, f_x = fam[FAM_KIND], fam[FAM_T0], fam[FAM_T1], fam[FAM_INV], fam[FAM_X]
+    # records, the rest. The first three and the edges are int64 columns, their names and vars
+    # coded in one set of tables; the rest (rare) stay Python values.
+    tables = Tables()
+    st = tables.names
+    plain = record_columns([r.plain for r in threads], PLAIN_SCHEMA, tables)
+    sub = record_columns([r.sub for r in threads], SUB_SCHEMA, tables)
+    fam = record_columns([r.fam for r in threads], FAM_SCHEMA, tables)
+    deps = record_columns([r.deps for r in threads], DEPS_SCHEMA, tables)
     buf = _cols([r.buf for r in threads], BUF_FIELDS)
     b_kind, b_t0, b_t1, b_name = buf[BUF_KIND], buf[BUF_T0], buf[BUF_T1], buf[BUF_NAME]
     b_info, b_pushed, b_x = buf[BUF_INFO], buf[BUF_PUSHED], buf[BUF_X]
-    q, ns, nf, nb = len(plain), len(s_t0), len(f_t0), len(b_t0)
+    q, ns, nf, nb = plain.shape[1], sub.shape[1], fam.shape[1], len(b_t0)
     o_f, o_b = q + ns, q + ns + nf  # where the family and other records start
-    push_ts = _arr(list(map(itemgetter(NOTE_TS), s_push)))
-    push_index = _arr(list(map(itemgetter(NOTE_RECORDS), s_push)))
-    s_inv_obj = list(map(itemgetter(NOTE_INV), s_push))
+    push_ts, push_index = sub[SUB_PUSH_TS], sub[SUB_PUSHER]
     n = o_b + nb
     kind = np.concatenate(
-        [np.full(q, _PLAIN_K, np.int8), np.full(ns, _SUB_K, np.int8), _arr(f_kind, np.int8), _arr(b_kind, np.int8)]
+        [np.full(q, _PLAIN_K, np.int8), np.full(ns, _SUB_K, np.int8), fam[FAM_KIND].astype(np.int8), _arr(b_kind, np.int8)]
     )
-    t0 = np.concatenate([plain.column(T0), _arr(s_t0), _arr(f_t0), _arr(b_t0)])
-    t1 = np.concatenate([plain.column(T1), _arr(s_t1), _arr(f_t1), _arr(b_t1)])
+    t0 = np.concatenate([plain[T0], sub[T0], fam[FAM_T0], _arr(b_t0)])
+    t1 = np.concatenate([plain[T1], sub[T1], fam[FAM_T1], _arr(b_t1)])
     tid = np.concatenate([np.repeat(tid_of, [len(getattr(r, k)) for r in threads]) for k in ("plain", "sub", "fam", "buf")])
-    st = StringTable()
     name_code = np.empty(n, dtype=np.int32)
-    name_code[:q] = st.codes(plain.names)[plain.column(NAME)] if q else []
-    name_code[q:o_f] = st.codes(s_name)
+    name_code[:q] = plain[NAME]
+    name_code[q:o_f] = sub[NAME]
     fk = kind[o_f:o_b]
     name_code[o_f:o_b] = np.where(fk == PYTHON, st.code("pure_python"), st.code("Dummy_Wait"))  # a start's is its label
     name_code[o_b:] = st.codes(b_name)  # (the message, for an error)
@@ -326,16 +399,16 @@ def build_columns(threads: Sequence[ThreadRecords]) -> Built:
     for j in np.flatnonzero(b_op).tolist():
         b_sub[j] = b_pushed[j] is not None
     b_own = b_is_inv & ((bk == WAIT_REC) | (bk == ERROR))
-    # Every record's invocation object (None outside families), as one list: ids and codes in C.
-    objs: list[Any] = [None] * q + s_inv_obj + f_inv + b_info
-    for j in np.flatnonzero(b_sub).tolist():
-        objs[o_b + j] = b_pushed[j]
+    # Every family record's invocation, by its id() (the records keep each alive): codes in C.
+    b_objs = [b_pushed[j] if b_sub[j] else b_info[j] for j in range(nb)]
+    b_ids = tables.column("o", b_objs)
     in_family = np.concatenate([np.zeros(q, bool), np.ones(ns + nf, bool), b_own | b_sub])
     fam_rec = np.flatnonzero(in_family)
-    code, first_at = _factorize_ids(_ids(objs[q:])[fam_rec - q])  # plain ops belong to none
+    inv_ids = np.concatenate([sub[SUB_INV], fam[FAM_INV], b_ids])[fam_rec - q]  # plain ops belong to none
+    code, first_at = _factorize_ids(inv_ids)
     inv = np.full(n, -1, dtype=np.int64)
     inv[fam_rec] = code
-    invocations: list[Invocation] = list(map(objs.__getitem__, fam_rec[first_at].tolist()))
+    invocations: list[Invocation] = list(map(tables.objects.__getitem__, inv_ids[first_at].tolist()))
     m = len(invocations)
 
     def at(lo: int, mask: np.ndarray) -> np.ndarray:
@@ -406,9 +479,9 @@ def build_columns(threads: Sequence[ThreadRecords]) -> Built:
     # The engine's side: each span's op id (a parent's is its custom op's own engine op), the
     # CPU time of each Python, and the table of ops and waits.
     x_op = np.full(n, -1, dtype=np.int64)
-    x_op[:q] = plain.column(SEQ)
-    x_op[q:o_f] = _arr(s_seq)
-    f_x_arr = _arr(f_x)
+    x_op[:q] = plain[SEQ]
+    x_op[q:o_f] = sub[SEQ]
+    f_x_arr = fam[FAM_X]
     x_op[o_f:o_b] = np.where(fk == PYTHON, -1, f_x_arr)
     x_cpu = np.full(n, -1, dtype=np.int64)
     x_cpu[o_f:o_b] = np.where(fk == PYTHON, f_x_arr, -1)
@@ -419,7 +492,7 @@ def build_columns(threads: Sequence[ThreadRecords]) -> Built:
     x_op[o_b + w_at] = wait_ids
     parent_op = np.full(m, -1, dtype=np.int64)
     parent_op[inv[s_rec]] = x_op[s_rec]
-    ops = _op_table(threads, plain, tid, o_b, w_at, wait_ids, b_t0, b_t1, b_x, x_op[s_rec], x_op[d_rec])
+    ops = _op_table(threads, plain, deps, tables, tid, o_b, w_at, wait_ids, b_t0, b_t1, b_x, x_op[s_rec], x_op[d_rec])
 
     # Parents, with their split.
     k = len(done)
@@ -460,16 +533,18 @@ def build_columns(threads: Sequence[ThreadRecords]) -> Built:
     return Built(spans.sorted_by_start(), flows, instants, counters, incomplete, ops)
 
 
-def _site_codes(sites: list[Any], st: StringTable) -> np.ndarray:
-    """Each push's or wait's ``(file, line)`` as a code of its text (:func:`.sites.site_text`; -1 for none): each
-    distinct site formatted once, then looked up in C."""
-    code = {x: -1 if x is None else st.code(site_text(*resolve(x))) for x in set(sites)}
-    return np.fromiter(map(code.__getitem__, sites), dtype=np.int32, count=len(sites))
+def _site_codes(codes: np.ndarray, sites: list[Any], st: StringTable) -> np.ndarray:
+    """Each push's or wait's site (a code into ``sites``, -1 for none) as a code of its text in ``st``
+    (:func:`.sites.site_text`; -1 for none): each distinct site formatted once, then looked up in C."""
+    text = np.array([st.code(site_text(*resolve(x))) for x in sites] + [-1], dtype=np.int32)
+    return text[codes]
 
 
 def _op_table(
     threads: Sequence[ThreadRecords],
-    plain: PlainColumns,
+    plain: np.ndarray,
+    deps: np.ndarray,
+    tables: Tables,
     tid: np.ndarray,
     o_b: int,
     w_at: np.ndarray,
@@ -481,19 +556,17 @@ def _op_table(
     dummies: np.ndarray,
 ) -> OpTable:
     """The engine's table (:class:`~opprof.trace.ops.OpTable`): one row per recorded op, then the
-    waits; ``plain`` is the plain ops' columns."""
-    # Plain ops carry their edges in their own record (no site: only pushes inside a custom op
-    # have one); the rest in the threads' ``deps`` lists, made columns of the same shape here.
-    deps = _cols([r.deps for r in threads], DEP_FIELDS)
-    extras = list(plain.extras)
+    waits; ``plain`` is the plain ops' columns (their edges in their own record; no site: only pushes
+    inside a custom op have one), ``deps`` the edges of the rest (:data:`DEPS_SCHEMA`), both coded
+    in ``tables``."""
+    extras = tables.extras
 
     def both(k: int, dep: int) -> np.ndarray:
-        return np.concatenate([plain.column(k), _arr(deps[dep])])
+        return np.concatenate([plain[k], deps[dep]])
 
     d_seq, push, d_rec = both(SEQ, DEP_SEQ), both(PUSH, DEP_PUSH), both(PUSHER, DEP_PUSHER)
     ready, by, var = both(READY, DEP_READY), both(BY, DEP_BY), both(BY_VAR, DEP_BY_VAR)
-    d_reads = np.concatenate([plain.column(READS), encode_vars(deps[DEP_READS], extras)])
-    d_writes = np.concatenate([plain.column(WRITES), encode_vars(deps[DEP_WRITES], extras)])
+    d_reads, d_writes = both(READS, DEP_READS), both(WRITES, DEP_WRITES)
     tid_of_index = np.zeros(max([r.index for r in threads], default=-1) + 2, dtype=np.int64)  # [-1]: unknown, 0
     for i, r in enumerate(threads):
         tid_of_index[r.index] = i + 1
@@ -536,7 +609,9 @@ def _op_table(
     acc_at = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     all_by, all_var = np.concatenate([by, w_by]), np.concatenate([var, w_var])
     # Sites: none for a plain op; each distinct one of the rest formatted once.
-    sites = np.concatenate([np.full(len(plain), -1, np.int32), _site_codes(deps[DEP_SITE] + [e[WAIT_SITE] for e in w_extra], st)])
+    w_sites = np.fromiter((tables.site_code(e[WAIT_SITE]) for e in w_extra), dtype=np.int64, count=len(w_extra))
+    site = _site_codes(np.concatenate([deps[DEP_SITE], w_sites]), tables.sites, st)
+    sites = np.concatenate([np.full(plain.shape[1], -1, np.int32), site])
     t = OpTable(
         op=op,
         kind=kind,

@@ -53,7 +53,23 @@ from ..trace.memory import MEMORY_METADATA
 from ..trace.records import CUSTOM_POOL, CUSTOM_THREAD_PREFIX, ENGINE_POOL, ENGINE_THREAD_PREFIX
 from . import npmem as _npmem
 from . import sites as _sites
-from .build import COUNTER, DUMMY, ERROR, INSTANT, OP, PYTHON, START, USER, WAIT_REC, ThreadRecords, build_columns
+from .build import (
+    COUNTER,
+    DEPS_SCHEMA,
+    DUMMY,
+    ERROR,
+    FAM_SCHEMA,
+    INSTANT,
+    OP,
+    PLAIN_SCHEMA,
+    PYTHON,
+    START,
+    SUB_SCHEMA,
+    USER,
+    WAIT_REC,
+    ThreadRecords,
+    build_columns,
+)
 from .gil import GilRecording
 from .memory import PYTHON_UNSEEN, MemoryRecording
 
@@ -531,6 +547,9 @@ def _thread_order(name: str) -> tuple[int, int, str]:
 
 
 _spanlog, _why_not = load_compiled("_spanlog", 11 * 8, package="opprof.profiler")
+_SCHEMAS = (PLAIN_SCHEMA, SUB_SCHEMA, FAM_SCHEMA, DEPS_SCHEMA)
+if _spanlog is not None and (_spanlog.PLAIN_SCHEMA, _spanlog.SUB_SCHEMA, _spanlog.FAM_SCHEMA, _spanlog.DEPS_SCHEMA) != _SCHEMAS:
+    _spanlog, _why_not = None, "opprof.profiler._spanlog writes records of other shapes than opprof.profiler.build reads"
 if _spanlog is not None:
     _spanlog.bind(Opr, Var, ThreadRecords, CustomOpInfo, _INVOCATION, (START, DUMMY, PYTHON))
 #: Why plain ops are recorded in Python here ("" where the compiled hot path is in use).
@@ -587,4 +606,6 @@ class _CompiledRecorder(Recorder):
 
     def _new_records(self, lists: ThreadRecords) -> None:
         assert _spanlog is not None
-        lists.plain = _spanlog.PlainLog(self._hot)
+        hot = self._hot
+        lists.plain, lists.sub = _spanlog.Log(hot, PLAIN_SCHEMA), _spanlog.Log(hot, SUB_SCHEMA)
+        lists.fam, lists.deps = _spanlog.Log(hot, FAM_SCHEMA), _spanlog.Log(hot, DEPS_SCHEMA)

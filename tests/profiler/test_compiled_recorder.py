@@ -14,9 +14,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import opprof as mx
-from opprof.engine import get_engine
+from opprof.engine import Invocation, get_engine
+from opprof.profiler.build import DEPS_SCHEMA, FAM_SCHEMA, PLAIN_SCHEMA, SUB_SCHEMA, Tables, record_columns, schema_slots
 from opprof.profiler.recorder import COMPILED_WHY_NOT, ProfilerError, Recorder
 from opprof.trace import Trace
 from tests.helpers import MyAddOneProp
@@ -232,3 +235,88 @@ def test_a_failing_op_pushed_and_run_at_once_keeps_its_span_and_its_error(compil
     finally:
         mx.set_engine("threaded")
     assert "boom_pushed" in _names(trace)
+
+
+# ------------------------------------------------------------------ the compiled logs against lists
+if not COMPILED_WHY_NOT:
+    from opprof.profiler import _spanlog
+    from opprof.profiler.recorder import _CompiledRecorder
+
+_INVOCATIONS = [Invocation("LogOpA", 1, False), Invocation("LogOpB", 2, True)]
+_FILES = ["a.py", "b.py"]
+
+
+def _field(kind: str) -> st.SearchStrategy[Any]:
+    """One field of a record in its tuple form, of schema letter ``kind`` (see build.py's schemas)."""
+    ints = st.integers(-(2**62), 2**62)
+    if kind == "n":
+        return st.sampled_from(["_plus_scalar", "_copyto", "Dummy_Wait", "ünïcode"])
+    if kind == "v":
+        return st.integers(1, 2**40) | st.tuples() | st.lists(st.integers(1, 2**40), min_size=2, max_size=4).map(tuple)
+    if kind == "o":
+        return st.none() | st.sampled_from(_INVOCATIONS)
+    if kind == "s":
+        # A new pair at every push (as the hooks make them), of a shared file name and a line.
+        return st.none() | st.builds(lambda f, n: (f, n), st.sampled_from(_FILES), st.integers(0, 5000))
+    if kind == "N":
+        return st.tuples(ints, ints, _field("o"), _field("s"))
+    return ints
+
+
+@needs_compiled
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), schema=st.sampled_from([PLAIN_SCHEMA, SUB_SCHEMA, FAM_SCHEMA, DEPS_SCHEMA]))
+def test_a_compiled_log_gives_back_its_records_and_the_columns_a_list_of_them_gives(data: st.DataObject, schema: str) -> None:
+    """The pure path's lists are the oracle: records appended to a compiled log come back equal
+    (indexing, slicing, a copy), and the build's columns of the log equal those of the same records
+    as a list of tuples, names, objects, vars and sites included."""
+    records = data.draw(st.lists(st.tuples(*map(_field, schema)), max_size=40))
+    hot = _CompiledRecorder()._hot
+    log = _spanlog.Log(hot, schema)
+    log.extend(records)
+    assert len(log) == len(records)
+    assert log[:] == records and list(log) == records and log.copy()[::2] == records[::2]
+    if records:
+        assert log[-1] == records[-1]
+    from_list, from_log = Tables(), Tables()
+    a, b = record_columns([list(records)], schema, from_list), record_columns([log], schema, from_log)
+    assert a.shape == b.shape
+    for _, slot, kind, _ in schema_slots(schema):
+        if kind == "n":
+            assert [from_list.names.strings[c] for c in a[slot]] == [from_log.names.strings[c] for c in b[slot]]
+        elif kind == "s":
+            assert [from_list.sites[c] if c >= 0 else None for c in a[slot]] == [
+                from_log.sites[c] if c >= 0 else None for c in b[slot]
+            ]
+        elif kind == "v":
+            assert [c if c > 0 else from_list.extras[-1 - c] for c in a[slot].tolist()] == [
+                c if c > 0 else from_log.extras[-1 - c] for c in b[slot].tolist()
+            ]
+        else:  # ints, and objects by id() (0: None)
+            assert a[slot].tolist() == b[slot].tolist()
+
+
+@needs_compiled
+def test_a_log_refuses_a_bad_schema_and_a_record_of_another_shape() -> None:
+    hot = _CompiledRecorder()._hot
+    with pytest.raises(ValueError, match="schema"):
+        _spanlog.Log(hot, "iix")
+    log = _spanlog.Log(hot, FAM_SCHEMA)
+    with pytest.raises(TypeError, match="5 fields"):
+        log.append((1, 2))
+    with pytest.raises(TypeError, match="note"):
+        _spanlog.Log(hot, SUB_SCHEMA).append((1, 2, "op", 3, (4, 5)))
+    assert len(log) == 0
+
+
+@needs_compiled
+def test_pushes_at_one_line_share_one_site() -> None:
+    """Sites are told apart by their code (or file) and offset, not by the pair's identity: a loop's
+    thousand pushes from one line keep one site, not a thousand."""
+    hot = _CompiledRecorder()._hot
+    log = _spanlog.Log(hot, DEPS_SCHEMA)
+    for k in range(1000):
+        log.append((k, k, 0, 0, 0, 0, 1, 2, ("loop.py", 7)))
+    raw, _names, objects, sites, extras = log.columns()
+    assert sites == [("loop.py", 7)] and objects == [] and extras == []
+    assert len(raw) == 1000 * 8 * len(DEPS_SCHEMA)
