@@ -236,6 +236,28 @@ struct Hot {
  * names the schemas (and their slots) once; the hooks below write the four it names. */
 #define MAX_FIELDS 16
 
+/* A growable array of int64s (a log's extras: flat, so the build reads them as arrays too). */
+typedef struct {
+    int64_t *v;
+    Py_ssize_t n, cap;
+} vec_t;
+
+static int vec_push(vec_t *x, int64_t value) {
+    if (x->n == x->cap) {
+        Py_ssize_t cap = x->cap ? x->cap * 2 : 64;
+        int64_t *grown = PyMem_Realloc(x->v, (size_t)cap * sizeof(int64_t));
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        x->v = grown, x->cap = cap;
+    }
+    x->v[x->n++] = value;
+    return 0;
+}
+
+static PyObject *vec_bytes(vec_t *x) { return PyBytes_FromStringAndSize((const char *)x->v, x->n * (Py_ssize_t)sizeof(int64_t)); }
+
 typedef struct {
     PyObject_HEAD
     int64_t **chunks;
@@ -244,7 +266,7 @@ typedef struct {
     Py_ssize_t width;               /* int64 slots a record */
     char schema[MAX_FIELDS + 1];    /* its tuple form's fields */
     Hot *owner;                     /* whose tables code its names, objects and sites */
-    PyObject *extras;               /* list: var-id tuples of ops with none or several vars */
+    vec_t xids, xstart;             /* extras: the var ids of ops with none or several, one run each (flat), and where each starts */
 } Log;
 
 static PyTypeObject LogType;
@@ -274,6 +296,34 @@ static int64_t *log_next(Log *log) {
 
 static inline int64_t *log_at(Log *log, Py_ssize_t i) { return log->chunks[i / CHUNK] + (i % CHUNK) * log->width; }
 
+/* Append one record (``log->width`` slots at ``r``); 0, or -1 with an exception set. */
+static int log_put(Log *log, const int64_t *r) {
+    int64_t *at = log_next(log);
+    if (at == NULL) return -1;
+    memcpy(at, r, (size_t)log->width * sizeof(int64_t));
+    log->len++; /* last: a live reader (with the GIL) never sees a record half written */
+    return 0;
+}
+
+/* A new extra of ``n`` var ids, each read from ``vars[i]`` (an engine Var when ``of_vars``, else an
+ * int): its code, -(k + 1) for the log's k-th; 0 with *err set on an error (the ids read so far are
+ * dropped). */
+static int64_t new_extra(Log *log, PyObject *vars, int of_vars, int *err) {
+    Py_ssize_t n = PyTuple_GET_SIZE(vars), at = log->xids.n;
+    for (Py_ssize_t i = 0; i < n && !*err; i++) {
+        PyObject *v = PyTuple_GET_ITEM(vars, i);
+        int64_t id = of_vars ? slot_int(&S_VAR_ID, v, err) : PyLong_AsLongLong(v);
+        if (!of_vars && id == -1 && PyErr_Occurred()) *err = 1;
+        if (!*err && vec_push(&log->xids, id) < 0) *err = 1;
+    }
+    if (!*err && vec_push(&log->xstart, at) < 0) *err = 1;
+    if (*err) {
+        log->xids.n = at;
+        return 0;
+    }
+    return -(int64_t)log->xstart.n;
+}
+
 /* A var tuple as a record's field: the id of its one var, else a code into the log's extras. */
 static int64_t vars_field(Log *log, PyObject *vars, int *err) {
     if (!PyTuple_Check(vars)) {
@@ -281,30 +331,8 @@ static int64_t vars_field(Log *log, PyObject *vars, int *err) {
         *err = 1;
         return 0;
     }
-    Py_ssize_t n = PyTuple_GET_SIZE(vars);
-    if (n == 1) return slot_int(&S_VAR_ID, PyTuple_GET_ITEM(vars, 0), err);
-    PyObject *ids = PyTuple_New(n);
-    if (ids == NULL) {
-        *err = 1;
-        return 0;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *id = slot_get(&S_VAR_ID, PyTuple_GET_ITEM(vars, i));
-        if (id == NULL) {
-            Py_DECREF(ids);
-            *err = 1;
-            return 0;
-        }
-        PyTuple_SET_ITEM(ids, i, id);
-    }
-    Py_ssize_t k = PyList_GET_SIZE(log->extras);
-    int bad = PyList_Append(log->extras, ids) < 0;
-    Py_DECREF(ids);
-    if (bad) {
-        *err = 1;
-        return 0;
-    }
-    return -1 - (int64_t)k;
+    if (PyTuple_GET_SIZE(vars) == 1) return slot_int(&S_VAR_ID, PyTuple_GET_ITEM(vars, 0), err);
+    return new_extra(log, vars, 1, err);
 }
 
 /* A vars field given by Python code (an int, or a tuple of var ids). */
@@ -323,18 +351,19 @@ static int64_t given_vars(Log *log, PyObject *v, int *err) {
         *err = 1;
         return 0;
     }
-    Py_ssize_t k = PyList_GET_SIZE(log->extras);
-    if (PyList_Append(log->extras, v) < 0) {
-        *err = 1;
-        return 0;
-    }
-    return -1 - (int64_t)k;
+    return new_extra(log, v, 0, err);
 }
 
 static PyObject *field_vars(Log *log, int64_t x) {
     if (x > 0) return PyLong_FromLongLong(x);
-    PyObject *t = PyList_GetItem(log->extras, (Py_ssize_t)(-1 - x));
-    Py_XINCREF(t);
+    Py_ssize_t k = (Py_ssize_t)(-1 - x);
+    Py_ssize_t lo = (Py_ssize_t)log->xstart.v[k], hi = k + 1 < log->xstart.n ? (Py_ssize_t)log->xstart.v[k + 1] : log->xids.n;
+    PyObject *t = PyTuple_New(hi - lo);
+    for (Py_ssize_t i = lo; t != NULL && i < hi; i++) {
+        PyObject *id = PyLong_FromLongLong(log->xids.v[i]);
+        if (id == NULL) Py_CLEAR(t);
+        else PyTuple_SET_ITEM(t, i - lo, id);
+    }
     return t;
 }
 
@@ -439,11 +468,6 @@ static Log *log_make(Hot *owner, const char *schema) {
     for (Py_ssize_t k = 0; k < n; k++) width += schema[k] == 'N' ? 4 : 1;
     Log *log = (Log *)LogType.tp_alloc(&LogType, 0);
     if (log == NULL) return NULL;
-    log->extras = PyList_New(0);
-    if (log->extras == NULL) {
-        Py_DECREF(log);
-        return NULL;
-    }
     memcpy(log->schema, schema, (size_t)n + 1);
     log->width = width;
     log->owner = (Hot *)Py_NewRef(owner);
@@ -460,7 +484,8 @@ static PyObject *log_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
 static void log_dealloc(Log *log) {
     for (Py_ssize_t i = 0; i < log->nchunks; i++) PyMem_Free(log->chunks[i]);
     PyMem_Free(log->chunks);
-    Py_XDECREF(log->extras);
+    PyMem_Free(log->xids.v);
+    PyMem_Free(log->xstart.v);
     Py_XDECREF(log->owner);
     Py_TYPE(log)->tp_free((PyObject *)log);
 }
@@ -477,11 +502,7 @@ static PyObject *log_append(Log *log, PyObject *rec) {
     int64_t *f = r;
     int err = 0;
     for (Py_ssize_t k = 0; k < n && !err; k++) f += given_field(log, log->schema[k], PyTuple_GET_ITEM(rec, k), f, &err);
-    if (err) return NULL;
-    int64_t *at = log_next(log);
-    if (at == NULL) return NULL;
-    memcpy(at, r, (size_t)log->width * sizeof(int64_t));
-    log->len++;
+    if (err || log_put(log, r) < 0) return NULL;
     Py_RETURN_NONE;
 }
 
@@ -539,7 +560,8 @@ static PyObject *log_subscript(Log *log, PyObject *key) {
 
 static PyObject *log_columns(Log *log, PyObject *Py_UNUSED(ignored)) {
     /* The records' bytes (width int64s each), then the names, objects and sites by code (the
-     * recorder's, shared by its logs: copies as they are now), and this log's extras. */
+     * recorder's, shared by its logs: copies as they are now), and this log's extras as the bytes
+     * of their var ids (flat) and of where each extra starts among them. */
     Py_ssize_t size = (Py_ssize_t)sizeof(int64_t) * log->width;
     PyObject *b = PyBytes_FromStringAndSize(NULL, log->len * size);
     if (b == NULL) return NULL;
@@ -551,29 +573,24 @@ static PyObject *log_columns(Log *log, PyObject *Py_UNUSED(ignored)) {
         left -= k;
     }
     Hot *h = log->owner;
-    return Py_BuildValue("(NNNNN)", b, PyList_GetSlice(h->names.list, 0, PY_SSIZE_T_MAX),
+    return Py_BuildValue("(NNNNNN)", b, PyList_GetSlice(h->names.list, 0, PY_SSIZE_T_MAX),
                          PyList_GetSlice(h->objects.list, 0, PY_SSIZE_T_MAX), PyList_GetSlice(h->sites.list, 0, PY_SSIZE_T_MAX),
-                         PyList_GetSlice(log->extras, 0, PY_SSIZE_T_MAX));
+                         vec_bytes(&log->xids), vec_bytes(&log->xstart));
 }
 
 static PyObject *log_copy(Log *log, PyObject *Py_UNUSED(ignored)) {
     Log *c = log_make(log->owner, log->schema);
     if (c == NULL) return NULL;
-    for (Py_ssize_t i = 0; i < log->len; i++) {
-        int64_t *at = log_next(c);
-        if (at == NULL) {
-            Py_DECREF(c);
-            return NULL;
-        }
-        memcpy(at, log_at(log, i), (size_t)log->width * sizeof(int64_t));
-        c->len++;
-    }
-    Py_SETREF(c->extras, PyList_GetSlice(log->extras, 0, PY_SSIZE_T_MAX));
-    if (c->extras == NULL) {
-        Py_DECREF(c);
-        return NULL;
-    }
+    for (Py_ssize_t i = 0; i < log->len; i++)
+        if (log_put(c, log_at(log, i)) < 0) goto fail;
+    for (Py_ssize_t i = 0; i < log->xids.n; i++)
+        if (vec_push(&c->xids, log->xids.v[i]) < 0) goto fail;
+    for (Py_ssize_t i = 0; i < log->xstart.n; i++)
+        if (vec_push(&c->xstart, log->xstart.v[i]) < 0) goto fail;
     return (PyObject *)c;
+fail:
+    Py_DECREF(c);
+    return NULL;
 }
 
 static PyObject *log_schema(Log *log, void *Py_UNUSED(closure)) { return PyUnicode_FromString(log->schema); }
@@ -590,7 +607,8 @@ static PyMethodDef log_methods[] = {
     {"append", (PyCFunction)log_append, METH_O, "Append one record given in its tuple form (the Python paths)."},
     {"extend", (PyCFunction)log_extend, METH_O, "Append each record of an iterable, as list.extend does."},
     {"columns", (PyCFunction)log_columns, METH_NOARGS,
-     "(bytes of the records as int64s, names, objects, sites by code, extras): the build reads them with numpy.frombuffer."},
+     "(bytes of the records as int64s, names, objects, sites by code, bytes of the extras' var ids, bytes of where each "
+     "extra starts among them): the build reads them with numpy.frombuffer."},
     {"copy", (PyCFunction)log_copy, METH_NOARGS, "The log as it is now (a live build reads a copy)."},
     {NULL, NULL, 0, NULL},
 };
@@ -808,15 +826,6 @@ static PyObject *hot_on_push(Hot *self, PyObject *opr) {
     Py_DECREF(note);
     if (bad) return NULL;
     Py_RETURN_NONE;
-}
-
-/* Append one record (``log->width`` slots at ``r``); 0, or -1 with an exception set. */
-static int log_put(Log *log, const int64_t *r) {
-    int64_t *at = log_next(log);
-    if (at == NULL) return -1;
-    memcpy(at, r, (size_t)log->width * sizeof(int64_t));
-    log->len++; /* last: a live reader (with the GIL) never sees a record half written */
-    return 0;
 }
 
 /* An op's engine edges from the op and its push's note, at ``d`` in build's DEP_* order (DEPS_SCHEMA),

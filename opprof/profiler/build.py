@@ -216,19 +216,46 @@ def _site_key(site: Any) -> Any:
 
 class Tables:
     """What the records' non-numeric fields become while :func:`record_columns` makes their columns:
-    names a code in one :class:`StringTable`, vars an id or ``-(k + 1)`` for ``extras[k]`` (the ops with
+    names a code in one :class:`StringTable`, vars an id or ``-(k + 1)`` for the k-th extra (the ops with
     none or several vars), an object its ``id()`` (0 for None; ``objects`` finds it back: the records
     keep it alive) and a site a code into ``sites`` (-1 for None; each distinct one once)."""
 
     def __init__(self) -> None:
         self.names = StringTable()
-        self.extras: list[tuple[int, ...]] = []
+        # The extras' var ids (flat, in parts) and where each extra starts among them.
+        self._extra_ids: list[np.ndarray] = []
+        self._extra_start: list[np.ndarray] = []
+        self.n_extras = 0
+        self._n_extra_ids = 0
         self.objects: dict[int, Any] = {}
         self.sites: list[Any] = []
         self._site_codes: dict[Any, int] = {}
         # A compiled recorder's tables (one a recorder, shared by its logs, only ever growing) as maps
         # from their codes, made once per (kind, length): every log of a finished recording has the same.
         self._maps: dict[tuple[str, int], np.ndarray] = {}
+
+    def add_extras(self, ids: np.ndarray, start: np.ndarray) -> int:
+        """Add extras given as their var ids, flat, and where each starts among them; how many came before."""
+        before = self.n_extras
+        self._extra_ids.append(ids)
+        self._extra_start.append(start + self._n_extra_ids)
+        self.n_extras += len(start)
+        self._n_extra_ids += len(ids)
+        return before
+
+    def extras(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every extra: (the var ids, flat; where each extra starts among them; how many it has)."""
+        ids = np.concatenate(self._extra_ids) if self._extra_ids else np.zeros(0, np.int64)
+        start = np.concatenate(self._extra_start) if self._extra_start else np.zeros(0, np.int64)
+        return ids, start, np.diff(np.append(start, len(ids)))
+
+    def vars_of(self, code: int) -> tuple[int, ...]:
+        """The var ids a vars code names (one at a time: for readers that check, not for the build)."""
+        if code > 0:
+            return (code,)
+        ids, start, n = self.extras()
+        k = -1 - code
+        return tuple(ids[start[k] : start[k] + n[k]].tolist())
 
     def site_code(self, site: Any) -> int:
         if site is None:
@@ -245,7 +272,7 @@ class Tables:
         if kind == "n":
             return self.names.codes(values).astype(np.int64)
         if kind == "v":
-            return encode_vars(values, self.extras)
+            return encode_vars(values, self)
         if kind == "o":
             ids = _ids(values)
             ids[ids == id(None)] = 0
@@ -287,21 +314,17 @@ def record_columns(logs: Sequence[Any], schema: str, tables: Tables) -> np.ndarr
                 values = list(map(itemgetter(k), log))
                 f[slot] = tables.column(kind, values if part < 0 else list(map(itemgetter(part), values)))
         else:
-            raw, names, objects, sites, extras = log.columns()
+            raw, names, objects, sites, x_ids, x_start = log.columns()
+            before = tables.add_extras(np.frombuffer(x_ids, dtype=np.int64), np.frombuffer(x_start, dtype=np.int64))
             f[:] = np.frombuffer(raw, dtype=np.int64).reshape(-1, len(slots)).T  # records -> fields
             for _, slot, kind, _ in slots:
                 if kind == "v":
                     several = f[slot] < 1
-                    f[slot, several] -= len(tables.extras)  # its log's k-th extra is the k + len(extras)-th here
+                    f[slot, several] -= before  # its log's k-th extra is the (before + k)-th here
                 elif kind != "i":
                     f[slot] = tables.code_map(kind, {"n": names, "o": objects, "s": sites}[kind])[f[slot]]
-            tables.extras.extend(extras)
         parts.append(f)
     return np.concatenate(parts, axis=1) if parts else np.zeros((len(slots), 0), dtype=np.int64)
-
-
-def _extras_len(extras: list[tuple[int, ...]]) -> np.ndarray:
-    return np.fromiter(map(len, extras), dtype=np.int64, count=len(extras))
 
 
 def _vars_per_code(codes: np.ndarray, extras_len: np.ndarray) -> np.ndarray:
@@ -312,15 +335,18 @@ def _vars_per_code(codes: np.ndarray, extras_len: np.ndarray) -> np.ndarray:
     return n
 
 
-def encode_vars(values: list[Any], extras: list[tuple[int, ...]]) -> np.ndarray:
+def encode_vars(values: list[Any], tables: Tables) -> np.ndarray:
     """``values`` (a var id, or a tuple of ids) as codes: the id, or ``-(k + 1)`` for the tuple
-    appended to ``extras`` as its k-th (the few ops with none or several vars, looked at one by one)."""
+    added to ``tables``' extras as its k-th (the few ops with none or several vars)."""
     one = np.fromiter(map(is_, map(type, values), repeat(int)), dtype=bool, count=len(values))
     codes = np.zeros(len(values), dtype=np.int64)
     codes[one] = np.fromiter(compress(values, one.tolist()), dtype=np.int64, count=int(one.sum()))
     several = np.flatnonzero(~one)
-    codes[several] = -1 - (len(extras) + np.arange(len(several), dtype=np.int64))
-    extras.extend(map(tuple, map(values.__getitem__, several.tolist())))
+    tuples = list(map(values.__getitem__, several.tolist()))
+    lens = np.fromiter(map(len, tuples), dtype=np.int64, count=len(tuples))
+    ids = np.fromiter(chain.from_iterable(tuples), dtype=np.int64, count=int(lens.sum()))
+    before = tables.add_extras(ids, np.cumsum(lens) - lens)
+    codes[several] = -1 - (before + np.arange(len(several), dtype=np.int64))
     return codes
 
 
@@ -559,7 +585,7 @@ def _op_table(
     waits; ``plain`` is the plain ops' columns (their edges in their own record; no site: only pushes
     inside a custom op have one), ``deps`` the edges of the rest (:data:`DEPS_SCHEMA`), both coded
     in ``tables``."""
-    extras = tables.extras
+    x_ids, x_start, x_len = tables.extras()
 
     def both(k: int, dep: int) -> np.ndarray:
         return np.concatenate([plain[k], deps[dep]])
@@ -575,8 +601,7 @@ def _op_table(
     w_extra = [b_x[j] for j in w_list]  # (by, var, site) of each wait: WAIT_*
     ready = np.where(ready > 0, ready, push)  # 0: ready when pushed
     # Each op's vars: one id (most ops), or a code of a tuple of them (none, or several).
-    extras_len = _extras_len(extras)
-    n_reads, n_writes = _vars_per_code(d_reads, extras_len), _vars_per_code(d_writes, extras_len)
+    n_reads, n_writes = _vars_per_code(d_reads, x_len), _vars_per_code(d_writes, x_len)
     w_var = np.array([e[WAIT_VAR] for e in w_extra], dtype=np.int64)
     # Accesses: each op's reads then writes; a wait reads the var it waited on (none for all).
     counts = np.concatenate([n_reads + n_writes, (w_var > 0).astype(np.int64)])
@@ -589,11 +614,9 @@ def _op_table(
         several = np.flatnonzero(~one)
         lens = counts_of[several]
         total = int(lens.sum())
-        flat = np.fromiter(
-            chain.from_iterable(map(extras.__getitem__, (-1 - codes[several]).tolist())), dtype=np.int64, count=total
-        )
-        first = np.repeat(np.cumsum(lens) - lens, lens)
-        op_vars[np.repeat(at[several], lens) + np.arange(total, dtype=np.int64) - first] = flat
+        within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(lens) - lens, lens)  # each id's place in its run
+        flat = x_ids[np.repeat(x_start[-1 - codes[several]], lens) + within]
+        op_vars[np.repeat(at[several], lens) + within] = flat
     acc_var = np.concatenate([op_vars, w_var[w_var > 0]])
     per_op = np.stack([n_reads, n_writes], axis=1).ravel()  # reads, writes, reads, writes, ...
     is_write = np.concatenate(

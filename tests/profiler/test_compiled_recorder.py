@@ -289,9 +289,7 @@ def test_a_compiled_log_gives_back_its_records_and_the_columns_a_list_of_them_gi
                 from_log.sites[c] if c >= 0 else None for c in b[slot]
             ]
         elif kind == "v":
-            assert [c if c > 0 else from_list.extras[-1 - c] for c in a[slot].tolist()] == [
-                c if c > 0 else from_log.extras[-1 - c] for c in b[slot].tolist()
-            ]
+            assert list(map(from_list.vars_of, a[slot].tolist())) == list(map(from_log.vars_of, b[slot].tolist()))
         else:  # ints, and objects by id() (0: None)
             assert a[slot].tolist() == b[slot].tolist()
 
@@ -317,6 +315,6 @@ def test_pushes_at_one_line_share_one_site() -> None:
     log = _spanlog.Log(hot, DEPS_SCHEMA)
     for k in range(1000):
         log.append((k, k, 0, 0, 0, 0, 1, 2, ("loop.py", 7)))
-    raw, _names, objects, sites, extras = log.columns()
-    assert sites == [("loop.py", 7)] and objects == [] and extras == []
+    raw, _names, objects, sites, x_ids, x_start = log.columns()
+    assert sites == [("loop.py", 7)] and objects == [] and x_ids == x_start == b""
     assert len(raw) == 1000 * 8 * len(DEPS_SCHEMA)
