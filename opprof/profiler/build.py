@@ -279,7 +279,10 @@ class Tables:
             self.objects.update(zip(ids.tolist(), values, strict=True))
             return ids
         if kind == "s":
-            return np.fromiter(map(self.site_code, values), dtype=np.int64, count=len(values))
+            # Each distinct site coded once (a pure recorder's sites are (file, line) pairs, hashed
+            # in C), then looked up: a call per record cost ~0.6 µs (2,000 custom-op calls: 5 ms).
+            codes = {x: self.site_code(x) for x in dict.fromkeys(values)}
+            return np.fromiter(map(codes.__getitem__, values), dtype=np.int64, count=len(values))
         return _arr(values)
 
     def code_map(self, kind: str, table: list[Any]) -> np.ndarray:
