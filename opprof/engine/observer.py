@@ -91,7 +91,7 @@ class Observers(EngineObserver):
             if numpy_peak < 0:  # positional only: a compiled observer's on_python takes no keyword
                 o.on_python(inv, t0, t1, cpu_ns)
             else:
-                o.on_python(inv, t0, t1, cpu_ns, numpy_peak=numpy_peak)
+                o.on_python(inv, t0, t1, cpu_ns, numpy_peak)
 
     def on_error(self, inv: Invocation, error: BaseException) -> None:
         for o in self.observers:

@@ -369,9 +369,11 @@ def _run_python(
             numpy_peak = npm.leave(token) if npm is not None else -1
         if obs is not None:
             t1 = obs.clock()
-            obs.on_python(inv, t0, t1, thread_time_ns() - cpu0)
-            if numpy_peak >= 0:  # a compiled recorder's on_python (C) takes no numpy_peak
-                obs.note_numpy_peak(inv, numpy_peak, t0)  # type: ignore[attr-defined]  # a Recorder: it has numpy_memory
+            cpu = thread_time_ns() - cpu0
+            if numpy_peak < 0:  # as an observer written before memory was recorded takes it
+                obs.on_python(inv, t0, t1, cpu)
+            else:  # the peak in the same call: on the path of the hand-off to the sub-ops' worker
+                obs.on_python(inv, t0, t1, cpu, numpy_peak)
         fresh_vars = tuple(x._var for x in itertools.chain(fresh_in, fresh_out, fresh_aux))  # each a new Var
         dummy_wait = functools.partial(_dummy_wait, engine, inv, error, fresh_vars, on_complete)
         try:

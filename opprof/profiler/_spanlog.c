@@ -135,7 +135,7 @@ static slot_t S_PROF, S_INFO, S_NAME, S_SEQ, S_READY, S_BY, S_BY_VAR, S_READS, S
 static PyTypeObject *custom_info_type;
 static PyObject *part_invocation;
 static int64_t KIND_START, KIND_DUMMY, KIND_PYTHON;
-static PyObject *str_invocation;
+static PyObject *str_invocation, *str_id;
 
 /* ------------------------------------------------------------------ tables (three a recorder) */
 /* What a record holds that is not a number, as a small code: names (str -> code, by value), objects
@@ -227,6 +227,7 @@ struct Hot {
     opprof_user_code user;  /* whose code is not the user's (the not_user prefixes) */
     PyObject *thread_state; /* opprof.engine.state.thread_state */
     PyObject *internal;     /* opprof.engine.INTERNAL */
+    PyObject *numpy_peaks;  /* the recorder's dict: inv.id -> (t0 of its Python, NumPy peak bytes) */
 };
 
 /* ------------------------------------------------------------------ Log: one thread's records of one shape */
@@ -711,11 +712,12 @@ static PyObject *current_invocation(void) {
 }
 
 static PyObject *hot_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"max_events", "register", "run", "run_pushed", "not_user", "thread_state", "internal", NULL};
+    static char *kwlist[] = {"max_events", "register", "run",      "run_pushed", "not_user",
+                             "thread_state", "internal", "numpy_peaks", NULL};
     long long max_events;
-    PyObject *reg, *run, *run_pushed, *not_user, *ts, *internal;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "LOOOOOO:Hot", kwlist, &max_events, &reg, &run, &run_pushed, &not_user,
-                                     &ts, &internal))
+    PyObject *reg, *run, *run_pushed, *not_user, *ts, *internal, *peaks = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "LOOOOOO|O!:Hot", kwlist, &max_events, &reg, &run, &run_pushed, &not_user,
+                                     &ts, &internal, &PyDict_Type, &peaks))
         return NULL;
     Hot *self = (Hot *)type->tp_alloc(type, 0);
     if (self == NULL) return NULL;
@@ -737,6 +739,7 @@ static PyObject *hot_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     self->slow_run_pushed = run_pushed;
     self->thread_state = ts;
     self->internal = internal;
+    self->numpy_peaks = Py_XNewRef(peaks);
     return (PyObject *)self;
 }
 
@@ -764,6 +767,7 @@ static void hot_dealloc(Hot *self) {
     table_free(&self->sites);
     Py_XDECREF(self->thread_state);
     Py_XDECREF(self->internal);
+    Py_XDECREF(self->numpy_peaks);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -1023,12 +1027,15 @@ static PyObject *run_pushed_inside(Hot *self, PyObject *inv, PyObject *const *ar
     return finished(&c, kept);
 }
 
-/* on_python(inv, t0, t1, cpu_ns=-1): a custom op's Python ran; kept as (PYTHON, t0, t1, inv, cpu)
- * in ``fam``. It takes no slot under the cap (its family's Dummy_Wait, recorded after it, may still
- * fit), but once the cap is reached the family is incomplete anyway. */
+/* on_python(inv, t0, t1, cpu_ns=-1, numpy_peak=-1): a custom op's Python ran; kept as (PYTHON, t0,
+ * t1, inv, cpu) in ``fam``, and a NumPy peak (>= 0: memory is recorded) as (t0, peak) in the
+ * recorder's numpy_peaks under inv.id, as Recorder.note_numpy_peak does: in the same call, as this
+ * runs on the custom-op thread while the worker its sub-ops wait for may want the GIL. It takes no
+ * slot under the cap (its family's Dummy_Wait, recorded after it, may still fit), but once the cap
+ * is reached the family is incomplete anyway. */
 static PyObject *hot_on_python(Hot *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs < 3 || nargs > 4) {
-        PyErr_SetString(PyExc_TypeError, "on_python(inv, t0, t1, cpu_ns=-1)");
+    if (nargs < 3 || nargs > 5) {
+        PyErr_SetString(PyExc_TypeError, "on_python(inv, t0, t1, cpu_ns=-1, numpy_peak=-1)");
         return NULL;
     }
     if (!self->recording || self->full) Py_RETURN_NONE;
@@ -1039,8 +1046,16 @@ static PyObject *hot_on_python(Hot *self, PyObject *const *args, Py_ssize_t narg
     if (inv == -1 && PyErr_Occurred()) return NULL;
     int64_t r[5] = {KIND_PYTHON, given_int(args[1], &err), 0, inv, -1};
     if (!err) r[2] = given_int(args[2], &err);
-    if (!err && nargs == 4) r[4] = given_int(args[3], &err);
+    if (!err && nargs >= 4) r[4] = given_int(args[3], &err);
+    int64_t peak = !err && nargs == 5 ? given_int(args[4], &err) : -1;
     if (err || log_put(tls.fam, r) < 0) return NULL;
+    if (peak >= 0 && self->numpy_peaks != NULL) {
+        PyObject *id = PyObject_GetAttr(args[0], str_id);
+        PyObject *kept = id == NULL ? NULL : PyTuple_Pack(2, args[1], args[4]);
+        int bad = kept == NULL || PyDict_SetItem(self->numpy_peaks, id, kept) < 0;
+        Py_XDECREF(id), Py_XDECREF(kept);
+        if (bad) return NULL;
+    }
     Py_RETURN_NONE;
 }
 
@@ -1167,7 +1182,8 @@ static struct PyModuleDef moddef = {
 
 PyMODINIT_FUNC PyInit__spanlog(void) {
     str_invocation = PyUnicode_InternFromString("invocation");
-    if (str_invocation == NULL) return NULL;
+    str_id = PyUnicode_InternFromString("id");
+    if (str_invocation == NULL || str_id == NULL) return NULL;
     if (PyType_Ready(&LogType) < 0 || PyType_Ready(&HotType) < 0) return NULL;
     PyObject *m = PyModule_Create(&moddef);
     if (m == NULL) return NULL;

@@ -151,6 +151,8 @@ class Recorder(EngineObserver):
         self._local = threading.local()
         self._buffers: list[ThreadRecords] = []
         self._lock = threading.Lock()
+        #: Each invocation's NumPy peak (:meth:`note_numpy_peak`): ``inv.id -> (t0 of its Python, bytes)``.
+        self._numpy_peaks: dict[int, tuple[int, int]] = {}
         self._start_counting()
         self.engine: Engine | None = None
         self.t_start = clock()
@@ -162,12 +164,10 @@ class Recorder(EngineObserver):
         #: What measures the NumPy data a custom op's Python allocates (:mod:`.npmem`'s C part:
         #: ``enter()`` and ``leave(token)`` around the Python, on its thread), where this recorder
         #: records memory and it is available; else None. An attribute and the C functions, not a
-        #: property and npmem's Python ones: 0.49 µs a call against 1.0. The compiled recorder's
-        #: ``on_python`` is C and takes no ``numpy_peak``: the custom-op machinery hands the peak
-        #: to :meth:`note_numpy_peak` instead.
+        #: property and npmem's Python ones: 0.49 µs a call against 1.0. The custom-op machinery
+        #: hands the peak to ``on_python`` (either recorder's, which keeps it as
+        #: :meth:`note_numpy_peak` does).
         self.numpy_memory: Any = _npmem._npmem if memory and _npmem.AVAILABLE else None
-        #: Each invocation's NumPy peak (:meth:`note_numpy_peak`): ``inv.id -> (t0 of its Python, bytes)``.
-        self._numpy_peaks: dict[int, tuple[int, int]] = {}
         #: (when, engine kind) of each engine switch followed while recording.
         self.switches: list[tuple[int, str]] = []
 
@@ -577,6 +577,7 @@ class _CompiledRecorder(Recorder):
             not_user=_sites.NOT_USER,
             thread_state=thread_state,
             internal=INTERNAL,
+            numpy_peaks=self._numpy_peaks,
         )
         self._hot = hot
         self._count = hot  # next(self._count) takes a slot in C, as next(itertools.count()) does
