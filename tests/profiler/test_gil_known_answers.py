@@ -177,7 +177,10 @@ def test_a_sub_op_behind_dots_that_release_the_gil_waits_for_busy_workers() -> N
         assert _gil_share(w) <= 0.1, w
         assert "sub-ops ready, every engine worker busy" in why_text(trace)
 
-    retried(check)
+    # Alone, one recording in 40 missed (2026-12-04: its sub-op waited 2 ms for the GIL some other
+    # thread held, 48 % of its waiting), none of 120 in two more sets; in one CI run three in a row
+    # missed, after the browser and Dask tests: five tries, as the what-if replays take.
+    retried(check, tries=5)
 
 
 def _chain(x: nd.NDArray, n: int = 300) -> None:
