@@ -63,6 +63,9 @@ typedef struct {
  * sub-op (t0, t1, name, seq, its push's note); a custom op's own op or Python (kind, t0, t1,
  * invocation, seq or CPU ns); a non-plain op's edges (seq, push, pusher, ready, by, by_var, reads,
  * writes, site). */
+/* The hooks' contract with opprof/profiler/recorder.py (its SPANLOG_API): raised on both sides with
+ * every change of Hot's arguments or a hook's, so that a module left from an older install is not used. */
+#define SPANLOG_API 2
 #define PLAIN_SCHEMA "iiniiiiiivv"
 #define SUB_SCHEMA "iiniN"
 #define FAM_SCHEMA "iiioi"
@@ -1192,7 +1195,7 @@ PyMODINIT_FUNC PyInit__spanlog(void) {
     if (PyModule_AddObject(m, "Log", (PyObject *)&LogType) < 0 ||
         PyModule_AddObject(m, "Hot", (PyObject *)&HotType) < 0 ||
         PyModule_AddIntConstant(m, "RECORD_SIZE", (long)sizeof(plain_t)) < 0 ||
-        PyModule_AddIntConstant(m, "FIELDS", FIELDS) < 0 || PyModule_AddStringConstant(m, "PLAIN_SCHEMA", PLAIN_SCHEMA) < 0 ||
+        PyModule_AddIntConstant(m, "FIELDS", FIELDS) < 0 || PyModule_AddIntConstant(m, "API", SPANLOG_API) < 0 || PyModule_AddStringConstant(m, "PLAIN_SCHEMA", PLAIN_SCHEMA) < 0 ||
         PyModule_AddStringConstant(m, "SUB_SCHEMA", SUB_SCHEMA) < 0 || PyModule_AddStringConstant(m, "FAM_SCHEMA", FAM_SCHEMA) < 0 ||
         PyModule_AddStringConstant(m, "DEPS_SCHEMA", DEPS_SCHEMA) < 0) {
         Py_DECREF(m);

@@ -4,6 +4,7 @@ from collections.abc import Callable
 from typing import Any
 
 RECORD_SIZE: int
+API: int
 FIELDS: int
 PLAIN_SCHEMA: str
 SUB_SCHEMA: str

@@ -546,10 +546,28 @@ def _thread_order(name: str) -> tuple[int, int, str]:
     return (3, 0, name)
 
 
+#: The contract between this module and ``_spanlog.c`` (the hooks' arguments, ``Hot``'s): raised
+#: with every change of it on both sides, so that a compiled part left from an older install (a
+#: build that failed quietly keeps the old one) is not used but said, rather than failing a profile.
+SPANLOG_API = 2
+
+
+def compiled_mismatch(module: Any) -> str:
+    """Why a compiled ``_spanlog`` cannot serve this recorder ("" where it can): another contract
+    (:data:`SPANLOG_API`) or records of other shapes than :mod:`.build` reads."""
+    name = getattr(module, "__name__", "opprof.profiler._spanlog")
+    api = getattr(module, "API", 1)
+    if api != SPANLOG_API:
+        return f"{name} is of another opprof (its hooks' contract {api}, this one's {SPANLOG_API}): reinstall opprof"
+    schemas = tuple(getattr(module, k, None) for k in ("PLAIN_SCHEMA", "SUB_SCHEMA", "FAM_SCHEMA", "DEPS_SCHEMA"))
+    if schemas != (PLAIN_SCHEMA, SUB_SCHEMA, FAM_SCHEMA, DEPS_SCHEMA):
+        return f"{name} writes records of other shapes than opprof.profiler.build reads: reinstall opprof"
+    return ""
+
+
 _spanlog, _why_not = load_compiled("_spanlog", 11 * 8, package="opprof.profiler")
-_SCHEMAS = (PLAIN_SCHEMA, SUB_SCHEMA, FAM_SCHEMA, DEPS_SCHEMA)
-if _spanlog is not None and (_spanlog.PLAIN_SCHEMA, _spanlog.SUB_SCHEMA, _spanlog.FAM_SCHEMA, _spanlog.DEPS_SCHEMA) != _SCHEMAS:
-    _spanlog, _why_not = None, "opprof.profiler._spanlog writes records of other shapes than opprof.profiler.build reads"
+if _spanlog is not None and compiled_mismatch(_spanlog):
+    _spanlog, _why_not = None, compiled_mismatch(_spanlog)
 if _spanlog is not None:
     _spanlog.bind(Opr, Var, ThreadRecords, CustomOpInfo, _INVOCATION, (START, DUMMY, PYTHON))
 #: Why plain ops are recorded in Python here ("" where the compiled hot path is in use).

@@ -318,3 +318,20 @@ def test_pushes_at_one_line_share_one_site() -> None:
     raw, _names, objects, sites, x_ids, x_start = log.columns()
     assert sites == [("loop.py", 7)] and objects == [] and x_ids == x_start == b""
     assert len(raw) == 1000 * 8 * len(DEPS_SCHEMA)
+
+
+def test_a_compiled_part_of_another_contract_or_other_records_is_refused_with_its_reason() -> None:
+    """A compiled part left from an older install (a quiet build failure keeps the old one) is not
+    used: the recorder says why, rather than failing when a profile starts."""
+    from types import SimpleNamespace
+
+    from opprof.profiler.recorder import SPANLOG_API, compiled_mismatch
+
+    shapes = {"PLAIN_SCHEMA": PLAIN_SCHEMA, "SUB_SCHEMA": SUB_SCHEMA, "FAM_SCHEMA": FAM_SCHEMA, "DEPS_SCHEMA": DEPS_SCHEMA}
+    assert compiled_mismatch(SimpleNamespace(API=SPANLOG_API, **shapes)) == ""
+    assert "contract 1" in compiled_mismatch(SimpleNamespace(**shapes))  # before the contract was numbered
+    assert "reinstall" in compiled_mismatch(SimpleNamespace(API=SPANLOG_API + 1, **shapes))
+    assert "other shapes" in compiled_mismatch(SimpleNamespace(API=SPANLOG_API, **{**shapes, "FAM_SCHEMA": "iiio"}))
+    assert "other shapes" in compiled_mismatch(SimpleNamespace(API=SPANLOG_API))  # plain ops only, as before
+    if not COMPILED_WHY_NOT:
+        assert compiled_mismatch(_spanlog) == ""
