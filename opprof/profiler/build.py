@@ -313,8 +313,10 @@ def record_columns(logs: Sequence[Any], schema: str, tables: Tables) -> np.ndarr
             continue
         f = np.empty((len(slots), len(log)), dtype=np.int64)
         if isinstance(log, list):
+            # Each field taken once (a note's four parts share theirs).
+            fields = [list(map(itemgetter(k), log)) for k in range(len(schema))]
             for k, slot, kind, part in slots:
-                values = list(map(itemgetter(k), log))
+                values = fields[k]
                 f[slot] = tables.column(kind, values if part < 0 else list(map(itemgetter(part), values)))
         else:
             raw, names, objects, sites, x_ids, x_start = log.columns()

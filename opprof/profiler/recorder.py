@@ -566,8 +566,8 @@ def compiled_mismatch(module: Any) -> str:
 
 
 _spanlog, _why_not = load_compiled("_spanlog", 11 * 8, package="opprof.profiler")
-if _spanlog is not None and compiled_mismatch(_spanlog):
-    _spanlog, _why_not = None, compiled_mismatch(_spanlog)
+if _spanlog is not None and (_mismatch := compiled_mismatch(_spanlog)):
+    _spanlog, _why_not = None, _mismatch
 if _spanlog is not None:
     _spanlog.bind(Opr, Var, ThreadRecords, CustomOpInfo, _INVOCATION, (START, DUMMY, PYTHON))
 #: Why plain ops are recorded in Python here ("" where the compiled hot path is in use).
