@@ -127,6 +127,7 @@ typedef struct {
     int syscall_fd;       /* /proc/self/task/<tid>/syscall, -1 if it could not be opened */
     int64_t last_cpu;     /* CPU ns at the previous sample, -1 before the first */
     int last_syscall;     /* syscall_state() at the previous sample, SYS_UNREAD when not read then */
+    int foreign;          /* registered by another thread (register_others), for one profile */
 } slot_t;
 
 static struct _gil_runtime_state *gil_ptr = NULL;
@@ -416,6 +417,40 @@ static PyObject *gil_available(PyObject *self, PyObject *unused) { return PyBool
 
 static PyObject *gil_reason(PyObject *self, PyObject *unused) { return PyUnicode_FromString(unavailable_reason); }
 
+/* The slot of thread `tid` with Python state `ts`, taken from the free ones if it has none (called
+ * with the lock held; `*fd` is kept by a new slot and set to -1); -1 when every slot is taken. A
+ * thread that registers itself (`foreign` 0) is kept past the profile that registered it as foreign. */
+static int claim_slot_locked(pid_t tid, unsigned long ident, PyThreadState *ts, clockid_t clk, int *fd, int64_t cpu, int foreign) {
+    int found = -1, free_slot = -1;
+    for (int i = 0; i < MAX_SLOTS; i++) {
+        if (slots[i].state == SLOT_USED && !slots[i].dead && slots[i].tid == tid && slots[i].tstate == ts) found = i;
+        if (slots[i].state == SLOT_FREE && free_slot < 0) free_slot = i;
+    }
+    if (found >= 0) {
+        if (!foreign) slots[found].foreign = 0;
+        return found;
+    }
+    if (free_slot < 0) {
+        reclaim_locked();
+        for (int i = 0; i < MAX_SLOTS && free_slot < 0; i++)
+            if (slots[i].state == SLOT_FREE) free_slot = i;
+    }
+    if (free_slot < 0) return -1;
+    slot_t *s = &slots[free_slot];
+    s->state = SLOT_USED;
+    s->dead = 0;
+    s->tid = tid;
+    s->ident = ident;
+    s->tstate = ts;
+    s->cpu_clock = clk;
+    s->syscall_fd = *fd;
+    s->last_cpu = cpu;
+    s->last_syscall = SYS_UNREAD;
+    s->foreign = foreign;
+    *fd = -1;
+    return free_slot;
+}
+
 static PyObject *gil_register_thread(PyObject *self, PyObject *unused) {
     if (check_available() < 0) return NULL;
     PyThreadState *ts = PyThreadState_Get();
@@ -434,30 +469,7 @@ static PyObject *gil_register_thread(PyObject *self, PyObject *unused) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
 
     lock_nogil();
-    int found = -1, free_slot = -1;
-    for (int i = 0; i < MAX_SLOTS; i++) {
-        if (slots[i].state == SLOT_USED && !slots[i].dead && slots[i].tid == tid && slots[i].tstate == ts) found = i;
-        if (slots[i].state == SLOT_FREE && free_slot < 0) free_slot = i;
-    }
-    if (found < 0 && free_slot < 0) {
-        reclaim_locked();
-        for (int i = 0; i < MAX_SLOTS && free_slot < 0; i++)
-            if (slots[i].state == SLOT_FREE) free_slot = i;
-    }
-    if (found < 0 && free_slot >= 0) {
-        slot_t *s = &slots[free_slot];
-        s->state = SLOT_USED;
-        s->dead = 0;
-        s->tid = tid;
-        s->ident = ident;
-        s->tstate = ts;
-        s->cpu_clock = clk;
-        s->syscall_fd = fd;
-        s->last_cpu = cpu;
-        s->last_syscall = SYS_UNREAD;
-        fd = -1;
-        found = free_slot;
-    }
+    int found = claim_slot_locked(tid, ident, ts, clk, &fd, cpu, 0);
     pthread_mutex_unlock(&lock);
     if (fd >= 0) close(fd);
     if (found < 0) {
@@ -466,6 +478,80 @@ static PyObject *gil_register_thread(PyObject *self, PyObject *unused) {
         return NULL;
     }
     return PyLong_FromLong(found);
+}
+
+/* Register a thread other than the caller, known by its threading ident (its pthread_t on Linux) and
+ * native id, marked foreign (retired by unregister_foreign when the profile ends). Its Python thread
+ * state is found in the interpreter's list, walked with the GIL held: a thread deletes its state
+ * (with the GIL) before it ends, so one still listed is alive, and its pthread_t valid, for as long
+ * as the caller holds the GIL. Returns the slot, -1 when the thread has no Python state here (gone,
+ * or never ran Python), -2 when every slot is taken. */
+static int register_other(unsigned long ident, pid_t tid) {
+    PyThreadState *me = PyThreadState_Get();
+    PyThreadState *ts = PyInterpreterState_ThreadHead(PyThreadState_GetInterpreter(me));
+    while (ts != NULL && ts->thread_id != ident) ts = PyThreadState_Next(ts);
+    if (ts == NULL || ts == me) return -1;
+    clockid_t clk;
+    if (pthread_getcpuclockid((pthread_t)ident, &clk) != 0) return -1;
+    int64_t cpu = -1;
+    if (clock_ns(clk, &cpu) != 0) return -1;
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/self/task/%d/syscall", (int)tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* Its clock is read: from here the thread may end (the GIL dropped while waiting for the lock).
+     * The slot then keeps a clock that fails and a state pointer never read through, and the
+     * sampler retires it at its next sample, as it does a registered thread that exits. */
+    lock_nogil();
+    int found = claim_slot_locked(tid, ident, ts, clk, &fd, cpu, 1);
+    pthread_mutex_unlock(&lock);
+    if (fd >= 0) close(fd);
+    return found >= 0 ? found : -2;
+}
+
+static PyObject *gil_register_others(PyObject *self, PyObject *threads) {
+    if (check_available() < 0) return NULL;
+    PyObject *seq = PySequence_Fast(threads, "register_others() takes a sequence of (ident, native_id)");
+    if (seq == NULL) return NULL;
+    PyObject *out = PyList_New(0);
+    if (out == NULL) {
+        Py_DECREF(seq);
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    for (Py_ssize_t k = 0; k < n; k++) {
+        unsigned long ident;
+        int tid;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, k), "ki:register_others", &ident, &tid)) goto fail;
+        int slot = register_other(ident, (pid_t)tid);
+        if (slot == -2) break; /* no slot left: the rest go unsampled, as a 65th engine thread would */
+        if (slot < 0) continue;
+        PyObject *v = PyLong_FromLong(slot);
+        if (v == NULL || PyList_Append(out, v) < 0) {
+            Py_XDECREF(v);
+            goto fail;
+        }
+        Py_DECREF(v);
+    }
+    Py_DECREF(seq);
+    return out;
+fail:
+    Py_DECREF(seq);
+    Py_DECREF(out);
+    return NULL;
+}
+
+static PyObject *gil_unregister_foreign(PyObject *self, PyObject *unused) {
+    int done = 0;
+    lock_nogil();
+    for (int i = 0; i < MAX_SLOTS; i++) {
+        if (slots[i].state == SLOT_USED && slots[i].foreign) {
+            retire(&slots[i]);
+            done++;
+        }
+    }
+    if (buf_len == 0) reclaim_locked();
+    pthread_mutex_unlock(&lock);
+    return PyLong_FromLong(done);
 }
 
 static PyObject *gil_unregister_thread(PyObject *self, PyObject *unused) {
@@ -651,6 +737,11 @@ static PyMethodDef gil_methods[] = {
     {"reason", gil_reason, METH_NOARGS, "reason() -> str: why not, or '' when available."},
     {"register_thread", gil_register_thread, METH_NOARGS,
      "register_thread() -> int: sample the calling thread (idempotent); returns its slot (0..63)."},
+    {"register_others", gil_register_others, METH_O,
+     "register_others([(ident, native_id), ...]) -> [slot]: sample these other threads too (those with a Python "
+     "thread state here), until unregister_foreign()."},
+    {"unregister_foreign", gil_unregister_foreign, METH_NOARGS,
+     "unregister_foreign() -> int: stop sampling the threads register_others() added; their slots are reused after the next drain()."},
     {"unregister_thread", gil_unregister_thread, METH_NOARGS,
      "unregister_thread() -> bool: stop sampling the calling thread; its slot is reused after the next drain()."},
     {"start", (PyCFunction)(void (*)(void))gil_start, METH_VARARGS | METH_KEYWORDS,

@@ -152,6 +152,29 @@ def register_engine_thread() -> int | None:
         return None
 
 
+def register_others() -> list[int]:
+    """Sample every other thread of the program that runs Python (``threading.enumerate()``: a
+    data loader, a progress bar's monitor, a kernel's own threads) until :func:`unregister_foreign`:
+    a GIL held by one of them is then named, not "held by a thread opprof does not know". Threads
+    started later stay unknown unless they register themselves. Returns their slots."""
+    if _native is None:
+        return []
+    me = threading.get_ident()
+    others = [(t.ident, t.native_id, t.name) for t in threading.enumerate() if t.ident is not None and t.ident != me]
+    with _names_lock:
+        for _, native_id, name in others:
+            if native_id is not None:
+                _names.setdefault(native_id, name)
+    return list(_native.register_others([(ident, native_id) for ident, native_id, _ in others if native_id is not None]))
+
+
+def unregister_foreign() -> None:
+    """Stop sampling the threads :func:`register_others` added (their slots are reused after the
+    next drain, so samples already taken keep naming them)."""
+    if _native is not None:
+        _native.unregister_foreign()
+
+
 def unregister_thread() -> None:
     """Stop sampling the calling thread. Its slot is reused only after the next drain, so samples
     already taken keep naming it."""
@@ -412,6 +435,13 @@ class GilSampler:
 
     def unregister_thread(self) -> None:
         unregister_thread()
+
+    def register_others(self) -> list[int]:
+        """:func:`register_others`: sample the program's other Python threads for a while."""
+        return register_others()
+
+    def unregister_foreign(self) -> None:
+        unregister_foreign()
 
     def start(self) -> bool:
         """Start sampling; False if the sampler already runs (or on the pure path)."""

@@ -65,7 +65,8 @@ class GilRecording:
         )
 
     def start(self) -> None:
-        """Sample from now on (the calling thread, the program's, registered too)."""
+        """Sample from now on: the calling thread (the program's) and every other thread running
+        Python now (the engine's register themselves; a user's own threads, for the profile)."""
         s = self.sampler
         if s is None:
             return
@@ -73,6 +74,7 @@ class GilRecording:
         if s.running:
             self.sampler, self.why_not = None, "another profile in this process was sampling the GIL already"
             return
+        s.register_others()
         s.drain()  # samples of an earlier session are not this one's
         if not s.start():
             self.sampler, self.why_not = None, "the GIL sampler did not start"
@@ -87,6 +89,7 @@ class GilRecording:
         if s is None or self.samples is not None:
             return
         s.stop()
+        s.unregister_foreign()
         self.samples = s.drain()
         if self._timing_handoffs:
             handoff.stop()

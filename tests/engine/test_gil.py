@@ -251,6 +251,64 @@ def test_a_thread_that_exits_unregistered_is_noticed(sampler: GilSampler) -> Non
 
 
 @native
+def test_a_thread_registered_by_another_is_sampled_named_and_let_go(sampler: GilSampler) -> None:
+    """A user's own thread (started before the profile, never registering itself) is registered
+    by the profiling thread: its holding the GIL is seen under its name, a second call changes
+    nothing, and once let go it is no longer sampled (its slot named only by samples taken)."""
+    go, done = threading.Event(), threading.Event()
+    span: list[tuple[int, int]] = []
+
+    def loader() -> None:
+        go.wait()
+        span.append(spin(0.15))
+        done.wait(10)
+
+    t = threading.Thread(target=loader, name="UsersLoader", daemon=True)
+    t.start()
+    try:
+        sampler.register_thread()
+        first = sampler.register_others()
+        assert sampler.register_others() == first  # idempotent
+        by_native = {th.native_id: th.slot for th in sampler.threads()}
+        assert t.native_id in by_native and by_native[t.native_id] in first
+        assert sampler.start()
+        go.set()
+        while not span:
+            time.sleep(0.01)  # blocked: the loader holds the GIL but at the switch interval
+        sampler.stop()
+        sampler.unregister_foreign()
+        assert t.native_id not in {th.native_id for th in sampler.threads()}
+        assert threading.get_native_id() in {th.native_id for th in sampler.threads()}  # its own stays
+        samples = sampler.drain()
+        slot = by_native[t.native_id]
+        assert samples.threads[slot].name == "UsersLoader" and not samples.threads[slot].registered
+        win = samples.window(*span[0])
+        assert len(win) > 30, samples.stats
+        assert scheduled_share(win, slot, GilState.HELD) >= 0.8
+    finally:
+        go.set()
+        done.set()
+        t.join(10)
+
+
+def test_registering_others_skips_a_thread_without_python_and_the_caller(sampler: GilSampler) -> None:
+    """Only threads with a Python thread state here are taken (a thread that ended, an ident of
+    nothing); the caller registers itself, not as another's."""
+    if not gil.AVAILABLE:
+        assert sampler.register_others() == []
+        return
+    t = threading.Thread(target=lambda: None)
+    t.start()
+    t.join()
+    from opprof.engine import _gil  # type: ignore[attr-defined]
+
+    assert _gil.register_others([(t.ident, t.native_id), (threading.get_ident(), threading.get_native_id())]) == []
+    with pytest.raises(TypeError):
+        _gil.register_others([("x", 1)])
+    _gil.unregister_foreign()
+
+
+@native
 def test_a_forked_child_starts_with_no_sampler_and_can_start_its_own(sampler: GilSampler) -> None:
     sampler.register_thread()
     assert sampler.start()

@@ -7,6 +7,7 @@ pushing thread and has no pools to queue for)."""
 from __future__ import annotations
 
 import inspect
+import threading
 import time
 from collections.abc import Callable
 
@@ -153,6 +154,42 @@ def test_a_program_spinning_after_its_pushes_holds_the_gil_at_its_line() -> None
             or (s.kind.value == "program" and s.name.startswith("MainThread"))
         ]
         assert sum(s.dur for s in main) >= 0.5 * path.total, path.by_name()
+
+    retried(check)
+
+
+def test_small_ops_behind_a_users_own_spinning_thread_wait_for_the_gil_it_holds() -> None:
+    """Beyond the issue's known answers: a thread of the user's own (a data loader: neither the
+    program's nor the engine's, started before the profile) spins 40 ms while four small custom ops
+    are ready. >= 80 % of their waiting is the GIL, and its holder is that thread, by name: not an
+    engine thread the samples happened to catch holding it between two of the loader's turns."""
+    go = threading.Event()
+
+    def loader() -> None:
+        go.wait()
+        _spin(0.04)
+
+    def work(x: nd.NDArray) -> None:
+        go.set()
+        time.sleep(0.002)  # the loader holds the GIL
+        for _ in range(4):
+            nd.Custom(x, op_type="KnownTiny")
+
+    def check() -> None:
+        go.clear()
+        th = threading.Thread(target=loader, name="UsersLoader")
+        th.start()
+        try:
+            trace = _profile(work)
+        finally:
+            go.set()
+            th.join()
+        w = _waiting(trace, "KnownTiny")
+        assert _gil_share(w) >= 0.8, w
+        holders = trace.analysis().queue_gil_holders["custom_pool"]["KnownTiny"]
+        assert holders[0].thread == "UsersLoader" and holders[0].running == "", holders
+        assert "held most by UsersLoader (its own Python, outside the engine's ops)" in why_text(trace)
+        assert all(not h.thread.startswith("opprof-") for h in holders if h.ns >= 0.1 * holders[0].ns), holders
 
     retried(check)
 

@@ -66,7 +66,7 @@ class GilHolder:
         """``Hog::pure_python on opprof-custom-0``; between ops, whose Python it was: the engine's
         own (its dispatch and bookkeeping) on a pool thread, else the program's code, placed
         between the lines that pushed its ops (``MainThread (your code after spin.py:12, before
-        spin.py:15)``)."""
+        spin.py:15)``); a thread that pushed none is only named (a data loader of the user's)."""
         if self.running:
             return f"{self.running} on {self.thread}"
         if self.thread.startswith((ENGINE_POOL.thread_prefix, CUSTOM_POOL.thread_prefix)):
@@ -74,7 +74,9 @@ class GilHolder:
         if self.after and self.after == self.before:  # a loop whose one wait (or push) is on that line
             return f"{self.thread} (your code around {short_site(self.after)})"
         where = [f"{w} {short_site(line)}" for w, line in (("after", self.after), ("before", self.before)) if line]
-        return f"{self.thread} (your code{' ' + ', '.join(where) if where else ', between ops'})"
+        if not where:  # a thread that pushed no op then: a user's or a library's own thread
+            return f"{self.thread} (its own Python, outside the engine's ops)"
+        return f"{self.thread} (your code {', '.join(where)})"
 
 
 @dataclass(eq=False)
