@@ -419,7 +419,7 @@ static PyObject *gil_reason(PyObject *self, PyObject *unused) { return PyUnicode
 
 /* The slot of thread `tid` with Python state `ts`, taken from the free ones if it has none (called
  * with the lock held; `*fd` is kept by a new slot and set to -1); -1 when every slot is taken. A
- * thread that registers itself (`foreign` 0) is kept past the profile that registered it as foreign. */
+ * thread that registers for good (`foreign` 0) is kept past the profile that registered it as foreign. */
 static int claim_slot_locked(pid_t tid, unsigned long ident, PyThreadState *ts, clockid_t clk, int *fd, int64_t cpu, int foreign) {
     int found = -1, free_slot = -1;
     for (int i = 0; i < MAX_SLOTS; i++) {
@@ -451,7 +451,10 @@ static int claim_slot_locked(pid_t tid, unsigned long ident, PyThreadState *ts, 
     return free_slot;
 }
 
-static PyObject *gil_register_thread(PyObject *self, PyObject *unused) {
+static PyObject *gil_register_thread(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *kwlist[] = {"foreign", NULL};
+    int foreign = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|p:register_thread", kwlist, &foreign)) return NULL;
     if (check_available() < 0) return NULL;
     PyThreadState *ts = PyThreadState_Get();
     pid_t tid = (pid_t)syscall(SYS_gettid);
@@ -469,7 +472,7 @@ static PyObject *gil_register_thread(PyObject *self, PyObject *unused) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
 
     lock_nogil();
-    int found = claim_slot_locked(tid, ident, ts, clk, &fd, cpu, 0);
+    int found = claim_slot_locked(tid, ident, ts, clk, &fd, cpu, foreign);
     pthread_mutex_unlock(&lock);
     if (fd >= 0) close(fd);
     if (found < 0) {
@@ -735,8 +738,9 @@ static PyObject *gil_stats(PyObject *self, PyObject *unused) {
 static PyMethodDef gil_methods[] = {
     {"available", gil_available, METH_NOARGS, "available() -> bool: whether the GIL can be sampled here."},
     {"reason", gil_reason, METH_NOARGS, "reason() -> str: why not, or '' when available."},
-    {"register_thread", gil_register_thread, METH_NOARGS,
-     "register_thread() -> int: sample the calling thread (idempotent); returns its slot (0..63)."},
+    {"register_thread", (PyCFunction)(void (*)(void))gil_register_thread, METH_VARARGS | METH_KEYWORDS,
+     "register_thread(foreign=False) -> int: sample the calling thread (idempotent); returns its slot (0..63). "
+     "foreign=True: only until unregister_foreign() (a thread started during a profile)."},
     {"register_others", gil_register_others, METH_O,
      "register_others([(ident, native_id), ...]) -> [slot]: sample these other threads too (those with a Python "
      "thread state here), until unregister_foreign()."},

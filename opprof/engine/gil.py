@@ -169,10 +169,46 @@ def register_others() -> list[int]:
 
 
 def unregister_foreign() -> None:
-    """Stop sampling the threads :func:`register_others` added (their slots are reused after the
-    next drain, so samples already taken keep naming them)."""
+    """Stop sampling the threads :func:`register_others` and :func:`follow_new_threads` added
+    (their slots are reused after the next drain, so samples already taken keep naming them)."""
     if _native is not None:
         _native.unregister_foreign()
+
+
+class _NewThreadHook:
+    """``threading``'s profile hook while :func:`follow_new_threads` is on: a ``threading.Thread``
+    started meanwhile runs it once, at its first call, registers itself for the profile and hands
+    its profile function back to what ``threading`` would have given it (a hook set before ours).
+    Nothing runs on any later call: the cost is one registration per new thread."""
+
+    def __init__(self, previous: Any) -> None:
+        self.previous = previous
+
+    def __call__(self, frame: Any, event: str, arg: Any) -> Any:
+        sys.setprofile(self.previous)
+        try:
+            if _native is not None:
+                _native.register_thread(foreign=True)
+                with _names_lock:
+                    _names[threading.get_native_id()] = threading.current_thread().name
+        except (RuntimeError, OSError):  # no slot left: the thread goes unsampled
+            pass
+        if self.previous is not None:
+            return self.previous(frame, event, arg)
+        return None
+
+
+def follow_new_threads(on: bool) -> None:
+    """While on, every ``threading.Thread`` started registers itself for the profile (a data
+    loader made inside a profiled cell), so a GIL it holds is named too; off restores the hook
+    ``threading`` had (unless someone replaced ours meanwhile, whose hook then stays)."""
+    if _native is None:
+        return
+    hook = threading.getprofile()
+    if on and not isinstance(hook, _NewThreadHook):
+        threading.setprofile(_NewThreadHook(hook))
+    elif not on and isinstance(hook, _NewThreadHook):
+        threading.setprofile(hook.previous)
 
 
 def unregister_thread() -> None:
@@ -442,6 +478,10 @@ class GilSampler:
 
     def unregister_foreign(self) -> None:
         unregister_foreign()
+
+    def follow_new_threads(self, on: bool) -> None:
+        """:func:`follow_new_threads`: threads started from now on register for the profile."""
+        follow_new_threads(on)
 
     def start(self) -> bool:
         """Start sampling; False if the sampler already runs (or on the pure path)."""

@@ -65,8 +65,9 @@ class GilRecording:
         )
 
     def start(self) -> None:
-        """Sample from now on: the calling thread (the program's) and every other thread running
-        Python now (the engine's register themselves; a user's own threads, for the profile)."""
+        """Sample from now on: the calling thread (the program's), every other thread running
+        Python now and every ``threading.Thread`` started until :meth:`stop` (the engine's
+        register themselves for good; a user's own threads for the profile)."""
         s = self.sampler
         if s is None:
             return
@@ -74,11 +75,12 @@ class GilRecording:
         if s.running:
             self.sampler, self.why_not = None, "another profile in this process was sampling the GIL already"
             return
-        s.register_others()
         s.drain()  # samples of an earlier session are not this one's
         if not s.start():
             self.sampler, self.why_not = None, "the GIL sampler did not start"
             return
+        s.register_others()
+        s.follow_new_threads(True)
         self._timing_handoffs = handoff.start()
         if self._timing_handoffs:
             handoff.drain()
@@ -88,6 +90,7 @@ class GilRecording:
         s = self.sampler
         if s is None or self.samples is not None:
             return
+        s.follow_new_threads(False)
         s.stop()
         s.unregister_foreign()
         self.samples = s.drain()

@@ -291,6 +291,41 @@ def test_a_thread_registered_by_another_is_sampled_named_and_let_go(sampler: Gil
         t.join(10)
 
 
+@native
+def test_threads_started_while_following_register_for_the_profile_and_keep_any_earlier_hook(sampler: GilSampler) -> None:
+    """While following, a new ``threading.Thread`` registers itself (until the profile lets go of
+    it), a profile hook set before still runs in it, and off gives ``threading`` its hook back."""
+    seen: list[str] = []
+
+    def earlier(frame: object, event: str, arg: object) -> None:
+        seen.append(threading.current_thread().name)
+
+    threading.setprofile(earlier)
+    try:
+        sampler.follow_new_threads(True)
+        sampler.follow_new_threads(True)  # idempotent: not a hook around a hook
+        ready, done = threading.Event(), threading.Event()
+        t = threading.Thread(target=lambda: (ready.set(), done.wait(10)), name="StartedMeanwhile")
+        t.start()
+        assert ready.wait(10)
+        assert t.native_id in {th.native_id for th in sampler.threads()}
+        sampler.follow_new_threads(False)
+        assert threading.getprofile() is earlier
+        sampler.unregister_foreign()
+        assert t.native_id not in {th.native_id for th in sampler.threads()}
+        done.set()
+        t.join()
+        assert "StartedMeanwhile" in seen
+        after = threading.Thread(target=lambda: None)
+        after.start()
+        after.join()
+        assert after.native_id not in {th.native_id for th in sampler.threads()}
+    finally:
+        threading.setprofile(None)
+        sampler.follow_new_threads(False)
+        sampler.unregister_foreign()
+
+
 def test_registering_others_skips_a_thread_without_python_and_the_caller(sampler: GilSampler) -> None:
     """Only threads with a Python thread state here are taken (a thread that ended, an ident of
     nothing); the caller registers itself, not as another's."""

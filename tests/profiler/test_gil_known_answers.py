@@ -158,32 +158,45 @@ def test_a_program_spinning_after_its_pushes_holds_the_gil_at_its_line() -> None
     retried(check)
 
 
-def test_small_ops_behind_a_users_own_spinning_thread_wait_for_the_gil_it_holds() -> None:
+@pytest.mark.parametrize("started", ["before the profile", "inside the profiled code"])
+def test_small_ops_behind_a_users_own_spinning_thread_wait_for_the_gil_it_holds(started: str) -> None:
     """Beyond the issue's known answers: a thread of the user's own (a data loader: neither the
-    program's nor the engine's, started before the profile) spins 40 ms while four small custom ops
-    are ready. >= 80 % of their waiting is the GIL, and its holder is that thread, by name: not an
-    engine thread the samples happened to catch holding it between two of the loader's turns."""
-    go = threading.Event()
+    program's nor the engine's, started before the profile or by the profiled code) spins 40 ms
+    while four small custom ops are ready. >= 80 % of their waiting is the GIL, and its holder is
+    that thread, by name: not an engine thread the samples happened to catch holding it between
+    two of the loader's turns."""
+    go, spinning = threading.Event(), threading.Event()
+    threads: list[threading.Thread] = []
 
     def loader() -> None:
         go.wait()
+        spinning.set()
         _spin(0.04)
 
+    def start_loader() -> None:
+        threads.append(threading.Thread(target=loader, name="UsersLoader"))
+        threads[-1].start()
+
     def work(x: nd.NDArray) -> None:
+        if started != "before the profile":
+            start_loader()
         go.set()
-        time.sleep(0.002)  # the loader holds the GIL
+        spinning.wait(5)  # the loader holds the GIL (a fixed nap missed it when the loader had no CPU yet)
         for _ in range(4):
             nd.Custom(x, op_type="KnownTiny")
 
     def check() -> None:
         go.clear()
-        th = threading.Thread(target=loader, name="UsersLoader")
-        th.start()
+        spinning.clear()
+        threads.clear()
+        if started == "before the profile":
+            start_loader()
         try:
             trace = _profile(work)
         finally:
             go.set()
-            th.join()
+            for th in threads:
+                th.join()
         w = _waiting(trace, "KnownTiny")
         assert _gil_share(w) >= 0.8, w
         holders = trace.analysis().queue_gil_holders["custom_pool"]["KnownTiny"]
