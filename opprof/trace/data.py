@@ -113,6 +113,13 @@ class TraceData:
         self._span_store.set(spans)
         self._flow_store.set(flows)
 
+    @property
+    def ran_inline(self) -> bool:
+        """Whether every op ran inline on the thread that pushed it (opprof's naive engine, as
+        MXNet's NaiveEngine, for the whole recording): then no time is spent waiting for a
+        thread, and what the analyses call "queued" is the engine's own bookkeeping."""
+        return self.metadata.get("engine") == "naive" and not self.metadata.get("engine_switches")
+
     # ------------------------------------------------------------------ spans and flows
     @property
     def table(self) -> SpanTable:

@@ -277,6 +277,12 @@ BUSY_WORDS = {
     "custom_pool": "queued for a custom-op thread, all of them busy",
     "subop_queue": "sub-ops ready, every engine worker busy",
 }
+#: The queued causes' words on a trace of the naive engine (:attr:`TraceData.ran_inline`): no op
+#: waits for a thread there; the time between a push and the run is the engine's own Python.
+INLINE_WORDS = {
+    "custom_pool": "from its start to its Python: the naive engine's own bookkeeping, inline",
+    "subop_queue": "from a sub-op's push to its run: the naive engine's own bookkeeping, inline",
+}
 #: Short column heads of the causes in :func:`split_table`.
 CAUSE_HEADS = {
     "custom_pool": "pool",
@@ -324,7 +330,8 @@ def split_table(trace: Trace) -> str:
             f"{100 * s.subops_ns / wall:6.1f}%  {100 * s.waiting_ns / wall:6.1f}%{causes}{mem}"
         )
     if keys:
-        lines.append("waiting: " + "; ".join(f"{CAUSE_HEADS.get(k, k)} = {CAUSE_WORDS.get(k, k)}" for k in keys))
+        words = {**CAUSE_WORDS, **INLINE_WORDS} if trace.ran_inline else CAUSE_WORDS
+        lines.append("waiting: " + "; ".join(f"{CAUSE_HEADS.get(k, k)} = {words.get(k, k)}" for k in keys))
     if numpy:
         lines.append("py-numpy: the most NumPy data one call's Python held at once, of what it allocated itself")
     return "\n".join(lines)
@@ -354,6 +361,9 @@ def why_text(trace: Trace, top: int = 5) -> str:
                     continue
                 split_off = key in BUSY_WORDS and f"{key}_gil" in s.waiting_by_cause  # the GIL's evidence split it
                 words = BUSY_WORDS[key] if split_off else CAUSE_WORDS.get(key, key)
+                if trace.ran_inline and key in INLINE_WORDS:
+                    parts.append(f"{100 * ns / wall:.0f}% {INLINE_WORDS[key]}")
+                    continue
                 text = f"{100 * ns / wall:.0f}% {words}"
                 if key.endswith("_wake") and key.split("_")[0] in ("custom", "subop"):
                     cost = hops.get("custom" if key.startswith("custom") else "engine")

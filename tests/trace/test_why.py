@@ -17,7 +17,7 @@ from opprof import nd
 from opprof.trace import Trace, from_chrome, load
 from opprof.trace.analysis.causes import CAUSES, QUEUE_PARTS
 from opprof.trace.analysis.critical import SegmentKind
-from opprof.trace.text import why_text
+from opprof.trace.text import split_table, why_text
 
 MS = 1_000_000
 
@@ -362,3 +362,31 @@ def test_a_repeated_profile_has_each_copys_analyses(threaded: Any) -> None:
     assert [r.waiting_by_cause for r in three.custom_ops()] == 3 * [r.waiting_by_cause for r in one.custom_ops()]
     kinds = one.critical_path().by_kind()
     assert three.critical_path().by_kind().get("run", 0) == 3 * kinds.get("run", 0)
+
+
+@pytest.mark.parametrize("engine", ["naive", "threaded"])
+def test_the_naive_engine_is_never_said_to_wait_for_a_thread(engine: str) -> None:
+    """The naive engine (as MXNet's NaiveEngine) runs every op inline on the pushing thread: the
+    time between a push and the run is its own bookkeeping, and the words say so, never "queued for
+    a custom-op thread" or "waking a thread" (the threaded engine's words stay)."""
+    mx.set_engine(engine)
+    try:
+        x = nd.ones((4, 4))
+        with mx.profile() as prof:
+            ys = [nd.Custom(x, op_type="WhyReadsGlobal") for _ in range(20)]
+            nd.waitall()
+    finally:
+        mx.set_engine("threaded")
+    trace = prof.trace
+    assert trace is not None and len(ys) == 20
+    text = why_text(trace) + "\n" + split_table(trace)
+    names = [s.name for s in trace.critical_path().segments]
+    thread_words = ("custom-op thread", "waking", "engine worker")
+    if engine == "naive":
+        assert trace.ran_inline
+        assert not any(w in text for w in thread_words), text
+        assert not any("queued" in n for n in names), names
+        assert "the naive engine's own bookkeeping, inline" in text, text
+    else:
+        assert not trace.ran_inline
+        assert any(w in text for w in thread_words), text

@@ -200,12 +200,13 @@ class CriticalPath:
 
 def _label(kind: SegmentKind, name: str, trace: TraceData | None, tid: int) -> str:
     """A segment's name in words, from the span it runs on or concerns."""
+    inline = trace is not None and trace.ran_inline  # nothing waits for a thread: the engine's own bookkeeping
     if kind is SegmentKind.QUEUE:
-        return f"{name} queued"
+        return f"{name}, the naive engine's bookkeeping before it ran" if inline else f"{name} queued"
     if kind is SegmentKind.HANDOFF:
         return f"after {name}"
     if kind is SegmentKind.CUSTOM_POOL:
-        return f"{name} queued for a custom-op thread"
+        return f"{name}, the naive engine's bookkeeping before its Python" if inline else f"{name} queued for a custom-op thread"
     if kind is SegmentKind.PROGRAM:
         thread = (trace.thread_name(tid) if trace is not None else "") or f"thread {tid}"
         return f"{thread} (the program's own Python)"

@@ -275,7 +275,7 @@ def what_if(
         )
     factor = span_factors(t, factors)
     interval, rec_interval, gil_span, releases = _gil_change(trace, switch_interval, releases_gil, gil)
-    if trace.metadata.get("engine") == "naive":
+    if trace.ran_inline:
         if e_threads is not None or c_threads is not None:
             raise ValueError(
                 "engine_threads and custom_threads do not apply to a trace of the naive engine, which runs every op "
