@@ -70,6 +70,7 @@ from .build import (
     ThreadRecords,
     build_columns,
 )
+from .cpuwait import CpuWaitRecording
 from .gil import GilRecording
 from .memory import PYTHON_UNSEEN, MemoryRecording
 
@@ -159,6 +160,8 @@ class Recorder(EngineObserver):
         self.t_stop: int | None = None
         #: The GIL's evidence, sampled while attached (:mod:`.gil`).
         self.gil = GilRecording(clock)
+        #: How long the OS kept each thread waiting for a CPU while attached (:mod:`.cpuwait`).
+        self.cpu_wait = CpuWaitRecording()
         #: Each NDArray's storage, made and freed, while attached (with ``memory=True``).
         self.memory = MemoryRecording(clock, compiled=False if compiled is False else None) if memory else None
         #: What measures the NumPy data a custom op's Python allocates (:mod:`.npmem`'s C part:
@@ -194,6 +197,7 @@ class Recorder(EngineObserver):
             raise ProfilerError("another profiler is already recording this engine; stop it first")
         self.engine = engine
         self.gil.start()
+        self.cpu_wait.start()
         if self.memory is not None:
             self.memory.start()
         return self
@@ -211,6 +215,7 @@ class Recorder(EngineObserver):
             self.memory.stop()
         self.t_stop = self.clock()
         self.gil.stop()
+        self.cpu_wait.stop()
 
     # ------------------------------------------------------------------ hot path
     # Every call here runs once per engine op, so each attribute lookup counts: thread identity is
@@ -464,8 +469,8 @@ class Recorder(EngineObserver):
         threads = [ThreadInfo(i + 1, b.name) for i, b in enumerate(buffers)]
         # The GIL's evidence once the recording stopped (a live build reads none: still sampling).
         states = None
+        native = {b.native_id: i + 1 for i, b in enumerate(buffers)}
         if not live:
-            native = {b.native_id: i + 1 for i, b in enumerate(buffers)}
             states = self.gil.thread_states(threads, native, self.t_start, self.t_stop)
         built = build_columns(buffers)
         dropped = max(0, self._attempts() - self.max_events)  # attempts past the cap
@@ -488,6 +493,7 @@ class Recorder(EngineObserver):
             # Engines switched to while recording (the recording followed each): "engine" is the last.
             **({"engine_switches": [{"t_ns": t, "engine": kind} for t, kind in self.switches]} if self.switches else {}),
             **self.gil.metadata(),
+            **(self.cpu_wait.metadata(native) if not live else {}),
             **(self.memory.metadata() if self.memory is not None else {}),
         }
         if self.memory is not None:

@@ -19,10 +19,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["GIL_CATEGORY", "GIL_METADATA", "STATE_LABELS", "STATE_OF_LABEL", "PoolCondition", "ThreadState", "ThreadStates"]
+__all__ = [
+    "CPU_WAIT_METADATA",
+    "GIL_CATEGORY",
+    "GIL_METADATA",
+    "STATE_LABELS",
+    "STATE_OF_LABEL",
+    "PoolCondition",
+    "ThreadState",
+    "ThreadStates",
+]
 
 #: Metadata key: ``{"period_ns": …, "source": …}`` where the GIL was sampled, ``{"why_not": …}`` where not.
 GIL_METADATA = "gil"
+#: Metadata key: ``{"source": …, "ns": {"<tid>": ns}}``, how long the OS kept each thread waiting for
+#: a CPU while recording (:mod:`opprof.profiler.cpuwait`), or ``{"why_not": …}``.
+CPU_WAIT_METADATA = "cpu_wait"
 
 
 class ThreadState(enum.IntEnum):

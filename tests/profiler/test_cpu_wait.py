@@ -1,0 +1,112 @@
+"""The OS's run-queue time per thread (``metadata["cpu_wait"]``): exact from the kernel's counts, on a
+workload whose answer is known (more spinning processes than cores keep the engine's threads
+waiting for a CPU) and said in the why-text only where it is a noticeable share of the recording."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import opprof
+from opprof import nd
+from opprof.profiler import cpuwait
+from opprof.trace.analysis.gil import cpu_waits
+from opprof.trace.text import why_text
+from tests.helpers import retried
+from tests.profiler import test_gil_known_answers  # noqa: F401 - registers KnownTiny
+
+linux = pytest.mark.skipif(cpuwait.run_queue_ns(threading.get_native_id()) is None, reason="no /proc schedstat here")
+
+
+@linux
+def test_a_thread_that_spins_beside_more_spinners_than_cores_waits_for_a_cpu() -> None:
+    """Known answer: a thread started during the recording that spins 200 ms while more processes
+    spin than there are cores waits for a CPU a good part of it (each of cores + 2 runnable
+    threads gets a core a share of the time); one that ended before the stop is not counted."""
+    cores = len(os.sched_getaffinity(0))
+    if cores > 16:
+        pytest.skip(f"{cores} cores: too many to keep busy for a test")
+    rec = cpuwait.CpuWaitRecording()
+    ids: dict[str, int] = {}
+    done = threading.Event()
+
+    def spin(name: str, stay: bool) -> None:
+        ids[name] = threading.get_native_id()
+        end = time.perf_counter() + 0.2
+        while time.perf_counter() < end:
+            pass
+        if stay:
+            done.wait(10)
+
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cores + 1)]
+    try:
+        time.sleep(0.2)
+        rec.start()
+        ended = threading.Thread(target=spin, args=("ended", False))
+        ended.start()
+        ended.join()
+        stays = threading.Thread(target=spin, args=("stays", True))
+        stays.start()
+        while "stays" not in ids:
+            time.sleep(0.01)
+        time.sleep(0.25)
+        rec.stop()
+    finally:
+        done.set()
+        for h in hogs:
+            h.kill()
+            h.wait()
+    stays.join()
+    meta = rec.metadata({ids["ended"]: 1, ids["stays"]: 2})["cpu_wait"]
+    assert set(meta["ns"]) == {"2"}, meta
+    assert meta["ns"]["2"] >= 0.2 * 0.2e9, meta  # >= 20 % of its 200 ms spin
+
+
+@linux
+def test_a_chain_of_custom_ops_on_a_machine_others_keep_busy_says_it_waited_for_a_cpu() -> None:
+    """More spinning processes than cores: the engine's threads wait in the OS's run queue for a
+    good part of the recording, and the why-text says so, with the pools named."""
+    cores = len(os.sched_getaffinity(0))
+    if cores > 16:
+        pytest.skip(f"{cores} cores: too many to keep busy for a test")
+
+    def check() -> None:
+        x = nd.ones((4, 4))
+        nd.Custom(x, op_type="KnownTiny").wait_to_read()
+        hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cores + 1)]
+        try:
+            time.sleep(0.2)
+            with opprof.profile() as prof:
+                y = x
+                for _ in range(100):
+                    y = nd.Custom(y, op_type="KnownTiny")
+                nd.waitall()
+        finally:
+            for h in hogs:
+                h.kill()
+                h.wait()
+        trace = prof.trace
+        assert trace is not None
+        waits = cpu_waits(trace)
+        wall = trace.metadata["t_stop_ns"] - trace.metadata["t_start_ns"]
+        assert waits.get("engine", 0) + waits.get("custom", 0) >= 0.2 * wall, (waits, wall)
+        text = why_text(trace)
+        assert "Waiting for a CPU (the OS's run queue): " in text and "engine workers" in text, text
+
+    retried(check)
+
+
+def test_without_the_kernels_counts_the_trace_says_why_and_the_text_says_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cpuwait, "run_queue_ns", lambda native_id: None)
+    with opprof.profile() as prof:
+        (nd.ones((2, 2)) + 1).wait_to_read()
+    trace = prof.trace
+    assert trace is not None
+    assert "schedstat" in trace.metadata["cpu_wait"]["why_not"]
+    assert cpu_waits(trace) == {}
+    assert "Waiting for a CPU" not in why_text(trace)
