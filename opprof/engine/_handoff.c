@@ -44,8 +44,10 @@
 #error "opprof.engine._handoff needs a Linux CPython with a GIL"
 #endif
 
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <semaphore.h>
 #include <stdint.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -412,6 +414,104 @@ static PyTypeObject QueueType = {
     .tp_methods = queue_methods,
 };
 
+
+/* ------------------------------------------------------------------ the gate (a program's wait)
+ *
+ * A thread that waits for the engine (wait_to_read, waitall: WaitForVar, WaitForAll) blocks on a
+ * closed gate that the engine opens once the ops it waits for are done. A threading.Lock did that,
+ * and the thread's parked time then showed only in the GIL's samples, one per millisecond: in the
+ * demo, a third of the program's waits were sampled as holding the GIL (a sample just before the
+ * wait, stretched over its period). A Gate is waited on here, without the GIL, and logged as a
+ * hand-off of its own kind: parked at acquire(), opened at release() (the put), run again by the OS
+ * (woke) and holding the GIL again (gil). A gate already open when acquired logs nothing.
+ *
+ * A semaphore, not a condition variable: sem_wait returns on a signal (EINTR), so a Ctrl-C reaches
+ * Python's handler at once, as it does a thread blocked in threading.Lock.acquire; the handler may
+ * raise (acquire() then raises) or defer it (the wait goes on). */
+typedef struct {
+    PyObject_HEAD sem_t sem;
+    int64_t put; /* monotonic ns of release(), 0 before it */
+    int open;
+    long kind;
+} Gate;
+
+static int gate_init(Gate *self, PyObject *args, PyObject *kwds) {
+    static char *kw[] = {"kind", NULL};
+    long kind = 2;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|l", kw, &kind)) return -1;
+    self->kind = kind;
+    return 0;
+}
+
+static PyObject *gate_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    Gate *self = (Gate *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    if (sem_init(&self->sem, 0, 0) != 0) {
+        Py_DECREF(self);
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    self->kind = 2;
+    return (PyObject *)self;
+}
+
+static void gate_dealloc(Gate *self) {
+    sem_destroy(&self->sem);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Open the gate (once: a second release changes nothing), waking the thread waiting at it. Called
+ * with the GIL held, as the engine completes an op: the GIL serialises it against acquire(). */
+static PyObject *gate_release(Gate *self, PyObject *unused) {
+    if (!self->open) {
+        self->open = 1;
+        self->put = monotonic_ns();
+        sem_post(&self->sem);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *gate_acquire(Gate *self, PyObject *unused) {
+    if (sem_trywait(&self->sem) == 0) Py_RETURN_TRUE; /* open already: no wait */
+    int64_t park = monotonic_ns(), woke = 0;
+    for (;;) {
+        int r, err = 0;
+        Py_BEGIN_ALLOW_THREADS
+        r = sem_wait(&self->sem);
+        if (r != 0) err = errno;
+        woke = monotonic_ns();
+        Py_END_ALLOW_THREADS
+        if (r == 0) break;
+        if (err != EINTR) {
+            errno = err;
+            return PyErr_SetFromErrno(PyExc_OSError);
+        }
+        if (PyErr_CheckSignals() < 0) return NULL; /* the handler raised (Ctrl-C): the wait ends with it */
+    }
+    log_handoff(park, self->put, woke, monotonic_ns(), self->kind);
+    Py_RETURN_TRUE;
+}
+
+static PyObject *gate_locked(Gate *self, PyObject *unused) { return PyBool_FromLong(!self->open); }
+
+static PyMethodDef gate_methods[] = {
+    {"acquire", (PyCFunction)gate_acquire, METH_NOARGS,
+     "acquire() -> True: wait, without the GIL, until the gate is opened (logged as a hand-off while logging is on)."},
+    {"release", (PyCFunction)gate_release, METH_NOARGS, "release(): open the gate (once), stamping the moment."},
+    {"locked", (PyCFunction)gate_locked, METH_NOARGS, "locked() -> bool: not opened yet."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject GateType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "opprof.engine._handoff.Gate",
+    .tp_basicsize = sizeof(Gate),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Gate(kind=2): closed until release(); acquire() waits in C and times the wait (see the module).",
+    .tp_new = gate_new,
+    .tp_init = (initproc)gate_init,
+    .tp_dealloc = (destructor)gate_dealloc,
+    .tp_methods = gate_methods,
+};
+
 static PyMethodDef module_methods[] = {
     {"start", handoff_start, METH_VARARGS,
      "start(capacity=262144) -> bool: log hand-offs from now on (False if logging already)."},
@@ -433,7 +533,7 @@ static void after_fork_child(void) { spinners = 0; }
 
 PyMODINIT_FUNC PyInit__handoff(void) {
     static int once = 0;
-    if (PyType_Ready(&QueueType) < 0) return NULL;
+    if (PyType_Ready(&QueueType) < 0 || PyType_Ready(&GateType) < 0) return NULL;
     gil_ptr = opprof_main_gil();
     if (!once) {
         pthread_atfork(NULL, NULL, after_fork_child);
@@ -442,9 +542,11 @@ PyMODINIT_FUNC PyInit__handoff(void) {
     PyObject *m = PyModule_Create(&handoff_module);
     if (m == NULL) return NULL;
     Py_INCREF(&QueueType);
-    if (PyModule_AddObject(m, "Queue", (PyObject *)&QueueType) < 0 ||
+    Py_INCREF(&GateType);
+    if (PyModule_AddObject(m, "Queue", (PyObject *)&QueueType) < 0 || PyModule_AddObject(m, "Gate", (PyObject *)&GateType) < 0 ||
         PyModule_AddIntConstant(m, "RECORD_SIZE", (long)sizeof(handoff_t)) < 0) {
         Py_DECREF(&QueueType);
+        Py_DECREF(&GateType);
         Py_DECREF(m);
         return NULL;
     }

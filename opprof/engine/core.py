@@ -28,6 +28,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from . import interrupts as _guard
+from .handoff import Gate
+from .handoff import closed_gate as _closed_gate
 from .interrupts import call_user, shielded
 from .observer import EngineObserver, Observers
 from .opr import INTERNAL, OP_SEQ, EngineError, Opr, OprInfo, Var, as_mxnet_error
@@ -92,7 +94,7 @@ class Engine:
         self._pending = 0  # ops pushed and not yet complete
         self._seq = 0  # ops pushed so far
         # Locked gates of threads waiting for no op to be pending; released (under the lock) then.
-        self._idle_gates: list[threading.Lock] = []
+        self._idle_gates: list[Gate] = []
         # Errors not yet raised to the user, in the order they happened, and the vars holding them.
         self._errors: dict[int, BaseException] = {}
         self._failed_vars: set[Var] = set()
@@ -103,7 +105,7 @@ class Engine:
         # threaded default, 128, keeps a 100x100 chain's buffers in cache: 9.3 µs/op against
         # 13.7 µs with 1,024 and 10.4 µs with 64 (which hands the GIL over more often).
         self.max_pending: float = float("inf")
-        self._space_gates: list[threading.Lock] = []  # throttled pushers, released when the backlog halves
+        self._space_gates: list[Gate] = []  # throttled pushers, released when the backlog halves
         # What the hot path calls: None, one observer, or several as one (see add_observer). The
         # hot path reads it without a lock (one attribute read); changes are made under the lock,
         # each from the current list, so that two threads attaching and detaching at once can
@@ -560,7 +562,7 @@ class Engine:
         self._wait_until(self._idle_gates, lambda: self._pending == 0)
 
     @shielded
-    def _wait_until(self, gates: list[threading.Lock], satisfied: Callable[[], bool]) -> None:
+    def _wait_until(self, gates: list[Gate], satisfied: Callable[[], bool]) -> None:
         """Block until ``satisfied()`` (checked under the lock); ``_complete`` opens ``gates`` then."""
         with self._lock:
             if satisfied():
@@ -606,13 +608,11 @@ def _ran(*args: Any) -> None:
     raise EngineError("this op has run: its function is gone")
 
 
-def closed_gate() -> threading.Lock:
-    gate = threading.Lock()
-    gate.acquire()
-    return gate
+#: A closed gate for a thread to wait at (:data:`.handoff.closed_gate`: the wait timed where compiled).
+closed_gate = _closed_gate
 
 
-def open_gates(gates: list[threading.Lock]) -> None:
+def open_gates(gates: list[Gate]) -> None:
     for gate in gates:
         gate.release()
     gates.clear()

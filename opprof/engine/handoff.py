@@ -19,11 +19,13 @@ hand-offs are not timed there (nor polled: every hand-off there wakes a parked t
 from __future__ import annotations
 
 import enum
+import functools
 import os
 import sys
 import sysconfig
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from queue import SimpleQueue
 from types import ModuleType
@@ -37,11 +39,13 @@ from .gil import load_compiled
 __all__ = [
     "AVAILABLE",
     "SPIN_US",
+    "Gate",
     "HANDOFF_DTYPE",
     "WHY_NOT",
     "Handoffs",
     "QueueKind",
     "WorkQueue",
+    "closed_gate",
     "drain",
     "ping_pong_us",
     "start",
@@ -56,6 +60,7 @@ class QueueKind(enum.IntEnum):
 
     ENGINE = 0  # ready ops -> an engine worker
     CUSTOM = 1  # custom ops' Python -> a custom-op thread
+    WAIT = 2  # a finished op -> a thread waiting for it (wait_to_read, waitall: a closed gate opened)
 
 
 #: One hand-off as ``_handoff.c`` logs it (``handoff_t``, native byte order, 48 bytes).
@@ -69,6 +74,13 @@ HANDOFF_DTYPE = np.dtype(
         ("queue", "=i8"),  # QueueKind
     ]
 )
+
+
+class Gate(Protocol):
+    """What the engine's waits need of a gate: closed when made, opened once by ``release()``."""
+
+    def acquire(self) -> Any: ...
+    def release(self) -> None: ...
 
 
 class WorkQueue(Protocol):
@@ -123,6 +135,22 @@ def work_queue(kind: QueueKind, spin_us: float = 0.0) -> WorkQueue:
         q: WorkQueue = _native.Queue(int(kind), round(spin_us * 1000))
         return q
     return SimpleQueue()
+
+
+def _locked_lock() -> Gate:
+    lock = threading.Lock()
+    lock.acquire()
+    return lock
+
+
+#: A closed gate that a waiting thread blocks at until the engine opens it (``release()``): the
+#: compiled one where it exists, whose wait is timed like a queue's hand-off (:data:`QueueKind.WAIT`:
+#: when the thread parked, the gate opened, the OS ran it and it held the GIL again); else a locked
+#: ``threading.Lock``. The type itself where compiled, not a function around it: a wait costs
+#: ~300 ns either way (a Lock's 220 ns, 2026-12-04), no Python frame more.
+closed_gate: Callable[[], Gate] = (
+    functools.partial(_native.Gate, int(QueueKind.WAIT)) if _native is not None else _locked_lock
+)
 
 
 def spin_stats() -> dict[str, int]:

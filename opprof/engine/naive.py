@@ -13,6 +13,7 @@ from typing import Any
 
 from . import interrupts as _guard
 from .core import Engine, closed_gate, open_gates
+from .handoff import Gate
 from .interrupts import call_user, shielded
 from .opr import OP_SEQ, Opr, OprInfo, Var
 from .state import thread_state
@@ -27,7 +28,7 @@ class NaiveEngine(Engine):
 
     def __init__(self) -> None:
         super().__init__()
-        self._async_done: dict[int, threading.Lock] = {}
+        self._async_done: dict[int, Gate] = {}
 
     @shielded
     def _dispatch(self, opr: Opr) -> None:

@@ -130,7 +130,8 @@ class GilRecording:
 
     def _handoff_runs(self, native_ids: dict[int, int], t0: int, t1: int | None) -> ThreadStates:
         """Each timed hand-off as exact runs of its getter: parked (``BLOCKED``) until the put, being
-        woken (``RUNNABLE``) until the OS ran it, then waiting for the GIL (``WAIT``) until it held it."""
+        woken (``RUNNABLE``) until the OS ran it, then waiting for the GIL (``WAIT``) until it held it.
+        A program's wait (``QueueKind.WAIT``: its gate opened by the op it waited for) alike."""
         h = self.handoffs
         if h is None or not len(h):
             return ThreadStates.empty()
@@ -178,10 +179,15 @@ class GilRecording:
         h = self.handoffs
         if h is None:
             return {"why_not": "hand-offs were not timed (another session was timing them)"}
-        out: dict[str, Any] = {"source": "the engine's queues, waited on in C", "count": len(h), "dropped": h.dropped}
+        out: dict[str, Any] = {
+            "source": "the engine's queues and the program's waits, waited on in C",
+            "count": len(h),
+            "dropped": h.dropped,
+        }
         r = h.records
         pools = [(kind.name.lower(), r["queue"] == int(kind)) for kind in handoff.QueueKind]
-        for name, m in [*pools, ("all", None)]:
+        # "all": the pools' hand-offs (work to a thread), not a program woken from its wait.
+        for name, m in [*pools, ("all", r["queue"] != int(handoff.QueueKind.WAIT))]:
             got = h.medians(m)
             if got["count"]:
                 out[name] = got

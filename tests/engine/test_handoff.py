@@ -493,3 +493,44 @@ def test_a_forked_child_polls_though_a_parent_thread_was_polling() -> None:
     th.join(5)
     assert got == [0]
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+@needs_compiled
+def test_a_wait_at_a_gate_is_timed_as_a_wait(log: object) -> None:
+    """Known answer: a thread waits at a closed gate that another opens 20 ms later: one record of
+    kind WAIT for the waiter, park <= put <= woke <= gil, the put when release() ran."""
+    gate = handoff.closed_gate()
+    waiting = threading.Event()
+    th = threading.Thread(target=lambda: (waiting.set(), gate.acquire()))
+    th.start()
+    waiting.wait()
+    time.sleep(0.02)
+    put_at = time.monotonic_ns()
+    gate.release()
+    gate.release()  # a second opening changes nothing
+    th.join(5)
+    assert not th.is_alive()
+    (rec,) = handoff.drain().records
+    assert int(rec["queue"]) == handoff.QueueKind.WAIT and int(rec["native_id"]) == th.native_id
+    assert int(rec["put"]) - int(rec["park"]) >= 15_000_000
+    assert abs(int(rec["put"]) - put_at) < 5_000_000
+    assert int(rec["park"]) <= int(rec["put"]) <= int(rec["woke"]) <= int(rec["gil"])
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_gate_opened_before_the_wait_lets_it_through_at_once(compiled: bool) -> None:
+    """Both gates (the compiled one, the pure path's locked Lock) are closed when made, let one
+    wait through once opened, and the compiled one logs no hand-off for a wait that did not wait."""
+    if compiled and not handoff.AVAILABLE:
+        pytest.skip(handoff.WHY_NOT)
+    started = handoff.start() if compiled else False
+    try:
+        handoff.drain()
+        gate = handoff.closed_gate() if compiled else handoff._locked_lock()
+        assert gate.locked()  # type: ignore[attr-defined]
+        gate.release()
+        assert gate.acquire()
+        assert len(handoff.drain()) == 0
+    finally:
+        if started:
+            handoff.stop()
