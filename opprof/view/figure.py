@@ -75,6 +75,7 @@ from bokeh.plotting import figure
 from ..trace import Analysis, Trace
 from ..trace.analysis.causes import has_edges
 from ..trace.analysis.critical import CriticalPath
+from ..trace.analysis.gil import PYTHON_GIL_PARTS
 from ..trace.analysis.memory import live_from_counters
 from ..trace.analysis.stats import stat_columns
 from ..trace.formats.atomic import written
@@ -183,6 +184,8 @@ def _text_color(fill: str) -> str:
 #: Label colour per colour index ``c`` (black on all but Dummy_Wait's #333333).
 TEXT_PALETTE = [_text_color(c) for c in PALETTE]
 
+#: The colour of a thread waiting for a CPU (the GIL strip's, :data:`STATE_COLORS`).
+STATE_COLORS_RUNNABLE = "#f4a261"
 #: The parts of a custom op's wall time in the split bars, in stacking order: (column, legend
 #: label, colour). Python is split by its thread's CPU time where that was measured; waiting by
 #: cause (:mod:`opprof.trace.analysis.causes`). Greens are Python, purple sub-ops, warm colours waiting.
@@ -190,6 +193,16 @@ PYTHON_PARTS = (
     ("py_on_cpu", "python on CPU", "#3f8f3a"),
     ("py_off_cpu", "python off CPU (GIL, sleep, I/O)", "#a6d99b"),
     ("py_cpu_unknown", "python (CPU not measured)", ROLE_COLORS["python"]),
+)
+#: Where the GIL was sampled, the Python off a CPU split by what its thread did meanwhile (the
+#: why-text's split, :data:`~opprof.trace.analysis.gil.PYTHON_GIL_PARTS`): these replace the one
+#: "off CPU (GIL, sleep, I/O)" part, in proportion to the sampled states (a Python too short for a
+#: sample keeps its off-CPU time as "not sampled").
+PYTHON_OFF_CPU_PARTS = (
+    ("py_off_gil", "python waiting for the GIL", "#d6604d"),
+    ("py_off_blocked", "python blocked (sleep, I/O, a lock)", "#b8c9a8"),
+    ("py_off_cpu_wait", "python waiting for a CPU", STATE_COLORS_RUNNABLE),
+    ("py_off_unsampled", "python off CPU, not sampled (GIL, sleep or I/O)", "#a6d99b"),
 )
 SUBOP_PART = ("sub-ops", "sub-ops", ROLE_COLORS["subop"])
 #: Legend text and colour of each cause of waiting.
@@ -225,7 +238,7 @@ STATE_COLORS = {
     ThreadState.WAIT: CAUSE_COLORS["custom_pool_gil"],
     ThreadState.BLOCKED: "#c9c9c9",
     ThreadState.RUNNING: "#264653",
-    ThreadState.RUNNABLE: "#f4a261",
+    ThreadState.RUNNABLE: STATE_COLORS_RUNNABLE,
 }
 #: The strip's palette, by column ``c`` (a state's index in STATES).
 STATE_PALETTE = [STATE_COLORS[s] for s in STATES]
@@ -520,10 +533,33 @@ def _stats_table(trace: Trace, limit: int = 500) -> tuple[ColumnDataSource, Data
     return src, table
 
 
-def _bar_parts(keys: tuple[str, ...]) -> list[tuple[str, str, str]]:
-    """(column, label, colour) of every part, in stacking order."""
+def _bar_parts(keys: tuple[str, ...], gil: bool = False) -> list[tuple[str, str, str]]:
+    """(column, label, colour) of every part, in stacking order (``gil``: the Python off a CPU split
+    by the GIL's evidence)."""
     causes = [(k, CAUSE_LABELS.get(k, f"waiting: {k}"), CAUSE_COLORS.get(k, ROLE_COLORS["wait"])) for k in keys]
-    return [*PYTHON_PARTS, SUBOP_PART, *causes]
+    python = [PYTHON_PARTS[0], *PYTHON_OFF_CPU_PARTS, PYTHON_PARTS[2]] if gil else list(PYTHON_PARTS)
+    return [*python, SUBOP_PART, *causes]
+
+
+def _off_cpu_by_gil(a: Analysis, names: list[str], off_cpu: np.ndarray) -> dict[str, np.ndarray] | None:
+    """Each type's Python off a CPU (ns), split as :data:`PYTHON_OFF_CPU_PARTS` in proportion to its
+    sampled GIL wait, blocked and CPU wait (the rest, and all of it where none was sampled, "not
+    sampled"); None without the GIL's evidence. The parts sum to ``off_cpu`` exactly."""
+    by_type = a.python_gil_by_type
+    if not by_type:
+        return None
+    k = PYTHON_GIL_PARTS.index
+    seen = np.array(
+        [by_type[n][0][[k("GIL wait"), k("blocked"), k("CPU wait")]] if n in by_type else np.zeros(3, np.int64) for n in names],
+        dtype=np.float64,
+    ).reshape(-1, 3)
+    total = seen.sum(axis=1)
+    share = np.divide(seen, total[:, None], out=np.zeros_like(seen), where=total[:, None] > 0)
+    parts = np.floor(share * off_cpu[:, None])
+    cols = [c for c, _, _ in PYTHON_OFF_CPU_PARTS]
+    out = {c: parts[:, j] for j, c in enumerate(cols[:3])}
+    out[cols[3]] = off_cpu - parts.sum(axis=1)
+    return out
 
 
 def _split_bars(a: Analysis, width: int, limit: int = 30) -> Any:
@@ -534,15 +570,18 @@ def _split_bars(a: Analysis, width: int, limit: int = 30) -> Any:
     kinds = ot.names[:limit]
     top = slice(0, len(kinds))
     wall = ot.wall[top] / 1e6
-    parts = _bar_parts(ot.causes)
-    data: dict[str, Any] = {"op": kinds, "calls": ot.calls[top], "wall": wall}
+    off_by_gil = _off_cpu_by_gil(a, list(kinds), parts_ns["py_off_cpu"][top].astype(np.float64))
+    if off_by_gil is not None:
+        parts_ns = {**parts_ns, **off_by_gil}
+    parts = _bar_parts(ot.causes, gil=off_by_gil is not None)
+    data: dict[str, Any] = {"op": kinds, "calls": ot.calls[top], "wall": wall, "py_off_cpu": parts_ns["py_off_cpu"][top] / 1e6}
     for col, _, _ in parts:
-        v = parts_ns[col][top] / 1e6
+        v = parts_ns[col][: len(kinds)] / 1e6
         data[col] = v
         data[f"{col}_pct"] = 100 * v / np.maximum(wall, 1e-12)
     # The three totals of the split (what op_type_splits sums), for the eye and for tests.
     zero = np.zeros(len(kinds))
-    data["python"] = sum((data[c] for c, _, _ in PYTHON_PARTS), zero)
+    data["python"] = sum((data[c] for c, _, _ in parts if c.startswith("py_")), zero)
     data["waiting"] = sum((data[k] for k in ot.causes), zero)
     src = ColumnDataSource(data, name="split_bars")
     p = figure(

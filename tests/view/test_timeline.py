@@ -670,6 +670,13 @@ def test_split_bars_break_waiting_into_its_causes_summed_per_op_type(edges_tl, e
         assert src["python"][j] + src["sub-ops"][j] + src["waiting"][j] == pytest.approx(wall, rel=1e-9)
         py = src["py_on_cpu"][j] + src["py_off_cpu"][j] + src["py_cpu_unknown"][j]
         assert py == pytest.approx(src["python"][j], rel=1e-9) and src["py_cpu_unknown"][j] == 0
+        # Where the GIL was sampled, the Python off a CPU is stacked by what its thread did meanwhile.
+        off_parts = ("py_off_gil", "py_off_blocked", "py_off_cpu_wait", "py_off_unsampled")
+        if trace.thread_states is not None:
+            assert sum(src[k][j] for k in off_parts) == pytest.approx(src["py_off_cpu"][j], rel=1e-9, abs=1e-9)
+            assert min(src[k][j] for k in off_parts) >= 0
+        else:
+            assert not set(off_parts) & set(src)
         assert src["waiting"][j] == pytest.approx(sum(src[k][j] for k in c.keys), rel=1e-9)
         assert src["dependency_pct"][j] == pytest.approx(100 * src["dependency"][j] / wall, rel=1e-9)
     # What op_type_splits returned before still holds, and the per-invocation oracle agrees.
@@ -1023,3 +1030,24 @@ def test_the_gil_strip_merges_runs_narrower_than_a_pixel_and_the_widget_refines_
     assert len(d["left"]) and set(np.asarray(d["count"]).tolist()) == {1} and len(d["left"]) < 100
     assert set(np.asarray(d["c"]).tolist()) <= set(range(len(STATES)))
     w.close()
+
+
+@pytest.mark.skipif(not __import__("opprof.engine.gil", fromlist=["AVAILABLE"]).AVAILABLE, reason="no GIL evidence here")
+def test_a_python_that_sleeps_is_stacked_as_blocked_not_as_the_gil() -> None:
+    """Known answer: a custom op whose Python sleeps 20 ms (the GIL released, off a CPU): the split
+    bar stacks its off-CPU Python as blocked, not as waiting for the GIL."""
+    from tests.profiler import test_gil_known_answers  # noqa: F401 - registers KnownNap
+
+    opprof.set_engine("threaded", workers=2, custom_workers=1)
+    try:
+        x = nd.ones((4, 4))
+        with opprof.profile() as prof:
+            for _ in range(3):
+                nd.Custom(x, op_type="KnownNap").wait_to_read()
+    finally:
+        opprof.set_engine("threaded")
+    src = _bar_source(build_timeline(prof.trace)).data
+    j = list(src["op"]).index("KnownNap")
+    assert src["py_off_cpu"][j] >= 0.8 * 3 * 20  # ms
+    assert src["py_off_blocked"][j] >= 0.8 * src["py_off_cpu"][j], {k: src[k][j] for k in src if k.startswith("py_")}
+    assert src["py_off_gil"][j] <= 0.1 * src["py_off_cpu"][j]
