@@ -533,10 +533,19 @@ def _stats_table(trace: Trace, limit: int = 500) -> tuple[ColumnDataSource, Data
     return src, table
 
 
-def _bar_parts(keys: tuple[str, ...], gil: bool = False) -> list[tuple[str, str, str]]:
+#: The queued causes' labels on a trace of the naive engine, which waits for no thread (its
+#: own bookkeeping, inline: :attr:`~opprof.trace.data.TraceData.ran_inline`).
+INLINE_CAUSE_LABELS = {
+    "custom_pool": "waiting: the naive engine's bookkeeping before the Python",
+    "subop_queue": "waiting: the naive engine's bookkeeping before a sub-op",
+}
+
+
+def _bar_parts(keys: tuple[str, ...], gil: bool = False, inline: bool = False) -> list[tuple[str, str, str]]:
     """(column, label, colour) of every part, in stacking order (``gil``: the Python off a CPU split
-    by the GIL's evidence)."""
-    causes = [(k, CAUSE_LABELS.get(k, f"waiting: {k}"), CAUSE_COLORS.get(k, ROLE_COLORS["wait"])) for k in keys]
+    by the GIL's evidence; ``inline``: a naive engine's trace)."""
+    labels = {**CAUSE_LABELS, **INLINE_CAUSE_LABELS} if inline else CAUSE_LABELS
+    causes = [(k, labels.get(k, f"waiting: {k}"), CAUSE_COLORS.get(k, ROLE_COLORS["wait"])) for k in keys]
     python = [PYTHON_PARTS[0], *PYTHON_OFF_CPU_PARTS, PYTHON_PARTS[2]] if gil else list(PYTHON_PARTS)
     return [*python, SUBOP_PART, *causes]
 
@@ -573,7 +582,7 @@ def _split_bars(a: Analysis, width: int, limit: int = 30) -> Any:
     off_by_gil = _off_cpu_by_gil(a, list(kinds), parts_ns["py_off_cpu"][top].astype(np.float64))
     if off_by_gil is not None:
         parts_ns = {**parts_ns, **off_by_gil}
-    parts = _bar_parts(ot.causes, gil=off_by_gil is not None)
+    parts = _bar_parts(ot.causes, gil=off_by_gil is not None, inline=a.data.ran_inline)
     data: dict[str, Any] = {"op": kinds, "calls": ot.calls[top], "wall": wall, "py_off_cpu": parts_ns["py_off_cpu"][top] / 1e6}
     for col, _, _ in parts:
         v = parts_ns[col][: len(kinds)] / 1e6

@@ -382,6 +382,10 @@ def test_the_naive_engine_is_never_said_to_wait_for_a_thread(engine: str) -> Non
     text = why_text(trace) + "\n" + split_table(trace)
     names = [s.name for s in trace.critical_path().segments]
     thread_words = ("custom-op thread", "waking", "engine worker")
+    from opprof.view.figure import build_timeline
+
+    legend = [item.label.value for item in build_timeline(trace).bars.legend[0].items]
+    text += "\n" + "\n".join(legend)
     if engine == "naive":
         assert trace.ran_inline
         assert not any(w in text for w in thread_words), text
