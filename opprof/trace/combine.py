@@ -29,7 +29,7 @@ from .data import TraceData
 from .memory import MemoryEvents
 from .ops import WAIT_ID_BASE, OpTable
 from .records import CounterSample, Instant, ThreadInfo
-from .threadstates import GIL_METADATA, ThreadStates
+from .threadstates import CPU_WAIT_METADATA, GIL_METADATA, ThreadStates
 from .trace import Trace
 
 __all__ = ["Combiner", "Lanes"]
@@ -130,6 +130,7 @@ class Combiner:
         self._counters: list[CounterSample] = []
         self._states: list[ThreadStates] = []
         self._gil_meta: dict[str, Any] | None = None  # the first part's that sampled the GIL
+        self._cpu_wait: dict[int, int] | None = None  # each lane's wait for a CPU, of the parts that counted it
         self._memory: list[MemoryEvents] = []
         self._storage_base: dict[Hashable, int] = {}  # group -> what its storage numbers are shifted by
 
@@ -184,6 +185,15 @@ class Combiner:
             gil = trace.metadata.get(GIL_METADATA)
             if self._gil_meta is None and isinstance(gil, dict) and "period_ns" in gil:
                 self._gil_meta = gil
+        waited = trace.metadata.get(CPU_WAIT_METADATA)
+        by_tid = waited.get("ns") if isinstance(waited, dict) else None
+        if isinstance(by_tid, dict):  # each part's threads' waits for a CPU, on their lanes
+            pairs = [(int(k), v) for k, v in by_tid.items() if str(k).isdigit() and isinstance(v, int)]
+            lanes = tid(np.array([k for k, _ in pairs], dtype=_I64)).tolist()
+            acc = self._cpu_wait = self._cpu_wait if self._cpu_wait is not None else {}
+            for lane, (_, ns) in zip(lanes, pairs, strict=True):
+                if lane:
+                    acc[lane] = acc.get(lane, 0) + ns
         m = trace.memory
         if m is not None:  # each part's memory in its own process, its vars as its ops' (remapped alike)
             var_map = self._ids.groups.setdefault(group, (self._ids.op_next, {}))[1]
@@ -217,6 +227,9 @@ class Combiner:
             gil = metadata.get(GIL_METADATA)
             if self._gil_meta is not None and not (isinstance(gil, dict) and "period_ns" in gil):
                 metadata = {**metadata, GIL_METADATA: {**self._gil_meta, "period_ns": states.period_ns}}
+        if self._cpu_wait is not None:
+            source = "the OS's run-queue time per thread (/proc/self/task/<tid>/schedstat), of each process"
+            metadata = {**metadata, CPU_WAIT_METADATA: {"source": source, "ns": {str(k): v for k, v in self._cpu_wait.items()}}}
         memory = None
         for m in self._memory:
             memory = m if memory is None else memory.concat_with(m)

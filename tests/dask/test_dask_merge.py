@@ -118,6 +118,37 @@ def test_each_workers_gil_evidence_stays_on_its_threads_and_clock() -> None:
     assert trace.metadata[GIL_METADATA]["period_ns"] == 1_000_000
 
 
+def test_each_workers_wait_for_a_cpu_stays_on_its_threads_lanes() -> None:
+    """Known answer: two workers' segments and a client, each counting its threads' waits for a CPU
+    under its own tids: the merged trace keeps every one on its own lane (a worker's two segments'
+    waits on one lane add up), never on a lane another process's tid names."""
+    from opprof.trace import Trace
+    from opprof.trace.records import ThreadInfo
+    from opprof.trace.threadstates import CPU_WAIT_METADATA
+
+    def part(ns: dict[str, int]) -> Trace:
+        threads = [ThreadInfo(1, "MainThread"), ThreadInfo(2, "opprof-engine-0")]
+        return Trace(threads, metadata={CPU_WAIT_METADATA: {"source": "test", "ns": ns}})
+
+    workers = []
+    for w in range(2):
+        rec = WorkerRecords(f"tcp://w{w}:1", name=str(w), pid=100 + w)
+        rec.clock = ClockEstimate(0, 300_000, 0, 30)
+        rec.segments += [part({"2": 1_000 * (w + 1)}), part({"2": 10, "1": 7})]
+        workers.append(rec)
+    client = Trace([ThreadInfo(5, "MainThread")], metadata={CPU_WAIT_METADATA: {"source": "test", "ns": {"5": 3}}})
+    trace = merge(client, workers, {})
+    lane = {th.tid: (th.pid, th.name) for th in trace.threads}
+    got = {lane[int(k)]: v for k, v in trace.metadata[CPU_WAIT_METADATA]["ns"].items()}
+    assert got == {
+        (0, "MainThread"): 3,
+        (1, "opprof-engine-0"): 1_010,
+        (1, "MainThread"): 7,
+        (2, "opprof-engine-0"): 2_010,
+        (2, "MainThread"): 7,
+    }
+
+
 def test_a_task_that_ran_on_two_workers_keeps_both_runs_and_the_metadata_says_so() -> None:
     """Known answer: Dask ran ``inc-1`` on both workers (a steal that raced the first start, as seen
     once in ~30,000 tasks on a real cluster). Both spans stay; ``ran_again`` counts one extra run and
