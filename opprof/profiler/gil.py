@@ -103,25 +103,35 @@ class GilRecording:
     ) -> ThreadStates | None:
         """The samples as runs per trace thread, clipped to ``[t0, t1]``. ``native_ids`` maps a
         native thread id to its tid in ``threads``; a sampled thread the trace does not list yet
-        (one that held the GIL without recording a span) is appended to ``threads``."""
+        (one that held the GIL without recording a span) is appended to ``threads`` where it held,
+        waited for or ran without the GIL meanwhile (one blocked throughout is left out)."""
         samples = self.samples
         if samples is None or not samples.available:
             if samples is not None and not self.why_not:
                 self.why_not = samples.why_not
             return None
         runs = samples.intervals()
+        start = np.maximum(runs.start, t0)
+        end = runs.end if t1 is None else np.minimum(runs.end, t1)
+        keep = end > start
+        # A thread that recorded nothing is a lane only where it did something to the GIL's story
+        # (held it, waited for it, ran): a notebook kernel's idle threads (IOPub, heartbeat,
+        # history), sampled for the profile, stay out of the timeline.
+        busy = keep & (runs.state != int(ThreadState.BLOCKED))
+        holders_seen = runs.holder[busy & (runs.holder >= 0)]
+        active = set(np.unique(runs.slot[busy]).tolist()) | set(np.unique(holders_seen).tolist())
         tid_of_slot = np.full(gil.MAX_THREADS + 1, -1, dtype=np.int64)  # the last entry: slot -1
         next_tid = max((t.tid for t in threads), default=0) + 1
         for slot, th in samples.threads.items():
             tid = native_ids.get(th.native_id)
             if tid is None:
+                if slot not in active:
+                    continue
                 tid, next_tid = next_tid, next_tid + 1
                 threads.append(ThreadInfo(tid, th.name or f"thread {th.native_id}"))
                 native_ids[th.native_id] = tid
             tid_of_slot[slot] = tid
-        start = np.maximum(runs.start, t0)
-        end = runs.end if t1 is None else np.minimum(runs.end, t1)
-        keep = end > start
+        keep &= tid_of_slot[runs.slot.astype(np.int64)] >= 0
         slots = runs.slot.astype(np.int64)[keep]
         holders = runs.holder.astype(np.int64)[keep]
         states, holder = runs.state[keep], tid_of_slot[holders]

@@ -116,6 +116,19 @@ class _EngineIds:
 STORAGE_BITS = 40
 
 
+def _lane_names(names: list[str]) -> list[str]:
+    """The lane name of each of one part's threads: its name, and for the second and later threads
+    of one name (a process's threads are not named uniquely: the GIL's evidence brings every Python
+    thread of a Dask worker) the name with its number, ``"Thread-1 (2)"``, so that two threads never
+    share a lane (their states would overlap) while a process's parts still meet on theirs."""
+    seen: dict[str, int] = {}
+    out = []
+    for name in names:
+        n = seen[name] = seen.get(name, 0) + 1
+        out.append(name if n == 1 else f"{name} ({n})")
+    return out
+
+
 class Combiner:
     """Builds one trace from parts (see the module docstring): :meth:`add` each part, then :meth:`build`."""
 
@@ -142,7 +155,8 @@ class Combiner:
         names = trace.thread_names()
         known = sorted({int(x) for x in np.unique(t.tid).tolist()} | {th.tid for th in trace.threads})
         keys = np.array(known, dtype=_I64)
-        vals = np.array([self.lanes.tid(pid, names.get(k, f"thread {k}")) for k in known], dtype=_I64)
+        lanes = _lane_names([names.get(k, f"thread {k}") for k in known])
+        vals = np.array([self.lanes.tid(pid, lane) for lane in lanes], dtype=_I64)
 
         def tid(col: np.ndarray) -> np.ndarray:  # 0 ("unknown", an op's pusher) stays 0
             if not len(col) or not len(keys):

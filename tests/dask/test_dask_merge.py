@@ -175,3 +175,24 @@ def test_a_task_that_ran_on_two_workers_keeps_both_runs_and_the_metadata_says_so
     assert trace.metadata["dask"]["lost"] == []  # what the session said is kept
     once = merge(None, workers[:1], {"dask": {"lost": []}})
     assert "ran_again" not in once.metadata["dask"]
+
+
+def test_two_threads_of_one_name_in_a_part_keep_lanes_of_their_own() -> None:
+    """Known answer: a worker's segment with two threads both named ``Thread-1`` (a process's thread
+    names are not unique), each holding the GIL at the same moment on its own: the merge gives
+    each its own lane, so their states never overlap, and a second segment's threads meet them."""
+    from opprof.trace import Trace
+    from opprof.trace.records import ThreadInfo
+    from opprof.trace.threadstates import GIL_METADATA, ThreadState, ThreadStates
+
+    rec = WorkerRecords("tcp://w0:1", name="0", pid=100)
+    rec.clock = ClockEstimate(0, 300_000, 0, 30)
+    for at in (0, 100_000):
+        states = ThreadStates([1, 2], [int(ThreadState.BLOCKED)] * 2, [at, at], [at + 50_000] * 2, [-1, -1], 1_000_000)
+        threads = [ThreadInfo(1, "Thread-1"), ThreadInfo(2, "Thread-1")]
+        rec.segments.append(Trace(threads, metadata={GIL_METADATA: {"period_ns": 1_000_000}}, thread_states=states))
+    trace = merge(None, [rec], {})
+    assert trace.validate() == []
+    lanes = sorted(th.name for th in trace.threads if th.pid == 1 and th.name.startswith("Thread-1"))
+    assert lanes == ["Thread-1", "Thread-1 (2)"]
+    assert trace.thread_states is not None and len(trace.thread_states) == 4

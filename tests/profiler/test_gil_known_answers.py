@@ -198,12 +198,17 @@ def test_small_ops_behind_a_users_own_spinning_thread_wait_for_the_gil_it_holds(
         threads.clear()
         if started == "before the profile":
             start_loader()
+        release = threading.Event()
+        idle = threading.Thread(target=release.wait, name="UsersIdleThread")  # blocked throughout: no lane
+        idle.start()
         try:
             trace = _profile(work)
         finally:
             go.set()
-            for th in threads:
+            release.set()
+            for th in [*threads, idle]:
                 th.join()
+        assert "UsersIdleThread" not in {th.name for th in trace.threads}
         w = _waiting(trace, "KnownTiny")
         assert _gil_share(w) >= 0.8, w
         holders = trace.analysis().queue_gil_holders["custom_pool"]["KnownTiny"]
