@@ -409,13 +409,17 @@ def why_text(trace: Trace, top: int = 5) -> str:
         if cp.approximate:
             lines.append(f"  ({cp.note})")
     if hops:
-        pools = {"custom": "custom-op threads", "engine": "engine workers"}
+        hop_words = {
+            "custom": "{n} to custom-op threads",
+            "engine": "{n} to engine workers",
+            "wait": "{n} back to waiting threads",
+        }
         said = [
-            f"{c.count} to {pools[p]}, {_dur(c.wake_ns)} to wake + {_dur(c.gil_ns)} for the GIL (medians)"
+            f"{hop_words[p].format(n=c.count)}, {_dur(c.wake_ns)} to wake + {_dur(c.gil_ns)} for the GIL (medians)"
             for p, c in hops.items()
-            if p in pools
+            if p in hop_words
         ]
-        lines.append("Thread hand-offs (timed in the engine's queues): " + "; ".join(said) + ".")
+        lines.append("Thread hand-offs (timed in the engine's queues and waits): " + "; ".join(said) + ".")
     lines += _cpu_wait_words(trace)
     sites = _top_sites(a, top)
     if sites:

@@ -390,3 +390,5 @@ def test_a_program_waiting_for_its_ops_is_parked_in_its_waits_not_holding_the_gi
     assert by["HELD"] <= 0.05 * total, (by, total)
     assert by["BLOCKED"] + by["RUNNABLE"] + by["WAIT"] >= 0.9 * total, (by, total)
     assert trace.metadata["gil"]["handoffs"]["wait"]["count"] >= 20
+    assert handoff_costs(trace)["wait"].count >= 20
+    assert " back to waiting threads, " in why_text(trace)

@@ -104,14 +104,15 @@ class HandoffCost:
 
 
 def handoff_costs(data: TraceData) -> dict[str, HandoffCost]:
-    """Per pool (``"custom"``, ``"engine"``, and ``"all"`` of them): its hand-offs' cost, where the
+    """Per pool (``"custom"``, ``"engine"``, and ``"all"`` of them), and for the program's waits
+    (``"wait"``: a thread woken when the op it waited for was done): the hand-offs' cost, where the
     profile timed any."""
     meta = data.metadata.get(GIL_METADATA)
     hand = meta.get("handoffs") if isinstance(meta, dict) else None
     if not isinstance(hand, dict):
         return {}
     out = {}
-    for pool in ("custom", "engine", "all"):
+    for pool in ("custom", "engine", "wait", "all"):
         got = hand.get(pool)
         if isinstance(got, dict) and got.get("count"):
             keys = ("count", "wake_ns_median", "gil_ns_median", "hop_ns_median")
