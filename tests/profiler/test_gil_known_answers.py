@@ -110,7 +110,9 @@ def test_small_ops_behind_a_spinning_python_wait_for_the_gil_it_holds() -> None:
         trace = _profile(work)
         w = _waiting(trace, "KnownTiny")
         assert _gil_share(w) >= 0.8, w
-        holders = trace.analysis().queue_gil_holders["custom_pool"]["KnownTiny"]
+        # An assertion, not a KeyError, where no holder was named: a loaded machine's run is retried.
+        holders = trace.analysis().queue_gil_holders.get("custom_pool", {}).get("KnownTiny", [])
+        assert holders, trace.analysis().queue_gil_holders
         assert holders[0].running == "KnownSpin::pure_python", holders
         assert "held most by KnownSpin::pure_python on opprof-custom-" in why_text(trace)
         # The spinner bounds the run: the critical path runs through its Python, or (where the small
@@ -211,7 +213,9 @@ def test_small_ops_behind_a_users_own_spinning_thread_wait_for_the_gil_it_holds(
         assert "UsersIdleThread" not in {th.name for th in trace.threads}
         w = _waiting(trace, "KnownTiny")
         assert _gil_share(w) >= 0.8, w
-        holders = trace.analysis().queue_gil_holders["custom_pool"]["KnownTiny"]
+        # An assertion, not a KeyError, where no holder was named: a loaded machine's run is retried.
+        holders = trace.analysis().queue_gil_holders.get("custom_pool", {}).get("KnownTiny", [])
+        assert holders, trace.analysis().queue_gil_holders
         assert holders[0].thread == "UsersLoader" and holders[0].running == "", holders
         assert "held most by UsersLoader (its own Python, outside the engine's ops)" in why_text(trace)
         assert all(not h.thread.startswith("opprof-") for h in holders if h.ns >= 0.1 * holders[0].ns), holders
