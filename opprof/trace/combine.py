@@ -29,7 +29,7 @@ from .data import TraceData
 from .memory import MemoryEvents
 from .ops import WAIT_ID_BASE, OpTable
 from .records import CounterSample, Instant, ThreadInfo
-from .threadstates import CPU_WAIT_METADATA, GIL_METADATA, ThreadStates
+from .threadstates import CPU_WAIT_METADATA, GIL_METADATA, ThreadStates, cpu_wait_ns
 from .trace import Trace
 
 __all__ = ["Combiner", "Lanes"]
@@ -199,10 +199,9 @@ class Combiner:
             gil = trace.metadata.get(GIL_METADATA)
             if self._gil_meta is None and isinstance(gil, dict) and "period_ns" in gil:
                 self._gil_meta = gil
-        waited = trace.metadata.get(CPU_WAIT_METADATA)
-        by_tid = waited.get("ns") if isinstance(waited, dict) else None
-        if isinstance(by_tid, dict):  # each part's threads' waits for a CPU, on their lanes
-            pairs = [(int(k), v) for k, v in by_tid.items() if str(k).isdigit() and isinstance(v, int)]
+        waited = cpu_wait_ns(trace.metadata)
+        if waited is not None:  # each part's threads' waits for a CPU, on their lanes
+            pairs = list(waited.items())
             lanes = tid(np.array([k for k, _ in pairs], dtype=_I64)).tolist()
             acc = self._cpu_wait = self._cpu_wait if self._cpu_wait is not None else {}
             for lane, (_, ns) in zip(lanes, pairs, strict=True):

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 __all__ = [
     "CPU_WAIT_METADATA",
+    "cpu_wait_ns",
     "GIL_CATEGORY",
     "GIL_METADATA",
     "STATE_LABELS",
@@ -45,6 +47,18 @@ class ThreadState(enum.IntEnum):
     BLOCKED = 3  # in another system call: asleep, in I/O, on a lock or a queue (idle in the engine)
     RUNNING = 4  # on a CPU without the GIL: C code that released it (NumPy on large arrays)
     RUNNABLE = 5  # wanted a CPU and had none (a busy machine): neither the GIL nor blocked
+
+
+
+
+def cpu_wait_ns(metadata: dict[str, Any]) -> dict[int, int] | None:
+    """``metadata["cpu_wait"]["ns"]`` read back: ns per thread tid (keys are strings in JSON); None
+    where the trace counted none. The one reader of that record (the analyses, the merge)."""
+    meta = metadata.get(CPU_WAIT_METADATA)
+    by_tid = meta.get("ns") if isinstance(meta, dict) else None
+    if not isinstance(by_tid, dict):
+        return None
+    return {int(k): v for k, v in by_tid.items() if str(k).isdigit() and isinstance(v, int) and not isinstance(v, bool)}
 
 
 #: Every state, in column order of :meth:`ThreadStates.overlap`.

@@ -22,7 +22,7 @@ from ..columns import ROLE_CODE, SpanTable
 from ..data import TraceData
 from ..ops import OpTable, short_site
 from ..records import CUSTOM_POOL, ENGINE_POOL, Role
-from ..threadstates import CPU_WAIT_METADATA, GIL_METADATA, STATES, ThreadState, ThreadStates
+from ..threadstates import GIL_METADATA, STATES, ThreadState, ThreadStates, cpu_wait_ns
 from .split import inline_subops
 
 __all__ = [
@@ -123,15 +123,11 @@ def handoff_costs(data: TraceData) -> dict[str, HandoffCost]:
 def cpu_waits(data: TraceData) -> dict[str, int]:
     """ns the OS kept threads waiting for a CPU while recording (``metadata["cpu_wait"]``), summed
     per pool (``"engine"``, ``"custom"``) and per other thread by name; empty where not recorded."""
-    meta = data.metadata.get(CPU_WAIT_METADATA)
-    by_tid = meta.get("ns") if isinstance(meta, dict) else None
-    if not isinstance(by_tid, dict):
-        return {}
     out: dict[str, int] = {}
-    for tid, ns in by_tid.items():
-        if not isinstance(ns, int) or ns <= 0 or not str(tid).lstrip("-").isdigit():
+    for tid, ns in (cpu_wait_ns(data.metadata) or {}).items():
+        if ns <= 0:
             continue
-        name = data.thread_name(int(tid)) or f"thread {tid}"
+        name = data.thread_name(tid) or f"thread {tid}"
         pools = ((ENGINE_POOL.thread_prefix, "engine"), (CUSTOM_POOL.thread_prefix, "custom"))
         key = next((pool for prefix, pool in pools if name.startswith(prefix)), name)
         out[key] = out.get(key, 0) + ns
