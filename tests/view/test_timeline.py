@@ -742,9 +742,12 @@ def test_parent_hover_says_waiting_by_cause_python_cpu_and_the_top_blocker(edges
         top = blockers[0]
         want = f"dependency {fmt_us(top.ns / 1e3)}: {top.name} (invocation {top.invocation}), var {top.var}"
         assert blocker.startswith(want), (blocker, want)
-        assert top.name.endswith("TimelineSlow::_mul_scalar") and top.invocation == int(t.inv[causes.parents[k]])
+        # Each forward's _plus_scalar waits for its _mul_scalar, and its output's copy for the
+        # _plus_scalar: which waited longest depends on the recording (3.13 in one CI run: the copy).
+        assert top.invocation == int(t.inv[causes.parents[k]]), top
+        assert top.name.rpartition("::")[0].endswith("TimelineSlow") and top.name.endswith(("_mul_scalar", "_plus_scalar")), top
         named += 1
-    assert named >= 6  # each forward's _plus_scalar waited for its _mul_scalar
+    assert named >= 6
     (hover,) = [t for t in edges_tl.figure.toolbar.tools if isinstance(t, HoverTool) and t.name != "gil_hover"]
     fields = dict(hover.tooltips)
     assert fields["waiting by cause"] == "@why{custom}" and fields["blocked by"] == "@blocker{custom}"
