@@ -24,7 +24,7 @@ from .columns import ROLE_CODE, SpanTable
 from .compare import CONFIDENCE, CallResult, Comparison, Estimate, RowKind, Verdict
 from .memory import MEMORY_CATEGORY, MEMORY_COUNTER
 from .ops import short_site
-from .records import CUSTOM_OP, CUSTOM_POOL, Role
+from .records import CUSTOM_OP, CUSTOM_POOL, ENGINE_POOL, Role
 from .trace import Trace
 
 __all__ = [
@@ -341,6 +341,12 @@ def _dur(ns: float) -> str:
     return fmt_us(ns / 1e3)
 
 
+def _shares(ns_by_name: dict[str, int], top: int = 3) -> str:
+    """The ``top`` names of ``ns_by_name`` (most first) with their shares: "A 60%, B 40%"."""
+    total = sum(ns_by_name.values()) or 1
+    return ", ".join(f"{n} {100 * v / total:.0f}%" for n, v in list(ns_by_name.items())[:top])
+
+
 def why_text(trace: Trace, top: int = 5) -> str:
     """Why each custom op waits and what bounds the run, in plain words (``%%opprof --why``)."""
     a = trace.analysis()
@@ -350,8 +356,9 @@ def why_text(trace: Trace, top: int = 5) -> str:
     hops = handoff_costs(trace)
     unseen_gil = False
     if split:
-        busy = a.pool_busy
+        busy, workers_busy = a.pool_busy, a.workers_busy
         pool = trace.metadata.get(CUSTOM_POOL.size_key)
+        n_workers = trace.metadata.get(ENGINE_POOL.size_key)
         lines.append("Why the custom ops wait (share of each op's wall time):")
         for s in split[:top]:
             wall = s.wall_ns or 1
@@ -376,11 +383,12 @@ def why_text(trace: Trace, top: int = 5) -> str:
                 if key == "custom_pool":
                     size = f"the pool of {pool}" if pool else "the custom-op threads"
                     if busy.get(s.name):
-                        total = sum(busy[s.name].values()) or 1
-                        names = ", ".join(f"{n} {100 * v / total:.0f}%" for n, v in list(busy[s.name].items())[:3])
-                        text += f" — {size} was busy with {names}"
+                        text += f" — {size} was busy with {_shares(busy[s.name])}"
                     elif not split_off:  # with the GIL's evidence, the hand-off has a cause of its own
                         text += f" — {size} ran no other Python meanwhile: handing over and waking a thread"
+                if key == "subop_queue" and workers_busy.get(s.name):
+                    size = f"the {n_workers} engine workers" if n_workers else "the engine workers"
+                    text += f" — {size} were busy with {_shares(workers_busy[s.name])}"
                 if key == "dependency" and s.blockers:
                     name, b_ns = s.blockers[0]
                     text += f" — most by {name} ({_dur(b_ns)})"

@@ -256,7 +256,11 @@ def test_a_sub_op_behind_dots_that_release_the_gil_waits_for_busy_workers() -> N
         total = max(1, sum(w.values()))
         assert w["subop_queue"] >= 0.8 * total, w
         assert _gil_share(w) <= 0.1, w
-        assert "sub-ops ready, every engine worker busy" in why_text(trace)
+        text = why_text(trace)
+        # Busy with what: the two dots, by name, first (the span name of nd.dot).
+        busy = trace.analysis().workers_busy.get("KnownNap", {})
+        assert busy and next(iter(busy)) == "dot" and busy["dot"] >= 0.8 * sum(busy.values()), busy
+        assert "sub-ops ready, every engine worker busy — the 2 engine workers were busy with dot " in text, text
 
     # Alone, one recording in 40 missed (2026-12-04: its sub-op waited 2 ms for the GIL some other
     # thread held, 48 % of its waiting), none of 120 in two more sets; in one CI run three in a row

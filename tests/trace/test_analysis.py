@@ -267,3 +267,31 @@ def test_queued_time_splits_by_what_the_pools_threads_did(profile: Trace, state:
     if part == "_gil":
         line = next(x for x in why_text(trace).splitlines() if "AnalysisSleeps (" in x)
         assert "waited for the GIL, held most by" in line and "MainThread" in line
+
+
+def test_what_busy_engine_workers_ran_counts_each_workers_outermost_span_inside_the_queued_pieces() -> None:
+    """``workers_busy_with``: per op type, the ns of the engine workers' spans inside the pieces its
+    calls' sub-ops queued for a worker: clipped to the pieces, a nested span counted once as its
+    outermost, parents and other threads' spans left out."""
+    from opprof.trace.analysis.causes import Causes, workers_busy_with
+    from opprof.trace.columns import SpanTable
+    from opprof.trace.records import Span
+
+    parent = Span("Op", "custom", 9, 0, 1000, {"role": "parent", "invocation": 1})
+    spans = [
+        parent,
+        Span("dot", "op", 1, 100, 400),  # worker 1: 100..400, half of it inside [250, 700)
+        Span("inner", "op", 1, 150, 300),  # nested in the dot: not counted again
+        Span("copy", "op", 1, 500, 600),  # wholly inside
+        Span("dot", "op", 2, 0, 1000),  # worker 2: covers both pieces
+        Span("elsewhere", "op", 3, 0, 1000),  # not a worker
+    ]
+    table = SpanTable.from_spans(spans)
+    z = np.zeros(0, dtype=np.int64)
+    parents = np.array([0])
+    queued = {"subop_queue": (np.array([0, 0]), np.array([250, 800]), np.array([700, 900]))}
+    causes = Causes(parents, ("subop_queue",), np.array([[550]]), np.array([-1]), z, z, z, z, True, queued)
+    got = workers_busy_with(table, causes, np.array([1, 2]))
+    # dot: worker 1 150 (250..400) + worker 2 450 + 100; copy 100.
+    assert got == {"Op": {"dot": 700, "copy": 100}}
+    assert workers_busy_with(table, causes, np.array([], dtype=np.int64)) == {}

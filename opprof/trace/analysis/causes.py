@@ -26,7 +26,7 @@ A trace without edges (another tool's, or one whose span list was rebuilt) still
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -36,7 +36,10 @@ from ..records import Blocker, Role
 from ..threadstates import PoolCondition
 from .split import by_family_time, family_members, family_splits, inline_subops
 
-__all__ = ["CAUSES", "QUEUE_PARTS", "UNATTRIBUTED", "Causes", "has_edges", "op_names", "pool_busy_with", "waiting_causes"]
+__all__ = [
+    "CAUSES", "QUEUE_PARTS", "UNATTRIBUTED", "Causes", "has_edges", "op_names", "pool_busy_with", "waiting_causes",
+    "workers_busy_with",
+]  # fmt: skip
 
 #: The causes of waiting, in the order a waiting instant is given the first that holds.
 CAUSES = ("custom_pool", "subop_queue", "dependency", "completion")
@@ -66,6 +69,10 @@ class Causes:
     blocked_var: np.ndarray
     blocked_ns: np.ndarray
     has_edges: bool
+    #: Per queued cause (``subop_queue`` only: a call queued for a custom-op thread has one window,
+    #: read by :func:`pool_busy_with`): the pieces of time counted as it, as (row, start, end)
+    #: arrays, before the GIL's evidence split them; :func:`workers_busy_with` reads them.
+    queued: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
 
     def of(self, k: int) -> dict[str, int]:
         return dict(zip(self.keys, self.ns[k].tolist(), strict=True))
@@ -304,6 +311,8 @@ def waiting_causes(
         .astype(np.int64)
         .reshape(k, nk)
     )
+    sel = np.flatnonzero(counted & (cause == keys.index("subop_queue")) & (length > 0))
+    pieces = {"subop_queue": (ff[sel], t[sel], t[sel] + length[sel])}
     if pools is not None:
         out, keys = _split_queues(out, keys, pools, t, length, ff, cause, counted, k)
     # No adjustment to the split's waiting: the rule is the split's and integer sums in float64
@@ -333,7 +342,7 @@ def waiting_causes(
             grp = np.cumsum(new) - 1
             bn = np.bincount(grp, weights=got).astype(np.int64)
             bf, bo, bv = jf[new], src[new], var[new]
-    return Causes(parents, keys, out, cpu, bf, bo, bv, bn, edges)
+    return Causes(parents, keys, out, cpu, bf, bo, bv, bn, edges, pieces)
 
 
 def pool_busy_with(table: SpanTable, causes: Causes, limit: int = 5000) -> dict[str, dict[str, int]]:
@@ -368,19 +377,75 @@ def pool_busy_with(table: SpanTable, causes: Causes, limit: int = 5000) -> dict[
         on = py[t.tid[py] == tid]
         on = on[np.argsort(t.start[on], kind="stable")]
         threads.append((t.start[on], t.end[on], np.searchsorted(py, on)))
+    py_inv = t.inv[py]
     out: dict[str, dict[str, int]] = {}
     for j in pick.tolist():
-        a, b = int(lo[j]), int(py_first[j])
-        mine_inv = int(t.inv[parents[j]])
         acc = out.setdefault(names[j], {})
-        for starts, ends, at in threads:
-            i0 = int(np.searchsorted(ends, a, side="right"))
-            i1 = int(np.searchsorted(starts, b, side="left"))
-            for i in range(i0, i1):
-                if int(t.inv[py[at[i]]]) == mine_inv:
-                    continue
-                ov = min(b, int(ends[i])) - max(a, int(starts[i]))
-                if ov > 0:
-                    label = labels[at[i]]
-                    acc[label] = acc.get(label, 0) + ov
+        for starts, ends, at in threads:  # its own Python (a call's later pieces) is not "busy"
+            _add_overlaps(acc, starts, ends, at, labels, int(lo[j]), int(py_first[j]), py_inv, int(t.inv[parents[j]]))
     return {n: dict(sorted(v.items(), key=lambda kv: -kv[1])) for n, v in out.items()}
+
+
+def workers_busy_with(
+    table: SpanTable, causes: Causes, workers: np.ndarray, limit: int = 5000
+) -> dict[str, dict[str, int]]:
+    """For each op type (parent name), what the engine workers (``workers``: tids) ran while its
+    invocations' sub-ops were ready and queued for one (``subop_queue``): ns of the workers' spans
+    by name, most first. So "every engine worker busy" can say with what (a user's large dots, a
+    custom op's own sub-ops, another op type's). A worker's nested spans count once, as its outermost.
+
+    Reads the ``limit`` longest queued pieces (all of them in any profile this size or smaller).
+    """
+    t = table
+    pieces = causes.queued.get("subop_queue")
+    if pieces is None or not len(pieces[0]) or not len(workers):
+        return {}
+    on = np.flatnonzero(np.isin(t.tid, workers) & (t.role != ROLE_CODE[Role.PARENT]))
+    if not len(on):
+        return {}
+    row, a, b = pieces
+    pick = np.argsort(-(b - a), kind="stable")[:limit]
+    names = t.str_list(t.name[causes.parents[row[pick]]])
+    labels = t.str_list(t.name[on])
+    threads: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    for tid in np.unique(t.tid[on]).tolist():
+        mine = on[t.tid[on] == tid]
+        order = np.lexsort((-t.end[mine], t.start[mine]))
+        mine_sorted = np.searchsorted(on, mine[order])
+        starts, ends = t.start[mine][order], t.end[mine][order]
+        # Outermost only: a span that starts before the latest end so far lies inside an earlier one.
+        reach = np.maximum.accumulate(ends)
+        top = np.ones(len(starts), dtype=bool)
+        top[1:] = starts[1:] >= reach[:-1]
+        threads.append((starts[top], ends[top], mine_sorted[top]))
+    out: dict[str, dict[str, int]] = {}
+    for name, lo, hi in zip(names, a[pick].tolist(), b[pick].tolist(), strict=True):
+        acc = out.setdefault(name, {})
+        for starts, ends, at in threads:
+            _add_overlaps(acc, starts, ends, at, labels, lo, hi)
+    return {n: dict(sorted(v.items(), key=lambda kv: -kv[1])) for n, v in out.items() if v}
+
+
+def _add_overlaps(
+    acc: dict[str, int],
+    starts: np.ndarray,
+    ends: np.ndarray,
+    at: np.ndarray,
+    labels: list[str],
+    lo: int,
+    hi: int,
+    inv: np.ndarray | None = None,
+    skip_inv: int = -1,
+) -> None:
+    """Add to ``acc``, by label, how much of ``[lo, hi)`` each of one thread's spans (disjoint,
+    sorted by start; ``at`` their rows in ``labels``) covers, leaving out those of invocation
+    ``skip_inv`` (``inv``: each row's)."""
+    i0 = int(np.searchsorted(ends, lo, side="right"))
+    i1 = int(np.searchsorted(starts, hi, side="left"))
+    for i in range(i0, i1):
+        if inv is not None and int(inv[at[i]]) == skip_inv:
+            continue
+        ov = min(hi, int(ends[i])) - max(lo, int(starts[i]))
+        if ov > 0:
+            label = labels[int(at[i])]
+            acc[label] = acc.get(label, 0) + ov

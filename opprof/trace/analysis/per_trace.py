@@ -27,7 +27,7 @@ from ..data import TraceData
 from ..ops import OpKind, OpTable
 from ..records import CUSTOM_POOL, ENGINE_POOL, CustomOpRow, Role
 from ..threadstates import STATES, PoolCondition, ThreadState
-from .causes import Causes, has_edges, pool_busy_with, waiting_causes
+from .causes import Causes, has_edges, pool_busy_with, waiting_causes, workers_busy_with
 from .critical import CriticalPath, critical_path, step_to_gil_holders
 from .gil import GilHolder, PythonGil, python_gil, queue_holders
 from .memory import MemoryAnalysis, invocation_memory, memory_analysis
@@ -182,6 +182,12 @@ class Analysis:
     def pool_busy(self) -> dict[str, dict[str, int]]:
         """Per op type: what the custom-op threads ran while its calls queued for one (ns by name)."""
         return pool_busy_with(self.table, self.causes) if "custom_pool" in self.causes.keys else {}
+
+    @cached_property
+    def workers_busy(self) -> dict[str, dict[str, int]]:
+        """Per op type: what the engine workers ran while its calls' ready sub-ops queued for one
+        (ns by span name): the "with what" of "every engine worker busy"."""
+        return workers_busy_with(self.table, self.causes, self.pool_tids[1])
 
     @cached_property
     def span_gil_wait(self) -> np.ndarray:
