@@ -663,7 +663,7 @@ static PyObject *gil_running(PyObject *self, PyObject *unused) {
     return PyBool_FromLong(r);
 }
 
-/* (slot, native_id, ident, registered) for every slot that samples may name; Python objects are
+/* (slot, native_id, ident, registered, thread state address) for every slot that samples may name; Python objects are
  * built from a copy taken under the lock so the sampler never waits for an allocation. */
 static PyObject *slot_list(slot_t *copy, int with_retired) {
     PyObject *out = PyList_New(0);
@@ -671,7 +671,8 @@ static PyObject *slot_list(slot_t *copy, int with_retired) {
     for (int i = 0; i < MAX_SLOTS; i++) {
         slot_t *s = &copy[i];
         if (s->state == SLOT_FREE || (!with_retired && (s->state != SLOT_USED || s->dead))) continue;
-        PyObject *item = with_retired ? Py_BuildValue("(iikO)", i, (int)s->tid, s->ident, s->state == SLOT_USED && !s->dead ? Py_True : Py_False)
+        PyObject *item = with_retired ? Py_BuildValue("(iikOK)", i, (int)s->tid, s->ident, s->state == SLOT_USED && !s->dead ? Py_True : Py_False,
+                                                      (unsigned long long)(uintptr_t)s->tstate)
                                       : Py_BuildValue("(iik)", i, (int)s->tid, s->ident);
         if (item == NULL || PyList_Append(out, item) < 0) {
             Py_XDECREF(item);

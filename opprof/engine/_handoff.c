@@ -10,9 +10,14 @@
  *   put    the item it got was put (the signal)
  *   woke   the OS ran the getter again, or its poll saw the item (still without the GIL)
  *   gil    the getter held the GIL again, and took the item
+ *   holder the thread state that held the GIL at "woke" (the GIL struct's last_holder while it is
+ *          locked; 0 when it was free): a pointer value, never dereferenced here (its thread may
+ *          exit meanwhile); opprof.engine._gil lists each sampled thread's, to name it by
  *
  * so a hand-off splits exactly into waking a thread (put -> woke) and waiting for the GIL
- * (woke -> gil). A get() that finds an item does not park and logs nothing.
+ * (woke -> gil), and the wait names the thread it waited behind, exactly, where the GIL's samples
+ * (one a millisecond or four) can only say who held it most around then. A get() that finds an
+ * item does not park and logs nothing.
  *
  * A getter that finds its queue empty first polls it for up to the queue's spin_ns (see "spinning
  * before parking"), without the GIL: an item that comes meanwhile costs no wake. Having seen one, it
@@ -58,6 +63,7 @@ typedef struct {
     int64_t park, put, woke, gil;
     int64_t native_id; /* the getter's gettid() */
     int64_t queue;     /* the queue's `kind`, given at construction */
+    int64_t holder;    /* the GIL holder's thread state at `woke` (a pointer value), 0: the GIL was free */
 } handoff_t;
 
 static handoff_t *log_buf = NULL;
@@ -65,7 +71,7 @@ static Py_ssize_t log_len = 0, log_cap = 0;
 static unsigned long long log_dropped = 0;
 static int logging = 0;
 
-static void log_handoff(int64_t park, int64_t put, int64_t woke, int64_t gil, int64_t kind) {
+static void log_handoff(int64_t park, int64_t put, int64_t woke, int64_t gil, int64_t kind, int64_t holder) {
     if (!logging) return;
     if (log_len >= log_cap) {
         log_dropped++;
@@ -78,10 +84,11 @@ static void log_handoff(int64_t park, int64_t put, int64_t woke, int64_t gil, in
     r->gil = gil;
     r->native_id = (int64_t)syscall(SYS_gettid);
     r->queue = kind;
+    r->holder = holder;
 }
 
 static PyObject *handoff_start(PyObject *self, PyObject *args) {
-    Py_ssize_t cap = 1 << 18; /* 48 bytes each: 12 MB at most */
+    Py_ssize_t cap = 1 << 18; /* 56 bytes each: 14 MB at most */
     if (!PyArg_ParseTuple(args, "|n", &cap)) return NULL;
     if (cap < 1) {
         PyErr_SetString(PyExc_ValueError, "capacity must be positive");
@@ -237,6 +244,12 @@ static struct _gil_runtime_state *gil_ptr = NULL;
  * slot from another thread that could poll for its own work meanwhile. */
 #define GIL_POLL_NS 50000
 
+/* Without the GIL: the thread state holding it now (its pointer value, for the log), 0 if it is free. */
+static int64_t gil_holder_now(void) {
+    if (gil_ptr == NULL || !opprof_gil_locked(gil_ptr)) return 0;
+    return (int64_t)(intptr_t)__atomic_load_n((void *const *)&gil_ptr->last_holder, __ATOMIC_RELAXED);
+}
+
 /* Without the GIL, an item seen: poll the GIL until it looks free, for up to `until`. Taking it while
  * its holder still runs would park this thread on the GIL's condition variable, and the holder's
  * release would then have to wake it from a halted CPU: the very wake the spin saves. */
@@ -294,7 +307,7 @@ static void adapt_spin(int64_t max_ns, int caught, int64_t waited_ns) {
 /* Without the GIL and without mu: poll the queue for up to this thread's spin; when an item came, the
  * moment it was seen (the getter's "woke": it then polls the GIL, which is waiting for the GIL), else
  * 0. A put does not wake a parked getter for an item a spinner will take (see queue_put). */
-static int64_t spin_for_item(Queue *self) {
+static int64_t spin_for_item(Queue *self, int64_t *holder) {
     int64_t spin_ns = spin_for(self->spin_ns);
     if (spin_ns <= 0) return 0;
     if (thread_cpus == 0) {
@@ -321,6 +334,7 @@ static int64_t spin_for_item(Queue *self) {
     __atomic_sub_fetch(&self->spinning, 1, __ATOMIC_ACQ_REL);
     __atomic_add_fetch(got ? &n_spin_caught : &n_spin_timeout, 1, __ATOMIC_RELAXED);
     int64_t seen = got ? monotonic_ns() : 0;
+    if (got) *holder = gil_holder_now();
     /* Still a spinner while it polls the GIL: a CPU is taken until it holds the GIL or gives up. */
     if (got) spin_for_gil(seen + (self->spin_ns < GIL_POLL_NS ? self->spin_ns : GIL_POLL_NS));
     __atomic_sub_fetch(&spinners, 1, __ATOMIC_ACQ_REL);
@@ -337,7 +351,7 @@ static PyObject *queue_get(Queue *self, PyObject *unused) {
      * custom-op pool once read qsize() to decide whether to start a thread; it counts its tasks
      * itself now, under its own lock, since a thread that has taken an item has not yet said so.)
      * A thread holding the GIL may take it first: the woken one then parks again. */
-    int64_t park = 0, woke = 0;
+    int64_t park = 0, woke = 0, holder = 0;
     int waited = 0, caught = 0;
     for (;;) {
         pthread_mutex_lock(&self->mu);
@@ -345,7 +359,7 @@ static PyObject *queue_get(Queue *self, PyObject *unused) {
             item_t it = pop_locked(self);
             pthread_mutex_unlock(&self->mu);
             if (waited) {
-                log_handoff(park, it.put, woke, monotonic_ns(), self->kind);
+                log_handoff(park, it.put, woke, monotonic_ns(), self->kind, holder);
                 adapt_spin(self->spin_ns, caught, it.put - park);
             }
             return it.obj;
@@ -356,12 +370,13 @@ static PyObject *queue_get(Queue *self, PyObject *unused) {
         caught = 0;                          /* a spin's item taken by another getter: park this time */
         if (!waited && self->spin_ns > 0) {
             pthread_mutex_unlock(&self->mu);
-            int64_t seen = spin_for_item(self);
+            int64_t seen = spin_for_item(self, &holder);
             pthread_mutex_lock(&self->mu);
             /* An item here came while it polled, or after the poll gave up but before mu was taken
              * again: no wake either way, and a hand-off all the same (logged as one). */
             if (self->len > 0) {
                 waited = caught = 1;
+                if (!seen) holder = gil_holder_now();
                 woke = seen ? seen : monotonic_ns();
             }
         }
@@ -373,6 +388,7 @@ static PyObject *queue_get(Queue *self, PyObject *unused) {
             }
             self->parked--;
             woke = monotonic_ns();
+            holder = gil_holder_now();
         }
         pthread_mutex_unlock(&self->mu);
         Py_END_ALLOW_THREADS
@@ -472,13 +488,14 @@ static PyObject *gate_release(Gate *self, PyObject *unused) {
 
 static PyObject *gate_acquire(Gate *self, PyObject *unused) {
     if (sem_trywait(&self->sem) == 0) Py_RETURN_TRUE; /* open already: no wait */
-    int64_t park = monotonic_ns(), woke = 0;
+    int64_t park = monotonic_ns(), woke = 0, holder = 0;
     for (;;) {
         int r, err = 0;
         Py_BEGIN_ALLOW_THREADS
         r = sem_wait(&self->sem);
         if (r != 0) err = errno;
         woke = monotonic_ns();
+        holder = gil_holder_now();
         Py_END_ALLOW_THREADS
         if (r == 0) break;
         if (err != EINTR) {
@@ -487,7 +504,7 @@ static PyObject *gate_acquire(Gate *self, PyObject *unused) {
         }
         if (PyErr_CheckSignals() < 0) return NULL; /* the handler raised (Ctrl-C): the wait ends with it */
     }
-    log_handoff(park, self->put, woke, monotonic_ns(), self->kind);
+    log_handoff(park, self->put, woke, monotonic_ns(), self->kind, holder);
     Py_RETURN_TRUE;
 }
 
@@ -519,7 +536,7 @@ static PyMethodDef module_methods[] = {
     {"spin_stats", handoff_spin_stats, METH_NOARGS, "spin_stats() -> dict: spins that caught an item, timed out, were refused."},
     {"drain", handoff_drain, METH_NOARGS,
      "drain() -> (bytes, dropped): the hand-offs logged since the last drain, RECORD_SIZE bytes each "
-     "(int64 park, put, woke, gil, native_id, queue kind), and how many a full log dropped."},
+     "(int64 park, put, woke, gil, native_id, queue kind, GIL holder's thread state), and how many a full log dropped."},
     {NULL, NULL, 0, NULL},
 };
 

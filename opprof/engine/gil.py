@@ -238,6 +238,9 @@ class GilThread:
     ident: int
     name: str
     registered: bool  # still registered when the samples were drained
+    #: Its PyThreadState's address (0: not known): what a timed hand-off names the GIL's holder by
+    #: (:data:`opprof.engine.handoff.HANDOFF_DTYPE`'s ``holder``).
+    tstate: int = 0
 
 
 @dataclass(frozen=True)
@@ -301,7 +304,7 @@ class GilSamples:
 
     @classmethod
     def from_records(
-        cls, data: bytes, table: list[tuple[int, int, int, bool]], period_ns: int, stats: dict[str, Any]
+        cls, data: bytes, table: list[tuple[int, int, int, bool, int]], period_ns: int, stats: dict[str, Any]
     ) -> GilSamples:
         """Columns from the C sampler's drain (records of :data:`RECORD_DTYPE`)."""
         rec = np.frombuffer(data, dtype=RECORD_DTYPE)
@@ -309,8 +312,8 @@ class GilSamples:
             names = dict(_names)
         by_ident = {th.ident: th.name for th in threading.enumerate()}
         threads = {
-            slot: GilThread(slot, native_id, ident, names.get(native_id) or by_ident.get(ident, ""), registered)
-            for slot, native_id, ident, registered in table
+            slot: GilThread(slot, native_id, ident, names.get(native_id) or by_ident.get(ident, ""), registered, tstate)
+            for slot, native_id, ident, registered, tstate in table
         }
         return cls(
             t=rec["t"].copy(),

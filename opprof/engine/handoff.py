@@ -63,7 +63,7 @@ class QueueKind(enum.IntEnum):
     WAIT = 2  # a finished op -> a thread waiting for it (wait_to_read, waitall: a closed gate opened)
 
 
-#: One hand-off as ``_handoff.c`` logs it (``handoff_t``, native byte order, 48 bytes).
+#: One hand-off as ``_handoff.c`` logs it (``handoff_t``, native byte order, 56 bytes).
 HANDOFF_DTYPE = np.dtype(
     [
         ("park", "=i8"),  # CLOCK_MONOTONIC ns: the getter found the queue empty and parked
@@ -72,6 +72,9 @@ HANDOFF_DTYPE = np.dtype(
         ("gil", "=i8"),  # it held the GIL again
         ("native_id", "=i8"),  # the getter's threading.get_native_id()
         ("queue", "=i8"),  # QueueKind
+        # The GIL's holder when the getter woke (its PyThreadState's address; 0: the GIL was free):
+        # named through the GIL sampler's threads (:attr:`opprof.engine.gil.SampledThread.tstate`).
+        ("holder", "=i8"),
     ]
 )
 

@@ -151,17 +151,42 @@ class GilRecording:
         getters, which = np.unique(r["native_id"], return_inverse=True)
         tid = np.array([native_ids.get(int(n), -1) for n in getters.tolist()], dtype=np.int64)[which.ravel()]
         put, woke = h.signal, r["woke"]
-        edges = [(ThreadState.BLOCKED, r["park"], put), (ThreadState.RUNNABLE, put, woke), (ThreadState.WAIT, woke, r["gil"])]
+        none = np.full(len(r), -1, dtype=np.int64)
+        edges = [
+            (ThreadState.BLOCKED, r["park"], put, none),
+            (ThreadState.RUNNABLE, put, woke, none),
+            (ThreadState.WAIT, woke, r["gil"], self._holder_tids(r["holder"], tid, native_ids)),
+        ]
         hi = np.iinfo(np.int64).max if t1 is None else t1
-        cols: list[list[np.ndarray]] = [[], [], [], []]
-        for state, a, b in edges:
+        cols: list[list[np.ndarray]] = [[], [], [], [], []]
+        for state, a, b, holder in edges:
             a, b = np.maximum(a, t0), np.minimum(b, hi)
             keep = (tid >= 0) & (b > a)
             code = np.full(int(keep.sum()), int(state), dtype=np.int8)
-            for col, v in zip(cols, (tid[keep], code, a[keep], b[keep]), strict=True):
+            for col, v in zip(cols, (tid[keep], code, a[keep], b[keep], holder[keep]), strict=True):
                 col.append(v)
-        t, s, a, b = (np.concatenate(c) for c in cols)
-        return ThreadStates(t, s, a, b, np.full(len(t), -1, dtype=np.int64))
+        t, s, a, b, held_by = (np.concatenate(c) for c in cols)
+        return ThreadStates(t, s, a, b, held_by)
+
+    def _holder_tids(self, tstates: np.ndarray, getters: np.ndarray, native_ids: dict[int, int]) -> np.ndarray:
+        """Each timed GIL wait's holder (the thread-state address the hand-off read as it woke) as a
+        trace tid, through the sampled threads' addresses; -1 where the GIL was free, the address is
+        no sampled thread's or several's (a thread's state freed and its memory reused by a later
+        one), or it is the getter's own: those waits' holders come from the samples instead."""
+        out = np.full(len(tstates), -1, dtype=np.int64)
+        samples = self.samples
+        if samples is None or not len(tstates):
+            return out
+        owners: dict[int, set[int]] = {}
+        for th in samples.threads.values():
+            if th.tstate:
+                owners.setdefault(th.tstate, set()).add(th.native_id)
+        tid_of = {ts: native_ids.get(next(iter(n)), -1) for ts, n in owners.items() if len(n) == 1}
+        if not tid_of:
+            return out
+        distinct, which = np.unique(tstates, return_inverse=True)
+        mapped = np.array([tid_of.get(int(x), -1) for x in distinct.tolist()], dtype=np.int64)[which.ravel()]
+        return np.where(mapped == getters, -1, mapped)  # ``getters``: each hand-off's getter's tid
 
     def metadata(self) -> dict[str, Any]:
         """``metadata["gil"]``: how the evidence was taken, or why there is none."""

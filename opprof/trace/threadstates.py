@@ -138,24 +138,36 @@ class ThreadStates:
 
     def overlaid(self, exact: ThreadStates) -> ThreadStates:
         """These runs with ``exact`` ones (timed, not sampled: the engine's hand-offs) in their place
-        wherever the exact ones are. An exact ``WAIT`` run without a holder gets the thread these
-        runs saw holding the GIL for most of it (-1 if none). ``exact``'s runs of a thread must not
-        overlap each other."""
+        wherever the exact ones are. An exact ``WAIT`` run without a holder, or one a sampling
+        period long or longer, gets the thread these runs saw holding the GIL for most of it (where
+        they saw none: its own, or -1). ``exact``'s runs of a thread must not overlap each other."""
         if not len(exact):
             return self
-        holder = exact.holder.copy()
-        ask = np.flatnonzero((exact.state == ThreadState.WAIT) & (holder < 0))
-        holder[ask] = self._most_held(exact.tid[ask], exact.start[ask], exact.end[ask])
         # The samples outside the exact runs, each part keeping its run's state and holder: one
         # sweep for all (one per distinct state and holder cost 3-5 ms of a 2,000-call profile's
         # 21 ms build, 2026-12-04).
         tids, a, b, src = _runs_outside(self.tid, self.start, self.end, exact.tid, exact.start, exact.end)
+        cut = ThreadStates(tids, self.state[src], a, b, self.holder[src], self.period_ns)
+        # Holders are read from the samples *outside* the exact runs: a sampled HELD run stretches
+        # one sample over a period (up to 4 ms while quiet), and where the exact runs say its
+        # thread was parked meanwhile (the program gone into its wait just after the sample), it
+        # did not hold the GIL then. Seen: a custom-op thread's 1 ms wait charged to "WaitForAll on
+        # MainThread". (Exact runs are never HELD: the cut's HELD runs are all there are.)
+        # An exact wait's own holder (the thread that held the GIL as it began: a hand-off reads it)
+        # stands for a wait shorter than a sampling period, which no sample can resolve; a longer
+        # one may have outlasted that holder (a putter that let go, then a spinner's turns), and
+        # takes the thread sampled holding the GIL for most of it, where the samples name one.
+        holder = exact.holder.copy()
+        wait = exact.state == ThreadState.WAIT
+        ask = np.flatnonzero(wait & ((holder < 0) | (exact.end - exact.start >= max(self.period_ns, 1))))
+        sampled = cut._most_held(exact.tid[ask], exact.start[ask], exact.end[ask])
+        holder[ask] = np.where(sampled >= 0, sampled, holder[ask])
         return ThreadStates(
-            np.concatenate([exact.tid, tids]),
-            np.concatenate([exact.state, self.state[src]]),
-            np.concatenate([exact.start, a]),
-            np.concatenate([exact.end, b]),
-            np.concatenate([holder, self.holder[src]]),
+            np.concatenate([exact.tid, cut.tid]),
+            np.concatenate([exact.state, cut.state]),
+            np.concatenate([exact.start, cut.start]),
+            np.concatenate([exact.end, cut.end]),
+            np.concatenate([holder, cut.holder]),
             self.period_ns,
         )
 

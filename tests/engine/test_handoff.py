@@ -129,9 +129,19 @@ def test_nothing_is_logged_while_not_profiling() -> None:
 
 
 @needs_compiled
+def _my_thread_state() -> int:
+    """The calling thread's PyThreadState address (what a hand-off logs as the GIL's holder)."""
+    import ctypes
+
+    get = ctypes.pythonapi.PyThreadState_Get
+    get.restype = ctypes.c_void_p
+    return int(get())
+
+
 def test_waking_behind_a_spinning_holder_waits_for_the_gil(log: object) -> None:
     """Known answer: the putter spins in pure Python for 30 ms right after the put, so the woken
-    getter waits for the GIL about one switch interval (5 ms), longer than the OS took to wake it."""
+    getter waits for the GIL about one switch interval (5 ms), longer than the OS took to wake it,
+    and the log names the putter as the GIL's holder when it woke."""
 
     def check() -> None:
         handoff.drain()
@@ -142,10 +152,11 @@ def test_waking_behind_a_spinning_holder_waits_for_the_gil(log: object) -> None:
             pass
         th.join(5)
         (rec,) = handoff.drain().records.tolist()
-        _, put, woke, gil, _, _ = rec
+        _, put, woke, gil, _, _, holder = rec
         interval = sys.getswitchinterval() * 1e9
         assert gil - woke >= 0.5 * interval, (woke - put, gil - woke)
         assert gil - woke > woke - put, (woke - put, gil - woke)
+        assert holder == _my_thread_state(), (hex(holder), hex(_my_thread_state()))  # the spinner, named exactly
 
     retried(check)
 
@@ -304,7 +315,7 @@ def test_a_polling_getter_takes_its_item_without_a_wake(log: object) -> None:
 
         moved = _spins(run)
         assert moved["caught"] == 1 and moved["timed_out"] == 0, moved
-        ((park, put, woke, gil, _, _),) = handoff.drain().records.tolist()
+        ((park, put, woke, gil, _, _, _),) = handoff.drain().records.tolist()
         assert put - park >= 3_000_000
         assert put <= woke <= gil
         assert woke - put < 200_000, (woke - put, gil - woke)
@@ -326,7 +337,7 @@ def test_a_getter_that_polls_in_vain_parks_and_gets_its_item(log: object) -> Non
 
     moved = _spins(run)
     assert moved["caught"] == 0 and moved["timed_out"] + moved["refused"] == 1, moved
-    ((park, put, woke, gil, _, _),) = handoff.drain().records.tolist()
+    ((park, put, woke, gil, _, _, _),) = handoff.drain().records.tolist()
     assert put - park >= 25_000_000 and put <= woke <= gil
 
 
@@ -377,7 +388,7 @@ def test_a_polling_getter_waits_for_a_busy_holder_as_for_the_gil(log: object) ->
             pass
         th.join(5)
         assert got == [1]
-        ((_, put, woke, gil, _, _),) = handoff.drain().records.tolist()
+        ((_, put, woke, gil, _, _, _),) = handoff.drain().records.tolist()
         interval = sys.getswitchinterval() * 1e9
         assert woke - put < 1_000_000, (woke - put, gil - woke)
         assert gil - woke >= 0.5 * interval, (woke - put, gil - woke)

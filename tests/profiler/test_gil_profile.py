@@ -106,3 +106,45 @@ def test_without_the_sampler_the_trace_says_why(monkeypatch: pytest.MonkeyPatch)
     assert trace.thread_states is None
     assert trace.metadata["gil"] == {"why_not": "forced off for this test"}
     assert trace.analysis().python_gil is None
+
+
+def test_a_timed_gil_wait_names_the_holder_the_hand_off_read_over_the_samples() -> None:
+    """Known answers for a profile's exact hand-offs: a GIL wait is held by the thread whose state
+    the hand-off read as it woke, whatever the coarser samples say around then; where the address
+    is no sampled thread's, several's (memory reused), the getter's own, or 0 (the GIL was free),
+    the samples name the holder instead (here: thread "b", sampled holding throughout)."""
+    import time as _time
+
+    from opprof.engine import handoff
+    from opprof.profiler.gil import GilRecording
+    from opprof.trace.records import ThreadInfo
+    from opprof.trace.threadstates import ThreadState
+
+    threads = {
+        0: gil.GilThread(0, 10, 1, "a", True, tstate=0xA0),
+        1: gil.GilThread(1, 11, 2, "b", True, tstate=0xB0),
+        2: gil.GilThread(2, 12, 3, "c", True, tstate=0xC0),
+        3: gil.GilThread(3, 13, 4, "d", False, tstate=0xD0),  # an exited thread whose memory ...
+        4: gil.GilThread(4, 14, 5, "e", True, tstate=0xD0),  # ... a later one reused
+    }
+    n = 10
+    u = lambda xs: np.array(xs, np.uint64)
+    # Thread b (slot 1) sampled holding the GIL throughout; the others blocked.
+    samples = gil.GilSamples(
+        t=np.arange(n, dtype=np.int64) * 100, holder=np.full(n, 1, np.int8), locked=np.ones(n, bool),
+        on_cpu=u([0b10] * n), gil_wait=u([0] * n), blocked=u([0b11101] * n), runnable=u([0] * n),
+        alive=u([0b11111] * n), switches=np.zeros(n, np.uint32), period_ns=100, threads=threads,
+    )  # fmt: skip
+    rec = GilRecording(_time.perf_counter_ns)
+    rec.samples = samples
+    holders = [0xC0, 0xD0, 0xEE, 0xA0, 0]  # c; ambiguous; unknown; the getter's own; the GIL free
+    r = np.zeros(len(holders), dtype=handoff.HANDOFF_DTYPE)
+    for k, h in enumerate(holders):
+        r[k] = (100 * k + 10, 100 * k + 20, 100 * k + 30, 100 * k + 80, 10, int(handoff.QueueKind.CUSTOM), h)
+    rec.handoffs = handoff.Handoffs(r)
+    infos = [ThreadInfo(t, name) for t, name in enumerate("abcde", start=1)]
+    states = rec.thread_states(infos, {10 + k: k + 1 for k in range(5)}, 0, 1000)
+    assert states is not None
+    waits = (states.tid == 1) & (states.state == ThreadState.WAIT)
+    assert states.start[waits].tolist() == [30, 130, 230, 330, 430]
+    assert states.holder[waits].tolist() == [3, 2, 2, 2, 2]  # c exactly; the rest: b, by the samples

@@ -101,11 +101,13 @@ def _at(ts: ThreadStates, tid: int, t: int) -> tuple[int, int] | None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(sampled=_states(), exact=_states())
-def test_exact_runs_replace_the_samples_where_they_are(sampled: ThreadStates, exact: ThreadStates) -> None:
+@given(sampled=_states(), exact=_states(), period=st.sampled_from([100, 15]))
+def test_exact_runs_replace_the_samples_where_they_are(sampled: ThreadStates, exact: ThreadStates, period: int) -> None:
     """The engine's timed hand-offs laid over the samples: at every instant a thread is in its exact
-    state where it has one (a WAIT without a holder gets the thread sampled holding the GIL for
-    most of it), else in its sampled one; runs never overlap."""
+    state where it has one (a WAIT without a holder, or one a sampling period long or longer, gets
+    the thread sampled holding the GIL for most of it, outside that thread's own exact runs, and
+    keeps its own where the samples name none), else in its sampled one; runs never overlap."""
+    sampled.period_ns = period
     got = sampled.overlaid(exact)
     assert got.check() == []
     ends = np.concatenate([sampled.start, sampled.end, exact.start, exact.end])
@@ -116,13 +118,18 @@ def test_exact_runs_replace_the_samples_where_they_are(sampled: ThreadStates, ex
                 assert _at(got, tid, t) == _at(sampled, tid, t), (tid, t)
                 continue
             state, holder = int(exact.state[k]), int(exact.holder[k])
-            if state == ThreadState.WAIT and holder < 0:
-                # The other thread sampled holding the GIL for most of the wait, instant by instant.
+            long = int(exact.end[k] - exact.start[k]) >= period
+            if state == ThreadState.WAIT and (holder < 0 or long):
+                # The other thread sampled holding the GIL for most of the wait, instant by instant,
+                # where no exact run of its own says otherwise (a sample's run stretched over a
+                # moment the thread is known to have been parked is not evidence of holding).
                 a, b = int(exact.start[k]), int(exact.end[k])
                 others = set(sampled.tid.tolist()) - {tid}
-                held = {h: sum(_at(sampled, h, x) == (int(ThreadState.HELD), -1) for x in range(a, b)) for h in others}
+                was_held = (int(ThreadState.HELD), -1)
+                held = {h: sum(_run_at(exact, h, x) is None and _at(sampled, h, x) == was_held for x in range(a, b))
+                        for h in others}  # fmt: skip
                 most = max(held.values(), default=0)
-                holders = {h for h, n in held.items() if n == most and n > 0} or {-1}
+                holders = {h for h, n in held.items() if n == most and n > 0} or {holder}
                 got_here = _at(got, tid, t)
                 assert got_here is not None and got_here[0] == state and got_here[1] in holders, (tid, t, holders)
             else:
@@ -176,4 +183,18 @@ def _one_holder_at_a_time(ts: ThreadStates) -> ThreadStates:
 def test_exact_waits_under_one_holder_at_a_time_get_the_holder_of_most(sampled: ThreadStates, exact: ThreadStates) -> None:
     """As :func:`test_exact_runs_replace_the_samples_where_they_are`, on samples with one holder at
     a time (the sampler's shape, where most waits meet one sampled holder and are found at once)."""
-    test_exact_runs_replace_the_samples_where_they_are.hypothesis.inner_test(_one_holder_at_a_time(sampled), exact)  # type: ignore[attr-defined]
+    test_exact_runs_replace_the_samples_where_they_are.hypothesis.inner_test(_one_holder_at_a_time(sampled), exact, 100)  # type: ignore[attr-defined]
+
+
+def test_a_sampled_holder_known_to_be_parked_is_not_the_holder() -> None:
+    """Known answer: thread 2 was sampled holding the GIL at 0 (its run stretched to the next sample,
+    at 100), but its own timed wait says it parked at 10. Thread 1's timed GIL wait [40, 60) is not
+    charged to it; thread 3, sampled holding over [30, 100), is the holder."""
+    held, blocked, wait = int(ThreadState.HELD), int(ThreadState.BLOCKED), int(ThreadState.WAIT)
+    sampled = ThreadStates([1, 2, 3], [blocked, held, blocked], [0, 0, 0], [100, 100, 30], [-1, -1, -1], 10)
+    exact = ThreadStates([1, 2], [wait, blocked], [40, 10], [60, 100], [-1, -1])
+    got = sampled.overlaid(exact)
+    assert _at(got, 1, 50) == (wait, -1)  # no one else held it by the evidence: not thread 2
+    sampled3 = ThreadStates([1, 2, 3, 3], [blocked, held, blocked, held], [0, 0, 0, 30], [100, 100, 30, 100], [-1] * 4, 10)
+    got3 = sampled3.overlaid(exact)
+    assert _at(got3, 1, 50) == (wait, 3)
