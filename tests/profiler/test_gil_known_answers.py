@@ -85,6 +85,27 @@ def _profile(work: Callable[[nd.NDArray], None]) -> Trace:
     return prof.trace
 
 
+def _diagnosis(trace: Trace) -> str:
+    """What a failed assertion prints beside its values: the threads the trace has, each one's ms
+    per GIL state, the machine's load and the threads alive (a full suite failed where alone it
+    passes: this says how the process and the machine differed)."""
+    import os
+
+    states = trace.thread_states
+    names = {th.tid: th.name for th in trace.threads}
+    per: dict[str, dict[str, float]] = {}
+    if states is not None:
+        for tid, st, a, b in zip(states.tid.tolist(), states.state.tolist(), states.start.tolist(), states.end.tolist(), strict=True):
+            d = per.setdefault(names.get(tid, str(tid)), {})
+            key = STATES[st - 1].name if 0 < st <= len(STATES) else str(st)
+            d[key] = round(d.get(key, 0.0) + (b - a) / 1e6, 2)
+    alive = sorted(t.name for t in threading.enumerate())
+    return (
+        f"states (ms): {per}; gil metadata: {trace.metadata.get('gil', {}).get('samples')} samples; "
+        f"load {os.getloadavg()}; {len(alive)} threads alive: {alive}; switch interval {__import__('sys').getswitchinterval()}"
+    )
+
+
 def _waiting(trace: Trace, op_type: str) -> dict[str, int]:
     """The type's waiting by cause (forward calls), ns."""
     ot = trace.analysis().op_types
@@ -227,11 +248,11 @@ def test_small_ops_behind_a_users_own_spinning_thread_wait_for_the_gil_it_holds(
                 th.join()
         assert "UsersIdleThread" not in {th.name for th in trace.threads}
         w = _waiting(trace, "KnownTiny")
-        assert _gil_share(w) >= 0.8, w
+        assert _gil_share(w) >= 0.8, (w, _diagnosis(trace))
         # An assertion, not a KeyError, where no holder was named: a loaded machine's run is retried.
         holders = trace.analysis().queue_gil_holders.get("custom_pool", {}).get("KnownTiny", [])
-        assert holders, trace.analysis().queue_gil_holders
-        assert holders[0].thread == "UsersLoader" and holders[0].running == "", holders
+        assert holders, (trace.analysis().queue_gil_holders, _diagnosis(trace))
+        assert holders[0].thread == "UsersLoader" and holders[0].running == "", (holders, _diagnosis(trace))
         assert "held most by UsersLoader (its own Python, outside the engine's ops)" in why_text(trace)
         assert all(not h.thread.startswith("opprof-") for h in holders if h.ns >= 0.1 * holders[0].ns), holders
 
