@@ -95,7 +95,8 @@ def _diagnosis(trace: Trace) -> str:
     names = {th.tid: th.name for th in trace.threads}
     per: dict[str, dict[str, float]] = {}
     if states is not None:
-        for tid, st, a, b in zip(states.tid.tolist(), states.state.tolist(), states.start.tolist(), states.end.tolist(), strict=True):
+        cols = (states.tid.tolist(), states.state.tolist(), states.start.tolist(), states.end.tolist())
+        for tid, st, a, b in zip(*cols, strict=True):
             d = per.setdefault(names.get(tid, str(tid)), {})
             key = STATES[st - 1].name if 0 < st <= len(STATES) else str(st)
             d[key] = round(d.get(key, 0.0) + (b - a) / 1e6, 2)
