@@ -5,6 +5,7 @@ from typing import Any
 RECORD_SIZE: int
 MAX_THREADS: int
 DEFAULT_PERIOD_NS: int
+SAMPLER_THREAD_NAME: str
 
 def available() -> bool: ...
 def reason() -> str: ...

@@ -42,6 +42,7 @@ __all__ = [
     "MAX_THREADS",
     "PURE_ENV",
     "RECORD_DTYPE",
+    "SAMPLER_THREAD_NAME",
     "WHY_NOT",
     "GilIntervals",
     "GilSampler",
@@ -119,6 +120,9 @@ def _load() -> tuple[ModuleType | None, str]:
 _native, WHY_NOT = _load()
 #: Whether GIL evidence can be recorded in this process; :data:`WHY_NOT` says why not.
 AVAILABLE: bool = _native is not None
+#: The sampler thread's name as the OS shows it (``/proc/.../comm``): not Python's, and not the
+#: program's either ("" where there is no sampler).
+SAMPLER_THREAD_NAME: str = getattr(_native, "SAMPLER_THREAD_NAME", "")
 
 if _native is not None:
     # The sampler reads the interpreter's GIL struct: stop it before the interpreter goes away.

@@ -29,7 +29,7 @@ from .data import TraceData
 from .memory import MemoryEvents
 from .ops import WAIT_ID_BASE, OpTable
 from .records import CounterSample, Instant, ThreadInfo
-from .threadstates import CPU_WAIT_METADATA, GIL_METADATA, ThreadStates, cpu_wait_ns
+from .threadstates import CPU_WAIT_METADATA, GIL_METADATA, ThreadStates, cpu_outside_python, cpu_wait_ns
 from .trace import Trace
 
 __all__ = ["Combiner", "Lanes"]
@@ -144,6 +144,9 @@ class Combiner:
         self._states: list[ThreadStates] = []
         self._gil_meta: dict[str, Any] | None = None  # the first part's that sampled the GIL
         self._cpu_wait: dict[int, int] | None = None  # each lane's wait for a CPU, of the parts that counted it
+        #: Per process (group): its parts' threads outside Python, (ns ran, summed; threads, the most
+        #: any part counted: a process's segments see the same native pool).
+        self._outside: dict[Hashable, tuple[int, int]] = {}
         self._memory: list[MemoryEvents] = []
         self._storage_base: dict[Hashable, int] = {}  # group -> what its storage numbers are shifted by
 
@@ -207,6 +210,10 @@ class Combiner:
             for lane, (_, ns) in zip(lanes, pairs, strict=True):
                 if lane:
                     acc[lane] = acc.get(lane, 0) + ns
+        outside = cpu_outside_python(trace.metadata)
+        if outside is not None:  # each process's own native threads (they have no lanes)
+            ran, threads = self._outside.get(group, (0, 0))
+            self._outside[group] = (ran + outside[0], max(threads, outside[1]))
         m = trace.memory
         if m is not None:  # each part's memory in its own process, its vars as its ops' (remapped alike)
             var_map = self._ids.groups.setdefault(group, (self._ids.op_next, {}))[1]
@@ -242,7 +249,11 @@ class Combiner:
                 metadata = {**metadata, GIL_METADATA: {**self._gil_meta, "period_ns": states.period_ns}}
         if self._cpu_wait is not None:
             source = "the OS's run-queue time per thread (/proc/self/task/<tid>/schedstat), of each process"
-            metadata = {**metadata, CPU_WAIT_METADATA: {"source": source, "ns": {str(k): v for k, v in self._cpu_wait.items()}}}
+            record: dict[str, Any] = {"source": source, "ns": {str(k): v for k, v in self._cpu_wait.items()}}
+            if self._outside:
+                ran_threads = list(self._outside.values())
+                record["outside_python"] = {"ns": sum(r for r, _ in ran_threads), "threads": sum(n for _, n in ran_threads)}
+            metadata = {**metadata, CPU_WAIT_METADATA: record}
         memory = None
         for m in self._memory:
             memory = m if memory is None else memory.concat_with(m)

@@ -25,6 +25,7 @@ from .compare import CONFIDENCE, CallResult, Comparison, Estimate, RowKind, Verd
 from .memory import MEMORY_CATEGORY, MEMORY_COUNTER
 from .ops import short_site
 from .records import CUSTOM_OP, CUSTOM_POOL, ENGINE_POOL, Role
+from .threadstates import cpu_outside_python
 from .trace import Trace
 
 __all__ = [
@@ -454,10 +455,21 @@ def _cpu_wait_words(trace: Trace) -> list[str]:
     names = {"engine": "engine workers", "custom": "custom-op threads"}
     most_first = sorted(waits.items(), key=lambda kv: -kv[1])
     said = ", ".join(f"{names.get(k, k)} {_dur(ns)}" for k, ns in most_first if ns * 100 >= wall)
+    outside = cpu_outside_python(trace.metadata)
+    native = ""
+    if outside is not None and outside[0] * 100 >= wall:  # what took the cores, where it was this process's own
+        ran, threads = outside
+        native = (
+            f" Meanwhile {threads} thread{'s' if threads != 1 else ''} of this process that Python's threading does "
+            f"not know ran {_dur(ran)} ({ran / wall:.1f} cores' worth): most likely a native pool's (NumPy's BLAS, "
+            "OpenMP), whose threads may spin while they wait for work; limiting it (OMP_NUM_THREADS, "
+            "OPENBLAS_NUM_THREADS, threadpoolctl) leaves the cores to Python's threads."
+        )
     return [
         f"Waiting for a CPU (the OS's run queue): {said}, of a {_dur(wall)} recording: more threads were runnable "
-        "than there were free cores (other processes, or the engine's own threads, which poll a while before they "
-        "sleep); a hand-off's waking includes this wait, and more engine threads would not shorten it."
+        "than there were free cores (other processes, threads outside Python, or the engine's own threads, which "
+        "poll a while before they sleep); a hand-off's waking includes this wait, and more engine threads would not "
+        f"shorten it.{native}"
     ]
 
 

@@ -22,6 +22,7 @@ import numpy as np
 
 __all__ = [
     "CPU_WAIT_METADATA",
+    "cpu_outside_python",
     "cpu_wait_ns",
     "GIL_CATEGORY",
     "GIL_METADATA",
@@ -34,8 +35,9 @@ __all__ = [
 
 #: Metadata key: ``{"period_ns": …, "source": …}`` where the GIL was sampled, ``{"why_not": …}`` where not.
 GIL_METADATA = "gil"
-#: Metadata key: ``{"source": …, "ns": {"<tid>": ns}}``, how long the OS kept each thread waiting for
-#: a CPU while recording (:mod:`opprof.profiler.cpuwait`), or ``{"why_not": …}``.
+#: Metadata key: ``{"source": …, "ns": {"<tid>": ns}, "outside_python": {"ns": …, "threads": …}}``,
+#: how long the OS kept each thread waiting for a CPU while recording, and how long the process's
+#: threads outside Python ran meanwhile (:mod:`opprof.profiler.cpuwait`), or ``{"why_not": …}``.
 CPU_WAIT_METADATA = "cpu_wait"
 
 
@@ -59,6 +61,19 @@ def cpu_wait_ns(metadata: dict[str, Any]) -> dict[int, int] | None:
     if not isinstance(by_tid, dict):
         return None
     return {int(k): v for k, v in by_tid.items() if str(k).isdigit() and isinstance(v, int) and not isinstance(v, bool)}
+
+
+def cpu_outside_python(metadata: dict[str, Any]) -> tuple[int, int] | None:
+    """``metadata["cpu_wait"]["outside_python"]`` read back: (ns on a CPU, threads) of the process's
+    threads outside Python while recording (a BLAS pool's); None where not counted. The one reader
+    of that record (the why-text, the merge)."""
+    meta = metadata.get(CPU_WAIT_METADATA)
+    out = meta.get("outside_python") if isinstance(meta, dict) else None
+    if not isinstance(out, dict):
+        return None
+    ns, threads = out.get("ns"), out.get("threads")
+    ok = all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (ns, threads))
+    return (ns, threads) if ok else None  # type: ignore[return-value]
 
 
 #: Every state, in column order of :meth:`ThreadStates.overlap`.

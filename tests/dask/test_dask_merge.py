@@ -128,7 +128,8 @@ def test_each_workers_wait_for_a_cpu_stays_on_its_threads_lanes() -> None:
 
     def part(ns: dict[str, int]) -> Trace:
         threads = [ThreadInfo(1, "MainThread"), ThreadInfo(2, "opprof-engine-0")]
-        return Trace(threads, metadata={CPU_WAIT_METADATA: {"source": "test", "ns": ns}})
+        outside = {"ns": 100, "threads": 2}  # each process's BLAS pool of two, in each segment
+        return Trace(threads, metadata={CPU_WAIT_METADATA: {"source": "test", "ns": ns, "outside_python": outside}})
 
     workers = []
     for w in range(2):
@@ -147,6 +148,8 @@ def test_each_workers_wait_for_a_cpu_stays_on_its_threads_lanes() -> None:
         (2, "opprof-engine-0"): 2_010,
         (2, "MainThread"): 7,
     }
+    # The threads outside Python: CPU time summed over every segment, each process's pool once.
+    assert trace.metadata[CPU_WAIT_METADATA]["outside_python"] == {"ns": 400, "threads": 4}
 
 
 def test_a_task_that_ran_on_two_workers_keeps_both_runs_and_the_metadata_says_so() -> None:
