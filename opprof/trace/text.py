@@ -389,7 +389,10 @@ def why_text(trace: Trace, top: int = 5) -> str:
                         text += f" — {size} ran no other Python meanwhile: handing over and waking a thread"
                 if key == "subop_queue" and workers_busy.get(s.name):
                     size = f"the {n_workers} engine workers" if n_workers else "the engine workers"
-                    text += f" — {size} were busy with {_shares(workers_busy[s.name])}"
+                    # Without the GIL's evidence the queued time still holds the hand-offs (a worker
+                    # idle, being woken): what the workers ran then is said, not that all were busy.
+                    verb = "were busy with" if split_off else "meanwhile ran"
+                    text += f" — {size} {verb} {_shares(workers_busy[s.name])}"
                 if key == "dependency" and s.blockers:
                     name, b_ns = s.blockers[0]
                     text += f" — most by {name} ({_dur(b_ns)})"

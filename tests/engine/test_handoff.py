@@ -128,7 +128,6 @@ def test_nothing_is_logged_while_not_profiling() -> None:
     assert len(handoff.drain()) == 0
 
 
-@needs_compiled
 def _my_thread_state() -> int:
     """The calling thread's PyThreadState address (what a hand-off logs as the GIL's holder)."""
     import ctypes
@@ -138,6 +137,7 @@ def _my_thread_state() -> int:
     return int(get())
 
 
+@needs_compiled
 def test_waking_behind_a_spinning_holder_waits_for_the_gil(log: object) -> None:
     """Known answer: the putter spins in pure Python for 30 ms right after the put, so the woken
     getter waits for the GIL about one switch interval (5 ms), longer than the OS took to wake it,

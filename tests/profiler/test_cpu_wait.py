@@ -131,9 +131,10 @@ def test_a_matmul_split_across_numpys_blas_pool_is_counted_as_cpu_outside_python
     Python's threads waited for a CPU, names them."""
     import numpy as np
 
+    a = np.random.default_rng(0).random((1500, 1500))
+    a @ a  # a BLAS pool may start its threads at its first product
     if not _native_threads() or len(os.sched_getaffinity(0)) < 2:
         pytest.skip("NumPy's BLAS runs on the calling thread alone here: no native pool to count")
-    a = np.random.default_rng(0).random((1500, 1500))
 
     def check() -> None:
         rec = cpuwait.CpuWaitRecording()

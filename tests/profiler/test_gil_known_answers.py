@@ -283,6 +283,12 @@ def test_a_sub_op_behind_dots_that_release_the_gil_waits_for_busy_workers() -> N
         busy = trace.analysis().workers_busy.get("KnownNap", {})
         assert busy and next(iter(busy)) == "dot" and busy["dot"] >= 0.8 * sum(busy.values()), busy
         assert "sub-ops ready, every engine worker busy — the 2 engine workers were busy with dot " in text, text
+        # Without the GIL's evidence (the pure path) the queued time is not known to be all busy:
+        # what the workers ran meanwhile is said, not that every one was busy.
+        bare = Trace(trace.threads, trace.table, trace.instants, trace.counters, trace.flow_table, trace.metadata, trace.ops)
+        plain = why_text(bare)
+        assert "sub-ops ready, queued for an engine worker — the 2 engine workers meanwhile ran dot " in plain, plain
+        assert "were busy with dot" not in plain, plain
 
     # Alone, one recording in 40 missed (2026-12-04: its sub-op waited 2 ms for the GIL some other
     # thread held, 48 % of its waiting), none of 120 in two more sets; in one CI run three in a row
