@@ -73,7 +73,7 @@ HANDOFF_DTYPE = np.dtype(
         ("native_id", "=i8"),  # the getter's threading.get_native_id()
         ("queue", "=i8"),  # QueueKind
         # The GIL's holder when the getter woke (its PyThreadState's address; 0: the GIL was free):
-        # named through the GIL sampler's threads (:attr:`opprof.engine.gil.SampledThread.tstate`).
+        # named through the GIL sampler's threads (:attr:`opprof.engine.gil.GilThread.tstate`).
         ("holder", "=i8"),
     ]
 )

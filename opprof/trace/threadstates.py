@@ -51,8 +51,6 @@ class ThreadState(enum.IntEnum):
     RUNNABLE = 5  # wanted a CPU and had none (a busy machine): neither the GIL nor blocked
 
 
-
-
 def cpu_wait_ns(metadata: dict[str, Any]) -> dict[int, int] | None:
     """``metadata["cpu_wait"]["ns"]`` read back: ns per thread tid (keys are strings in JSON); None
     where the trace counted none. The one reader of that record (the analyses, the merge)."""

@@ -289,7 +289,7 @@ def test_what_busy_engine_workers_ran_counts_each_workers_outermost_span_inside_
     table = SpanTable.from_spans(spans)
     z = np.zeros(0, dtype=np.int64)
     parents = np.array([0])
-    queued = {"subop_queue": (np.array([0, 0]), np.array([250, 800]), np.array([700, 900]))}
+    queued = (np.array([0, 0]), np.array([250, 800]), np.array([700, 900]))
     causes = Causes(parents, ("subop_queue",), np.array([[550]]), np.array([-1]), z, z, z, z, True, queued)
     got = workers_busy_with(table, causes, np.array([1, 2]))
     # dot: worker 1 150 (250..400) + worker 2 450 + 100; copy 100.

@@ -26,7 +26,7 @@ A trace without edges (another tool's, or one whose span list was rebuilt) still
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -69,10 +69,10 @@ class Causes:
     blocked_var: np.ndarray
     blocked_ns: np.ndarray
     has_edges: bool
-    #: Per queued cause (``subop_queue`` only: a call queued for a custom-op thread has one window,
-    #: read by :func:`pool_busy_with`): the pieces of time counted as it, as (row, start, end)
-    #: arrays, before the GIL's evidence split them; :func:`workers_busy_with` reads them.
-    queued: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
+    #: The pieces of time counted as ``subop_queue``, as (row, start, end) arrays, before the GIL's
+    #: evidence split them (None: not computed); :func:`workers_busy_with` reads them. (A call
+    #: queued for a custom-op thread has one window, which :func:`pool_busy_with` derives.)
+    subop_queued: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def of(self, k: int) -> dict[str, int]:
         return dict(zip(self.keys, self.ns[k].tolist(), strict=True))
@@ -312,7 +312,7 @@ def waiting_causes(
         .reshape(k, nk)
     )
     sel = np.flatnonzero(counted & (cause == keys.index("subop_queue")) & (length > 0))
-    pieces = {"subop_queue": (ff[sel], t[sel], t[sel] + length[sel])}
+    subop_queued = (ff[sel], t[sel], t[sel] + length[sel])
     if pools is not None:
         out, keys = _split_queues(out, keys, pools, t, length, ff, cause, counted, k)
     # No adjustment to the split's waiting: the rule is the split's and integer sums in float64
@@ -342,7 +342,7 @@ def waiting_causes(
             grp = np.cumsum(new) - 1
             bn = np.bincount(grp, weights=got).astype(np.int64)
             bf, bo, bv = jf[new], src[new], var[new]
-    return Causes(parents, keys, out, cpu, bf, bo, bv, bn, edges, pieces)
+    return Causes(parents, keys, out, cpu, bf, bo, bv, bn, edges, subop_queued)
 
 
 def pool_busy_with(table: SpanTable, causes: Causes, limit: int = 5000) -> dict[str, dict[str, int]]:
@@ -372,11 +372,7 @@ def pool_busy_with(table: SpanTable, causes: Causes, limit: int = 5000) -> dict[
     names = t.str_list(t.name[parents])
     py_names = t.str_list(t.name[py])
     labels = [n.removesuffix("::pure_python") for n in py_names]
-    threads: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    for tid in np.unique(t.tid[py]).tolist():
-        on = py[t.tid[py] == tid]
-        on = on[np.argsort(t.start[on], kind="stable")]
-        threads.append((t.start[on], t.end[on], np.searchsorted(py, on)))
+    threads = _by_thread(t, py, outermost=False)
     py_inv = t.inv[py]
     out: dict[str, dict[str, int]] = {}
     for j in pick.tolist():
@@ -397,7 +393,7 @@ def workers_busy_with(
     Reads the ``limit`` longest queued pieces (all of them in any profile this size or smaller).
     """
     t = table
-    pieces = causes.queued.get("subop_queue")
+    pieces = causes.subop_queued
     if pieces is None or not len(pieces[0]) or not len(workers):
         return {}
     on = np.flatnonzero(np.isin(t.tid, workers) & (t.role != ROLE_CODE[Role.PARENT]))
@@ -407,23 +403,31 @@ def workers_busy_with(
     pick = np.argsort(-(b - a), kind="stable")[:limit]
     names = t.str_list(t.name[causes.parents[row[pick]]])
     labels = t.str_list(t.name[on])
-    threads: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    for tid in np.unique(t.tid[on]).tolist():
-        mine = on[t.tid[on] == tid]
-        order = np.lexsort((-t.end[mine], t.start[mine]))
-        mine_sorted = np.searchsorted(on, mine[order])
-        starts, ends = t.start[mine][order], t.end[mine][order]
-        # Outermost only: a span that starts before the latest end so far lies inside an earlier one.
-        reach = np.maximum.accumulate(ends)
-        top = np.ones(len(starts), dtype=bool)
-        top[1:] = starts[1:] >= reach[:-1]
-        threads.append((starts[top], ends[top], mine_sorted[top]))
+    threads = _by_thread(t, on, outermost=True)
     out: dict[str, dict[str, int]] = {}
     for name, lo, hi in zip(names, a[pick].tolist(), b[pick].tolist(), strict=True):
         acc = out.setdefault(name, {})
         for starts, ends, at in threads:
             _add_overlaps(acc, starts, ends, at, labels, lo, hi)
     return {n: dict(sorted(v.items(), key=lambda kv: -kv[1])) for n, v in out.items() if v}
+
+
+def _by_thread(t: SpanTable, rows: np.ndarray, *, outermost: bool) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per thread of the spans at ``rows`` (ascending span indices): their starts and ends, sorted
+    by start, and their places in ``rows`` (what :func:`_add_overlaps` reads). ``outermost``: a
+    span that starts before the latest end so far lies inside an earlier one, and is left out."""
+    out = []
+    for tid in np.unique(t.tid[rows]).tolist():
+        mine = rows[t.tid[rows] == tid]
+        mine = mine[np.lexsort((-t.end[mine], t.start[mine])) if outermost else np.argsort(t.start[mine], kind="stable")]
+        starts, ends = t.start[mine], t.end[mine]
+        if outermost and len(mine):
+            reach = np.maximum.accumulate(ends)
+            top = np.ones(len(mine), dtype=bool)
+            top[1:] = starts[1:] >= reach[:-1]
+            mine, starts, ends = mine[top], starts[top], ends[top]
+        out.append((starts, ends, np.searchsorted(rows, mine)))
+    return out
 
 
 def _add_overlaps(
