@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -95,10 +96,12 @@ class MyAddOneProp(mx.operator.CustomOpProp):
         return MyAddOne()
 
 
-def retried(attempt: Callable[[], None], tries: int = 3) -> None:
+def retried(attempt: Callable[[], None], tries: int = 3, pause: float = 0.0) -> None:
     """Run a timing test until it passes once, at most ``tries`` times. Its known answers hold on a
     machine of its own (CI's); other processes on these 2 cores can push one run off them (a holder
-    the OS preempts keeps the GIL longer, a waiter it leaves off a CPU shows RUNNABLE, not WAIT)."""
+    the OS preempts keeps the GIL longer, a waiter it leaves off a CPU shows RUNNABLE, not WAIT).
+    ``pause`` seconds between tries let a passing burst of other work (the processes the suite's
+    browser and notebook tests leave winding down) end first."""
     for i in range(tries):
         try:
             attempt()
@@ -106,3 +109,4 @@ def retried(attempt: Callable[[], None], tries: int = 3) -> None:
         except AssertionError:
             if i == tries - 1:
                 raise
+            time.sleep(pause)
