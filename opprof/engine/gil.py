@@ -231,6 +231,9 @@ class GilState(enum.IntEnum):
     BLOCKED = 3  # in another system call (sleep, I/O, a lock, a queue)
     RUNNING_WITHOUT_GIL = 4  # its CPU clock advanced while another held the GIL (NumPy, I/O-free C code)
     RUNNABLE = 5  # in no system call and its CPU clock stood still: the OS gave it no CPU (a busy machine)
+    #: It held the GIL and its CPU clock stood still since the previous sample: the OS had taken its
+    #: CPU (a busy machine), or it was blocked in C code that kept the GIL. Its waiters waited on it.
+    HELD_OFF_CPU = 6
 
 
 @dataclass(frozen=True)
@@ -362,14 +365,18 @@ class GilSamples:
 
     def state(self, slot: int) -> npt.NDArray[np.int8]:
         """Slot's :class:`GilState` at every sample. Evidence order: holding beats waiting beats a
-        syscall beats an advancing CPU clock beats waiting for a CPU."""
+        syscall beats an advancing CPU clock beats waiting for a CPU. A holder whose CPU clock did
+        not move at all since the previous sample held the GIL off a CPU (``HELD_OFF_CPU``): one
+        that ran for any part of that window is ``HELD``, so only a whole window without a CPU says so."""
         bit = np.uint64(1) << np.uint64(slot)
         st = np.full(len(self.t), GilState.BLOCKED, dtype=np.int8)
         st[(self.runnable & bit) != 0] = GilState.RUNNABLE
         st[(self.on_cpu & bit) != 0] = GilState.RUNNING_WITHOUT_GIL
         st[(self.blocked & bit) != 0] = GilState.BLOCKED
         st[(self.gil_wait & bit) != 0] = GilState.WAIT
-        st[self.holder == slot] = GilState.HELD
+        holds = self.holder == slot
+        st[holds] = GilState.HELD
+        st[holds & ((self.on_cpu & bit) == 0)] = GilState.HELD_OFF_CPU
         st[(self.alive & bit) == 0] = GilState.NONE
         return st
 

@@ -380,7 +380,7 @@ def why_text(trace: Trace, top: int = 5) -> str:
                 if key.endswith("_gil"):
                     holders = a.queue_gil_holders.get(key.removesuffix("_gil"), {}).get(s.name, [])
                     if holders:  # the one that held it most (the rest: the timeline's hover)
-                        text += f", held most by {holders[0].describe()}"
+                        text += f", held most by {_holder_words(holders[0])}"
                 if key == "custom_pool":
                     size = f"the pool of {pool}" if pool else "the custom-op threads"
                     if busy.get(s.name):
@@ -504,6 +504,17 @@ def _memory_words(a: Analysis, top: int) -> list[str]:
 _GIL_PART_WORDS = {"GIL wait": "waiting for the GIL", "CPU wait": "waiting for a CPU"}
 
 
+def _holder_words(h: GilHolder, held: str = "") -> str:
+    """The holder in words (``held``: for how long, after its name), and where it held the GIL off
+    a CPU for a tenth of that or more, which share: those waits were for a CPU (the OS ran other
+    work on the holder's core) or for C code that kept the GIL while blocked, not for its Python."""
+    said = f"{h.describe()}{held}"
+    if h.off_cpu_ns > 0 and h.off_cpu_ns * 10 >= h.ns:
+        share = 100 * h.off_cpu_ns / h.ns
+        said += f" (off a CPU {share:.0f}% of that: other work had its core, or C code kept the GIL while blocked)"
+    return said
+
+
 def _python_gil_words(parts: np.ndarray, holders: list[GilHolder], wall: int) -> str:
     """`` (GIL wait 40% — held by Hog::pure_python on opprof-custom-0 38 ms; blocked 5%)``: the parts of
     a Python's time that are 1 % of the wall time or more, beyond being on a CPU."""
@@ -514,7 +525,7 @@ def _python_gil_words(parts: np.ndarray, holders: list[GilHolder], wall: int) ->
             continue
         text = f"{_GIL_PART_WORDS.get(part, part)} {100 * ns / wall:.0f}%"
         if part == "GIL wait" and holders:
-            named = "; ".join(f"{h.describe()} {_dur(h.ns)}" for h in holders[:2])
+            named = "; ".join(_holder_words(h, f" {_dur(h.ns)}") for h in holders[:2])
             text += f", held by {named}"
         words.append(text)
     return f" ({'; '.join(words)})" if words else ""

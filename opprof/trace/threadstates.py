@@ -26,6 +26,7 @@ __all__ = [
     "cpu_wait_ns",
     "GIL_CATEGORY",
     "GIL_METADATA",
+    "HOLDING",
     "STATE_LABELS",
     "STATE_OF_LABEL",
     "PoolCondition",
@@ -49,6 +50,10 @@ class ThreadState(enum.IntEnum):
     BLOCKED = 3  # in another system call: asleep, in I/O, on a lock or a queue (idle in the engine)
     RUNNING = 4  # on a CPU without the GIL: C code that released it (NumPy on large arrays)
     RUNNABLE = 5  # wanted a CPU and had none (a busy machine): neither the GIL nor blocked
+    #: Held the GIL without running for a whole sampling period: the OS had given its CPU to other
+    #: work (a busy machine), or it was blocked in C code that kept the GIL. Its waiters still
+    #: waited for the GIL, but what held them up was the CPU (or that C code), not its Python.
+    HELD_OFF_CPU = 6
 
 
 def cpu_wait_ns(metadata: dict[str, Any]) -> dict[int, int] | None:
@@ -85,7 +90,10 @@ STATE_LABELS = {
     ThreadState.BLOCKED: "blocked",
     ThreadState.RUNNING: "runs without the GIL",
     ThreadState.RUNNABLE: "waits for a CPU",
+    ThreadState.HELD_OFF_CPU: "holds the GIL, off a CPU",
 }
+#: The states in which a thread held the GIL (on a CPU or not): who a waiter waited for.
+HOLDING = (ThreadState.HELD, ThreadState.HELD_OFF_CPU)
 #: A slice name of a ``gil`` track -> its state's value.
 STATE_OF_LABEL = {label: int(s) for s, label in STATE_LABELS.items()}
 #: The Chrome JSON category of the states' tracks (one async track per thread: :mod:`.formats.chrome`).
@@ -196,7 +204,7 @@ class ThreadStates:
         µs meets one, and the rest are summed per (wait, thread) pair at once, with no pass per
         thread (one per thread cost ~1 ms of a 2,000-call profile's build)."""
         out = np.full(len(tid), -1, dtype=np.int64)
-        held = np.flatnonzero(self.state == ThreadState.HELD)
+        held = np.flatnonzero(np.isin(self.state, HOLDING))
         held = held[np.argsort(self.start[held], kind="stable")]
         if not len(held) or not len(tid):
             return out
@@ -249,17 +257,20 @@ class ThreadStates:
                 out[:, k] = self._covered(self.tid[runs], self.start[runs], self.end[runs], tid, start, end)
         return out
 
-    def holders(self, tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Who held the GIL while the intervals waited for it: (interval row, holder tid, ns), one
-        row per (interval, holder) with any ``WAIT`` time, summed."""
+    def holders(
+        self, tid: np.ndarray, start: np.ndarray, end: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Who held the GIL while the intervals waited for it: (interval row, holder tid, ns, ns of
+        it the holder held the GIL off a CPU), one row per (interval, holder) with any ``WAIT``
+        time, summed."""
         tid = np.asarray(tid, dtype=np.int64)
         start = np.asarray(start, dtype=np.int64)
         end = np.asarray(end, dtype=np.int64)
-        none = (np.zeros(0, np.int64),) * 3
+        none = (np.zeros(0, np.int64),) * 4
         wait = np.flatnonzero(self.state == ThreadState.WAIT)
         if not len(tid) or not len(wait):
             return none
-        rows, holders, ns = [], [], []
+        rows, holders, ns, off = [], [], [], []
         for h in np.unique(self.holder[wait]).tolist():
             runs = wait[self.holder[wait] == h]
             got = self._covered(self.tid[runs], self.start[runs], self.end[runs], tid, start, end)
@@ -267,7 +278,29 @@ class ThreadStates:
             rows.append(hit)
             holders.append(np.full(len(hit), h, dtype=np.int64))
             ns.append(got[hit])
-        return np.concatenate(rows), np.concatenate(holders), np.concatenate(ns)
+            o_tid, o_a, o_b = self.off_cpu_parts(runs, h)
+            none_off = np.zeros(len(hit), np.int64)
+            off.append(self._covered(o_tid, o_a, o_b, tid[hit], start[hit], end[hit]) if len(o_tid) and len(hit) else none_off)
+        return np.concatenate(rows), np.concatenate(holders), np.concatenate(ns), np.concatenate(off)
+
+    def off_cpu_parts(self, runs: np.ndarray, holder: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(tid, start, end) of the parts of rows ``runs`` (waits for the GIL that ``holder``
+        held) during which the holder held it off a CPU (its ``HELD_OFF_CPU`` runs): what those
+        waits really waited for was a CPU for the holder, or C code that kept the GIL."""
+        empty = (np.zeros(0, np.int64),) * 3
+        off = np.flatnonzero((self.tid == holder) & (self.state == ThreadState.HELD_OFF_CPU))
+        if not len(off) or not len(runs):
+            return empty
+        # One thread's runs are sorted and disjoint: each wait meets a stretch of them.
+        oa, ob = self.start[off], self.end[off]
+        first = np.searchsorted(ob, self.start[runs], side="right")
+        last = np.searchsorted(oa, self.end[runs], side="left") - 1
+        n = np.maximum(last - first + 1, 0)
+        w = np.repeat(runs, n)
+        k = np.repeat(first, n) + np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
+        a, b = np.maximum(self.start[w], oa[k]), np.minimum(self.end[w], ob[k])
+        keep = b > a
+        return self.tid[w][keep], a[keep], b[keep]
 
     def pool_condition(
         self,

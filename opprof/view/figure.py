@@ -239,6 +239,8 @@ STATE_COLORS = {
     ThreadState.BLOCKED: "#c9c9c9",
     ThreadState.RUNNING: "#264653",
     ThreadState.RUNNABLE: STATE_COLORS_RUNNABLE,
+    # Holding the GIL with no CPU: the holder's teal turned towards the CPU wait's orange.
+    ThreadState.HELD_OFF_CPU: "#a8a060",
 }
 #: The strip's palette, by column ``c`` (a state's index in STATES).
 STATE_PALETTE = [STATE_COLORS[s] for s in STATES]
@@ -844,6 +846,7 @@ _COLOR_WORDS = {
     ThreadState.BLOCKED: "grey",
     ThreadState.RUNNING: "slate",
     ThreadState.RUNNABLE: "orange",
+    ThreadState.HELD_OFF_CPU: "olive",
 }
 
 

@@ -73,11 +73,12 @@ def sampler() -> Iterator[GilSampler]:
 
 
 def scheduled_share(samples: GilSamples, slot: int, state: GilState) -> float:
-    """The share of ``state`` among the samples in which the OS gave the thread a CPU (not RUNNABLE):
-    the known answers hold on a machine of its own; a busy one (other test runs on these 2 cores)
-    adds RUNNABLE samples, which the sampler tells apart, on top."""
+    """The share of ``state`` among the samples in which the OS gave the thread a CPU (not RUNNABLE,
+    not HELD_OFF_CPU): the known answers hold on a machine of its own; a busy one (other test runs
+    on these 2 cores, a BLAS pool's threads beside a spinning holder) adds samples without a CPU,
+    which the sampler tells apart, on top."""
     st = samples.state(slot)
-    had_cpu = (st != GilState.RUNNABLE) & (st != GilState.NONE)
+    had_cpu = (st != GilState.RUNNABLE) & (st != GilState.HELD_OFF_CPU) & (st != GilState.NONE)
     return float((st[had_cpu] == state).mean()) if had_cpu.any() else 0.0
 
 
@@ -602,6 +603,22 @@ def test_states_and_intervals_from_samples_with_known_answers() -> None:
     )
     assert (np.diff(iv.start) >= 0).all() and iv.of(1, GilState.WAIT).total_ns() == 400
     assert s.share(1, GilState.WAIT) == pytest.approx(4 / 6)
+
+
+def test_a_holder_whose_cpu_clock_stood_still_held_the_gil_off_a_cpu() -> None:
+    # Slot 0 holds through four samples; its CPU clock moves in the first and last windows only
+    # (the OS gave its core to other work in between): HELD, HELD_OFF_CPU twice, HELD. Slot 1
+    # waited on it throughout, one WAIT run under one holder.
+    s = _samples(holder=[0, 0, 0, 0], on_cpu=[0b01, 0b00, 0b00, 0b01], gil_wait=[0b10] * 4, blocked=[0] * 4)
+    assert list(s.state(0)) == [GilState.HELD, GilState.HELD_OFF_CPU, GilState.HELD_OFF_CPU, GilState.HELD]
+    iv = s.intervals()
+    rows = sorted(zip(iv.slot.tolist(), iv.state.tolist(), iv.start.tolist(), iv.end.tolist(), iv.holder.tolist(), strict=True))
+    assert rows == [
+        (0, GilState.HELD, 0, 100, -1),
+        (0, GilState.HELD, 300, 400, -1),
+        (0, GilState.HELD_OFF_CPU, 100, 300, -1),
+        (1, GilState.WAIT, 0, 400, 0),
+    ]
 
 
 def test_a_thread_not_alive_has_no_state_and_no_interval() -> None:

@@ -7,9 +7,13 @@ pushing thread and has no pools to queue for)."""
 from __future__ import annotations
 
 import inspect
+import os
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 
 import numpy as np
 import pytest
@@ -18,7 +22,7 @@ import opprof
 from opprof import nd
 from opprof.engine import gil, handoff
 from opprof.trace import Trace
-from opprof.trace.analysis.gil import handoff_costs
+from opprof.trace.analysis.gil import PYTHON_GIL_PARTS, handoff_costs
 from opprof.trace.text import why_text
 from opprof.trace.threadstates import STATES, cpu_wait_ns
 from tests.helpers import retried
@@ -139,6 +143,9 @@ def test_small_ops_behind_a_spinning_python_wait_for_the_gil_it_holds() -> None:
         assert holders, trace.analysis().queue_gil_holders
         assert holders[0].running == "KnownSpin::pure_python", holders
         assert "held most by KnownSpin::pure_python on opprof-custom-" in why_text(trace)
+        # Alone on the machine, the spinner had its CPU: nothing is said to be off one.
+        assert holders[0].off_cpu_ns * 10 < holders[0].ns, (holders[0], _diagnosis(trace))
+        assert "off a CPU" not in why_text(trace)
         # The spinner bounds the run: the critical path runs through its Python, or (where the small
         # ops finished last) steps across to it while their threads waited for the GIL.
         path = trace.critical_path()
@@ -150,6 +157,53 @@ def test_small_ops_behind_a_spinning_python_wait_for_the_gil_it_holds() -> None:
             or (s.kind.value == "python" and s.name == "KnownSpin::pure_python")
         ]
         assert sum(s.dur for s in spinner) >= 0.5 * path.total, path.by_name()
+
+    retried(check)
+
+
+@contextmanager
+def _one_cpu_beside_a_spinning_process() -> Iterator[None]:
+    """Every thread of this process (and those it starts meanwhile) on one CPU, shared with another
+    process that spins there: the OS splits the CPU between them, so a thread that holds the GIL
+    here loses its CPU for whole scheduler slices (a few ms) while it holds it."""
+    cpu = min(os.sched_getaffinity(0))
+    mask = os.sched_getaffinity(0)
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        os.sched_setaffinity(hog.pid, {cpu})
+        for task in os.listdir("/proc/self/task"):
+            with suppress(OSError):  # a thread that ended meanwhile
+                os.sched_setaffinity(int(task), {cpu})
+        time.sleep(0.05)  # the spinner is running
+        yield
+    finally:
+        hog.kill()
+        hog.wait()
+        for task in os.listdir("/proc/self/task"):  # those started meanwhile too (a new engine's)
+            with suppress(OSError):
+                os.sched_setaffinity(int(task), mask)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity (Linux)")
+def test_spinning_pythons_that_the_os_takes_the_cpu_from_hold_the_gil_off_a_cpu() -> None:
+    """Beyond the issue's known answers: two custom ops' Pythons spin 40 ms each, so each waits for
+    the GIL the other holds, on one CPU shared with another process that spins. The OS gives that
+    process about half the CPU in slices of milliseconds, often while a spinner holds the GIL: of
+    the time each Python waited for the GIL, a fifth or more its holder had no CPU, and the
+    why-text says so beside the holder. (Alone, known answers 1 and 5 say nothing of the kind.)"""
+
+    def work(x: nd.NDArray) -> None:
+        nd.Custom(x, op_type="KnownSpin")
+        nd.Custom(x, op_type="KnownSpin")
+
+    def check() -> None:
+        with _one_cpu_beside_a_spinning_process():
+            trace = _profile(work)
+        parts, holders = trace.analysis().python_gil_by_type["KnownSpin"]
+        gil_wait = int(parts[list(PYTHON_GIL_PARTS).index("GIL wait")])
+        assert holders and holders[0].running == "KnownSpin::pure_python", (holders, _diagnosis(trace))
+        assert gil_wait > 0 and holders[0].off_cpu_ns >= 0.2 * holders[0].ns, (holders[0], parts, _diagnosis(trace))
+        assert "(off a CPU " in why_text(trace), why_text(trace)
 
     retried(check)
 

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from opprof.trace.threadstates import STATES, ThreadState, ThreadStates
+from opprof.trace.threadstates import HOLDING, STATES, ThreadState, ThreadStates
 
 
 @st.composite
@@ -46,13 +46,29 @@ def test_overlap_and_holders_match_a_brute_force_sweep(ts: ThreadStates, queries
     start = np.array([q[1] for q in queries], dtype=np.int64)
     end = start + np.array([q[2] for q in queries], dtype=np.int64)
     got = ts.overlap(tid, start, end)
-    rows, holders, ns = ts.holders(tid, start, end)
+    rows, holders, ns, off = ts.holders(tid, start, end)
     for i, (t, a, b) in enumerate(zip(tid.tolist(), start.tolist(), end.tolist(), strict=True)):
         want = _oracle(ts, t, a, b)
         for k, s in enumerate(STATES):
             assert got[i, k] == sum(v for (st_, _), v in want.items() if st_ == s)
         mine = {int(h): int(n) for r, h, n in zip(rows, holders, ns, strict=True) if r == i}
         assert mine == {h: v for (s, h), v in want.items() if s == ThreadState.WAIT}
+        # Of each holder's time, the nanoseconds it held the GIL off a CPU, one by one.
+        mine_off = {int(h): int(n) for r, h, n in zip(rows, holders, off, strict=True) if r == i}
+        want_off = {
+            h: sum(_state_at(ts, h, x) == ThreadState.HELD_OFF_CPU for x in range(a, b) if _state_at(ts, t, x, h)) for h in mine
+        }
+        assert mine_off == want_off
+
+
+def _state_at(ts: ThreadStates, tid: int, x: int, holder: int | None = None) -> int | bool:
+    """Thread ``tid``'s state at ns ``x`` (0: none); with ``holder``, whether it waited for that holder then."""
+    for k in range(len(ts)):
+        if ts.tid[k] == tid and ts.start[k] <= x < ts.end[k]:
+            if holder is None:
+                return int(ts.state[k])
+            return int(ts.state[k]) == ThreadState.WAIT and int(ts.holder[k]) == holder
+    return False if holder is not None else 0
 
 
 def test_check_finds_overlapping_runs_and_bad_states() -> None:
@@ -125,8 +141,9 @@ def test_exact_runs_replace_the_samples_where_they_are(sampled: ThreadStates, ex
                 # moment the thread is known to have been parked is not evidence of holding).
                 a, b = int(exact.start[k]), int(exact.end[k])
                 others = set(sampled.tid.tolist()) - {tid}
-                was_held = (int(ThreadState.HELD), -1)
-                held = {h: sum(_run_at(exact, h, x) is None and _at(sampled, h, x) == was_held for x in range(a, b))
+                # Held, on a CPU or off one.
+                was_held = {(int(s), -1) for s in HOLDING}
+                held = {h: sum(_run_at(exact, h, x) is None and _at(sampled, h, x) in was_held for x in range(a, b))
                         for h in others}  # fmt: skip
                 most = max(held.values(), default=0)
                 holders = {h for h, n in held.items() if n == most and n > 0} or {holder}

@@ -33,7 +33,7 @@ from ..columns import ROLE_CODE, SpanTable
 from ..data import TraceData
 from ..ops import OpKind, OpTable
 from ..records import Role
-from ..threadstates import PoolCondition, ThreadState, ThreadStates
+from ..threadstates import HOLDING, PoolCondition, ThreadStates
 from .gil import span_at
 
 __all__ = ["CriticalPath", "Segment", "SegmentKind", "critical_path", "step_to_gil_holders"]
@@ -782,7 +782,7 @@ def step_to_gil_holders(
     the thread that held it (its ``HELD`` run), running the span it ran then. The pieces still tile
     the path exactly; a moment with no known holder keeps its kind."""
     pick = np.flatnonzero(((path.seg_kind == _QUEUE) & (engine is not None)) | ((path.seg_kind == _POOL) & (custom is not None)))
-    held = np.flatnonzero(states.state == ThreadState.HELD)
+    held = np.flatnonzero(np.isin(states.state, HOLDING))
     if not len(pick) or not len(held):
         return path
     held = held[np.argsort(states.start[held], kind="stable")]

@@ -47,6 +47,8 @@ _PART_OF_STATE = {
     ThreadState.WAIT: 1,
     ThreadState.BLOCKED: 2,
     ThreadState.RUNNABLE: 3,
+    # Held the GIL but had no CPU: the Python waited for a CPU, and its waiters for it.
+    ThreadState.HELD_OFF_CPU: 3,
 }
 
 
@@ -62,6 +64,9 @@ class GilHolder:
     #: that moment (:func:`code_between`), "" where it pushed none.
     after: str = ""
     before: str = ""
+    #: Of ``ns``, how long the holder held the GIL off a CPU (``HELD_OFF_CPU``: the OS had given
+    #: its CPU to other work, or C code kept the GIL while blocked): those waits were for a CPU.
+    off_cpu_ns: int = 0
 
     def describe(self) -> str:
         """``Hog::pure_python on opprof-custom-0``; between ops, whose Python it was: the engine's
@@ -174,16 +179,17 @@ def _name_holders(
     data: TraceData, table: SpanTable, states: ThreadStates, py_rows: np.ndarray, py_fam: np.ndarray, out: list[list[GilHolder]]
 ) -> None:
     """Fill ``out[row]`` with the holders of the GIL while that invocation's Python waited for it."""
-    rows, holder, ns = states.holders(table.tid[py_rows], table.start[py_rows], table.end[py_rows])
+    rows, holder, ns, off = states.holders(table.tid[py_rows], table.start[py_rows], table.end[py_rows])
     if not len(rows):
         return
     fam = py_fam[rows]
     key = fam * (int(holder.max()) + 2) + (holder + 1)
     used, group = np.unique(key, return_inverse=True)
     total = np.bincount(group.ravel(), weights=ns, minlength=len(used))
+    total_off = np.bincount(group.ravel(), weights=off, minlength=len(used))
     names = data.thread_names()
     running: dict[int, tuple[str, str, str]] = {}
-    for u, t in zip(used.tolist(), total.tolist(), strict=True):
+    for u, t, t_off in zip(used.tolist(), total.tolist(), total_off.tolist(), strict=True):
         f, h = divmod(u, int(holder.max()) + 2)
         h -= 1
         if h < 0:  # no holder to name (the GIL changing hands at that sample, or an unknown thread)
@@ -191,7 +197,7 @@ def _name_holders(
         if h not in running:
             running[h] = _running_on(data, table, states, h)
         span, after, before = running[h]
-        out[f].append(GilHolder(h, names.get(h, f"thread {h}"), span, round(t), after, before))
+        out[f].append(GilHolder(h, names.get(h, f"thread {h}"), span, round(t), after, before, round(t_off)))
     for row in out:
         row.sort(key=lambda x: -x.ns)
 
@@ -208,23 +214,30 @@ def queue_holders(
     lo, hi = table.start[parents], table.end[parents]
     names = table.str_list(table.name[parents])
     thread_names = data.thread_names()
-    out: dict[str, dict[int, int]] = {}
+    out: dict[str, dict[int, list[int]]] = {}  # name -> holder -> [ns, ns of it off a CPU]
+    zeros = np.zeros(len(lo), dtype=np.int64)
     for h in np.unique(states.holder[wait]).tolist():
         if h < 0:  # the GIL changing hands at that sample, or a thread the sampler did not know: no name
             continue
         runs = wait[states.holder[wait] == h]
         # Each run against each call window: the runs as one virtual thread (tid 0).
-        got = ThreadStates._covered(
-            np.zeros(len(runs), dtype=np.int64), states.start[runs], states.end[runs], np.zeros(len(lo), dtype=np.int64), lo, hi
-        )
-        for name, ns in zip(names, got.tolist(), strict=True):
+        got = ThreadStates._covered(np.zeros(len(runs), dtype=np.int64), states.start[runs], states.end[runs], zeros, lo, hi)
+        _, off_a, off_b = states.off_cpu_parts(runs, h)
+        got_off = zeros
+        if len(off_a):
+            got_off = ThreadStates._covered(np.zeros(len(off_a), dtype=np.int64), off_a, off_b, zeros, lo, hi)
+        for name, ns, ns_off in zip(names, got.tolist(), got_off.tolist(), strict=True):
             if ns > 0:
-                by = out.setdefault(name, {})
-                by[h] = by.get(h, 0) + ns
+                by = out.setdefault(name, {}).setdefault(h, [0, 0])
+                by[0] += ns
+                by[1] += ns_off
     running = {h: _running_on(data, table, states, h) for by in out.values() for h in by}
     return {
         name: sorted(
-            (GilHolder(h, thread_names.get(h, f"thread {h}"), running[h][0], ns, *running[h][1:]) for h, ns in by.items()),
+            (
+                GilHolder(h, thread_names.get(h, f"thread {h}"), running[h][0], ns, *running[h][1:], off_cpu_ns=off)
+                for h, (ns, off) in by.items()
+            ),
             key=lambda x: -x.ns,
         )
         for name, by in out.items()

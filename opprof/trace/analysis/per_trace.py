@@ -226,7 +226,7 @@ class Analysis:
             parts += ns
             for h in holders:
                 prev = by_tid.get(h.tid)
-                by_tid[h.tid] = h if prev is None else replace(prev, ns=prev.ns + h.ns)
+                by_tid[h.tid] = h if prev is None else replace(prev, ns=prev.ns + h.ns, off_cpu_ns=prev.off_cpu_ns + h.off_cpu_ns)
         return {n: (p, sorted(b.values(), key=lambda h: -h.ns)) for n, (p, b) in out.items()}
 
     # ------------------------------------------------------------------ the run as a whole

@@ -81,7 +81,8 @@ def gil_shares(
     # A RUNNING run of one sample is most often a thread caught between dropping and taking the GIL.
     keep = (ts.state != ThreadState.RUNNING) | (ts.end - ts.start > period * 3 // 2)
     ov = ts.take(keep).overlap(tid, start, end).astype(np.float64)
-    h, w = ov[:, _K[ThreadState.HELD]], ov[:, _K[ThreadState.WAIT]]
+    # Off a CPU or not, a holder held it: the replay keeps the time as recorded (cores are not modelled).
+    h, w = ov[:, _K[ThreadState.HELD]] + ov[:, _K[ThreadState.HELD_OFF_CPU]], ov[:, _K[ThreadState.WAIT]]
     run, off = ov[:, _K[ThreadState.RUNNING]], w + ov[:, _K[ThreadState.BLOCKED]] + ov[:, _K[ThreadState.RUNNABLE]]
     d = np.maximum(end - start, 0).astype(np.float64)
     sampled = ov.sum(axis=1) > 0
