@@ -693,15 +693,23 @@ def _holder_texts(trace: Trace, si: StateIndex, rows: np.ndarray) -> list[str]:
     for h in np.unique(holder[holder >= 0]).tolist():
         at = np.flatnonzero(holder == h)
         running[at] = span_at(t, h, mid[at])
+    # How much of each wait its holder held the GIL off a CPU (the OS gave its core to other work).
+    off = np.zeros(len(rows), dtype=np.int64)
+    states = trace.thread_states
+    if states is not None and len(rows):
+        a, b = si.start_ns[rows], si.end_ns[rows]
+        off = states.overlap(holder, a, b)[:, STATES.index(ThreadState.HELD_OFF_CPU)]
+        off = np.where(off * 10 >= np.maximum(b - a, 1), 100 * off // np.maximum(b - a, 1), 0)
     names = trace.thread_names()
     out = []
-    for h, r, m in zip(holder.tolist(), running.tolist(), mid.tolist(), strict=True):
+    for h, r, m, pct in zip(holder.tolist(), running.tolist(), mid.tolist(), off.tolist(), strict=True):
         if h < 0:
             out.append("holder not known (the GIL changing hands, or a thread the sampler did not know)")
             continue
+        no_cpu = f" (off a CPU {pct}% of it)" if pct else ""
         if r >= 0:
-            out.append(f"held by {names.get(h, f'thread {h}')}, running {t.strings[t.name[r]]}")
+            out.append(f"held by {names.get(h, f'thread {h}')}, running {t.strings[t.name[r]]}{no_cpu}")
             continue
         (after,), (before,) = code_between(trace.ops, h, np.array([m], dtype=np.int64))
-        out.append("held by " + GilHolder(h, names.get(h, f"thread {h}"), "", 0, after, before).describe())
+        out.append("held by " + GilHolder(h, names.get(h, f"thread {h}"), "", 0, after, before).describe() + no_cpu)
     return out

@@ -987,6 +987,29 @@ def test_a_wait_names_what_its_holder_ran(edges_trace) -> None:
     assert text == f"held by {trace.thread_names()[holder]}, running {name}"
 
 
+def test_a_wait_whose_holder_had_no_cpu_says_for_what_share(edges_trace) -> None:
+    """Known answer: the holder held the GIL off a CPU for the second 60 % of the wait (the OS gave
+    its core to other work): the hover says 60 %; a holder off a CPU for 5 % of it says nothing."""
+    from opprof.trace.threadstates import ThreadState, ThreadStates
+
+    trace = Trace(edges_trace.threads, edges_trace.table, metadata=edges_trace.metadata)
+    holder, waiter = (th.tid for th in trace.threads[:2])
+    a, ms = int(trace.table.start.min()), 1_000_000
+    texts = []
+    for off_ns in (600_000, 50_000):
+        trace.thread_states = ThreadStates(
+            [waiter, holder, holder],
+            [ThreadState.WAIT, ThreadState.HELD, ThreadState.HELD_OFF_CPU],
+            [a, a, a + ms - off_ns],
+            [a + ms, a + ms - off_ns, a + ms],
+            [holder, -1, -1],
+        )
+        tl = build_timeline(trace, critical_path=False)
+        texts.append([x for x in tl.state_lookup.data["detail"] if x.startswith("held by")])
+    assert len(texts[0]) == 1 and texts[0][0].endswith(" (off a CPU 60% of it)"), texts
+    assert len(texts[1]) == 1 and "off a CPU" not in texts[1][0], texts
+
+
 def test_a_trace_without_thread_states_draws_no_strip(demo_trace) -> None:
     trace = Trace(demo_trace.threads, demo_trace.table, metadata=demo_trace.metadata)
     assert trace.thread_states is None
