@@ -261,9 +261,12 @@ def test_queued_time_splits_by_what_the_pools_threads_did(profile: Trace, state:
             assert np.array_equal(now[base + part], was)  # all of it in the one part the states say
     sub_queued = int(before.ns[:, before.keys.index("subop_queue")].sum())
     if part == "_wake" and sub_queued > 0:
-        # The engine workers sit parked between sub-ops: some queued time is theirs. (A recording
-        # whose sub-ops never queued, as one CI run's did, has none to move.)
-        assert woken["subop_queue"] > 0, sub_queued
+        # The engine workers sit parked between sub-ops (the sub-ops queue while a spinning Python
+        # holds the GIL, not while the workers run µs-long ops): most queued time is theirs. A
+        # custom op's parent span on a worker's lane is not work it ran: counted as such, it hid
+        # all but 0-0.11 ms of ~11 ms (5 pure-path recordings, 2026-12-04). (A recording whose
+        # sub-ops never queued, as one CI run's did, has none to move.)
+        assert woken["subop_queue"] >= 0.5 * sub_queued, (woken, sub_queued)
     if part == "_gil":
         line = next(x for x in why_text(trace).splitlines() if "AnalysisSleeps (" in x)
         assert "waited for the GIL, held most by" in line and "MainThread" in line

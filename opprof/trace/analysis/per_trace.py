@@ -92,7 +92,11 @@ class Analysis:
         # only an idle custom-op thread means a hand-off (idle engine workers cannot run it).
         both = np.concatenate([custom, engine])
         t = self.table
-        on = np.flatnonzero(np.isin(t.tid, both))  # the pools' work: blocked inside it is busy
+        # The pools' work: blocked inside it is busy. Not a custom op's parent span: it is the
+        # invocation's window drawn on the engine worker that started it, not work that worker ran
+        # (a worker parked between two sub-ops under it is idle: a pure-path CI run, 2026-12-04,
+        # called 11.5 ms of sub-ops queued behind such idle workers "every worker busy").
+        on = np.flatnonzero(np.isin(t.tid, both) & (t.role != ROLE_CODE[Role.PARENT]))
         busy = (t.tid[on], t.start[on], t.end[on])
         return (
             states.pool_condition(custom, busy, waiters=both) if len(custom) else None,
