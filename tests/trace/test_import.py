@@ -579,6 +579,7 @@ def test_opprofs_gil_tracks_without_its_other_data_come_back_as_thread_states_no
     spans = [Span("a", "operator", 1, 0, 100), Span("b", "operator", 7, 10, 90), Span("c", "operator", 9, 0, 50)]
     runs = [
         (1, S.HELD, 0, 60, -1),
+        (1, S.HELD_OFF_CPU, 60, 80, -1),
         (7, S.BLOCKED, 0, 30, -1),
         (7, S.WAIT, 30, 60, 1),
         (7, S.WAIT, 60, 80, -1),

@@ -84,11 +84,11 @@ def test_thread_states_survive_an_opprof_file_and_validate_checks_them(tmp_path)
     trace = synthetic_trace(500, seed=3)
     tids = [th.tid for th in trace.threads[:2]]
     trace.thread_states = ThreadStates(
-        np.array([tids[0], tids[0], tids[1]]),
-        np.array([ThreadState.HELD, ThreadState.BLOCKED, ThreadState.WAIT]),
-        np.array([0, 50, 10]),
-        np.array([50, 90, 40]),
-        np.array([-1, -1, tids[0]]),
+        np.array([tids[0], tids[0], tids[0], tids[1]]),
+        np.array([ThreadState.HELD, ThreadState.HELD_OFF_CPU, ThreadState.BLOCKED, ThreadState.WAIT]),
+        np.array([0, 30, 50, 10]),
+        np.array([30, 50, 90, 40]),
+        np.array([-1, -1, -1, tids[0]]),
         period_ns=200_000,
     )
     assert trace.validate() == []
@@ -97,6 +97,7 @@ def test_thread_states_survive_an_opprof_file_and_validate_checks_them(tmp_path)
     back = load(path)
     assert back == trace and back.thread_states is not None and back.thread_states.period_ns == 200_000
     assert back.thread_states.holder.tolist() == trace.thread_states.holder.tolist()
+    assert back.thread_states.state.tolist() == trace.thread_states.state.tolist()  # HELD_OFF_CPU too
     trace.thread_states = ThreadStates(
         np.array([1, 1]), np.array([1, 1]), np.array([0, 5]), np.array([10, 20]), np.array([-1, -1])
     )
