@@ -468,11 +468,15 @@ def _cpu_wait_words(trace: Trace) -> list[str]:
             "OpenMP), whose threads may spin while they wait for work; limiting it (OMP_NUM_THREADS, "
             "OPENBLAS_NUM_THREADS, threadpoolctl) leaves the cores to Python's threads."
         )
+    if trace.ran_inline:  # the naive engine: no engine threads, no hand-offs to speak of
+        why = "other processes, or threads outside Python"
+        then = "more threads of the program's own would not shorten it"
+    else:
+        why = "other processes, threads outside Python, or the engine's own threads, which poll a while before they sleep"
+        then = "a hand-off's waking includes this wait, and more engine threads would not shorten it"
     return [
         f"Waiting for a CPU (the OS's run queue): {said}, of a {_dur(wall)} recording: more threads were runnable "
-        "than there were free cores (other processes, threads outside Python, or the engine's own threads, which "
-        "poll a while before they sleep); a hand-off's waking includes this wait, and more engine threads would not "
-        f"shorten it.{native}"
+        f"than there were free cores ({why}); {then}.{native}"
     ]
 
 
