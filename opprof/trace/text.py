@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .analysis import Analysis
-from .analysis.gil import PYTHON_GIL_PARTS, GilHolder, cpu_waits, handoff_costs, no_gil_evidence
+from .analysis.gil import OFF_CPU_WORTH_SAYING, PYTHON_GIL_PARTS, GilHolder, cpu_waits, handoff_costs, no_gil_evidence
 from .analysis.stats import StatRow, sort_rows, span_stats
 from .analysis.summary import OpTypeSplit, custom_op_summary
 from .columns import ROLE_CODE, SpanTable
@@ -513,7 +513,7 @@ def _holder_words(h: GilHolder, held: str = "") -> str:
     a CPU for a tenth of that or more, which share: those waits were for a CPU (the OS ran other
     work on the holder's core) or for C code that kept the GIL while blocked, not for its Python."""
     said = f"{h.describe()}{held}"
-    if h.off_cpu_ns > 0 and h.off_cpu_ns * 10 >= h.ns:
+    if h.off_cpu_ns > 0 and h.off_cpu_ns / h.ns >= OFF_CPU_WORTH_SAYING:
         share = 100 * h.off_cpu_ns / h.ns
         said += f" (off a CPU {share:.0f}% of that: other work had its core, or C code kept the GIL while blocked)"
     return said

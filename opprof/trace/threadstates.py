@@ -216,15 +216,13 @@ class ThreadStates:
                 better = (got > best) & (tid != t)
                 out[better], best[better] = t, got[better]
             return out
-        first = np.searchsorted(self.end[held], start, side="right")  # the first run ending after the start
-        last = np.searchsorted(self.start[held], end, side="left") - 1  # the last run starting before the end
-        n = np.maximum(last - first + 1, 0)
+        first, n = _stretches(self.start[held], self.end[held], start, end)
         one = np.flatnonzero(n == 1)
         th = self.tid[held[first[one]]]
         out[one] = np.where(th != tid[one], th, -1)
         n[one] = 0
-        wait = np.repeat(np.arange(len(tid)), n)
-        run = held[np.repeat(first, n) + np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)]
+        wait, k = _pairs(first, n)
+        run = held[k]
         ns = np.minimum(self.end[run], end[wait]) - np.maximum(self.start[run], start[wait])
         th = self.tid[run]
         ok = (ns > 0) & (th != tid[wait])
@@ -293,11 +291,8 @@ class ThreadStates:
             return empty
         # One thread's runs are sorted and disjoint: each wait meets a stretch of them.
         oa, ob = self.start[off], self.end[off]
-        first = np.searchsorted(ob, self.start[runs], side="right")
-        last = np.searchsorted(oa, self.end[runs], side="left") - 1
-        n = np.maximum(last - first + 1, 0)
-        w = np.repeat(runs, n)
-        k = np.repeat(first, n) + np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
+        which, k = _pairs(*_stretches(oa, ob, self.start[runs], self.end[runs]))
+        w = runs[which]
         a, b = np.maximum(self.start[w], oa[k]), np.minimum(self.end[w], ob[k])
         keep = b > a
         return self.tid[w][keep], a[keep], b[keep]
@@ -366,6 +361,21 @@ class ThreadStates:
         q_base = pos.astype(np.int64) * width - lo
         got = covered_before(np.minimum(end, lo + width - 1) + q_base) - covered_before(np.maximum(start, lo) + q_base)
         return np.where(known & (end > start), np.maximum(got, 0), 0)
+
+
+def _stretches(run_start: np.ndarray, run_end: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Runs sorted by start and disjoint (so sorted by end too) against queries ``[start, end)``:
+    per query, its first run ending after its start and how many runs from there start before its
+    end (two sorted searches, no pass per run)."""
+    first = np.searchsorted(run_end, start, side="right")
+    last = np.searchsorted(run_start, end, side="left") - 1
+    return first, np.maximum(last - first + 1, 0)
+
+
+def _pairs(first: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_stretches`' answer as (query, run) index pairs, one per run a query meets."""
+    k = np.repeat(first, n) + np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
+    return np.repeat(np.arange(len(n)), n), k
 
 
 @dataclass(eq=False)

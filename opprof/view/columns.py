@@ -34,7 +34,7 @@ import numpy as np
 from ..trace import Analysis, Role, Trace
 from ..trace.analysis.causes import op_names
 from ..trace.analysis.critical import CriticalPath
-from ..trace.analysis.gil import GilHolder, code_between, span_at
+from ..trace.analysis.gil import OFF_CPU_WORTH_SAYING, GilHolder, code_between, span_at
 from ..trace.analysis.summary import python_cpu_parts
 from ..trace.columns import ROLE_CODE
 from ..trace.ops import short_site
@@ -699,7 +699,8 @@ def _holder_texts(trace: Trace, si: StateIndex, rows: np.ndarray) -> list[str]:
     if states is not None and len(rows):
         a, b = si.start_ns[rows], si.end_ns[rows]
         off = states.overlap(holder, a, b)[:, STATES.index(ThreadState.HELD_OFF_CPU)]
-        off = np.where(off * 10 >= np.maximum(b - a, 1), 100 * off // np.maximum(b - a, 1), 0)
+        dur = np.maximum(b - a, 1)
+        off = np.where(off / dur >= OFF_CPU_WORTH_SAYING, 100 * off // dur, 0)
     names = trace.thread_names()
     out = []
     for h, r, m, pct in zip(holder.tolist(), running.tolist(), mid.tolist(), off.tolist(), strict=True):

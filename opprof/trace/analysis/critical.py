@@ -779,8 +779,8 @@ def step_to_gil_holders(
     """The path with its waits for a pool that were the GIL handed to the GIL's holder: where a
     ``queue`` segment's engine workers (a ``custom_pool`` one's pool threads) waited for the GIL
     (:class:`~opprof.trace.threadstates.PoolCondition`), the piece becomes a ``gil`` segment on
-    the thread that held it (its ``HELD`` or ``HELD_OFF_CPU`` run), running the span it ran then. The pieces still tile
-    the path exactly; a moment with no known holder keeps its kind."""
+    the thread that held it (its ``HELD`` or ``HELD_OFF_CPU`` run), running the span it ran then.
+    The pieces still tile the path exactly; a moment with no known holder keeps its kind."""
     pick = np.flatnonzero(((path.seg_kind == _QUEUE) & (engine is not None)) | ((path.seg_kind == _POOL) & (custom is not None)))
     held = np.flatnonzero(np.isin(states.state, HOLDING))
     if not len(pick) or not len(held):

@@ -26,6 +26,7 @@ from ..threadstates import GIL_METADATA, STATES, ThreadState, ThreadStates, cpu_
 from .split import inline_subops
 
 __all__ = [
+    "OFF_CPU_WORTH_SAYING",
     "PYTHON_GIL_PARTS",
     "GilHolder",
     "PythonGil",
@@ -50,6 +51,11 @@ _PART_OF_STATE = {
     # Held the GIL but had no CPU: the Python waited for a CPU, and its waiters for it.
     ThreadState.HELD_OFF_CPU: 3,
 }
+
+
+#: A holder's time off a CPU is worth saying (the why-text, the timeline's hover) from this share
+#: of its holding on: less is a sample's edge, not a machine that took its core.
+OFF_CPU_WORTH_SAYING = 0.1
 
 
 @dataclass(frozen=True)

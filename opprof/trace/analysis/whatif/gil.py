@@ -29,7 +29,7 @@ import numpy as np
 
 from ...data import TraceData
 from ...records import CUSTOM_POOL, ENGINE_POOL
-from ...threadstates import GIL_METADATA, STATES, ThreadState, ThreadStates
+from ...threadstates import GIL_METADATA, HOLDING, STATES, ThreadState, ThreadStates
 
 __all__ = [
     "DEFAULT_SWITCH_INTERVAL",
@@ -82,7 +82,7 @@ def gil_shares(
     keep = (ts.state != ThreadState.RUNNING) | (ts.end - ts.start > period * 3 // 2)
     ov = ts.take(keep).overlap(tid, start, end).astype(np.float64)
     # Off a CPU or not, a holder held it: the replay keeps the time as recorded (cores are not modelled).
-    h, w = ov[:, _K[ThreadState.HELD]] + ov[:, _K[ThreadState.HELD_OFF_CPU]], ov[:, _K[ThreadState.WAIT]]
+    h, w = sum(ov[:, _K[s]] for s in HOLDING), ov[:, _K[ThreadState.WAIT]]
     run, off = ov[:, _K[ThreadState.RUNNING]], w + ov[:, _K[ThreadState.BLOCKED]] + ov[:, _K[ThreadState.RUNNABLE]]
     d = np.maximum(end - start, 0).astype(np.float64)
     sampled = ov.sum(axis=1) > 0
