@@ -474,7 +474,6 @@ def test_the_sampler_keeps_its_rate_through_the_gils_switches() -> None:
 
 
 @native
-@native
 def test_stopping_does_not_wait_out_the_samplers_sleep() -> None:
     """Known answer: a sampler asleep for 1 s between samples stops at once when told (it waits on a
     futex that stop() wakes), not at its next sample: every profile's stop() used to wait out up to

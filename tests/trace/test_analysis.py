@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import numpy as np
@@ -270,6 +271,40 @@ def test_queued_time_splits_by_what_the_pools_threads_did(profile: Trace, state:
     if part == "_gil":
         line = next(x for x in why_text(trace).splitlines() if "AnalysisSleeps (" in x)
         assert "waited for the GIL, held most by" in line and "MainThread" in line
+
+
+def test_the_critical_path_steps_across_to_the_gils_holder_wherever_a_pool_or_a_woken_thread_waited(profile: Trace) -> None:
+    """Hand-made thread states over the whole run: MainThread holds the GIL and every pool thread
+    waits for it. Every piece of the path that waited for a pool, and every hand-off to a pool
+    thread, becomes the holder's, however the pieces fall (when each one was wholly the GIL's, the
+    path came back unchanged: a user's thread spinning beside four small custom ops showed 60 % of
+    the path "queued" and none of it the GIL); the pieces still tile the run."""
+    from opprof.trace.analysis.critical import SegmentKind
+    from opprof.trace.threadstates import ThreadState, ThreadStates
+
+    trace = _fresh(profile)
+    t = trace.table
+    before = trace.critical_path()
+    lo, hi = min(int(t.start.min()), before.start) - 1, max(int(t.end.max()), before.end) + 1  # (the path starts at a push)
+    main = next(th.tid for th in trace.threads if th.name == "MainThread")
+    pool = [th.tid for th in trace.threads if th.name.startswith("opprof-")]
+    waited = {SegmentKind.QUEUE, SegmentKind.CUSTOM_POOL}
+    assert any(s.kind in waited for s in before.segments), before.by_name()
+    trace.thread_states = ThreadStates(
+        np.array([main, *pool]), np.array([ThreadState.HELD] + [ThreadState.WAIT] * len(pool)),
+        np.full(len(pool) + 1, lo), np.full(len(pool) + 1, hi), np.array([-1] + [main] * len(pool)), period_ns=1_000_000,
+    )  # fmt: skip
+    path = trace.critical_path()
+    assert path.check() == [] and path.total == before.total
+    segs = path.segments
+    assert not any(s.kind in waited for s in segs), path.by_name()
+    hand = SegmentKind.HANDOFF
+    to_pool = [a for a, b in itertools.pairwise(segs) if a.kind is hand and b.tid in pool and b.kind is not SegmentKind.QUEUE]
+    assert to_pool == [], to_pool
+    gil = [s for s in segs if s.kind is SegmentKind.GIL]
+    assert gil and all(s.tid == main and "MainThread" in s.name for s in gil)
+    moved = sum(s.dur for s in before.segments if s.kind in waited)
+    assert sum(s.dur for s in gil) >= moved
 
 
 def test_what_busy_engine_workers_ran_counts_each_workers_outermost_span_inside_the_queued_pieces() -> None:

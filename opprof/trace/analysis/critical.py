@@ -34,7 +34,7 @@ from ..data import TraceData
 from ..ops import OpKind, OpTable
 from ..records import Role
 from ..threadstates import HOLDING, PoolCondition, ThreadStates
-from .gil import span_at
+from .gil import between_ops, span_at
 
 __all__ = ["CriticalPath", "Segment", "SegmentKind", "critical_path", "step_to_gil_holders"]
 
@@ -49,8 +49,9 @@ class SegmentKind(str, enum.Enum):
     HANDOFF = "handoff"  # an op completed; the engine making its dependents ready
     WAIT = "wait"  # a wait that ended without an op ending it
     PROGRAM = "program"  # the user's thread running its own Python between pushes and waits
-    #: The op was ready but its pool's thread waited for the GIL: the path steps across to the
-    #: thread that held it (``tid``), and to the span it ran (``span``; -1: between its ops).
+    #: The op was ready but its pool's thread waited for the GIL (or a hand-off's woken thread
+    #: did): the path steps across to the thread that held it (``tid``), and to the span it ran
+    #: (``span``; -1: between its ops).
     GIL = "gil"
 
 
@@ -212,7 +213,10 @@ def _label(kind: SegmentKind, name: str, trace: TraceData | None, tid: int) -> s
         return f"{thread} (the program's own Python)"
     if kind is SegmentKind.GIL:
         thread = (trace.thread_name(tid) if trace is not None else "") or f"thread {tid}"
-        return f"{name} on {thread}, holding the GIL" if name else f"{thread} holding the GIL, between its ops"
+        if name:
+            return f"{name} on {thread}, holding the GIL"
+        pushed = trace is not None and bool(np.any(trace.table.tid == tid))  # it pushed or waited for ops
+        return f"{between_ops(thread, pushed)} holding the GIL"
     return name
 
 
@@ -780,22 +784,39 @@ def step_to_gil_holders(
     ``queue`` segment's engine workers (a ``custom_pool`` one's pool threads) waited for the GIL
     (:class:`~opprof.trace.threadstates.PoolCondition`), the piece becomes a ``gil`` segment on
     the thread that held it (its ``HELD`` or ``HELD_OFF_CPU`` run), running the span it ran then.
+    A ``handoff`` segment is the woken thread's too: where the thread the path goes on with (a
+    program woken from its wait, a worker handed its next op) waited for the GIL meanwhile, that
+    piece steps across the same way (a user's thread spinning while the program waited for its
+    result made a 10 ms "handoff" that was all the GIL).
     The pieces still tile the path exactly; a moment with no known holder keeps its kind."""
-    pick = np.flatnonzero(((path.seg_kind == _QUEUE) & (engine is not None)) | ((path.seg_kind == _POOL) & (custom is not None)))
+    kind_of = path.seg_kind
+    woken = np.full(len(kind_of), -1, dtype=np.int64)  # the thread a hand-off hands to: the next piece's
+    on_thread = _ON_THREAD[kind_of[1:]] | (kind_of[1:] == _PROG)
+    woken[:-1] = np.where(on_thread, path.seg_tid[1:], -1)
+    queued = ((kind_of == _QUEUE) & (engine is not None)) | ((kind_of == _POOL) & (custom is not None))
+    pick = np.flatnonzero(queued | ((kind_of == _HAND) & (woken >= 0)))
     held = np.flatnonzero(np.isin(states.state, HOLDING))
     if not len(pick) or not len(held):
         return path
+    alone: dict[int, PoolCondition] = {}  # one woken thread's condition: GIL while it waited for it
     held = held[np.argsort(states.start[held], kind="stable")]
     h_start, h_end, h_tid = states.start[held], states.end[held], states.tid[held]
     rows: list[tuple[int, int, int, int, int, int]] = []
     cols = (path.seg_start, path.seg_end, path.seg_kind, path.seg_tid, path.seg_span, path.seg_about)
     cuts = set(pick.tolist())
+    stepped = False
     for i, seg in enumerate(zip(*(c.tolist() for c in cols), strict=True)):
         if i not in cuts:
             rows.append(seg)
             continue
         a, b, kind, tid, span, about = seg
-        cond = engine if kind == _QUEUE else custom
+        if kind == _HAND:
+            w = int(woken[i])
+            cond = alone.get(w)
+            if cond is None:
+                cond = alone[w] = states.pool_condition(np.array([w], dtype=np.int64))
+        else:
+            cond = engine if kind == _QUEUE else custom
         assert cond is not None
         at = a
         for ga, gb in _gil_pieces(cond, a, b):
@@ -809,11 +830,12 @@ def step_to_gil_holders(
                     holder = int(h_tid[j])
                     (run,) = span_at(table, holder, np.array([(x + y) // 2], dtype=np.int64)).tolist()
                     rows.append((x, y, _GIL, holder, run, about))
+                    stepped = True
                     at = y
                 j += 1
         if b > at:
             rows.append((at, b, kind, tid, span, about))
-    if len(rows) == len(path):
+    if not stepped:  # (not a count of rows: a segment wholly the GIL's becomes one gil segment)
         return path
     return _path(path._trace, path.start, path.end, rows, path.approximate, path.note)  # type: ignore[arg-type]
 

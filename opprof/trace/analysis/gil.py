@@ -81,14 +81,29 @@ class GilHolder:
         spin.py:15)``); a thread that pushed none is only named (a data loader of the user's)."""
         if self.running:
             return f"{self.running} on {self.thread}"
-        if self.thread.startswith((ENGINE_POOL.thread_prefix, CUSTOM_POOL.thread_prefix)):
-            return f"{self.thread} (the engine's own Python, between ops)"
         if self.after and self.after == self.before:  # a loop whose one wait (or push) is on that line
             return f"{self.thread} (your code around {short_site(self.after)})"
         where = [f"{w} {short_site(line)}" for w, line in (("after", self.after), ("before", self.before)) if line]
-        if not where:  # a thread that pushed no op then: a user's or a library's own thread
-            return f"{self.thread} (its own Python, outside the engine's ops)"
+        if not where or is_pool_thread(self.thread):
+            return between_ops(self.thread, pushed=False)
         return f"{self.thread} (your code {', '.join(where)})"
+
+
+def is_pool_thread(thread: str) -> bool:
+    """Whether ``thread`` (a name) is one of the engine's own (a worker or a custom-op thread)."""
+    return thread.startswith((ENGINE_POOL.thread_prefix, CUSTOM_POOL.thread_prefix))
+
+
+def between_ops(thread: str, pushed: bool) -> str:
+    """Whose Python a thread ran while it held the GIL outside any span, in words: the engine's own
+    (dispatch and bookkeeping) on a pool thread; else the program's code, where the thread ``pushed``
+    ops or waited for them; else the Python of a thread that never touched the engine (a user's
+    data loader, a library's thread), which "between its ops" would misdescribe."""
+    if is_pool_thread(thread):
+        return f"{thread} (the engine's own Python, between ops)"
+    if pushed:
+        return f"{thread} (your code, between its ops)"
+    return f"{thread} (its own Python, outside the engine's ops)"
 
 
 @dataclass(eq=False)
