@@ -780,64 +780,87 @@ def _slack(t: SpanTable, ops: OpTable | None) -> np.ndarray:
 def step_to_gil_holders(
     path: CriticalPath, table: SpanTable, states: ThreadStates, custom: PoolCondition | None, engine: PoolCondition | None
 ) -> CriticalPath:
-    """The path with its waits for a pool that were the GIL handed to the GIL's holder: where a
-    ``queue`` segment's engine workers (a ``custom_pool`` one's pool threads) waited for the GIL
-    (:class:`~opprof.trace.threadstates.PoolCondition`), the piece becomes a ``gil`` segment on
-    the thread that held it (its ``HELD`` or ``HELD_OFF_CPU`` run), running the span it ran then.
-    A ``handoff`` segment is the woken thread's too: where the thread the path goes on with (a
-    program woken from its wait, a worker handed its next op) waited for the GIL meanwhile, that
-    piece steps across the same way (a user's thread spinning while the program waited for its
-    result made a 10 ms "handoff" that was all the GIL).
-    The pieces still tile the path exactly; a moment with no known holder keeps its kind."""
+    """The path with the moments the GIL held it back handed to the GIL's holder: the piece becomes
+    a ``gil`` segment on the thread that held the GIL (its ``HELD`` or ``HELD_OFF_CPU`` run), running
+    the span it ran then. Held back means:
+
+    * a ``queue`` segment's engine workers (a ``custom_pool`` one's pool threads) waited for the GIL
+      (:class:`~opprof.trace.threadstates.PoolCondition`);
+    * a ``handoff`` segment's woken thread (the one the path goes on with: a program woken from its
+      wait, a worker handed its next op) waited for it: a user's thread spinning while the program
+      waited for its result made a 10 ms "handoff" that was all the GIL;
+    * a piece on a thread of its own (an op's run, a custom op's Python, the program's Python, a
+      wait) whose thread waited for it: a custom op's NumPy that released the GIL and wanted it back
+      while the program spun.
+
+    The pieces still tile the path exactly; a moment with no known holder keeps its kind. Only the
+    segments that met the GIL are cut (one sorted search per condition finds them), so a path of
+    two million segments with a few thousand GIL waits is not walked one by one in Python."""
     kind_of = path.seg_kind
-    woken = np.full(len(kind_of), -1, dtype=np.int64)  # the thread a hand-off hands to: the next piece's
-    on_thread = _ON_THREAD[kind_of[1:]] | (kind_of[1:] == _PROG)
-    woken[:-1] = np.where(on_thread, path.seg_tid[1:], -1)
-    queued = ((kind_of == _QUEUE) & (engine is not None)) | ((kind_of == _POOL) & (custom is not None))
-    pick = np.flatnonzero(queued | ((kind_of == _HAND) & (woken >= 0)))
+    n = len(kind_of)
     held = np.flatnonzero(np.isin(states.state, HOLDING))
-    if not len(pick) or not len(held):
+    if not n or not len(held):
         return path
-    alone: dict[int, PoolCondition] = {}  # one woken thread's condition: GIL while it waited for it
+    # Whose wait for the GIL holds each segment back (-1: a pool's, or none).
+    whose = np.where(_ON_THREAD[kind_of] | (kind_of == _PROG), path.seg_tid, -1)
+    whose[kind_of == _GIL] = -1
+    nxt = np.full(n, -1, dtype=np.int64)  # a hand-off's woken thread: the next piece's, where on a thread
+    nxt[:-1] = np.where(_ON_THREAD[kind_of[1:]] | (kind_of[1:] == _PROG), path.seg_tid[1:], -1)
+    hand = kind_of == _HAND
+    whose[hand] = nxt[hand]
+    a, b = path.seg_start, path.seg_end
+    gil_ns = np.zeros(n, dtype=np.int64)
+    conds: dict[int, PoolCondition] = {}  # per segment kind code, or per waiting thread (as -1 - tid)
+    for code, cond in ((_QUEUE, engine), (_POOL, custom)):
+        at = np.flatnonzero(kind_of == code)
+        if cond is not None and len(at):
+            conds[code] = cond
+            gil_ns[at] = cond.time_in(PoolCondition.GIL, a[at], b[at])
+    for w in np.unique(whose[whose >= 0]).tolist():
+        at = np.flatnonzero(whose == w)
+        cond = conds[-1 - w] = states.pool_condition(np.array([w], dtype=np.int64))  # GIL while w waited for it
+        gil_ns[at] = cond.time_in(PoolCondition.GIL, a[at], b[at])
+    cut = np.flatnonzero(gil_ns > 0)
+    if not len(cut):
+        return path
     held = held[np.argsort(states.start[held], kind="stable")]
     h_start, h_end, h_tid = states.start[held], states.end[held], states.tid[held]
-    rows: list[tuple[int, int, int, int, int, int]] = []
-    cols = (path.seg_start, path.seg_end, path.seg_kind, path.seg_tid, path.seg_span, path.seg_about)
-    cuts = set(pick.tolist())
+    pieces: list[tuple[int, int, int, int, int, int, int]] = []  # (segment index, start, end, kind, tid, span, about)
     stepped = False
-    for i, seg in enumerate(zip(*(c.tolist() for c in cols), strict=True)):
-        if i not in cuts:
-            rows.append(seg)
-            continue
-        a, b, kind, tid, span, about = seg
-        if kind == _HAND:
-            w = int(woken[i])
-            cond = alone.get(w)
-            if cond is None:
-                cond = alone[w] = states.pool_condition(np.array([w], dtype=np.int64))
-        else:
-            cond = engine if kind == _QUEUE else custom
-        assert cond is not None
-        at = a
-        for ga, gb in _gil_pieces(cond, a, b):
-            # Within the pool's GIL wait: one piece per holder run (the HELD runs are disjoint).
+    cols = (a[cut], b[cut], kind_of[cut], path.seg_tid[cut], path.seg_span[cut], path.seg_about[cut], whose[cut])
+    for i, lo, hi, kind, tid, span, about, w in zip(cut.tolist(), *(c.tolist() for c in cols), strict=True):
+        cond = conds[-1 - w] if w >= 0 else conds[kind]
+        at = lo
+        for ga, gb in _gil_pieces(cond, lo, hi):
+            # Within the GIL wait: one piece per holder run (the HELD runs are disjoint).
             j = max(0, int(np.searchsorted(h_end, ga, side="right")))
             while ga < gb and j < len(held) and h_start[j] < gb:
                 x, y = max(ga, at, int(h_start[j])), min(gb, int(h_end[j]))
                 if y > x:
                     if x > at:
-                        rows.append((at, x, kind, tid, span, about))
+                        pieces.append((i, at, x, kind, tid, span, about))
                     holder = int(h_tid[j])
                     (run,) = span_at(table, holder, np.array([(x + y) // 2], dtype=np.int64)).tolist()
-                    rows.append((x, y, _GIL, holder, run, about))
+                    pieces.append((i, x, y, _GIL, holder, run, about))
                     stepped = True
                     at = y
                 j += 1
-        if b > at:
-            rows.append((at, b, kind, tid, span, about))
+        if hi > at:
+            pieces.append((i, at, hi, kind, tid, span, about))
     if not stepped:  # (not a count of rows: a segment wholly the GIL's becomes one gil segment)
         return path
-    return _path(path._trace, path.start, path.end, rows, path.approximate, path.note)  # type: ignore[arg-type]
+    # The segments left whole and the cut ones' pieces, in path order (a cut one's pieces tile it in time order).
+    keep = np.ones(n, dtype=bool)
+    keep[cut] = False
+    kept = np.flatnonzero(keep)
+    p = np.array(pieces, dtype=np.int64).reshape(-1, 7)
+    index = np.concatenate([kept, p[:, 0]])
+    order = np.lexsort((np.concatenate([a[kept], p[:, 1]]), index))
+    col = [np.concatenate([c[kept], p[:, k]])[order] for k, c in enumerate((a, b, kind_of, path.seg_tid, path.seg_span, path.seg_about), 1)]
+    return CriticalPath(
+        path.start, path.end, col[0], col[1], col[2].astype(np.int8), col[3], col[4], col[5],
+        path.approximate, path.note, _trace=path._trace,
+    )  # fmt: skip
 
 
 def _gil_pieces(cond: PoolCondition, a: int, b: int) -> list[tuple[int, int]]:

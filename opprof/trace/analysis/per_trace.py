@@ -236,12 +236,13 @@ class Analysis:
     # ------------------------------------------------------------------ the run as a whole
     @cached_property
     def critical_path(self) -> CriticalPath:
-        """The critical path and every op's slack (:mod:`.critical`); where the GIL held a pool's
-        thread back, the path steps across to the GIL's holder (:func:`.critical.step_to_gil_holders`)."""
+        """The critical path and every op's slack (:mod:`.critical`); where the GIL held it back (a
+        pool's threads, a woken thread or the path's own thread waiting for it), the path steps
+        across to the GIL's holder (:func:`.critical.step_to_gil_holders`), on either engine."""
         path = critical_path(self.data, table=self.table)
         states = self.data.thread_states
         custom, engine = self.pool_conditions
-        if states is None or path.approximate or (custom is None and engine is None):
+        if states is None or path.approximate:
             return path
         return step_to_gil_holders(path, self.table, states, custom, engine)
 
