@@ -856,7 +856,8 @@ def step_to_gil_holders(
     p = np.array(pieces, dtype=np.int64).reshape(-1, 7)
     index = np.concatenate([kept, p[:, 0]])
     order = np.lexsort((np.concatenate([a[kept], p[:, 1]]), index))
-    col = [np.concatenate([c[kept], p[:, k]])[order] for k, c in enumerate((a, b, kind_of, path.seg_tid, path.seg_span, path.seg_about), 1)]
+    whole = (a, b, kind_of, path.seg_tid, path.seg_span, path.seg_about)
+    col = [np.concatenate([c[kept], p[:, k]])[order] for k, c in enumerate(whole, 1)]
     return CriticalPath(
         path.start, path.end, col[0], col[1], col[2].astype(np.int8), col[3], col[4], col[5],
         path.approximate, path.note, _trace=path._trace,
