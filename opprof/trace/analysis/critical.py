@@ -811,15 +811,15 @@ def step_to_gil_holders(
     a, b = path.seg_start, path.seg_end
     gil_ns = np.zeros(n, dtype=np.int64)
     conds: dict[int, PoolCondition] = {}  # per segment kind code, or per waiting thread (as -1 - tid)
-    for code, cond in ((_QUEUE, engine), (_POOL, custom)):
-        at = np.flatnonzero(kind_of == code)
-        if cond is not None and len(at):
-            conds[code] = cond
-            gil_ns[at] = cond.time_in(PoolCondition.GIL, a[at], b[at])
+    for code, pool in ((_QUEUE, engine), (_POOL, custom)):
+        mine = np.flatnonzero(kind_of == code)
+        if pool is not None and len(mine):
+            conds[code] = pool
+            gil_ns[mine] = pool.time_in(PoolCondition.GIL, a[mine], b[mine])
     for w in np.unique(whose[whose >= 0]).tolist():
-        at = np.flatnonzero(whose == w)
+        mine = np.flatnonzero(whose == w)
         cond = conds[-1 - w] = states.pool_condition(np.array([w], dtype=np.int64))  # GIL while w waited for it
-        gil_ns[at] = cond.time_in(PoolCondition.GIL, a[at], b[at])
+        gil_ns[mine] = cond.time_in(PoolCondition.GIL, a[mine], b[mine])
     cut = np.flatnonzero(gil_ns > 0)
     if not len(cut):
         return path
