@@ -839,9 +839,7 @@ def step_to_gil_holders(
                 if y > x:
                     if x > at:
                         pieces.append((i, at, x, kind, tid, span, about))
-                    holder = int(h_tid[j])
-                    (run,) = span_at(table, holder, np.array([(x + y) // 2], dtype=np.int64)).tolist()
-                    pieces.append((i, x, y, _GIL, holder, run, about))
+                    pieces.append((i, x, y, _GIL, int(h_tid[j]), -1, about))  # its span: below, per holder
                     stepped = True
                     at = y
                 j += 1
@@ -854,6 +852,11 @@ def step_to_gil_holders(
     keep[cut] = False
     kept = np.flatnonzero(keep)
     p = np.array(pieces, dtype=np.int64).reshape(-1, 7)
+    # Each GIL piece runs the span its holder ran at its middle: one search per holder, not per piece.
+    on_gil = p[:, 3] == _GIL
+    for holder in np.unique(p[on_gil, 4]).tolist():
+        rows = np.flatnonzero(on_gil & (p[:, 4] == holder))
+        p[rows, 5] = span_at(table, holder, (p[rows, 1] + p[rows, 2]) // 2)
     index = np.concatenate([kept, p[:, 0]])
     order = np.lexsort((np.concatenate([a[kept], p[:, 1]]), index))
     whole = (a, b, kind_of, path.seg_tid, path.seg_span, path.seg_about)
