@@ -717,3 +717,44 @@ def test_a_predictions_replay_is_itself_on_a_recording_where_the_gil_model_drift
     w = what_if(trace, {"WhatIfSleep": 2.0}, engine_threads=3, custom_threads=2)
     again = what_if(w.trace)
     assert again.recorded_ns == again.baseline_ns == w.predicted_ns
+
+
+def test_a_thread_outside_the_engine_that_held_the_gil_competes_for_it_in_the_replay(training_trace: Trace) -> None:
+    """Known answers for a thread of no engine work (a user's data loader) that held the GIL for the
+    whole recording: the replay gives it the same GIL work (its held time in the prediction is the
+    recorded one, to the ns: the model conserves work), the engine cannot go faster beside it and
+    goes slower (its Python waits for switch intervals), without a GIL it changes nothing, and the
+    notes name it. Before, such a thread was not in the model: a recording of four small custom ops
+    beside a spinning loader replayed in 1 ms of its 21 ms (12 recordings: median -92 %, none within
+    20 %; with it, -15 %, 6 within 20 %)."""
+    from opprof.trace.records import ThreadInfo
+    from opprof.trace.threadstates import HOLDING, ThreadState, ThreadStates
+
+    states = training_trace.thread_states
+    assert states is not None
+    t = training_trace.table
+    ops = training_trace.ops
+    assert ops is not None
+    lo = min(int(t.start.min()), int(ops.push[ops.push >= 0].min()))
+    hi = int(t.end.max())
+    loader = 1 + max(th.tid for th in training_trace.threads)
+    trace = Trace(
+        [*training_trace.threads, ThreadInfo(loader, "Loader")], t, training_trace.instants, training_trace.counters,
+        training_trace.flow_table, training_trace.metadata, ops,
+    )  # fmt: skip
+    trace.thread_states = ThreadStates(
+        np.append(states.tid, loader), np.append(states.state, ThreadState.HELD), np.append(states.start, lo - 1_000_000),
+        np.append(states.end, hi), np.append(states.holder, -1), period_ns=states.period_ns,
+    )  # fmt: skip
+    alone, beside = what_if(training_trace), what_if(trace)
+    assert beside.baseline_ns > alone.baseline_ns, (alone, beside)
+    predicted = Trace.of(beside.trace)
+    assert predicted.validate() == []
+    p_states = predicted.thread_states
+    assert p_states is not None
+    (p_loader,) = [th.tid for th in predicted.threads if th.name == "Loader"]
+    mine = (p_states.tid == p_loader) & np.isin(p_states.state, HOLDING)
+    assert int((p_states.end[mine] - p_states.start[mine]).sum()) == hi - lo  # its hold, clipped to the recording
+    assert any("outside the engine (Loader)" in n for n in beside.notes)
+    assert not any("outside the engine" in n for n in alone.notes)
+    assert what_if(trace, gil=False).predicted_ns == what_if(training_trace, gil=False).predicted_ns

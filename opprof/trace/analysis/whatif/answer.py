@@ -174,6 +174,14 @@ def _notes(rec: Recording, trace: TraceData, dropped: int, interval: float, gil:
             f"{len(programs)} threads pushed work ({names}): each replays from its own recorded start, so what "
             "synchronised them outside the engine (starting and joining a thread, locks, queues) is not modelled."
         )
+    if rec.outside and gil:
+        held = sum(sum(holds) for _, _, holds, _ in rec.outside)
+        names = ", ".join(trace.thread_name(o[0]) for o in rec.outside)
+        notes.append(
+            f"{_count(len(rec.outside), 'thread', 'threads')} outside the engine ({names}) held the GIL for "
+            f"{_fmt(held)} of the recording: the model gives each the stretches it recorded, in order, competing "
+            "for the GIL as Python does; not what it waited for or what made it run."
+        )
     orphans = sum(len(p.items) for p in rec.programs if trace.thread_name(p.tid).startswith(pool))
     if orphans:
         notes.append(

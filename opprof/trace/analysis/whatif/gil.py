@@ -40,6 +40,7 @@ __all__ = [
     "held_after_handoff",
     "hop_held_ns",
     "one_holder",
+    "outside_holds",
 ]
 
 #: The ``period_ns`` of thread states a model wrote (a predicted trace's): exact, not sampled.
@@ -273,6 +274,54 @@ def hop_held_ns(trace: TraceData) -> dict[str, int]:
         every = np.concatenate(gaps) if gaps else np.zeros(0, dtype=np.int64)
         if len(every):
             out[pool] = int(np.median(every))
+    return out
+
+
+def outside_holds(
+    trace: TraceData, t0: int, end: int, engine_tids: set[int]
+) -> list[tuple[int, list[int], list[int], list[int]]]:
+    """The GIL that threads outside the engine held while it ran: a user's data loader, a library's
+    thread (not a program that pushed or waited, no span, no pool's). They compete for the GIL
+    with the engine but nothing in the engine feeds them, so the replay gives each the stretches
+    it recorded, in order. Per thread (tid, asks, holds, gaps), relative to ``t0`` and clipped to
+    ``[t0, t0 + end]``: each stretch asked for the GIL at ``asks[k]`` (where its wait began, else
+    where its holding did), held it ``holds[k]`` ns (adjacent held runs, on a CPU or off, are one
+    stretch), and began ``gaps[k]`` ns after the previous stretch ended (its own time between).
+    Without them, a recording whose loader held the GIL for 30 ms replayed in 1 ms (0.03x)."""
+    ts = trace.thread_states
+    if ts is None or not len(ts):
+        return []
+    pool = (ENGINE_POOL.thread_prefix, CUSTOM_POOL.thread_prefix)
+    holding = {int(h) for h in HOLDING}
+    wait = int(ThreadState.WAIT)
+    out: list[tuple[int, list[int], list[int], list[int]]] = []
+    for tid in np.unique(ts.tid).tolist():
+        if tid in engine_tids or trace.thread_name(tid).startswith(pool):
+            continue
+        rows = np.flatnonzero(ts.tid == tid)  # sorted by start (ThreadStates keeps (tid, start) order)
+        asks: list[int] = []
+        holds: list[int] = []
+        gaps: list[int] = []
+        asked, last_end, prev_held_end = -1, 0, -1
+        for st, a, b in zip(ts.state[rows].tolist(), ts.start[rows].tolist(), ts.end[rows].tolist(), strict=True):
+            a, b = max(a, t0) - t0, min(b, t0 + end) - t0
+            if b <= a:
+                continue
+            if st == wait:
+                asked = a if asked < 0 else asked
+            elif st in holding:
+                if holds and asked < 0 and a == prev_held_end:  # the same stretch, on a CPU or off
+                    holds[-1] += b - a
+                else:
+                    ask = asked if asked >= 0 else a
+                    gaps.append(max(0, ask - last_end))
+                    asks.append(ask)
+                    holds.append(b - a)
+                asked, prev_held_end, last_end = -1, b, b
+            else:
+                asked = -1
+        if holds:
+            out.append((int(tid), asks, holds, gaps))
     return out
 
 

@@ -15,16 +15,18 @@ from ...threadstates import ThreadState
 from .gil import Gil
 from .prepare import Recording
 
-__all__ = ["CUSTOM_THREAD_KEY", "EXTERNAL", "Replay"]
+__all__ = ["CUSTOM_THREAD_KEY", "EXTERNAL", "OUTSIDE_KEY", "Replay"]
 
 _CUSTOM, _DUMMY, _WAIT = int(OpKind.CUSTOM), int(OpKind.DUMMY), int(OpKind.WAIT)
 _BLOCKED = int(ThreadState.BLOCKED)
 _RUNNABLE = int(ThreadState.RUNNABLE)
-_ACT, _DONE, _RESUME, _EXT, _FREE, _TAKE, _WAKE, _GIL, _BEGIN, _WOKEN = range(10)
+_ACT, _DONE, _RESUME, _EXT, _FREE, _TAKE, _WAKE, _GIL, _BEGIN, _WOKEN, _OUTSIDE, _OUTSIDE_DONE = range(12)
 EXTERNAL = -2  # ``Replay.by`` of a row enabled by an op from before the recording (as recorded)
 #: GIL keys: an actor's index (>= 0), an engine worker's ``-1 - w``, a custom-op thread's between
 #: its Pythons ``CUSTOM_THREAD_KEY - th`` (below every worker's).
 CUSTOM_THREAD_KEY = -1_000_000
+#: A thread outside the engine that held the GIL (``Recording.outside[k]``): ``OUTSIDE_KEY - k``.
+OUTSIDE_KEY = -2_000_000
 
 
 class _Actor:
@@ -137,6 +139,12 @@ class Replay:
 
     def run(self) -> Replay:
         """Replay every program from its first item until no event is left."""
+        # Threads outside the engine first: one holding the GIL when the recording began holds it
+        # at the model's start too (at equal times, what was scheduled first happens first).
+        self.out_pos = [0] * len(self.rec.outside)
+        if self.gil is not None:
+            for k, (_, asks, _, _) in enumerate(self.rec.outside):
+                self.at(asks[0], _OUTSIDE, k)
         for k, p in enumerate(self.rec.programs):
             a = self._actor(p.items, p.gaps, 0, p.tid, -1)
             a.thread_index = k
@@ -169,6 +177,13 @@ class Replay:
                 self.gil.event(t, arg)
             elif what == _BEGIN:
                 self._start(arg, self.worker[arg], t)
+            elif what == _OUTSIDE:  # a thread outside the engine asks for the GIL for its next stretch
+                self._work(t, OUTSIDE_KEY - arg, self.rec.outside[arg][2][self.out_pos[arg]], 0, _OUTSIDE_DONE, arg)
+            elif what == _OUTSIDE_DONE:  # ... and, its own time later (not before it asked in the recording), the next
+                j = self.out_pos[arg] = self.out_pos[arg] + 1
+                _, asks, _, gaps = self.rec.outside[arg]
+                if j < len(asks):
+                    self.at(max(t + gaps[j], asks[j]), _OUTSIDE, arg)
             elif what == _WOKEN:
                 key, held, ev, ev_arg = self.hops[arg]
                 self._work(t, key, held, 0, ev, ev_arg)

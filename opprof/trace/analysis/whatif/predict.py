@@ -12,7 +12,7 @@ from ...ops import OpKind, OpTable
 from ...records import CUSTOM_POOL, ENGINE_POOL, Role, ThreadInfo
 from ...threadstates import GIL_METADATA, ThreadStates
 from .gil import EXACT_PERIOD_NS
-from .model import CUSTOM_THREAD_KEY, EXTERNAL, Replay
+from .model import CUSTOM_THREAD_KEY, EXTERNAL, OUTSIDE_KEY, Replay
 from .prepare import POOL_PREFIXES, Recording
 
 __all__ = ["model_trace"]
@@ -33,7 +33,7 @@ def model_trace(trace: TraceData, rec: Recording, sim: Replay, engine_threads: i
     o = trace.ops
     assert o is not None
     t0 = rec.t0
-    base = max([0, *(p.tid for p in rec.programs)]) + 1
+    base = max([0, *(p.tid for p in rec.programs), *(o[0] for o in rec.outside)]) + 1  # new tids after every kept one
     c_base = base + engine_threads
 
     def tid_of(code: int) -> int:
@@ -131,10 +131,14 @@ def model_trace(trace: TraceData, rec: Recording, sim: Replay, engine_threads: i
     threads = [ThreadInfo(p, trace.thread_name(p), pid_of.get(p, 0)) for p in tids]
     threads += [ThreadInfo(base + w, f"{ENGINE_POOL.thread_prefix}{w}", pool_pid) for w in range(engine_threads)]
     threads += [ThreadInfo(c_base + th, f"{CUSTOM_POOL.thread_prefix}{th}", pool_pid) for th in range(sim.threads)]
+    # Threads outside the engine keep their tids and names: their GIL stretches are in the states below.
+    threads += [ThreadInfo(o_tid, trace.thread_name(o_tid), pid_of.get(o_tid, pool_pid)) for o_tid, *_ in rec.outside]
     states = None
     if sim.gil is not None and sim.gil_log:
         # The model's own GIL states, exact: a replay of the predicted trace reads them as recorded.
         def tid_of_key(key: int) -> int:
+            if key <= OUTSIDE_KEY:
+                return rec.outside[OUTSIDE_KEY - key][0]
             if key <= CUSTOM_THREAD_KEY:
                 return c_base + (CUSTOM_THREAD_KEY - key)
             if key < 0:

@@ -17,7 +17,7 @@ from ...data import TraceData
 from ...ops import OpKind, OpTable
 from ...records import CUSTOM_POOL, ENGINE_POOL, Role
 from ...threadstates import STATES, ThreadState, ThreadStates
-from .gil import EXACT_PERIOD_NS, gil_shares, gil_transfer_ns, held_after_handoff, hop_held_ns, one_holder
+from .gil import EXACT_PERIOD_NS, gil_shares, gil_transfer_ns, held_after_handoff, hop_held_ns, one_holder, outside_holds
 
 __all__ = ["LATENCY_KEY", "LATENCY_WORDS", "MODEL_METADATA", "POOL_PREFIXES", "Recording", "extent", "prepare"]
 
@@ -109,6 +109,8 @@ class Recording:
     hop_held: dict[str, int] = field(
         default_factory=dict
     )  # a woken thread's GIL work before its own, by pool (:func:`.gil.hop_held_ns`)
+    #: Threads outside the engine that held the GIL: (tid, asks, holds, gaps) each (:func:`.gil.outside_holds`).
+    outside: list[tuple[int, list[int], list[int], list[int]]] = field(default_factory=list)
 
 
 def _mean(xs: list[int], key: str, latency: dict[str, int], samples: dict[str, int]) -> None:
@@ -323,6 +325,7 @@ def prepare(trace: TraceData) -> Recording:
         gil_sampled=trace.thread_states is not None and len(trace.thread_states) > 0,
         gil_transfer_ns=gil_transfer_ns(trace),
         hop_held=hop_held_ns(trace),
+        outside=outside_holds(trace, t0, end, {int(x) for x in np.unique(t.tid)} | set(prog_items)),
     )
 
 
