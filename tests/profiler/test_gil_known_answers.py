@@ -506,3 +506,35 @@ def test_a_program_waiting_for_its_ops_is_parked_in_its_waits_not_holding_the_gi
     assert trace.metadata["gil"]["handoffs"]["wait"]["count"] >= 20
     assert handoff_costs(trace)["wait"].count >= 20
     assert " back to waiting threads, " in why_text(trace)
+
+
+@pytest.mark.parametrize("then", ["sleeps", "spins"])
+def test_a_program_that_sleeps_after_its_pushes_is_blocked_on_the_path_one_that_spins_runs(then: str) -> None:
+    """Known answers on the critical path's program time: four small custom ops, then the program
+    sleeps 30 ms (the GIL released, the thread blocked) or spins 30 ms in Python, then waits. The
+    path is the program's either way; sleeping it is "blocked outside the engine" (its thread state),
+    spinning its own Python. Both were called "the program's own Python" before."""
+
+    def work(x: nd.NDArray) -> None:
+        for _ in range(4):
+            nd.Custom(x, op_type="KnownTiny")
+        if then == "sleeps":
+            time.sleep(0.03)
+        else:
+            _spin(0.03)
+
+    def check() -> None:
+        trace = _profile(work)
+        path = trace.critical_path()
+        assert path.check() == []
+        by = dict(path.by_kind())
+        blocked, program = by.get("blocked", 0), by.get("program", 0)
+        if then == "sleeps":
+            assert blocked >= 0.8 * path.total, (path.by_name(), _diagnosis(trace))
+            said = "MainThread blocked outside the engine (a sleep, I/O, a lock or a join)"
+            assert any(s.name == said for s in path.segments)
+        else:
+            assert program >= 0.8 * path.total and blocked <= 0.05 * path.total, (path.by_name(), _diagnosis(trace))
+        assert f"{100 * max(blocked, program) / path.total:.0f}% {'blocked' if then == 'sleeps' else 'program'}" in why_text(trace)
+
+    retried(check)

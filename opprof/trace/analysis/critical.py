@@ -33,10 +33,10 @@ from ..columns import ROLE_CODE, SpanTable
 from ..data import TraceData
 from ..ops import OpKind, OpTable
 from ..records import Role
-from ..threadstates import HOLDING, PoolCondition, ThreadStates
+from ..threadstates import HOLDING, PoolCondition, ThreadState, ThreadStates
 from .gil import between_ops, span_at
 
-__all__ = ["CriticalPath", "Segment", "SegmentKind", "critical_path", "step_to_gil_holders"]
+__all__ = ["CriticalPath", "Segment", "SegmentKind", "critical_path", "refine_by_thread_states"]
 
 
 class SegmentKind(str, enum.Enum):
@@ -53,6 +53,9 @@ class SegmentKind(str, enum.Enum):
     #: did): the path steps across to the thread that held it (``tid``), and to the span it ran
     #: (``span``; -1: between its ops).
     GIL = "gil"
+    #: The program's thread blocked outside the engine (a sleep, I/O, a lock, joining a thread),
+    #: read from its sampled thread state: not its own Python, though both sit between its pushes.
+    BLOCKED = "blocked"
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +214,9 @@ def _label(kind: SegmentKind, name: str, trace: TraceData | None, tid: int) -> s
     if kind is SegmentKind.PROGRAM:
         thread = (trace.thread_name(tid) if trace is not None else "") or f"thread {tid}"
         return f"{thread} (the program's own Python)"
+    if kind is SegmentKind.BLOCKED:
+        thread = (trace.thread_name(tid) if trace is not None else "") or f"thread {tid}"
+        return f"{thread} blocked outside the engine (a sleep, I/O, a lock or a join)"
     if kind is SegmentKind.GIL:
         thread = (trace.thread_name(tid) if trace is not None else "") or f"thread {tid}"
         if name:
@@ -247,7 +253,7 @@ def critical_path(trace: TraceData, *, table: SpanTable | None = None) -> Critic
 APPROXIMATE_PATH = "critical_path_approximate"
 
 _INF = np.int64(2**62)
-_RUN, _PY, _QUEUE, _POOL, _HAND, _WAIT, _PROG, _GIL = (
+_RUN, _PY, _QUEUE, _POOL, _HAND, _WAIT, _PROG, _GIL, _BLOCKED = (
     _CODE[k]
     for k in (
         SegmentKind.RUN,
@@ -258,6 +264,7 @@ _RUN, _PY, _QUEUE, _POOL, _HAND, _WAIT, _PROG, _GIL = (
         SegmentKind.WAIT,
         SegmentKind.PROGRAM,
         SegmentKind.GIL,
+        SegmentKind.BLOCKED,
     )
 )
 
@@ -777,12 +784,13 @@ def _slack(t: SpanTable, ops: OpTable | None) -> np.ndarray:
     return out
 
 
-def step_to_gil_holders(
+def refine_by_thread_states(
     path: CriticalPath, table: SpanTable, states: ThreadStates, custom: PoolCondition | None, engine: PoolCondition | None
 ) -> CriticalPath:
-    """The path with the moments the GIL held it back handed to the GIL's holder: the piece becomes
-    a ``gil`` segment on the thread that held the GIL (its ``HELD`` or ``HELD_OFF_CPU`` run), running
-    the span it ran then. Held back means:
+    """The path with what the threads' sampled states say about its pieces:
+
+    **The GIL held it back**, and the piece becomes a ``gil`` segment on the thread that held the
+    GIL (its ``HELD`` or ``HELD_OFF_CPU`` run), running the span it ran then, where
 
     * a ``queue`` segment's engine workers (a ``custom_pool`` one's pool threads) waited for the GIL
       (:class:`~opprof.trace.threadstates.PoolCondition`);
@@ -793,60 +801,79 @@ def step_to_gil_holders(
       wait) whose thread waited for it: a custom op's NumPy that released the GIL and wanted it back
       while the program spun.
 
+    **The program was blocked** outside the engine (a ``program`` segment whose thread was
+    ``BLOCKED``: a sleep, I/O, a lock, joining its own threads), and the piece becomes a ``blocked``
+    segment on that thread: a program that slept 30 ms after its pushes, or joined the threads that
+    did the work, was called 100 % "the program's own Python".
+
     The pieces still tile the path exactly; a moment with no known holder keeps its kind. Only the
-    segments that met the GIL are cut (one sorted search per condition finds them), so a path of
-    two million segments with a few thousand GIL waits is not walked one by one in Python."""
+    segments that met either are cut (sorted searches find them), so a path of two million segments
+    with a few thousand such moments is not walked one by one in Python."""
     kind_of = path.seg_kind
     n = len(kind_of)
-    held = np.flatnonzero(np.isin(states.state, HOLDING))
-    if not n or not len(held):
+    if not n or not len(states):
         return path
+    a, b, seg_tid = path.seg_start, path.seg_end, path.seg_tid
     # Whose wait for the GIL holds each segment back (-1: a pool's, or none).
-    whose = np.where(_ON_THREAD[kind_of] | (kind_of == _PROG), path.seg_tid, -1)
+    whose = np.where(_ON_THREAD[kind_of] | (kind_of == _PROG), seg_tid, -1)
     whose[kind_of == _GIL] = -1
     nxt = np.full(n, -1, dtype=np.int64)  # a hand-off's woken thread: the next piece's, where on a thread
-    nxt[:-1] = np.where(_ON_THREAD[kind_of[1:]] | (kind_of[1:] == _PROG), path.seg_tid[1:], -1)
+    nxt[:-1] = np.where(_ON_THREAD[kind_of[1:]] | (kind_of[1:] == _PROG), seg_tid[1:], -1)
     hand = kind_of == _HAND
     whose[hand] = nxt[hand]
-    a, b = path.seg_start, path.seg_end
+    held = np.flatnonzero(np.isin(states.state, HOLDING))
     gil_ns = np.zeros(n, dtype=np.int64)
     conds: dict[int, PoolCondition] = {}  # per segment kind code, or per waiting thread (as -1 - tid)
-    for code, pool in ((_QUEUE, engine), (_POOL, custom)):
-        mine = np.flatnonzero(kind_of == code)
-        if pool is not None and len(mine):
-            conds[code] = pool
-            gil_ns[mine] = pool.time_in(PoolCondition.GIL, a[mine], b[mine])
-    for w in np.unique(whose[whose >= 0]).tolist():
-        mine = np.flatnonzero(whose == w)
-        cond = conds[-1 - w] = states.pool_condition(np.array([w], dtype=np.int64))  # GIL while w waited for it
-        gil_ns[mine] = cond.time_in(PoolCondition.GIL, a[mine], b[mine])
-    cut = np.flatnonzero(gil_ns > 0)
+    if len(held):
+        for code, pool in ((_QUEUE, engine), (_POOL, custom)):
+            mine = np.flatnonzero(kind_of == code)
+            if pool is not None and len(mine):
+                conds[code] = pool
+                gil_ns[mine] = pool.time_in(PoolCondition.GIL, a[mine], b[mine])
+        for w in np.unique(whose[whose >= 0]).tolist():
+            mine = np.flatnonzero(whose == w)
+            cond = conds[-1 - w] = states.pool_condition(np.array([w], dtype=np.int64))  # GIL while w waited for it
+            gil_ns[mine] = cond.time_in(PoolCondition.GIL, a[mine], b[mine])
+    # The program's blocked runs (ThreadStates keeps (tid, start) order, so a subset is sorted too).
+    blk = np.flatnonzero(states.state == ThreadState.BLOCKED)
+    blk_tid, blk_start, blk_end = states.tid[blk], states.start[blk], states.end[blk]
+    prog = np.flatnonzero(kind_of == _PROG)
+    blocked_ns = np.zeros(n, dtype=np.int64)
+    if len(prog) and len(blk):
+        blocked_ns[prog] = ThreadStates._covered(blk_tid, blk_start, blk_end, seg_tid[prog], a[prog], b[prog])
+    cut = np.flatnonzero((gil_ns > 0) | (blocked_ns > 0))
     if not len(cut):
         return path
     held = held[np.argsort(states.start[held], kind="stable")]
     h_start, h_end, h_tid = states.start[held], states.end[held], states.tid[held]
     pieces: list[tuple[int, int, int, int, int, int, int]] = []  # (segment index, start, end, kind, tid, span, about)
-    stepped = False
-    cols = (a[cut], b[cut], kind_of[cut], path.seg_tid[cut], path.seg_span[cut], path.seg_about[cut], whose[cut])
+    cols = (a[cut], b[cut], kind_of[cut], seg_tid[cut], path.seg_span[cut], path.seg_about[cut], whose[cut])
     for i, lo, hi, kind, tid, span, about, w in zip(cut.tolist(), *(c.tolist() for c in cols), strict=True):
-        cond = conds[-1 - w] if w >= 0 else conds[kind]
+        over: list[tuple[int, int, int, int]] = []  # (start, end, kind, tid) replacing the segment's own kind
+        if gil_ns[i] > 0:
+            for ga, gb in _gil_pieces(conds[-1 - w] if w >= 0 else conds[kind], lo, hi):
+                # Within the GIL wait: one piece per holder run (the HELD runs are disjoint).
+                j = max(0, int(np.searchsorted(h_end, ga, side="right")))
+                while j < len(held) and h_start[j] < gb:
+                    x, y = max(ga, int(h_start[j])), min(gb, int(h_end[j]))
+                    if y > x:
+                        over.append((x, y, _GIL, int(h_tid[j])))
+                    j += 1
+        if blocked_ns[i] > 0:
+            mine = np.flatnonzero((blk_tid == tid) & (blk_end > lo) & (blk_start < hi))
+            runs = zip(blk_start[mine].tolist(), blk_end[mine].tolist(), strict=True)
+            over += [(max(lo, x), min(hi, y), _BLOCKED, tid) for x, y in runs]
         at = lo
-        for ga, gb in _gil_pieces(cond, lo, hi):
-            # Within the GIL wait: one piece per holder run (the HELD runs are disjoint).
-            j = max(0, int(np.searchsorted(h_end, ga, side="right")))
-            while ga < gb and j < len(held) and h_start[j] < gb:
-                x, y = max(ga, at, int(h_start[j])), min(gb, int(h_end[j]))
-                if y > x:
-                    if x > at:
-                        pieces.append((i, at, x, kind, tid, span, about))
-                    pieces.append((i, x, y, _GIL, int(h_tid[j]), -1, about))  # its span: below, per holder
-                    stepped = True
-                    at = y
-                j += 1
+        for x, y, k, who in sorted(over):
+            x = max(x, at)
+            if y <= x:
+                continue
+            if x > at:
+                pieces.append((i, at, x, kind, tid, span, about))
+            pieces.append((i, x, y, k, who, -1, about))  # a GIL piece's span: below, per holder
+            at = y
         if hi > at:
             pieces.append((i, at, hi, kind, tid, span, about))
-    if not stepped:  # (not a count of rows: a segment wholly the GIL's becomes one gil segment)
-        return path
     # The segments left whole and the cut ones' pieces, in path order (a cut one's pieces tile it in time order).
     keep = np.ones(n, dtype=bool)
     keep[cut] = False
@@ -859,7 +886,7 @@ def step_to_gil_holders(
         p[rows, 5] = span_at(table, holder, (p[rows, 1] + p[rows, 2]) // 2)
     index = np.concatenate([kept, p[:, 0]])
     order = np.lexsort((np.concatenate([a[kept], p[:, 1]]), index))
-    whole = (a, b, kind_of, path.seg_tid, path.seg_span, path.seg_about)
+    whole = (a, b, kind_of, seg_tid, path.seg_span, path.seg_about)
     col = [np.concatenate([c[kept], p[:, k]])[order] for k, c in enumerate(whole, 1)]
     return CriticalPath(
         path.start, path.end, col[0], col[1], col[2].astype(np.int8), col[3], col[4], col[5],

@@ -28,7 +28,7 @@ from ..ops import OpKind, OpTable
 from ..records import CUSTOM_POOL, ENGINE_POOL, CustomOpRow, Role
 from ..threadstates import STATES, PoolCondition, ThreadState
 from .causes import Causes, has_edges, pool_busy_with, waiting_causes, workers_busy_with
-from .critical import CriticalPath, critical_path, step_to_gil_holders
+from .critical import CriticalPath, critical_path, refine_by_thread_states
 from .gil import GilHolder, PythonGil, python_gil, queue_holders
 from .memory import MemoryAnalysis, invocation_memory, memory_analysis
 from .split import callers, family_members, family_splits
@@ -238,13 +238,14 @@ class Analysis:
     def critical_path(self) -> CriticalPath:
         """The critical path and every op's slack (:mod:`.critical`); where the GIL held it back (a
         pool's threads, a woken thread or the path's own thread waiting for it), the path steps
-        across to the GIL's holder (:func:`.critical.step_to_gil_holders`), on either engine."""
+        across to the GIL's holder, and where the program was blocked outside the engine it says
+        so (:func:`.critical.refine_by_thread_states`), on either engine."""
         path = critical_path(self.data, table=self.table)
         states = self.data.thread_states
         custom, engine = self.pool_conditions
         if states is None or path.approximate:
             return path
-        return step_to_gil_holders(path, self.table, states, custom, engine)
+        return refine_by_thread_states(path, self.table, states, custom, engine)
 
     @cached_property
     def memory(self) -> MemoryAnalysis | None:
