@@ -535,6 +535,7 @@ def test_a_program_that_sleeps_after_its_pushes_is_blocked_on_the_path_one_that_
             assert any(s.name == said for s in path.segments)
         else:
             assert program >= 0.8 * path.total and blocked <= 0.05 * path.total, (path.by_name(), _diagnosis(trace))
-        assert f"{100 * max(blocked, program) / path.total:.0f}% {'blocked' if then == 'sleeps' else 'program'}" in why_text(trace)
+        kind = "blocked" if then == "sleeps" else "program"
+        assert f"{100 * max(blocked, program) / path.total:.0f}% {kind}" in why_text(trace)
 
     retried(check)
