@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from enum import Enum
-from typing import Protocol
+from typing import Any, Protocol
 
 __all__ = ["BlockingPool", "CustomOpInfo", "CustomPart", "Invocation", "ThreadState", "current_invocation", "thread_state"]
 
@@ -58,6 +58,9 @@ class ThreadState(threading.local):
     custom_pool: BlockingPool | None = None  # the custom-op pool this thread works for
     async_body: bool = False  # running an async op's body inline (naive engine)
     invocation: Invocation | None = None  # the custom-op invocation whose Python this thread runs
+    #: What left a NumPy data-memory handler installed on this thread for its next custom op (a
+    #: profiler's counter: opprof.profiler._npmem, whose ``unstick()`` takes it back), None if none.
+    kept_handler: Any = None
 
 
 thread_state = ThreadState()

@@ -358,9 +358,17 @@ def _run_python(
     # A recorder that records memory also counts the NumPy data the Python allocates itself (its
     # temporaries): a data-memory handler in this thread's context around the Python only.
     npm = getattr(obs, "numpy_memory", None) if obs is not None else None
+    if npm is None and thread_state.kept_handler is not None:  # a memory recording is over: its handler goes
+        thread_state.kept_handler.unstick()
+        thread_state.kept_handler = None
     t0 = obs.clock() if obs is not None else 0
     try:
-        token = npm.enter() if npm is not None else None
+        # Sticky on a custom-op pool thread (opprof's own): the handler stays for its next call
+        # (setting it is most of the cost), until a call outside a memory recording takes it back.
+        sticky = npm is not None and thread_state.custom_pool is not None
+        token = npm.enter(sticky) if npm is not None else None
+        if sticky:
+            thread_state.kept_handler = npm
         try:
             call_user(body, fresh_in, fresh_out, fresh_aux)
         except BaseException as e:  # becomes the error of the op's outputs

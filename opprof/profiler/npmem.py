@@ -6,6 +6,9 @@ thread's context between :func:`enter` and :func:`leave`; it forwards to NumPy's
 counts bytes allocated and freed on that thread. ``leave`` returns the most bytes allocated between
 the two above what was live at ``enter``. The recorder calls them around each custom op's Python when
 it records memory (``opprof.profile(memory=True)``); without memory recording nothing is installed.
+On a custom-op pool thread the handler stays installed from one call to the next while the recording
+lasts (``enter(sticky=True)``: setting it twice a call was ~1 µs of a trivial custom op's ~37 µs), and
+that thread's first custom op after the recording puts back the handler it replaced (``unstick``).
 
 Where the sub-ops a custom op's Python pushes run on that same thread (the naive engine), their
 outputs' storage is NumPy data made there too, and is counted with the temporaries.
@@ -95,10 +98,12 @@ AVAILABLE: bool = _npmem is not None
 WHY_NOT: str = _why_not
 
 
-def enter() -> Any:
+def enter(sticky: bool = False) -> Any:
     """Install the counting handler in this thread's context; a token for :func:`leave` (None where
-    nothing is measured: not available, or another handler than NumPy's default is in use)."""
-    return _npmem.enter() if _npmem is not None else None
+    nothing is measured: not available, or another handler than NumPy's default is in use).
+    ``sticky``: leave it installed after :func:`leave` (a thread of opprof's own, where setting it
+    at every call is most of its cost: see ``_npmem.c``)."""
+    return _npmem.enter(sticky) if _npmem is not None else None
 
 
 def leave(token: Any) -> int:

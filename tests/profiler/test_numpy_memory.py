@@ -186,3 +186,42 @@ def test_blocks_that_escape_a_python_leave_the_table_empty(escaping: int) -> Non
     assert abs(npmem.leave(token) - MB8) <= 1024
     assert _npmem.counters()[3] == 0
     del fresh
+
+
+@needs_npmem
+def test_a_sticky_enter_keeps_the_handler_until_unstick_and_each_call_still_counts_its_own() -> None:
+    """``enter(sticky=True)`` (a custom-op pool thread's) leaves the counting handler installed, so
+    the next enter sets nothing; each enter/leave still measures its own peak; ``unstick()`` puts
+    back the handler the sticky enter replaced, once."""
+    _npmem = npmem._npmem
+    before = get_handler_name()
+    token = npmem.enter(True)
+    a = np.ones(1_000_000)
+    assert abs(npmem.leave(token) - MB8) <= 1024
+    assert get_handler_name() == _npmem.HANDLER_NAME  # still installed
+    token = npmem.enter(True)
+    b = np.ones(2_000_000)
+    assert abs(npmem.leave(token) - 2 * MB8) <= 1024  # its own peak, not the first call's too
+    assert _npmem.counters()[2:] == (0, 0)  # no enter open, the size table empty
+    assert _npmem.unstick() is True
+    assert get_handler_name() == before
+    assert _npmem.unstick() is False
+    del a, b
+
+
+@needs_npmem
+def test_an_enter_over_the_watching_handler_stays_and_the_recordings_stop_puts_the_first_back() -> None:
+    """On a recording thread (the watching handler installed) the counting one stays after leave:
+    the recording's ``watch_leave`` puts back what was there before either."""
+    _npmem = npmem._npmem
+    before = get_handler_name()
+    watch = _npmem.watch_enter()
+    assert get_handler_name() == _npmem.WATCH_NAME
+    token = npmem.enter()
+    x = np.ones(1_000_000)
+    assert abs(npmem.leave(token) - MB8) <= 1024
+    assert get_handler_name() == _npmem.HANDLER_NAME
+    assert _npmem.unstick() is False  # nothing of a sticky enter's to put back here
+    _npmem.watch_leave(watch)
+    assert get_handler_name() == before
+    del x
