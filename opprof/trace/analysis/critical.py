@@ -33,7 +33,7 @@ from ..columns import ROLE_CODE, SpanTable
 from ..data import TraceData
 from ..ops import OpKind, OpTable
 from ..records import Role
-from ..threadstates import HOLDING, PoolCondition, ThreadState, ThreadStates
+from ..threadstates import HOLDING, STATES, PoolCondition, ThreadState, ThreadStates
 from .gil import between_ops, span_at
 
 __all__ = ["CriticalPath", "Segment", "SegmentKind", "critical_path", "refine_by_thread_states"]
@@ -840,7 +840,7 @@ def refine_by_thread_states(
     prog = np.flatnonzero(kind_of == _PROG)
     blocked_ns = np.zeros(n, dtype=np.int64)
     if len(prog) and len(blk):
-        blocked_ns[prog] = ThreadStates._covered(blk_tid, blk_start, blk_end, seg_tid[prog], a[prog], b[prog])
+        blocked_ns[prog] = states.overlap(seg_tid[prog], a[prog], b[prog])[:, STATES.index(ThreadState.BLOCKED)]
     cut = np.flatnonzero((gil_ns > 0) | (blocked_ns > 0))
     if not len(cut):
         return path
