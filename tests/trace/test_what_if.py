@@ -30,6 +30,7 @@ import pytest
 import opprof
 import opprof as mx
 from opprof import nd
+from opprof.engine import gil
 from opprof.trace import Role, Trace, from_chrome, load
 from opprof.trace.analysis.whatif import WhatIf, what_if
 from opprof.trace.columns import ROLE_CODE
@@ -719,6 +720,7 @@ def test_a_predictions_replay_is_itself_on_a_recording_where_the_gil_model_drift
     assert again.recorded_ns == again.baseline_ns == w.predicted_ns
 
 
+@pytest.mark.skipif(not gil.AVAILABLE, reason=f"no GIL evidence here: {gil.WHY_NOT}")
 def test_a_thread_outside_the_engine_that_held_the_gil_competes_for_it_in_the_replay(training_trace: Trace) -> None:
     """Known answers for a thread of no engine work (a user's data loader) that held the GIL for the
     whole recording: the replay gives it the same GIL work (its held time in the prediction is the
