@@ -281,6 +281,60 @@ class ThreadStates:
             off.append(self._covered(o_tid, o_a, o_b, tid[hit], start[hit], end[hit]) if len(o_tid) and len(hit) else none_off)
         return np.concatenate(rows), np.concatenate(holders), np.concatenate(ns), np.concatenate(off)
 
+    def holder_runs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(start, end, tid): who held the GIL when, as disjoint runs sorted by start: each thread's
+        ``HELD`` and ``HELD_OFF_CPU`` runs, and where none is known, the holder a ``WAIT`` run
+        names (read at a sample, or at a timed hand-off's wake: the exact waits of a 2 ms
+        recording often have no sample between them, only the holder read as each began).
+        Where two waits name different holders at once, the first thread's (lowest tid) is kept."""
+        held = np.flatnonzero(np.isin(self.state, HOLDING))
+        named = np.flatnonzero((self.state == ThreadState.WAIT) & (self.holder >= 0))
+        none = np.zeros(0, dtype=np.int64)
+        if not len(held) and not len(named):
+            return none, none, none
+        # Elementary pieces between every boundary; each takes a HELD run's thread where one covers
+        # it, else the holder of the first waiting thread's run that covers it (one thread's runs
+        # are disjoint, so each is one sorted search: HELD runs of two threads never overlap in a
+        # sampler's states, but a file may say anything).
+        t = np.unique(np.concatenate([self.start, self.end]))  # (every run's: a named holder's own runs cut too)
+        lo, hi = t[:-1], t[1:]
+        mid = lo + (hi - lo) // 2
+        who = np.full(len(lo), -1, dtype=np.int64)
+        by_name = np.zeros(len(lo), dtype=bool)  # the holder comes from a wait's name, not its own run
+        groups = [held[self.tid[held] == w] for w in np.unique(self.tid[held]).tolist()]
+        groups += [named[self.tid[named] == w] for w in np.unique(self.tid[named]).tolist()]
+        for rows in groups:
+            if not len(rows):
+                continue
+            hit, take = self._covering(rows, mid, who < 0)
+            who[hit] = np.where(self.state[take] == ThreadState.WAIT, self.holder[take], self.tid[take])
+            by_name[hit] = self.state[take] == ThreadState.WAIT
+        # A wait names the holder as it began (a hand-off's wake reads it): not where the holder's
+        # own states say it did something else (parked in its own wait, waiting for the GIL itself).
+        for h in np.unique(who[by_name]).tolist():
+            mine = np.flatnonzero(self.tid == h)
+            if len(mine):
+                hit, take = self._covering(mine, mid, by_name & (who == h))
+                who[hit[~np.isin(self.state[take], HOLDING)]] = -1
+        keep = who >= 0
+        lo, hi, who = lo[keep], hi[keep], who[keep]
+        if not len(lo):
+            return lo, hi, who
+        # Adjacent pieces of one holder are one run.
+        new = np.ones(len(lo), dtype=bool)
+        new[1:] = (who[1:] != who[:-1]) | (lo[1:] != hi[:-1])
+        first = np.flatnonzero(new)
+        last = np.append(first[1:], len(lo)) - 1
+        return lo[first], hi[last], who[first]
+
+    def _covering(self, rows: np.ndarray, at: np.ndarray, want: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Among disjoint runs ``rows``, the one covering each moment ``at`` where ``want``: (the
+        moments' indices that have one, those runs' rows)."""
+        rows = rows[np.argsort(self.start[rows], kind="stable")]
+        j = np.searchsorted(self.start[rows], at, side="right") - 1
+        hit = np.flatnonzero(want & (j >= 0) & (self.end[rows[np.maximum(j, 0)]] > at))
+        return hit, rows[j[hit]]
+
     def off_cpu_parts(self, runs: np.ndarray, holder: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(tid, start, end) of the parts of rows ``runs`` (waits for the GIL that ``holder``
         held) during which the holder held it off a CPU (its ``HELD_OFF_CPU`` runs): what those

@@ -216,3 +216,50 @@ def test_a_sampled_holder_known_to_be_parked_is_not_the_holder() -> None:
     sampled3 = ThreadStates([1, 2, 3, 3], [blocked, held, blocked, held], [0, 0, 0, 30], [100, 100, 30, 100], [-1] * 4, 10)
     got3 = sampled3.overlaid(exact)
     assert _at(got3, 1, 50) == (wait, 3)
+
+
+def _holder_at(ts: ThreadStates, x: int) -> tuple[set[int], int]:
+    """Brute force at one ns: the threads a HELD run says held the GIL, else the holder the first
+    waiting thread's (lowest tid's) named wait gives, unless that holder's own state then says it
+    did something else (-1: none known)."""
+    held = {int(ts.tid[k]) for k in range(len(ts)) if ts.start[k] <= x < ts.end[k] and ts.state[k] in HOLDING}
+    if held:
+        return held, -1
+    waits = sorted(
+        (int(ts.tid[k]), int(ts.holder[k]))
+        for k in range(len(ts))
+        if ts.start[k] <= x < ts.end[k] and ts.state[k] == ThreadState.WAIT and ts.holder[k] >= 0
+    )
+    if not waits:
+        return set(), -1
+    named = waits[0][1]
+    own = _state_at(ts, named, x)  # 0: none
+    return set(), named if own == 0 or own in HOLDING else -1
+
+
+@settings(max_examples=200, deadline=None)
+@given(_states())
+def test_holder_runs_match_a_brute_force_sweep(ts: ThreadStates) -> None:
+    """``holder_runs``: disjoint, sorted, and at every ns the holder a HELD run shows, else the one
+    a wait names where the holder's own states do not contradict it."""
+    start, end, who = ts.holder_runs()
+    assert np.all(end > start) and np.all(start[1:] >= end[:-1])
+    for x in range(0, 400):
+        held, named = _holder_at(ts, x)
+        k = int(np.searchsorted(start, x, side="right")) - 1
+        got = int(who[k]) if k >= 0 and x < end[k] else -1
+        if held:
+            assert got in held, (x, got, held)
+        else:
+            assert got == named, (x, got, named)
+
+
+def test_a_wait_names_its_holder_only_where_the_holders_own_states_allow() -> None:
+    """Thread 2 waits [0, 100) for the GIL thread 1 held as the wait began; thread 1 is seen
+    parked from 50, and thread 3 is seen holding the GIL over [20, 30)."""
+    W, B, H = int(ThreadState.WAIT), int(ThreadState.BLOCKED), int(ThreadState.HELD)
+    ts = ThreadStates(
+        np.array([2, 1, 3]), np.array([W, B, H]), np.array([0, 50, 20]), np.array([100, 100, 30]), np.array([1, -1, -1])
+    )
+    start, end, who = ts.holder_runs()
+    assert list(zip(start.tolist(), end.tolist(), who.tolist(), strict=True)) == [(0, 20, 1), (20, 30, 3), (30, 50, 1)]

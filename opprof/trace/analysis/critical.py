@@ -33,7 +33,7 @@ from ..columns import ROLE_CODE, SpanTable
 from ..data import TraceData
 from ..ops import OpKind, OpTable
 from ..records import Role
-from ..threadstates import HOLDING, STATES, PoolCondition, ThreadState, ThreadStates
+from ..threadstates import STATES, PoolCondition, ThreadState, ThreadStates
 from .gil import between_ops, span_at
 
 __all__ = ["CriticalPath", "Segment", "SegmentKind", "critical_path", "refine_by_thread_states"]
@@ -790,7 +790,8 @@ def refine_by_thread_states(
     """The path with what the threads' sampled states say about its pieces:
 
     **The GIL held it back**, and the piece becomes a ``gil`` segment on the thread that held the
-    GIL (its ``HELD`` or ``HELD_OFF_CPU`` run), running the span it ran then, where
+    GIL (its ``HELD`` or ``HELD_OFF_CPU`` run, else the holder a wait names:
+    :meth:`~opprof.trace.threadstates.ThreadStates.holder_runs`), running the span it ran then, where
 
     * a ``queue`` segment's engine workers (a ``custom_pool`` one's pool threads) waited for the GIL
       (:class:`~opprof.trace.threadstates.PoolCondition`);
@@ -821,10 +822,10 @@ def refine_by_thread_states(
     nxt[:-1] = np.where(_ON_THREAD[kind_of[1:]] | (kind_of[1:] == _PROG), seg_tid[1:], -1)
     hand = kind_of == _HAND
     whose[hand] = nxt[hand]
-    held = np.flatnonzero(np.isin(states.state, HOLDING))
+    h_start, h_end, h_tid = states.holder_runs()
     gil_ns = np.zeros(n, dtype=np.int64)
     conds: dict[int, PoolCondition] = {}  # per segment kind code, or per waiting thread (as -1 - tid)
-    if len(held):
+    if len(h_start):
         for code, pool in ((_QUEUE, engine), (_POOL, custom)):
             mine = np.flatnonzero(kind_of == code)
             if pool is not None and len(mine):
@@ -844,17 +845,15 @@ def refine_by_thread_states(
     cut = np.flatnonzero((gil_ns > 0) | (blocked_ns > 0))
     if not len(cut):
         return path
-    held = held[np.argsort(states.start[held], kind="stable")]
-    h_start, h_end, h_tid = states.start[held], states.end[held], states.tid[held]
     pieces: list[tuple[int, int, int, int, int, int, int]] = []  # (segment index, start, end, kind, tid, span, about)
     cols = (a[cut], b[cut], kind_of[cut], seg_tid[cut], path.seg_span[cut], path.seg_about[cut], whose[cut])
     for i, lo, hi, kind, tid, span, about, w in zip(cut.tolist(), *(c.tolist() for c in cols), strict=True):
         over: list[tuple[int, int, int, int]] = []  # (start, end, kind, tid) replacing the segment's own kind
         if gil_ns[i] > 0:
             for ga, gb in _gil_pieces(conds[-1 - w] if w >= 0 else conds[kind], lo, hi):
-                # Within the GIL wait: one piece per holder run (the HELD runs are disjoint).
+                # Within the GIL wait: one piece per holder run (disjoint, so sorted by end too).
                 j = max(0, int(np.searchsorted(h_end, ga, side="right")))
-                while j < len(held) and h_start[j] < gb:
+                while j < len(h_start) and h_start[j] < gb:
                     x, y = max(ga, int(h_start[j])), min(gb, int(h_end[j]))
                     if y > x:
                         over.append((x, y, _GIL, int(h_tid[j])))
