@@ -174,8 +174,8 @@ def _notes(rec: Recording, trace: TraceData, dropped: int, interval: float, gil:
             f"{len(programs)} threads pushed work ({names}): each replays from its own recorded start, so what "
             "synchronised them outside the engine (starting and joining a thread, locks, queues) is not modelled."
         )
-    if rec.outside and gil:
-        held = sum(sum(holds) for _, _, holds, _ in rec.outside)
+    held = sum(sum(holds) for _, _, holds, _ in rec.outside)
+    if gil and rec.outside and held * 100 >= rec.end:  # (a kernel's or a library's idle threads take the GIL for µs now and then)
         names = ", ".join(trace.thread_name(o[0]) for o in rec.outside)
         notes.append(
             f"{_count(len(rec.outside), 'thread', 'threads')} outside the engine ({names}) held the GIL for "
