@@ -304,8 +304,6 @@ class ThreadStates:
         groups = [held[self.tid[held] == w] for w in np.unique(self.tid[held]).tolist()]
         groups += [named[self.tid[named] == w] for w in np.unique(self.tid[named]).tolist()]
         for rows in groups:
-            if not len(rows):
-                continue
             hit, take = self._covering(rows, mid, who < 0)
             who[hit] = np.where(self.state[take] == ThreadState.WAIT, self.holder[take], self.tid[take])
             by_name[hit] = self.state[take] == ThreadState.WAIT

@@ -512,7 +512,7 @@ def test_a_program_waiting_for_its_ops_is_parked_in_its_waits_not_holding_the_gi
 def test_a_program_that_sleeps_after_its_pushes_is_blocked_on_the_path_one_that_spins_runs(then: str) -> None:
     """Known answers on the critical path's program time: four small custom ops, then the program
     sleeps 30 ms (the GIL released, the thread blocked) or spins 30 ms in Python, then waits. The
-    path is the program's either way; sleeping it is "blocked outside the engine" (its thread state),
+    path is the program's either way; sleeping it is "blocked between its pushes" (its thread state),
     spinning its own Python. Both were called "the program's own Python" before."""
 
     def work(x: nd.NDArray) -> None:
@@ -531,7 +531,10 @@ def test_a_program_that_sleeps_after_its_pushes_is_blocked_on_the_path_one_that_
         blocked, program = by.get("blocked", 0), by.get("program", 0)
         if then == "sleeps":
             assert blocked >= 0.8 * path.total, (path.by_name(), _diagnosis(trace))
-            said = "MainThread blocked outside the engine (a sleep, I/O, a lock or a join)"
+            said = (
+                "MainThread blocked between its pushes (a sleep, I/O, a lock, a join, or a push the engine held back "
+                "while its backlog was full)"
+            )
             assert any(s.name == said for s in path.segments)
         else:
             assert program >= 0.8 * path.total and blocked <= 0.05 * path.total, (path.by_name(), _diagnosis(trace))

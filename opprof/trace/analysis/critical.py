@@ -36,7 +36,7 @@ from ..records import Role
 from ..threadstates import STATES, PoolCondition, ThreadState, ThreadStates
 from .gil import between_ops, span_at
 
-__all__ = ["CriticalPath", "Segment", "SegmentKind", "critical_path", "refine_by_thread_states"]
+__all__ = ["BLOCKED_WORDS", "CriticalPath", "Segment", "SegmentKind", "critical_path", "refine_by_thread_states"]
 
 
 class SegmentKind(str, enum.Enum):
@@ -53,7 +53,8 @@ class SegmentKind(str, enum.Enum):
     #: did): the path steps across to the thread that held it (``tid``), and to the span it ran
     #: (``span``; -1: between its ops).
     GIL = "gil"
-    #: The program's thread blocked outside the engine (a sleep, I/O, a lock, joining a thread),
+    #: The program's thread blocked between its pushes (a sleep, I/O, a lock, joining a thread, or
+    #: a push the engine held back while its backlog was full: that wait is not recorded as a span),
     #: read from its sampled thread state: not its own Python, though both sit between its pushes.
     BLOCKED = "blocked"
 
@@ -74,6 +75,11 @@ class Segment:
     def dur(self) -> int:
         return self.end - self.start
 
+
+#: What a ``blocked`` segment's thread may have been doing, in words (its label after the thread's name).
+BLOCKED_WORDS = (
+    "blocked between its pushes (a sleep, I/O, a lock, a join, or a push the engine held back while its backlog was full)"
+)
 
 _KINDS = list(SegmentKind)
 _CODE = {k: i for i, k in enumerate(_KINDS)}
@@ -124,6 +130,7 @@ class CriticalPath:
         t = self._trace.table if self._trace is not None else None
         names = t.str_list(t.name) if t is not None else []
         invs = t.inv.tolist() if t is not None else []
+        engine_users = _engine_users(self._trace)
         out = []
         for a, b, k, tid, s, about in zip(
             self.seg_start.tolist(),
@@ -136,7 +143,7 @@ class CriticalPath:
         ):
             kind = _KINDS[k]
             ref = s if s >= 0 or kind is SegmentKind.GIL else about  # the GIL's: its holder's span or none
-            name = _label(kind, names[ref] if ref >= 0 else "", self._trace, tid)
+            name = _label(kind, names[ref] if ref >= 0 else "", self._trace, tid, engine_users)
             inv = invs[ref] if ref >= 0 else -1
             out.append(Segment(a, b, kind, tid, name, s, inv if inv >= 0 else None))
         return out
@@ -178,13 +185,13 @@ class CriticalPath:
         uk, inv = np.unique(key, return_inverse=True)
         ns = np.bincount(inv.ravel(), weights=self.seg_end - self.seg_start)
         out = []
+        engine_users = _engine_users(self._trace)
         for j in np.argsort(-ns, kind="stable")[:top].tolist():
             k, c = divmod(int(uk[j]), len(t.strings) + 1)
             kind = _KINDS[k]
             first = int(np.flatnonzero(inv.ravel() == j)[0])
-            out.append(
-                (kind.value, _label(kind, t.strings[c - 1] if c else "", self._trace, int(self.seg_tid[first])), int(ns[j]))
-            )
+            label = _label(kind, t.strings[c - 1] if c else "", self._trace, int(self.seg_tid[first]), engine_users)
+            out.append((kind.value, label, int(ns[j])))
         return out
 
     def check(self) -> list[str]:
@@ -202,8 +209,15 @@ class CriticalPath:
         return []
 
 
-def _label(kind: SegmentKind, name: str, trace: TraceData | None, tid: int) -> str:
-    """A segment's name in words, from the span it runs on or concerns."""
+def _engine_users(trace: TraceData | None) -> frozenset[int]:
+    """The threads with a span of their own (they pushed or waited for ops, or ran them): found once
+    per call that names segments, not once per segment (a scan of the span table each)."""
+    return frozenset(np.unique(trace.table.tid).tolist()) if trace is not None else frozenset()
+
+
+def _label(kind: SegmentKind, name: str, trace: TraceData | None, tid: int, engine_users: frozenset[int]) -> str:
+    """A segment's name in words, from the span it runs on or concerns (``engine_users``: see
+    :func:`_engine_users`)."""
     inline = trace is not None and trace.ran_inline  # nothing waits for a thread: the engine's own bookkeeping
     if kind is SegmentKind.QUEUE:
         return f"{name}, the naive engine's bookkeeping before it ran" if inline else f"{name} queued"
@@ -216,13 +230,12 @@ def _label(kind: SegmentKind, name: str, trace: TraceData | None, tid: int) -> s
         return f"{thread} (the program's own Python)"
     if kind is SegmentKind.BLOCKED:
         thread = (trace.thread_name(tid) if trace is not None else "") or f"thread {tid}"
-        return f"{thread} blocked outside the engine (a sleep, I/O, a lock or a join)"
+        return f"{thread} {BLOCKED_WORDS}"
     if kind is SegmentKind.GIL:
         thread = (trace.thread_name(tid) if trace is not None else "") or f"thread {tid}"
         if name:
             return f"{name} on {thread}, holding the GIL"
-        pushed = trace is not None and bool(np.any(trace.table.tid == tid))  # it pushed or waited for ops
-        return f"{between_ops(thread, pushed)} holding the GIL"
+        return f"{between_ops(thread, tid in engine_users)} holding the GIL"
     return name
 
 
@@ -802,8 +815,9 @@ def refine_by_thread_states(
       wait) whose thread waited for it: a custom op's NumPy that released the GIL and wanted it back
       while the program spun.
 
-    **The program was blocked** outside the engine (a ``program`` segment whose thread was
-    ``BLOCKED``: a sleep, I/O, a lock, joining its own threads), and the piece becomes a ``blocked``
+    **The program was blocked** between its pushes (a ``program`` segment whose thread was
+    ``BLOCKED``: a sleep, I/O, a lock, joining its own threads, or a push the engine held back while
+    its backlog was full, a wait no span records), and the piece becomes a ``blocked``
     segment on that thread: a program that slept 30 ms after its pushes, or joined the threads that
     did the work, was called 100 % "the program's own Python".
 
@@ -816,10 +830,11 @@ def refine_by_thread_states(
         return path
     a, b, seg_tid = path.seg_start, path.seg_end, path.seg_tid
     # Whose wait for the GIL holds each segment back (-1: a pool's, or none).
-    whose = np.where(_ON_THREAD[kind_of] | (kind_of == _PROG), seg_tid, -1)
+    own = _ON_THREAD[kind_of] | (kind_of == _PROG)  # a piece on a thread of its own
+    whose = np.where(own, seg_tid, -1)
     whose[kind_of == _GIL] = -1
     nxt = np.full(n, -1, dtype=np.int64)  # a hand-off's woken thread: the next piece's, where on a thread
-    nxt[:-1] = np.where(_ON_THREAD[kind_of[1:]] | (kind_of[1:] == _PROG), seg_tid[1:], -1)
+    nxt[:-1] = np.where(own[1:], seg_tid[1:], -1)
     hand = kind_of == _HAND
     whose[hand] = nxt[hand]
     h_start, h_end, h_tid = states.holder_runs()
@@ -859,8 +874,12 @@ def refine_by_thread_states(
                         over.append((x, y, _GIL, int(h_tid[j])))
                     j += 1
         if blocked_ns[i] > 0:
-            mine = np.flatnonzero((blk_tid == tid) & (blk_end > lo) & (blk_start < hi))
-            runs = zip(blk_start[mine].tolist(), blk_end[mine].tolist(), strict=True)
+            # The thread's runs are one sorted, disjoint stretch of the blocked ones: sorted searches, no scan.
+            t_lo = int(np.searchsorted(blk_tid, tid, side="left"))
+            t_hi = int(np.searchsorted(blk_tid, tid, side="right"))
+            j0 = t_lo + int(np.searchsorted(blk_end[t_lo:t_hi], lo, side="right"))
+            j1 = t_lo + int(np.searchsorted(blk_start[t_lo:t_hi], hi, side="left"))
+            runs = zip(blk_start[j0:j1].tolist(), blk_end[j0:j1].tolist(), strict=True)
             over += [(max(lo, x), min(hi, y), _BLOCKED, tid) for x, y in runs]
         at = lo
         for x, y, k, who in sorted(over):

@@ -238,7 +238,7 @@ class Analysis:
     def critical_path(self) -> CriticalPath:
         """The critical path and every op's slack (:mod:`.critical`); where the GIL held it back (a
         pool's threads, a woken thread or the path's own thread waiting for it), the path steps
-        across to the GIL's holder, and where the program was blocked outside the engine it says
+        across to the GIL's holder, and where the program was blocked between its pushes it says
         so (:func:`.critical.refine_by_thread_states`), on either engine."""
         path = critical_path(self.data, table=self.table)
         states = self.data.thread_states
