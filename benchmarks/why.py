@@ -12,6 +12,10 @@ Run: ``python benchmarks/why.py`` (or ``make bench`` for the whole suite).
 * what-if: for three workloads of sleeping ops (known durations, the GIL released), the predicted
   end-to-end time after a change against the changed program run for real (median of 3). Goal:
   error <= 10 % of the measured time.
+* what-if with the GIL: the model replaying a recording without change (its ``model_error``) on
+  workloads whose Python and ops contend for the GIL: the quickstart notebook's cell, the demo's
+  training and 40 small custom ops in a chain. Each recording is the median of three profiles by
+  end-to-end time; the row is the median error over the recordings. Goal: within 10 %.
 """
 
 from __future__ import annotations
@@ -22,9 +26,12 @@ import sys
 import time
 from collections.abc import Callable
 
+import numpy as np
+
 import opprof
 import opprof as mx
 from opprof import nd
+from opprof.engine import gil
 from opprof.trace import Trace
 from opprof.trace.analysis.causes import waiting_causes
 from opprof.trace.analysis.critical import critical_path
@@ -51,6 +58,36 @@ class _Nap(mx.operator.CustomOp):
 class _NapProp(mx.operator.CustomOpProp):
     def create_operator(self, ctx, shapes, dtypes):  # type: ignore[no-untyped-def]
         return _Nap()
+
+
+class _Quickstart(mx.operator.CustomOp):
+    """The quickstart notebook's MyAddOne: tanh(x) * 2 in NumPy, then (y + 1) * 3 as sub-ops."""
+
+    def forward(self, is_train, req, in_data, out_data, aux):  # type: ignore[no-untyped-def]
+        y = np.tanh(in_data[0].asnumpy()) * 2
+        self.assign(out_data[0], req[0], (nd.array(y) + 1) * 3)
+
+    def backward(self, req, out_grad, in_data, out_data, in_grad, aux):  # type: ignore[no-untyped-def]
+        self.assign(in_grad[0], req[0], out_grad[0] * 3)
+
+
+@mx.operator.register("WhyBenchQuickstart")
+class _QuickstartProp(mx.operator.CustomOpProp):
+    def create_operator(self, ctx, shapes, dtypes):  # type: ignore[no-untyped-def]
+        return _Quickstart()
+
+
+class _Small(mx.operator.CustomOp):
+    """A small custom op: reads its input, computes on 64 numbers and assigns."""
+
+    def forward(self, is_train, req, in_data, out_data, aux):  # type: ignore[no-untyped-def]
+        self.assign(out_data[0], req[0], nd.array(in_data[0].asnumpy() * 0.5 + 1))
+
+
+@mx.operator.register("WhyBenchSmall")
+class _SmallProp(mx.operator.CustomOpProp):
+    def create_operator(self, ctx, shapes, dtypes):  # type: ignore[no-untyped-def]
+        return _Small()
 
 
 def _profile_demo(steps: int) -> opprof.Trace:
@@ -276,6 +313,69 @@ def what_if_rows() -> list[Row]:
     ]
 
 
+def _quickstart_cell() -> None:
+    a = nd.ones((100, 100))
+    a.attach_grad()
+    for _ in range(3):
+        with mx.autograd.record():
+            c = nd.Custom(a, op_type="WhyBenchQuickstart") * 2
+        c.backward()
+    a.grad.asnumpy()
+
+
+def _demo_steps() -> None:
+    from opprof import demo
+
+    demo.train(steps=10)
+
+
+def _small_chain() -> None:
+    y = nd.ones((8, 8))
+    for _ in range(40):
+        y = nd.Custom(y, op_type="WhyBenchSmall") * 1.0
+    y.asnumpy()
+
+
+def _baseline_row(label: str, work: Callable[[], None], pools: tuple[int, int] | None, recordings: int) -> Row:
+    """The model without change against the recording, over ``recordings`` recordings."""
+    name = f"what-if without change, GIL modelled: {label}"
+    if not gil.AVAILABLE:
+        return Row(SECTION, name, None, "", f"not measured: {gil.WHY_NOT}")
+    if pools is None:
+        mx.set_engine("threaded")
+    else:
+        mx.set_engine("threaded", workers=pools[0], custom_workers=pools[1])
+    work()  # warm: the pools' threads exist
+    errors, lengths = [], []
+    for _ in range(recordings):
+        profiles = []
+        for _ in range(3):
+            with opprof.profile() as prof:
+                work()
+            assert prof.trace is not None
+            profiles.append(prof.trace.what_if())
+        w = sorted(profiles, key=lambda p: p.recorded_ns)[1]
+        errors.append(w.model_error)
+        lengths.append(w.recorded_ns)
+    mx.set_engine("threaded")
+    med = statistics.median(errors)
+    within = sum(abs(e) <= WHAT_IF_GOAL for e in errors)
+    detail = (
+        f"median of {recordings} recordings ({statistics.median(lengths) / 1e6:.1f} ms each); "
+        f"{within} of {recordings} within 10 %; from {min(errors):+.0%} to {max(errors):+.0%}"
+    )
+    return Row(SECTION, name, 100 * med, "%", detail, f"within ±{100 * WHAT_IF_GOAL:g} %", abs(med) <= WHAT_IF_GOAL)
+
+
+def gil_baseline_rows(recordings: int) -> list[Row]:
+    progress("why: what-if without change where the GIL is contended")
+    return [
+        _baseline_row("the quickstart's cell", _quickstart_cell, None, recordings),
+        _baseline_row("the demo's 10 steps", _demo_steps, None, recordings),
+        _baseline_row("40 small custom ops, pools 2/1", _small_chain, (2, 1), recordings),
+    ]
+
+
 def rows(quick: bool = False, repeats: int | None = None, spans: int | None = None) -> list[Row]:
     r = repeats or (1 if quick else 3)
     n = spans or (100_000 if quick else 1_000_000)
@@ -283,6 +383,7 @@ def rows(quick: bool = False, repeats: int | None = None, spans: int | None = No
     out.append(report_row(_repeated_demo(n), r))
     out.append(site_row(20_000 if quick else 200_000))
     out += what_if_rows()
+    out += gil_baseline_rows(4 if quick else 12)
     return out
 
 

@@ -59,14 +59,15 @@ close to the recording):
   recording of four small custom ops beside a spinning loader replayed in 1 ms of its 21 ms
   (12 recordings: median -92 %; with them -15 %, 6 within 20 %).
 * **Handing the GIL over** to a waiting thread costs its wake-up (measured in the trace where a
-  pool thread parks while another waits for the GIL), and while that thread wakes the GIL is
-  free: a thread that asks meanwhile takes it, as in CPython, and the woken one waits again.
+  pool thread parks while another waits for the GIL; at once where it shows fewer than five such
+  handovers), and while that thread wakes the GIL is free: a thread that asks meanwhile takes
+  it, as in CPython, and the woken one waits again.
 * **Not modelled:** the engine's own Python beyond the hand-offs (pushing, completing), where
   inside a stretch its GIL part fell, how much of a piece shorter than two GIL samples held the
   GIL (it is taken to hold it all along, its waits for it included, except where pieces on other
   threads overlap it: one thread holds the GIL at a time, so overlapping pieces share it, first a
   Python whose CPU time was read, then an op's run, then a program's Python between its pushes;
-  a 4 ms trace of ops that run NumPy without the GIL still replays ~15 % too slow), contention
+  a 2 ms trace of ops that run NumPy without the GIL replays within 10 % in 7 of 10), contention
   between threads for cores and memory (durations are replayed as recorded, with whatever slowdown
   the work beside them caused), the start of a new pool thread, and synchronisation between
   program threads outside the engine. A trace's :attr:`WhatIf.notes` say which of these matter

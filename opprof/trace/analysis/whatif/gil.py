@@ -172,7 +172,8 @@ def held_after_handoff(states: ThreadStates) -> tuple[np.ndarray, np.ndarray, np
     return tid[pick], b[pick], gap_to[pick]
 
 
-#: Handovers :func:`gil_transfer_ns` needs to trust its own median over the OS's wake.
+#: Handovers :func:`gil_transfer_ns` needs to trust its own median; with fewer the GIL changes
+#: hands at once.
 MIN_TRANSFERS = 5
 
 
@@ -184,24 +185,29 @@ def gil_transfer_ns(trace: TraceData) -> int:
     GIL (a timed hand-off's ``WAIT``) while another pool thread parks in the engine's queue, which
     releases the GIL as it parks; from the last such park to the waiter holding the GIL is one
     handover. Their median, at most the OS's median wake of a parked thread (a longer one paired
-    the waiter with the wrong park), is the transfer: 7-23 µs on the 2-vCPU VM these numbers come
-    from, where that wake took 26-36 µs. The wake (what the first model used) made its replay of the
-    demo 18 % too slow: a thread handed the GIL by one that blocks runs on the CPU just left, where
-    a parked worker's wake-up waits for an idle vCPU to leave its halt. The wake stays the fallback
-    for a trace with fewer than :data:`MIN_TRANSFERS` such handovers."""
+    the waiter with the wrong park), is the transfer.
+
+    Why not the OS's wake where too few handovers were seen: on the 2-vCPU VM these numbers come
+    from, the handovers are mostly immediate (median 0.15-0.17 µs over 24 recordings each of the
+    demo and of 40 small custom ops; 7-23 µs on a busier day) while that wake takes 20-36 µs: a
+    thread handed the GIL by one that blocks runs on the CPU just left, where a parked worker's
+    wake-up waits for an idle vCPU to leave its halt. Charged the wake, the demo replayed 18 % too
+    slow (the first model), and the quickstart's 2 ms cell, which shows one to four handovers,
+    +10.4 % (median of 72 recordings, 31 within 10 %); at once, -3.3 % (51 within 10 %), the demo's
+    and the small ops' replays unchanged (they show enough handovers)."""
     meta = trace.metadata.get(GIL_METADATA)
     if not isinstance(meta, dict):
         return 0
     if isinstance(meta.get("transfer_ns"), int):
         return int(meta["transfer_ns"])
+    seen = _handovers_at_park(trace.thread_states)
+    if len(seen) < MIN_TRANSFERS:
+        return 0
     hand = meta.get("handoffs")
     every = hand.get("all") if isinstance(hand, dict) else None
     wake = int(every.get("wake_ns_median", 0)) if isinstance(every, dict) else 0
-    seen = _handovers_at_park(trace.thread_states)
-    if len(seen) >= MIN_TRANSFERS:
-        median = int(np.median(seen))
-        return min(median, wake) if wake > 0 else median
-    return wake
+    median = int(np.median(seen))
+    return min(median, wake) if wake > 0 else median
 
 
 def _joined(ts: ThreadStates, first: ThreadState, then: ThreadState) -> np.ndarray:
