@@ -133,3 +133,41 @@ def test_handing_the_gil_to_a_waiter_costs_the_wake() -> None:
         gil.event(t, arg)
     assert (0, HELD, 0, 100) in log
     assert (1, WAIT, 10, 130) in log and (1, HELD, 130, 180) in log
+
+
+def test_a_program_woken_for_the_gil_loses_it_to_a_pool_thread_that_asks_meanwhile() -> None:
+    """Known answer: handed the GIL at 100, the program's thread (key 1) needs 40 ns to wake; a pool
+    thread (key 2) asking at 120 takes the free GIL at once and holds it to 170; the program, up at
+    140, waits again and is handed it at 170, held from 210 (another 40 ns). A pool thread in its
+    place is up in 5 ns and holds it from 105."""
+    for program, got in ((True, 210), (False, 105)):
+        heap: list[tuple[int, int, int, int]] = []
+        log: list[tuple[int, int, int, int]] = []
+        seq = [0]
+
+        def at(t: int, kind: int, arg: int) -> None:
+            seq[0] += 1
+            heapq.heappush(heap, (t, seq[0], kind, arg))
+
+        gil = Gil(
+            1_000,
+            lambda t, g: at(t, 0, g),
+            lambda t, free, ev, arg: None,
+            lambda *r: log.append(r),
+            transfer_ns=5,
+            program_transfer_ns=40,
+            is_program=lambda key, program=program: program and key == 1,
+        )
+        gil.request(0, 0, 100, 0, 1, 0)
+        gil.request(10, 1, 50, 0, 1, 1)
+        at(120, 1, -1)
+        while heap:
+            t, _, kind, arg = heapq.heappop(heap)
+            if kind == 1:
+                gil.request(t, 2, 50, 0, 1, 2)
+            else:
+                gil.event(t, arg)
+        held = {key: a for key, state, a, _ in log if state == HELD}
+        assert held[1] == got, log
+        if program:
+            assert (2, HELD, 120, 170) in log

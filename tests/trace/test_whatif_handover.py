@@ -16,7 +16,14 @@ from opprof import nd
 from opprof.engine import gil, handoff
 from opprof.trace import Trace
 from opprof.trace.analysis.whatif import what_if
-from opprof.trace.analysis.whatif.gil import MIN_TRANSFERS, gil_transfer_ns, held_after_handoff, hop_held_ns, one_holder
+from opprof.trace.analysis.whatif.gil import (
+    MIN_PROGRAM_TRANSFERS,
+    MIN_TRANSFERS,
+    gil_transfer_ns,
+    held_after_handoff,
+    hop_held_ns,
+    one_holder,
+)
 from opprof.trace.synthetic import synthetic_trace
 from opprof.trace.threadstates import GIL_METADATA, ThreadState, ThreadStates
 
@@ -80,6 +87,32 @@ def test_a_gil_handover_is_measured_from_the_holders_park() -> None:
     assert gil_transfer_ns(trace) == 0
     trace.metadata[GIL_METADATA] = {"transfer_ns": 5 * US}  # a model's prediction says its own
     assert gil_transfer_ns(trace) == 5 * US
+
+
+def test_a_programs_handover_is_its_own() -> None:
+    """Known answer: the pool's threads are handed the GIL 2 µs after a park, the program's thread
+    (woken from its wait, asleep while they ran) 15 µs after: each is measured on its own, the
+    program's capped by the OS's wake of a program's wait, and with too few of its own the pool's
+    stands in."""
+    trace = synthetic_trace(400)
+    e0, e1 = _tid(trace, "opprof-engine-0"), _tid(trace, "opprof-engine-1")
+    main = next(th.tid for th in trace.threads if not th.name.startswith("opprof-"))
+    for programs, wait_wake, program_ns in (
+        (MIN_PROGRAM_TRANSFERS, 60 * US, 15 * US),
+        (MIN_PROGRAM_TRANSFERS, 9 * US, 9 * US),
+        (MIN_PROGRAM_TRANSFERS - 1, 60 * US, 2 * US),
+    ):
+        rows: list[tuple[int, ThreadState, int, int]] = []
+        for k in range(MIN_TRANSFERS + programs):
+            t = k * 1_000 * US
+            waiter, gap = (main, 15 * US) if k >= MIN_TRANSFERS else (e0, 2 * US)
+            got = t + 50 * US
+            rows += [(waiter, B, t - 100 * US, t), (waiter, R, t, t + 10 * US), (waiter, W, t + 10 * US, got)]
+            rows += [(e1, H, t - 100 * US, got - gap), (e1, B, got - gap, t + 200 * US), (e1, R, t + 200 * US, t + 210 * US)]
+        trace.thread_states = _states(rows)
+        trace.metadata[GIL_METADATA] = {"handoffs": {"all": {"wake_ns_median": 30 * US}, "wait": {"wake_ns_median": wait_wake}}}
+        assert gil_transfer_ns(trace) == 2 * US
+        assert gil_transfer_ns(trace, program=True) == program_ns
 
 
 def spin_then_read(spin_s: float) -> None:

@@ -175,11 +175,16 @@ def held_after_handoff(states: ThreadStates) -> tuple[np.ndarray, np.ndarray, np
 #: Handovers :func:`gil_transfer_ns` needs to trust its own median; with fewer the GIL changes
 #: hands at once.
 MIN_TRANSFERS = 5
+#: The same for handovers to a program's thread (a training loop waits once a step; with fewer,
+#: the pool threads' transfer stands in).
+MIN_PROGRAM_TRANSFERS = 3
+_POOLS = (ENGINE_POOL.thread_prefix, CUSTOM_POOL.thread_prefix)
 
 
-def gil_transfer_ns(trace: TraceData) -> int:
-    """What handing the GIL to a thread that waits for it cost in the recording (0 where unknown:
-    the GIL then changes hands at once), or what a model's prediction recorded.
+def gil_transfer_ns(trace: TraceData, *, program: bool = False) -> int:
+    """What handing the GIL to a pool thread that waits for it cost in the recording (0 where
+    unknown: the GIL then changes hands at once), or what a model's prediction recorded; with
+    ``program``, to a program's thread woken from its wait for an op (see below).
 
     Measured where the recording shows both ends of a handover: a woken pool thread waits for the
     GIL (a timed hand-off's ``WAIT``) while another pool thread parks in the engine's queue, which
@@ -194,19 +199,30 @@ def gil_transfer_ns(trace: TraceData) -> int:
     wake-up waits for an idle vCPU to leave its halt. Charged the wake, the demo replayed 18 % too
     slow (the first model), and the quickstart's 2 ms cell, which shows one to four handovers,
     +10.4 % (median of 72 recordings, 31 within 10 %); at once, -3.3 % (51 within 10 %), the demo's
-    and the small ops' replays unchanged (they show enough handovers)."""
+    and the small ops' replays unchanged (they show enough handovers).
+
+    A program's thread is measured apart, on its own waits, and capped by the OS's median wake of
+    a program's wait (``handoffs["wait"]``): asleep in its wait while the pool's threads ran, it is
+    handed the GIL 4-20 µs after a park (the demo, 10 recordings: medians 8-22 µs), where the
+    pool's threads take 0.15-0.4 µs. With fewer than :data:`MIN_PROGRAM_TRANSFERS` of them the
+    pool's transfer stands in."""
     meta = trace.metadata.get(GIL_METADATA)
     if not isinstance(meta, dict):
         return 0
-    if isinstance(meta.get("transfer_ns"), int):
+    said = meta.get("program_transfer_ns" if program else "transfer_ns")
+    if isinstance(said, int):
+        return said
+    if program and isinstance(meta.get("transfer_ns"), int):  # a prediction made before programs had their own
         return int(meta["transfer_ns"])
-    seen = _handovers_at_park(trace.thread_states)
-    if len(seen) < MIN_TRANSFERS:
-        return 0
+    tids, seen = _handovers_at_park(trace.thread_states)
+    pool = np.array([trace.thread_name(t).startswith(_POOLS) for t in tids.tolist()], dtype=bool)
+    mine = seen[~pool] if program else seen[pool]
+    if len(mine) < (MIN_PROGRAM_TRANSFERS if program else MIN_TRANSFERS):
+        return gil_transfer_ns(trace) if program else 0
     hand = meta.get("handoffs")
-    every = hand.get("all") if isinstance(hand, dict) else None
+    every = hand.get("wait" if program else "all") if isinstance(hand, dict) else None
     wake = int(every.get("wake_ns_median", 0)) if isinstance(every, dict) else 0
-    median = int(np.median(seen))
+    median = int(np.median(mine))
     return min(median, wake) if wake > 0 else median
 
 
@@ -218,26 +234,29 @@ def _joined(ts: ThreadStates, first: ThreadState, then: ThreadState) -> np.ndarr
     return np.flatnonzero(same & (ts.state[:-1] == first) & (ts.state[1:] == then))
 
 
-def _handovers_at_park(ts: ThreadStates | None) -> np.ndarray:
-    """ns from a pool thread parking (a timed hand-off's ``BLOCKED`` run, exact) to a woken thread
-    that waited for the GIL meanwhile (a timed ``WAIT``, exact) holding it: the last such park of
-    another thread inside each wait."""
+def _handovers_at_park(ts: ThreadStates | None) -> tuple[np.ndarray, np.ndarray]:
+    """(the waiter's tid, ns) from a pool thread parking (a timed hand-off's ``BLOCKED`` run,
+    exact) to a woken thread that waited for the GIL meanwhile (a timed ``WAIT``, exact) holding
+    it: the last such park of another thread inside each wait."""
+    none = np.zeros(0, dtype=np.int64)
     if ts is None or len(ts) < 2:
-        return np.zeros(0, dtype=np.int64)
+        return none, none
     waits = _joined(ts, ThreadState.RUNNABLE, ThreadState.WAIT) + 1
     parks = _joined(ts, ThreadState.BLOCKED, ThreadState.RUNNABLE)
     if not len(waits) or not len(parks):
-        return np.zeros(0, dtype=np.int64)
+        return none, none
     order = np.argsort(ts.start[parks], kind="stable")
     p_at, p_tid = ts.start[parks][order], ts.tid[parks][order]
+    who: list[int] = []
     out: list[int] = []
     for a, g, tid in zip(ts.start[waits].tolist(), ts.end[waits].tolist(), ts.tid[waits].tolist(), strict=True):
         k = int(np.searchsorted(p_at, g, side="right")) - 1
         while k >= 0 and p_tid[k] == tid and p_at[k] >= a:  # its own park is not a handover to it
             k -= 1
         if k >= 0 and p_at[k] >= a:
+            who.append(tid)
             out.append(g - int(p_at[k]))
-    return np.array(out, dtype=np.int64)
+    return np.array(who, dtype=np.int64), np.array(out, dtype=np.int64)
 
 
 def hop_held_ns(trace: TraceData) -> dict[str, int]:
@@ -349,11 +368,17 @@ class Gil:
         done: Callable[[int, int, int, int], None],
         log: Callable[[int, int, int, int], None] | None = None,
         transfer_ns: int = 0,
+        program_transfer_ns: int | None = None,
+        is_program: Callable[[int], bool] | None = None,
     ) -> None:
         self.interval = max(1, interval_ns)
         #: What handing the GIL to a thread that waits for it costs: the OS waking that thread
-        #: (the GIL is held by no one meanwhile). Taking a free GIL costs nothing.
+        #: (the GIL is held by no one meanwhile). Taking a free GIL costs nothing. A program's
+        #: thread (``is_program(key)``) has its own: it sleeps in its wait while the pool's threads
+        #: are handed the GIL on a CPU just left.
         self.transfer = max(0, transfer_ns)
+        self.program_transfer = self.transfer if program_transfer_ns is None else max(0, program_transfer_ns)
+        self.is_program = is_program or (lambda key: False)
         self._log = log or (lambda key, state, a, b: None)  # (thread, ThreadState, start, end): what it did
         self._at = at
         self._done = done
@@ -475,7 +500,8 @@ class Gil:
         if not self.queue or self.waking >= 0:  # nobody waits, or one is being woken already
             return
         nxt = self.queue.popleft()
-        if self.transfer <= 0:
+        transfer = self.program_transfer if self.is_program(self.keys[nxt]) else self.transfer
+        if transfer <= 0:
             self._take(nxt, t)
             return
         # The first waiter is signalled and holds the GIL once the OS ran it. The GIL is free
@@ -483,7 +509,7 @@ class Gil:
         # switch-interval drop waits for the waiter): the waiter, up, waits again, still first.
         self.waking = nxt
         self.wake_gen += 1
-        self._at(t + self.transfer, -(2 * self.wake_gen + 1))
+        self._at(t + transfer, -(2 * self.wake_gen + 1))
 
     def _woken(self, t: int, gen: int) -> None:
         if gen != self.wake_gen or self.waking < 0:

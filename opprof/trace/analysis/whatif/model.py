@@ -71,7 +71,17 @@ class Replay:
         #: What each thread did about the GIL: (thread key: an actor's index, or -1 - worker; ThreadState; start; end).
         self.gil_log: list[tuple[int, int, int, int]] = []
         self.gil = (
-            Gil(switch_ns, self._gil_at, self._gil_done, self._gil_log, rec.gil_transfer_ns) if switch_ns is not None else None
+            Gil(
+                switch_ns,
+                self._gil_at,
+                self._gil_done,
+                self._gil_log,
+                rec.gil_transfer_ns,
+                rec.gil_program_transfer_ns,
+                lambda key: key >= 0 and self.actors[key].fam < 0,
+            )
+            if switch_ns is not None
+            else None
         )
         # Each op's run: (ns with the GIL, ns without), its GIL waits dropped.
         op_wait, op_share = rec.op_wait or [0] * n, rec.op_share or [0.0] * n
