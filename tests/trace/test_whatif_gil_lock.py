@@ -114,9 +114,9 @@ def test_a_waiter_behind_a_spinner_waits_one_switch_interval() -> None:
     assert dict(run.ended) == {1: 160, 0: 1050}
 
 
-def test_handing_the_gil_to_a_waiter_costs_the_wake() -> None:
-    """Known answer: with a transfer of 30 ns, thread 1 (waiting since 10) holds the GIL 30 ns after
-    thread 0 let it go at 100, and the 30 ns are its wait; taking a free GIL costs nothing."""
+def _handed(asks: list[tuple[int, int, int]], **transfer: object) -> list[tuple[int, int, int, int]]:
+    """The log of a lock with a switch interval of 1000 ns and ``transfer`` (Gil's keywords), given
+    ``asks``: (time, thread key, ns with the GIL), each asking at its time."""
     heap: list[tuple[int, int, int, int]] = []
     log: list[tuple[int, int, int, int]] = []
     seq = [0]
@@ -125,12 +125,23 @@ def test_handing_the_gil_to_a_waiter_costs_the_wake() -> None:
         seq[0] += 1
         heapq.heappush(heap, (t, seq[0], kind, arg))
 
-    gil = Gil(1_000, lambda t, g: at(t, 0, g), lambda t, free, ev, arg: None, lambda *r: log.append(r), transfer_ns=30)
-    gil.request(0, 0, 100, 0, 1, 0)  # free: held at once
-    gil.request(10, 1, 50, 0, 1, 1)
+    gil = Gil(1_000, lambda t, g: at(t, 0, g), lambda t, free, ev, arg: None, lambda *r: log.append(r), **transfer)  # type: ignore[arg-type]
+    for k, (t, _, _) in enumerate(asks):
+        at(t, 1, k)
     while heap:
-        t, _, _, arg = heapq.heappop(heap)
-        gil.event(t, arg)
+        t, _, kind, arg = heapq.heappop(heap)
+        if kind == 1:
+            _, key, held = asks[arg]
+            gil.request(t, key, held, 0, 1, key)
+        else:
+            gil.event(t, arg)
+    return log
+
+
+def test_handing_the_gil_to_a_waiter_costs_the_wake() -> None:
+    """Known answer: with a transfer of 30 ns, thread 1 (waiting since 10) holds the GIL 30 ns after
+    thread 0 let it go at 100, and the 30 ns are its wait; taking a free GIL costs nothing."""
+    log = _handed([(0, 0, 100), (10, 1, 50)], transfer_ns=30)
     assert (0, HELD, 0, 100) in log
     assert (1, WAIT, 10, 130) in log and (1, HELD, 130, 180) in log
 
@@ -141,32 +152,12 @@ def test_a_program_woken_for_the_gil_loses_it_to_a_pool_thread_that_asks_meanwhi
     140, waits again and is handed it at 170, held from 210 (another 40 ns). A pool thread in its
     place is up in 5 ns and holds it from 105."""
     for program, got in ((True, 210), (False, 105)):
-        heap: list[tuple[int, int, int, int]] = []
-        log: list[tuple[int, int, int, int]] = []
-        seq = [0]
-
-        def at(t: int, kind: int, arg: int) -> None:
-            seq[0] += 1
-            heapq.heappush(heap, (t, seq[0], kind, arg))
-
-        gil = Gil(
-            1_000,
-            lambda t, g: at(t, 0, g),
-            lambda t, free, ev, arg: None,
-            lambda *r: log.append(r),
+        log = _handed(
+            [(0, 0, 100), (10, 1, 50), (120, 2, 50)],
             transfer_ns=5,
             program_transfer_ns=40,
             is_program=lambda key, program=program: program and key == 1,
         )
-        gil.request(0, 0, 100, 0, 1, 0)
-        gil.request(10, 1, 50, 0, 1, 1)
-        at(120, 1, -1)
-        while heap:
-            t, _, kind, arg = heapq.heappop(heap)
-            if kind == 1:
-                gil.request(t, 2, 50, 0, 1, 2)
-            else:
-                gil.event(t, arg)
         held = {key: a for key, state, a, _ in log if state == HELD}
         assert held[1] == got, log
         if program:
