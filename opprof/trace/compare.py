@@ -431,6 +431,13 @@ MIN_RUNS_FOR_HALVES = 4
 #: one random walk (10 runs each, 400 draws) 1x left 18 % false verdicts, 2x 3 %; the fastest runs
 #: (:data:`Estimate.FASTEST`) widened alike, and confirmed by all runs, 4 %.
 BLOCK_DISTANCE = 2.0
+#: The least the blocks of a blocked comparison are taken to have shifted apart (1 %): a block's
+#: halves can agree by chance while the machine moved between the blocks. Measured here, blocks of
+#: 20 runs of identical ~100 ms code: their fastest runs' ratio swings by 0.9-1.0 % from trial to
+#: trial, and of 50 such trials the one that got a verdict (2026-12-05) called a 0.7 % change
+#: [0.1 %, 1.7 %] "slower" on halves that agreed to 0.4 %. With the floor the 10 % and 30 % changes
+#: are found as before (their intervals are 1-2 % wide), and no change under 1 % is called.
+MIN_BLOCK_NOISE = 0.01
 #: Runs a side that a blocked comparison needs to find a 10 % change most of the time here: on a
 #: ~100 ms workload (2026-12-04) blocks of 10 found +10 % in 74 of 100 trials, blocks of 20 in 19 of
 #: 20 (the fastest runs' block-to-block swing 0.9-1.0 % against 1.7-1.9 %), identical code getting a
@@ -516,10 +523,11 @@ def judged(a: np.ndarray, b: np.ndarray, label_a: str = "A", label_b: str = "B",
     with its bootstrap interval (:func:`fastest_interval`) widened by :data:`BLOCK_DISTANCE` times
     the larger of the two sides' half-to-half shifts of their fastest runs; else the geometric
     means' interval (:func:`ratio_interval`) widened by twice the larger shift of the halves'
-    means. For the fastest runs a verdict also needs all runs to agree: their Welch interval,
+    means; either widened by at least :data:`MIN_BLOCK_NOISE` (a change under it is no clear
+    change). For the fastest runs a verdict also needs all runs to agree: their Welch interval,
     widened once by the larger shift of their halves' means, must say the same (one lucky run does
     not make a change). A verdict the plain Welch interval gave and the judged one does not is
-    declined as *unstable*, saying why. ``paired`` (runs interleaved A, B, A, B): the paired
+    declined as *unstable*, saying why (unless the floor alone declined it). ``paired`` (runs interleaved A, B, A, B): the paired
     interval (:func:`paired_interval`), which a shift of the machine does not bias: no widening.
     Without an interval (fewer than two runs a side, A's times all zero): the ratio of the medians
     and no verdict."""
@@ -546,13 +554,18 @@ def judged(a: np.ndarray, b: np.ndarray, label_a: str = "A", label_b: str = "B",
         estimate = Estimate.FASTEST
     else:
         estimate = Estimate.GEOMETRIC_MEAN
-    noise = BLOCK_DISTANCE * max(shift_a, shift_b)
+    measured = BLOCK_DISTANCE * max(shift_a, shift_b)
+    noise = max(measured, math.log1p(MIN_BLOCK_NOISE))
     wide_lo, wide_hi = lo * math.exp(-noise), hi * math.exp(noise)
     widened = verdict_of(wide_lo, wide_hi)
     if fastest and widened is not agrees:
         widened = Verdict.NO_CLEAR_CHANGE
     why = ""
-    if widened is not plain and plain is not Verdict.NO_CLEAR_CHANGE:
+    # Declined for the floor alone (the halves' own shift would have kept the verdict): a change
+    # this small is no clear change between blocks, not an unstable machine.
+    by_halves = verdict_of(lo * math.exp(-measured), hi * math.exp(measured))
+    floor_only = (by_halves if not fastest or by_halves is agrees else Verdict.NO_CLEAR_CHANGE) is plain
+    if widened is not plain and plain is not Verdict.NO_CLEAR_CHANGE and not floor_only:
         # The halves' larger difference, of their fastest runs or of all their runs.
         if fastest:
             shift_a, shift_b = max(shift_a, drift_a), max(shift_b, drift_b)

@@ -463,6 +463,22 @@ def test_a_real_change_larger_than_the_drift_still_stands() -> None:
     assert j.verdict is Verdict.SLOWER and j.low > 1 and j.why_unstable == "" and 0.06 < j.block_noise < 0.10  # twice a 4 % shift
 
 
+def test_blocks_whose_halves_agree_still_do_not_call_a_change_under_one_percent() -> None:
+    """Known answer: blocks of 20 runs with 0.1 % noise and halves that agree: B 0.6 % over A is
+    not called (the blocks' shift between them is taken to be at least 1 %), 3 % over A is, and so
+    are 0.6 % over A taken interleaved, in pairs, which a shift between blocks cannot fool."""
+    from opprof.trace.compare import MIN_BLOCK_NOISE, judged
+
+    rng = np.random.default_rng(11)
+    a = 100 * np.exp(0.001 * rng.standard_normal(20))
+    near = 100.6 * np.exp(0.001 * rng.standard_normal(20))
+    assert verdict_of(*ratio_interval(a, near)[1:]) is Verdict.SLOWER  # what the plain interval says
+    j = judged(a, near)
+    assert j.verdict is Verdict.NO_CLEAR_CHANGE and j.why_unstable == "" and j.block_noise == pytest.approx(MIN_BLOCK_NOISE)
+    assert judged(a, 103 * np.exp(0.001 * rng.standard_normal(20))).verdict is Verdict.SLOWER
+    assert judged(a, near, paired=True).verdict is Verdict.SLOWER
+
+
 def test_blocked_identical_code_gives_few_false_verdicts_when_the_machine_drifts() -> None:
     """Known answer for the method: identical programs, A's block of 10 runs then B's, on a machine
     whose state wanders (one random walk of 2 % a run through both blocks, 2 % noise). Welch alone
