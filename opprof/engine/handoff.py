@@ -184,16 +184,18 @@ class Handoffs:
         """The hand-offs' (those of ``mask``) count and median wake (signal to the OS running the
         getter), GIL wait (from then to holding the GIL) and hop (signal to GIL held), in ns: what
         a profile's metadata keeps per queue, and what a ping-pong is read with alike."""
-        r, signal = self.records, self.signal
+        r = self.records
+        # The fields first, then the mask: masking the record array copies every field of it.
+        woke, gil, signal = r["woke"], r["gil"], self.signal
         if mask is not None:
-            r, signal = r[mask], signal[mask]
-        if not len(r):
+            woke, gil, signal = woke[mask], gil[mask], signal[mask]
+        if not len(woke):
             return {"count": 0}
         return {
-            "count": len(r),
-            "wake_ns_median": int(np.median(r["woke"] - signal)),
-            "gil_ns_median": int(np.median(r["gil"] - r["woke"])),
-            "hop_ns_median": int(np.median(r["gil"] - signal)),
+            "count": len(woke),
+            "wake_ns_median": int(np.median(woke - signal)),
+            "gil_ns_median": int(np.median(gil - woke)),
+            "hop_ns_median": int(np.median(gil - signal)),
         }
 
 

@@ -158,15 +158,21 @@ class GilRecording:
             (ThreadState.WAIT, woke, r["gil"], self._holder_tids(r["holder"], tid, native_ids)),
         ]
         hi = np.iinfo(np.int64).max if t1 is None else t1
-        cols: list[list[np.ndarray]] = [[], [], [], [], []]
-        for state, a, b, holder in edges:
-            a, b = np.maximum(a, t0), np.minimum(b, hi)
-            keep = (tid >= 0) & (b > a)
-            code = np.full(int(keep.sum()), int(state), dtype=np.int8)
-            for col, v in zip(cols, (tid[keep], code, a[keep], b[keep], holder[keep]), strict=True):
-                col.append(v)
-        t, s, a, b, held_by = (np.concatenate(c) for c in cols)
-        return ThreadStates(t, s, a, b, held_by)
+        # A hand-off's three runs side by side, then in the order ThreadStates keeps (by thread,
+        # then time): a thread's hand-offs are recorded one after another (each by its getter, once
+        # it holds the GIL), so a stable sort by thread alone does it, a radix sort of small
+        # numbers, where sorting by (thread, time) cost ~0.4 ms of a 2,000-call profile's build.
+        n = len(tid)
+        starts = np.stack([np.maximum(a, t0) for _, a, _, _ in edges], axis=1)
+        ends = np.stack([np.minimum(b, hi) for _, _, b, _ in edges], axis=1)
+        holders = np.stack([h for _, _, _, h in edges], axis=1)
+        codes = np.broadcast_to(np.array([int(e[0]) for e in edges], dtype=np.int8), (n, len(edges)))
+        keep = ((tid >= 0)[:, None] & (ends > starts)).ravel()
+        tids = np.repeat(tid, len(edges))[keep]
+        a, b, held_by, s = starts.ravel()[keep], ends.ravel()[keep], holders.ravel()[keep], codes.ravel()[keep]
+        small = len(tids) and 0 <= int(tids.min()) and int(tids.max()) < 1 << 15
+        order = np.argsort(tids.astype(np.int16) if small else tids, kind="stable")
+        return ThreadStates(tids[order], s[order], a[order], b[order], held_by[order])
 
     def _holder_tids(self, tstates: np.ndarray, getters: np.ndarray, native_ids: dict[int, int]) -> np.ndarray:
         """Each timed GIL wait's holder (the thread-state address the hand-off read as it woke) as a

@@ -121,8 +121,11 @@ class ThreadStates:
         self.start = np.asarray(self.start, dtype=np.int64)
         self.end = np.asarray(self.end, dtype=np.int64)
         self.holder = np.asarray(self.holder, dtype=np.int64)
-        order = np.lexsort((self.start, self.tid))
-        if len(order) and not np.array_equal(order, np.arange(len(order))):
+        t, a = self.tid, self.start
+        if len(t) > 1 and not bool(np.all((t[1:] > t[:-1]) | ((t[1:] == t[:-1]) & (a[1:] >= a[:-1])))):
+            # Sorted already is the common case (a sweep's output, a take of sorted runs): checked
+            # in one pass, where a sort cost ~0.1 ms a construction at 10,000 runs.
+            order = _by_thread_then_time(t, a)
             for name in ("tid", "state", "start", "end", "holder"):
                 setattr(self, name, getattr(self, name)[order])
 
@@ -471,6 +474,19 @@ def _idle_runs(
     return out_a, out_b
 
 
+def _by_thread_then_time(tid: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """The stable order by (tid, t): one stable sort of a combined key where the times span less
+    than 2**40 ns (18 minutes) and the tids are small, else ``np.lexsort`` (two passes: ~2.5x the
+    time at 50,000 entries)."""
+    if not len(t):
+        return np.zeros(0, dtype=np.int64)
+    lo, span = int(t.min()), int(t.max()) - int(t.min())
+    t_lo, t_hi = int(tid.min()), int(tid.max())
+    if span < 1 << 40 and t_lo >= 0 and t_hi < 1 << 22:
+        return np.argsort((tid << 40) | (t - lo), kind="stable")
+    return np.lexsort((t, tid))
+
+
 def _runs_outside(
     tid: np.ndarray, a: np.ndarray, b: np.ndarray, w_tid: np.ndarray, w_a: np.ndarray, w_b: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -492,7 +508,7 @@ def _runs_outside(
     th = np.concatenate([tid, tid, w_tid, w_tid]).astype(np.int64)
     d_run = np.concatenate([np.ones(n, np.int64), -np.ones(n, np.int64), np.zeros(2 * m, np.int64)])
     d_work = np.concatenate([np.zeros(2 * n, np.int64), np.ones(m, np.int64), -np.ones(m, np.int64)])
-    order = np.lexsort((t, th))  # stable: ties keep run starts, run ends, interval starts, ends
+    order = _by_thread_then_time(th, t)  # stable: ties keep run starts, run ends, interval starts, ends
     t, th = t[order], th[order]
     in_run, in_work = np.cumsum(d_run[order]), np.cumsum(d_work[order])
     idle = (in_run > 0) & (in_work == 0)
