@@ -476,8 +476,9 @@ def _idle_runs(
 
 def _by_thread_then_time(tid: np.ndarray, t: np.ndarray) -> np.ndarray:
     """The stable order by (tid, t): one stable sort of a combined key where the times span less
-    than 2**40 ns (18 minutes) and the tids are small, else ``np.lexsort`` (two passes: ~2.5x the
-    time at 50,000 entries)."""
+    than 2**40 ns (18 minutes) and the tids are small, else ``np.lexsort``. On what a sweep sorts
+    (a few blocks, each in order already) the one sort merges them: 0.84 ms against lexsort's 1.85
+    at 48,000 entries; on entries in random order the two cost the same."""
     if not len(t):
         return np.zeros(0, dtype=np.int64)
     lo, span = int(t.min()), int(t.max()) - int(t.min())
