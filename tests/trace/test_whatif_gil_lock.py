@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from opprof.trace.analysis.whatif.gil import Gil
+from opprof.trace.analysis.whatif.gil import ASLEEP_NS, Gil
 from opprof.trace.threadstates import ThreadState
 
 HELD, WAIT, BLOCKED = int(ThreadState.HELD), int(ThreadState.WAIT), int(ThreadState.BLOCKED)
@@ -114,8 +114,8 @@ def test_a_waiter_behind_a_spinner_waits_one_switch_interval() -> None:
     assert dict(run.ended) == {1: 160, 0: 1050}
 
 
-def _handed(asks: list[tuple[int, int, int]], **transfer: object) -> list[tuple[int, int, int, int]]:
-    """The log of a lock with a switch interval of 1000 ns and ``transfer`` (Gil's keywords), given
+def _handed(asks: list[tuple[int, int, int]], interval: int = 1_000, **transfer: object) -> list[tuple[int, int, int, int]]:
+    """The log of a lock with a switch ``interval`` (ns) and ``transfer`` (Gil's keywords), given
     ``asks``: (time, thread key, ns with the GIL), each asking at its time."""
     heap: list[tuple[int, int, int, int]] = []
     log: list[tuple[int, int, int, int]] = []
@@ -125,7 +125,7 @@ def _handed(asks: list[tuple[int, int, int]], **transfer: object) -> list[tuple[
         seq[0] += 1
         heapq.heappush(heap, (t, seq[0], kind, arg))
 
-    gil = Gil(1_000, lambda t, g: at(t, 0, g), lambda t, free, ev, arg: None, lambda *r: log.append(r), **transfer)  # type: ignore[arg-type]
+    gil = Gil(interval, lambda t, g: at(t, 0, g), lambda t, free, ev, arg: None, lambda *r: log.append(r), **transfer)  # type: ignore[arg-type]
     for k, (t, _, _) in enumerate(asks):
         at(t, 1, k)
     while heap:
@@ -146,19 +146,22 @@ def test_handing_the_gil_to_a_waiter_costs_the_wake() -> None:
     assert (1, WAIT, 10, 130) in log and (1, HELD, 130, 180) in log
 
 
-def test_a_program_woken_for_the_gil_loses_it_to_a_pool_thread_that_asks_meanwhile() -> None:
-    """Known answer: handed the GIL at 100, the program's thread (key 1) needs 40 ns to wake; a pool
-    thread (key 2) asking at 120 takes the free GIL at once and holds it to 170; the program, up at
-    140, waits again and is handed it at 170, held from 210 (another 40 ns). A pool thread in its
-    place is up in 5 ns and holds it from 105."""
-    for program, got in ((True, 210), (False, 105)):
+def test_a_thread_that_waited_long_is_slow_to_wake_and_loses_the_gil_to_one_that_asks_meanwhile() -> None:
+    """Known answer (µs): thread 0 holds the GIL to 100. Thread 1, waiting since 10, is asleep
+    (90 µs >= ASLEEP_NS): handed the GIL at 100, it wakes at 140; thread 2 asks at 120, takes the
+    free GIL at once and holds it to 170; thread 1, up at 140, waits again and is asleep once more
+    by 170 (30 µs), so it holds the GIL from 210. Asking at 90 instead, it had waited 10 µs: handed
+    the GIL at 100, it holds it from 105."""
+    us = 1_000
+    assert ASLEEP_NS == 20 * us
+    for ask, got in ((10 * us, 210 * us), (90 * us, 105 * us)):
         log = _handed(
-            [(0, 0, 100), (10, 1, 50), (120, 2, 50)],
-            transfer_ns=5,
-            program_transfer_ns=40,
-            is_program=lambda key, program=program: program and key == 1,
+            [(0, 0, 100 * us), (ask, 1, 50 * us), (120 * us, 2, 50 * us)],
+            5_000 * us,
+            transfer_ns=5 * us,
+            asleep_transfer_ns=40 * us,
         )
         held = {key: a for key, state, a, _ in log if state == HELD}
         assert held[1] == got, log
-        if program:
-            assert (2, HELD, 120, 170) in log
+        if got > 120 * us:
+            assert (2, HELD, 120 * us, 170 * us) in log

@@ -17,7 +17,8 @@ from opprof.engine import gil, handoff
 from opprof.trace import Trace
 from opprof.trace.analysis.whatif import what_if
 from opprof.trace.analysis.whatif.gil import (
-    MIN_PROGRAM_TRANSFERS,
+    ASLEEP_NS,
+    MIN_ASLEEP_TRANSFERS,
     MIN_TRANSFERS,
     gil_transfer_ns,
     held_after_handoff,
@@ -62,17 +63,20 @@ def test_hop_held_is_from_holding_the_gil_to_the_next_span() -> None:
     assert hop_held_ns(trace) == {}
 
 
-def _handovers(trace: Trace, gap: int, count: int, wake_median: int) -> None:
-    """``count`` handovers: engine-0 woken and waiting for the GIL while engine-1 parks, ``gap``
-    ns before engine-0 holds it."""
+def _handovers(trace: Trace, gap: int, count: int, wake_median: int, waited: int = 5 * US, asleep: int = 0) -> None:
+    """``count`` handovers: engine-0 woken and waiting for the GIL ``waited`` ns while engine-1
+    runs, then parks ``gap`` ns before engine-0 holds it; then ``asleep`` more whose waiter had
+    waited 200 µs when engine-1 parked, each handed the GIL 15 µs after the park."""
     e0 = _tid(trace, "opprof-engine-0")
     e1 = _tid(trace, "opprof-engine-1")
     rows: list[tuple[int, ThreadState, int, int]] = []
-    for k in range(count):
+    for k in range(count + asleep):
         t = k * 1_000 * US
-        got = t + 50 * US
+        w, g = (waited, gap) if k < count else (200 * US, 15 * US)
+        park = t + 10 * US + w
+        got = park + g
         rows += [(e0, B, t - 100 * US, t), (e0, R, t, t + 10 * US), (e0, W, t + 10 * US, got)]
-        rows += [(e1, H, t - 100 * US, got - gap), (e1, B, got - gap, t + 200 * US), (e1, R, t + 200 * US, t + 210 * US)]
+        rows += [(e1, H, t - 100 * US, park), (e1, B, park, got + 300 * US), (e1, R, got + 300 * US, got + 310 * US)]
     trace.thread_states = _states(rows)
     trace.metadata[GIL_METADATA] = {"handoffs": {"all": {"wake_ns_median": wake_median}}}
 
@@ -89,30 +93,22 @@ def test_a_gil_handover_is_measured_from_the_holders_park() -> None:
     assert gil_transfer_ns(trace) == 5 * US
 
 
-def test_a_programs_handover_is_its_own() -> None:
-    """Known answer: the pool's threads are handed the GIL 2 µs after a park, the program's thread
-    (woken from its wait, asleep while they ran) 15 µs after: each is measured on its own, the
-    program's capped by the OS's wake of a program's wait, and with too few of its own the pool's
-    stands in."""
+def test_a_thread_that_waited_long_is_handed_the_gil_by_its_own_measure() -> None:
+    """Known answer: handovers to a thread that had waited 5 µs take 2 µs, to one that had waited
+    200 µs (asleep: its CPU halted) 15 µs; each kind is measured on its own, the asleep one not
+    capped by the wake of a parked thread (the engine's pool polls, so that median is the poll's),
+    and with too few of them it is at once."""
     trace = synthetic_trace(400)
-    e0, e1 = _tid(trace, "opprof-engine-0"), _tid(trace, "opprof-engine-1")
-    main = next(th.tid for th in trace.threads if not th.name.startswith("opprof-"))
-    for programs, wait_wake, program_ns in (
-        (MIN_PROGRAM_TRANSFERS, 60 * US, 15 * US),
-        (MIN_PROGRAM_TRANSFERS, 9 * US, 9 * US),
-        (MIN_PROGRAM_TRANSFERS - 1, 60 * US, 2 * US),
-    ):
-        rows: list[tuple[int, ThreadState, int, int]] = []
-        for k in range(MIN_TRANSFERS + programs):
-            t = k * 1_000 * US
-            waiter, gap = (main, 15 * US) if k >= MIN_TRANSFERS else (e0, 2 * US)
-            got = t + 50 * US
-            rows += [(waiter, B, t - 100 * US, t), (waiter, R, t, t + 10 * US), (waiter, W, t + 10 * US, got)]
-            rows += [(e1, H, t - 100 * US, got - gap), (e1, B, got - gap, t + 200 * US), (e1, R, t + 200 * US, t + 210 * US)]
-        trace.thread_states = _states(rows)
-        trace.metadata[GIL_METADATA] = {"handoffs": {"all": {"wake_ns_median": 30 * US}, "wait": {"wake_ns_median": wait_wake}}}
-        assert gil_transfer_ns(trace) == 2 * US
-        assert gil_transfer_ns(trace, program=True) == program_ns
+    _handovers(trace, 2 * US, MIN_TRANSFERS, 1 * US // 2, asleep=MIN_ASLEEP_TRANSFERS)
+    assert gil_transfer_ns(trace) == US // 2  # the wake's cap
+    assert gil_transfer_ns(trace, asleep=True) == 15 * US
+    _handovers(trace, 2 * US, MIN_TRANSFERS, 30 * US, asleep=MIN_ASLEEP_TRANSFERS)
+    assert (gil_transfer_ns(trace), gil_transfer_ns(trace, asleep=True)) == (2 * US, 15 * US)
+    _handovers(trace, 2 * US, MIN_TRANSFERS, 30 * US, waited=ASLEEP_NS, asleep=MIN_ASLEEP_TRANSFERS - 1)
+    assert gil_transfer_ns(trace) == 0  # every waiter had waited long: none short enough to measure
+    assert gil_transfer_ns(trace, asleep=True) == 2 * US  # the median of 5 x 2 µs and 2 x 15 µs
+    _handovers(trace, 2 * US, MIN_TRANSFERS, 30 * US, asleep=MIN_ASLEEP_TRANSFERS - 1)
+    assert gil_transfer_ns(trace, asleep=True) == 0
 
 
 def spin_then_read(spin_s: float) -> None:

@@ -61,11 +61,10 @@ close to the recording):
 * **Handing the GIL over** to a waiting thread costs its wake-up (measured in the trace where a
   pool thread parks while another waits for the GIL; at once where it shows fewer than five such
   handovers), and while that thread wakes the GIL is free: a thread that asks meanwhile takes
-  it, as in CPython, and the woken one waits again. A program's thread, woken from its wait for
-  an op, has its own (measured the same way, on its waits): asleep while the pool's threads ran,
-  it takes 4-20 µs to be handed the GIL where they take 0.2 µs (the demo: its replay moved from
-  -9.1 % to -8.0 %, median of 24 recordings; the program still waited 2-3 ms a run for the GIL in
-  the recordings and 0.6-1 ms in the replays).
+  it, as in CPython, and the woken one waits again. A thread that had waited 20 µs or more is
+  asleep and has its own, measured on such handovers alike (0.2 µs against 4-20 µs on the demo,
+  whose program, woken for each step's loss, waited 2-3 ms a run for the GIL as the pool's threads
+  passed it among themselves: one transfer for all replayed 0.6-1 ms of it).
 * **Not modelled:** the engine's own Python beyond the hand-offs (pushing, completing), where
   inside a stretch its GIL part fell, how much of a piece shorter than two GIL samples held the
   GIL (it is taken to hold it all along, its waits for it included, except where pieces on other

@@ -32,6 +32,7 @@ from ...records import CUSTOM_POOL, ENGINE_POOL
 from ...threadstates import GIL_METADATA, HOLDING, STATES, ThreadState, ThreadStates
 
 __all__ = [
+    "ASLEEP_NS",
     "DEFAULT_SWITCH_INTERVAL",
     "EXACT_PERIOD_NS",
     "Gil",
@@ -175,54 +176,61 @@ def held_after_handoff(states: ThreadStates) -> tuple[np.ndarray, np.ndarray, np
 #: Handovers :func:`gil_transfer_ns` needs to trust its own median; with fewer the GIL changes
 #: hands at once.
 MIN_TRANSFERS = 5
-#: The same for handovers to a program's thread (a training loop waits once a step; with fewer,
-#: the pool threads' transfer stands in).
-MIN_PROGRAM_TRANSFERS = 3
-_POOLS = (ENGINE_POOL.thread_prefix, CUSTOM_POOL.thread_prefix)
+#: The same for handovers to a thread that had waited :data:`ASLEEP_NS` or longer (a program
+#: waits for an op once a training step).
+MIN_ASLEEP_TRANSFERS = 3
+#: A thread that has waited this long for the GIL is taken to be asleep: handing it the GIL waits
+#: for the OS to wake it. Measured here on the handovers of 72 quickstart cells, 24 demo runs and 24
+#: runs of 40 small custom ops (from the holder's release to the waiter holding the GIL, by how long
+#: the waiter had waited until that release): under 20 µs, medians 0.2-0.7 µs; 20-100 µs, 9-10 µs;
+#: over 100 µs, 12-21 µs. A thread that just began to wait still has its CPU (a vCPU polls a while
+#: before it halts); one that waited longer lost it.
+ASLEEP_NS = 20_000
 
 
-def gil_transfer_ns(trace: TraceData, *, program: bool = False) -> int:
-    """What handing the GIL to a pool thread that waits for it cost in the recording (0 where
-    unknown: the GIL then changes hands at once), or what a model's prediction recorded; with
-    ``program``, to a program's thread woken from its wait for an op (see below).
+def gil_transfer_ns(trace: TraceData, *, asleep: bool = False) -> int:
+    """What handing the GIL to a thread that waits for it cost in the recording (0 where unknown:
+    the GIL then changes hands at once), or what a model's prediction recorded; ``asleep``: to one
+    that had waited :data:`ASLEEP_NS` or longer.
 
-    Measured where the recording shows both ends of a handover: a woken pool thread waits for the
-    GIL (a timed hand-off's ``WAIT``) while another pool thread parks in the engine's queue, which
-    releases the GIL as it parks; from the last such park to the waiter holding the GIL is one
-    handover. Their median, at most the OS's median wake of a parked thread (a longer one paired
-    the waiter with the wrong park), is the transfer.
+    Measured where the recording shows both ends of a handover: a woken thread (a pool thread, or a
+    program woken from its wait) waits for the GIL (a timed hand-off's ``WAIT``) while a pool thread
+    parks in the engine's queue, which releases the GIL as it parks; from the last such park to the
+    waiter holding the GIL is one handover. The median of those whose waiter had waited less than
+    :data:`ASLEEP_NS`, at most the OS's median wake of a parked thread (a longer one paired the
+    waiter with the wrong park), is the transfer; the median of the others, the asleep transfer.
 
     Why not the OS's wake where too few handovers were seen: on the 2-vCPU VM these numbers come
-    from, the handovers are mostly immediate (median 0.15-0.17 µs over 24 recordings each of the
-    demo and of 40 small custom ops; 7-23 µs on a busier day) while that wake takes 20-36 µs: a
-    thread handed the GIL by one that blocks runs on the CPU just left, where a parked worker's
-    wake-up waits for an idle vCPU to leave its halt. Charged the wake, the demo replayed 18 % too
-    slow (the first model), and the quickstart's 2 ms cell, which shows one to four handovers,
-    +10.4 % (median of 72 recordings, 31 within 10 %); at once, -3.3 % (51 within 10 %), the demo's
-    and the small ops' replays unchanged (they show enough handovers).
+    from, a thread handed the GIL soon after it began to wait takes it at once (medians 0.15-0.17 µs
+    over 24 recordings each of the demo and of 40 small custom ops) while that wake takes 20-36 µs.
+    Charged the wake, the demo replayed 18 % too slow (the first model), and the quickstart's 2 ms
+    cell, which shows one to four handovers, +10.4 % (median of 72 recordings, 31 within 10 %); at
+    once, -3.3 % (51 within 10 %).
 
-    A program's thread is measured apart, on its own waits, and capped by the OS's median wake of
-    a program's wait (``handoffs["wait"]``): asleep in its wait while the pool's threads ran, it is
-    handed the GIL 4-20 µs after a park (the demo, 10 recordings: medians 8-22 µs), where the
-    pool's threads take 0.15-0.4 µs. With fewer than :data:`MIN_PROGRAM_TRANSFERS` of them the
-    pool's transfer stands in."""
+    Why the waiter's sleep matters: the demo's program, woken from its wait for each step's loss,
+    waited 2-3 ms a run for the GIL in the recordings, handed it 4-20 µs after each release while the
+    pool's threads, waiting for microseconds, took it in 0.2 µs; replayed with one transfer for all,
+    0.6-1 ms, and the demo 8-9 % too fast (15 of 24 within 10 %); with the asleep transfer, -6.3 %
+    (20 of 24), the quickstart and the small ops as before."""
     meta = trace.metadata.get(GIL_METADATA)
     if not isinstance(meta, dict):
         return 0
-    said = meta.get("program_transfer_ns" if program else "transfer_ns")
+    said = meta.get("asleep_transfer_ns" if asleep else "transfer_ns")
     if isinstance(said, int):
         return said
-    if program and isinstance(meta.get("transfer_ns"), int):  # a prediction made before programs had their own
+    if asleep and isinstance(meta.get("transfer_ns"), int):  # a prediction made before the asleep one
         return int(meta["transfer_ns"])
-    tids, seen = _handovers_at_park(trace.thread_states)
-    pool = np.array([trace.thread_name(t).startswith(_POOLS) for t in tids.tolist()], dtype=bool)
-    mine = seen[~pool] if program else seen[pool]
-    if len(mine) < (MIN_PROGRAM_TRANSFERS if program else MIN_TRANSFERS):
-        return gil_transfer_ns(trace) if program else 0
+    seen, waited = _handovers_at_park(trace.thread_states)
+    if asleep:
+        long = seen[waited >= ASLEEP_NS]
+        return int(np.median(long)) if len(long) >= MIN_ASLEEP_TRANSFERS else 0
+    short = seen[waited < ASLEEP_NS]
+    if len(short) < MIN_TRANSFERS:
+        return 0
     hand = meta.get("handoffs")
-    every = hand.get("wait" if program else "all") if isinstance(hand, dict) else None
+    every = hand.get("all") if isinstance(hand, dict) else None
     wake = int(every.get("wake_ns_median", 0)) if isinstance(every, dict) else 0
-    median = int(np.median(mine))
+    median = int(np.median(short))
     return min(median, wake) if wake > 0 else median
 
 
@@ -235,9 +243,10 @@ def _joined(ts: ThreadStates, first: ThreadState, then: ThreadState) -> np.ndarr
 
 
 def _handovers_at_park(ts: ThreadStates | None) -> tuple[np.ndarray, np.ndarray]:
-    """(the waiter's tid, ns) from a pool thread parking (a timed hand-off's ``BLOCKED`` run,
-    exact) to a woken thread that waited for the GIL meanwhile (a timed ``WAIT``, exact) holding
-    it: the last such park of another thread inside each wait."""
+    """(ns, how long the waiter had waited) from a pool thread parking (a timed hand-off's
+    ``BLOCKED`` run, exact) to a woken thread that waited for the GIL meanwhile (a timed ``WAIT``,
+    exact) holding it: the last such park of another thread inside each wait; and from the start
+    of that wait to the park."""
     none = np.zeros(0, dtype=np.int64)
     if ts is None or len(ts) < 2:
         return none, none
@@ -247,16 +256,16 @@ def _handovers_at_park(ts: ThreadStates | None) -> tuple[np.ndarray, np.ndarray]
         return none, none
     order = np.argsort(ts.start[parks], kind="stable")
     p_at, p_tid = ts.start[parks][order], ts.tid[parks][order]
-    who: list[int] = []
     out: list[int] = []
+    waited: list[int] = []
     for a, g, tid in zip(ts.start[waits].tolist(), ts.end[waits].tolist(), ts.tid[waits].tolist(), strict=True):
         k = int(np.searchsorted(p_at, g, side="right")) - 1
         while k >= 0 and p_tid[k] == tid and p_at[k] >= a:  # its own park is not a handover to it
             k -= 1
         if k >= 0 and p_at[k] >= a:
-            who.append(tid)
             out.append(g - int(p_at[k]))
-    return np.array(who, dtype=np.int64), np.array(out, dtype=np.int64)
+            waited.append(int(p_at[k]) - a)
+    return np.array(out, dtype=np.int64), np.array(waited, dtype=np.int64)
 
 
 def hop_held_ns(trace: TraceData) -> dict[str, int]:
@@ -368,17 +377,14 @@ class Gil:
         done: Callable[[int, int, int, int], None],
         log: Callable[[int, int, int, int], None] | None = None,
         transfer_ns: int = 0,
-        program_transfer_ns: int | None = None,
-        is_program: Callable[[int], bool] | None = None,
+        asleep_transfer_ns: int | None = None,
     ) -> None:
         self.interval = max(1, interval_ns)
         #: What handing the GIL to a thread that waits for it costs: the OS waking that thread
-        #: (the GIL is held by no one meanwhile). Taking a free GIL costs nothing. A program's
-        #: thread (``is_program(key)``) has its own: it sleeps in its wait while the pool's threads
-        #: are handed the GIL on a CPU just left.
+        #: (the GIL is held by no one meanwhile); ``asleep``, to one that had waited
+        #: :data:`ASLEEP_NS` or longer (None: the same). Taking a free GIL costs nothing.
         self.transfer = max(0, transfer_ns)
-        self.program_transfer = self.transfer if program_transfer_ns is None else max(0, program_transfer_ns)
-        self.is_program = is_program or (lambda key: False)
+        self.asleep_transfer = self.transfer if asleep_transfer_ns is None else max(0, asleep_transfer_ns)
         self._log = log or (lambda key, state, a, b: None)  # (thread, ThreadState, start, end): what it did
         self._at = at
         self._done = done
@@ -396,6 +402,7 @@ class Gil:
         self.arg: list[int] = []
         self.arrived: list[int] = []  # when the piece's switch-interval clock started (its ask, or a switch)
         self.asked: list[int] = []  # when the piece last asked for the GIL: where its wait began
+        self.slept: list[int] = []  # since when its thread has waited without running (asked, or woken to a taken GIL)
         self.ratio: list[float] = []  # ns without the GIL per ns with it
         self.chunk: list[int] = []  # ns with the GIL since the piece's last stretch without
         self.switches = 0  # drops forced by the switch interval
@@ -412,13 +419,14 @@ class Gil:
         self.arg.append(arg)
         self.arrived.append(t)
         self.asked.append(t)
+        self.slept.append(t)
         self.ratio.append(free_ns / gil_ns if gil_ns > 0 else 0.0)
         self.chunk.append(0)
         self._ask(i, t)
 
     def _ask(self, i: int, t: int) -> None:
         key = self.keys[i]
-        self.arrived[i] = self.asked[i] = t
+        self.arrived[i] = self.asked[i] = self.slept[i] = t
         if self.lingering and self.key == key:  # the holder goes on
             self.lingering = False
             self.piece, self.piece_since = i, t
@@ -500,7 +508,7 @@ class Gil:
         if not self.queue or self.waking >= 0:  # nobody waits, or one is being woken already
             return
         nxt = self.queue.popleft()
-        transfer = self.program_transfer if self.is_program(self.keys[nxt]) else self.transfer
+        transfer = self.asleep_transfer if t - self.slept[nxt] >= ASLEEP_NS else self.transfer
         if transfer <= 0:
             self._take(nxt, t)
             return
@@ -517,7 +525,8 @@ class Gil:
         nxt, self.waking = self.waking, -1
         if self.piece < 0 and not self.lingering:
             self._take(nxt, t)
-        else:  # taken while it woke
+        else:  # taken while it woke: awake now, waiting again
+            self.slept[nxt] = t
             self.queue.appendleft(nxt)
             if self.piece >= 0 and len(self.queue) == 1:
                 self._schedule(t)

@@ -77,8 +77,7 @@ class Replay:
                 self._gil_done,
                 self._gil_log,
                 rec.gil_transfer_ns,
-                rec.gil_program_transfer_ns,
-                lambda key: key >= 0 and self.actors[key].fam < 0,
+                rec.gil_asleep_transfer_ns,
             )
             if switch_ns is not None
             else None

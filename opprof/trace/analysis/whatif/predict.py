@@ -161,7 +161,7 @@ def model_trace(trace: TraceData, rec: Recording, sim: Replay, engine_threads: i
             "source": "opprof what_if (the model's GIL)",
             "period_ns": EXACT_PERIOD_NS,
             "transfer_ns": rec.gil_transfer_ns,  # so that the prediction replays as itself
-            "program_transfer_ns": rec.gil_program_transfer_ns,
+            "asleep_transfer_ns": rec.gil_asleep_transfer_ns,
             "hop_held_ns": dict(rec.hop_held),
         }
     else:

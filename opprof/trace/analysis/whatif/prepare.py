@@ -105,8 +105,8 @@ class Recording:
     op_wait: list[int] | None = None  # each op's run: ns it waited for the GIL (see .gil)
     op_share: list[float] | None = None  # ... and the share of the rest that held it
     gil_sampled: bool = False  # the shares come from thread states (else from CPU time, or none)
-    gil_transfer_ns: int = 0  # handing the GIL to a waiting pool thread (:func:`.gil.gil_transfer_ns`)
-    gil_program_transfer_ns: int = 0  # to a program's thread woken from its wait
+    gil_transfer_ns: int = 0  # handing the GIL to a waiting thread (:func:`.gil.gil_transfer_ns`)
+    gil_asleep_transfer_ns: int = 0  # to one that had waited long enough to sleep
     hop_held: dict[str, int] = field(
         default_factory=dict
     )  # a woken thread's GIL work before its own, by pool (:func:`.gil.hop_held_ns`)
@@ -325,7 +325,7 @@ def prepare(trace: TraceData) -> Recording:
         op_share=op_share.tolist(),
         gil_sampled=trace.thread_states is not None and len(trace.thread_states) > 0,
         gil_transfer_ns=gil_transfer_ns(trace),
-        gil_program_transfer_ns=gil_transfer_ns(trace, program=True),
+        gil_asleep_transfer_ns=gil_transfer_ns(trace, asleep=True),
         hop_held=hop_held_ns(trace),
         outside=outside_holds(trace, t0, end, {int(x) for x in np.unique(t.tid)} | set(prog_items)),
     )
