@@ -24,7 +24,10 @@ from opprof.trace.analysis.whatif.gil import (
     held_after_handoff,
     hop_held_ns,
     one_holder,
+    tail_held_ns,
 )
+from opprof.trace.columns import ROLE_CODE
+from opprof.trace.records import Role
 from opprof.trace.synthetic import synthetic_trace
 from opprof.trace.threadstates import GIL_METADATA, ThreadState, ThreadStates
 
@@ -109,6 +112,53 @@ def test_a_thread_that_waited_long_is_handed_the_gil_by_its_own_measure() -> Non
     assert gil_transfer_ns(trace, asleep=True) == 2 * US  # the median of 5 x 2 µs and 2 x 15 µs
     _handovers(trace, 2 * US, MIN_TRANSFERS, 30 * US, asleep=MIN_ASLEEP_TRANSFERS - 1)
     assert gil_transfer_ns(trace, asleep=True) == 0
+
+
+class _Step(mx.operator.CustomOp):
+    def forward(self, is_train, req, in_data, out_data, aux):  # type: ignore[no-untyped-def]
+        self.assign(out_data[0], req[0], in_data[0] + 1)
+
+
+@mx.operator.register("HandoverStep")
+class _StepProp(mx.operator.CustomOpProp):
+    def create_operator(self, ctx, shapes, dtypes):  # type: ignore[no-untyped-def]
+        return _Step()
+
+
+def test_a_custom_op_threads_gil_work_after_its_dummy_wait_is_measured_to_its_park() -> None:
+    """Known answer on a real recording's families, its thread states made by hand: the custom-op
+    thread parks 7 µs after pushing a call's ``Dummy_Wait``, except after the first call, 90 µs:
+    the median, 7 µs. Where it did not park after a call (it found the next one waiting), the next
+    park comes after its next Python and is no call's: parks after calls 1, 2 and 6 only, 7 µs."""
+    mx.set_engine("threaded", workers=2, custom_workers=1)
+    x = nd.ones((4, 4))
+    with opprof.profile() as prof:
+        for _ in range(6):
+            x = nd.Custom(x, op_type="HandoverStep")
+        x.wait_to_read()
+    trace = prof.trace
+    assert trace is not None and trace.ops is not None
+    t, ops = trace.table, trace.ops
+    dummies = np.flatnonzero(t.role == ROLE_CODE[Role.DUMMY_WAIT])
+    pushes = np.sort(ops.push[ops.rows_of(t.op[dummies])]).tolist()
+    python = np.flatnonzero(t.role == ROLE_CODE[Role.PYTHON])
+    tid = int(t.tid[python[0]])
+    assert len(pushes) == 6 and (t.tid[python] == tid).all()
+
+    def parks(after: dict[int, int]) -> ThreadStates:
+        rows: list[tuple[int, ThreadState, int, int]] = []
+        for k, late in after.items():
+            park = pushes[k] + late
+            rows += [(tid, B, park, park + 1), (tid, R, park + 1, park + 2)]
+        return _states(rows)
+
+    trace.metadata[GIL_METADATA] = {}
+    trace.thread_states = parks({0: 90 * US, 1: 7 * US, 2: 7 * US, 3: 7 * US, 4: 7 * US, 5: 7 * US})
+    assert tail_held_ns(trace) == 7 * US
+    trace.thread_states = parks({0: 7 * US, 1: 7 * US, 5: 7 * US})
+    assert tail_held_ns(trace) == 7 * US
+    trace.metadata[GIL_METADATA] = {"tail_held_ns": 3 * US}  # a model's prediction says its own
+    assert tail_held_ns(trace) == 3 * US
 
 
 def spin_then_read(spin_s: float) -> None:

@@ -27,8 +27,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ...columns import ROLE_CODE
 from ...data import TraceData
-from ...records import CUSTOM_POOL, ENGINE_POOL
+from ...records import CUSTOM_POOL, ENGINE_POOL, Role
 from ...threadstates import GIL_METADATA, HOLDING, STATES, ThreadState, ThreadStates
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "gil_transfer_ns",
     "held_after_handoff",
     "hop_held_ns",
+    "tail_held_ns",
     "one_holder",
     "outside_holds",
 ]
@@ -309,6 +311,46 @@ def hop_held_ns(trace: TraceData) -> dict[str, int]:
         if len(every):
             out[pool] = int(np.median(every))
     return out
+
+
+def tail_held_ns(trace: TraceData) -> int:
+    """What a custom-op thread does with the GIL after its Python returned and it pushed
+    ``Dummy_Wait``, before it parks in the pool's queue (the engine's own Python: the call's
+    bookkeeping, returning to the queue): the median from each ``Dummy_Wait``'s push to the
+    thread's next park (a timed hand-off's ``BLOCKED`` run, exact), where it parked before its
+    next Python; or what a model's prediction recorded; 0 where unknown.
+
+    Measured here: 2.1 µs a call of 40 small custom ops (24 recordings, mean 4 µs), 11 µs on the
+    demo's custom ops (mean 11.7 µs, whose Python ran under autograd)."""
+    meta = trace.metadata.get(GIL_METADATA)
+    if isinstance(meta, dict) and isinstance(meta.get("tail_held_ns"), int):
+        return int(meta["tail_held_ns"])
+    ts, t, ops = trace.thread_states, trace.table, trace.ops
+    if ts is None or not len(ts) or not len(t) or ops is None:
+        return 0
+    parks = _joined(ts, ThreadState.BLOCKED, ThreadState.RUNNABLE)
+    dummy = np.flatnonzero(t.role == ROLE_CODE[Role.DUMMY_WAIT])
+    python = np.flatnonzero(t.role == ROLE_CODE[Role.PYTHON])
+    if not len(parks) or not len(dummy) or not len(python):
+        return 0
+    rows = ops.rows_of(t.op[dummy])
+    known = rows >= 0
+    push_of = dict(zip(t.inv[dummy[known]].tolist(), ops.push[rows[known]].tolist(), strict=True))
+    gaps: list[int] = []
+    for tid in np.unique(t.tid[python]).tolist():
+        p_at = np.sort(ts.start[parks][ts.tid[parks] == tid])
+        mine = python[t.tid[python] == tid]
+        mine = mine[np.argsort(t.start[mine], kind="stable")]
+        starts = t.start[mine]
+        for k, y in enumerate(mine.tolist()):
+            push = push_of.get(int(t.inv[y]))
+            if push is None:
+                continue
+            j = int(np.searchsorted(p_at, push))
+            nxt = int(starts[k + 1]) if k + 1 < len(starts) else None
+            if j < len(p_at) and (nxt is None or p_at[j] < nxt):
+                gaps.append(int(p_at[j]) - push)
+    return int(np.median(gaps)) if gaps else 0
 
 
 def outside_holds(

@@ -202,6 +202,11 @@ class Replay:
                 if self.tasks:  # straight on to the next task (its get does not sleep: the GIL kept)
                     self.taking += 1
                     self._keep(t, CUSTOM_THREAD_KEY - th, self.l_cnext, _TAKE, th)
+                elif self.hop_gil and self.rec.tail_held > 0:
+                    # The engine's Python back to the pool's queue, with the GIL, before it parks;
+                    # a task that comes meanwhile is taken there (the thread counts as taking).
+                    self.taking += 1
+                    self._work(t, CUSTOM_THREAD_KEY - th, self.rec.tail_held, 0, _TAKE, th)
                 else:
                     heapq.heappush(self.idle_threads, th)
         return self

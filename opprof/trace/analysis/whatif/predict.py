@@ -163,6 +163,7 @@ def model_trace(trace: TraceData, rec: Recording, sim: Replay, engine_threads: i
             "transfer_ns": rec.gil_transfer_ns,  # so that the prediction replays as itself
             "asleep_transfer_ns": rec.gil_asleep_transfer_ns,
             "hop_held_ns": dict(rec.hop_held),
+            "tail_held_ns": rec.tail_held,
         }
     else:
         metadata[GIL_METADATA] = {"why_not": "a what-if prediction without the GIL (gil=False)"}

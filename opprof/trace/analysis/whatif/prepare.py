@@ -17,7 +17,16 @@ from ...data import TraceData
 from ...ops import OpKind, OpTable
 from ...records import CUSTOM_POOL, ENGINE_POOL, Role
 from ...threadstates import STATES, ThreadState, ThreadStates
-from .gil import EXACT_PERIOD_NS, gil_shares, gil_transfer_ns, held_after_handoff, hop_held_ns, one_holder, outside_holds
+from .gil import (
+    EXACT_PERIOD_NS,
+    gil_shares,
+    gil_transfer_ns,
+    held_after_handoff,
+    hop_held_ns,
+    one_holder,
+    outside_holds,
+    tail_held_ns,
+)
 
 __all__ = ["LATENCY_KEY", "LATENCY_WORDS", "MODEL_METADATA", "POOL_PREFIXES", "Recording", "extent", "prepare"]
 
@@ -110,6 +119,7 @@ class Recording:
     hop_held: dict[str, int] = field(
         default_factory=dict
     )  # a woken thread's GIL work before its own, by pool (:func:`.gil.hop_held_ns`)
+    tail_held: int = 0  # a custom-op thread's GIL work after its Dummy_Wait's push (:func:`.gil.tail_held_ns`)
     #: Threads outside the engine that held the GIL: (tid, asks, holds, gaps) each (:func:`.gil.outside_holds`).
     outside: list[tuple[int, list[int], list[int], list[int]]] = field(default_factory=list)
 
@@ -327,6 +337,7 @@ def prepare(trace: TraceData) -> Recording:
         gil_transfer_ns=gil_transfer_ns(trace),
         gil_asleep_transfer_ns=gil_transfer_ns(trace, asleep=True),
         hop_held=hop_held_ns(trace),
+        tail_held=tail_held_ns(trace),
         outside=outside_holds(trace, t0, end, {int(x) for x in np.unique(t.tid)} | set(prog_items)),
     )
 
