@@ -213,7 +213,7 @@ def gil_transfer_ns(trace: TraceData, *, asleep: bool = False) -> int:
     waited 2-3 ms a run for the GIL in the recordings, handed it 4-20 µs after each release while the
     pool's threads, waiting for microseconds, took it in 0.2 µs; replayed with one transfer for all,
     0.6-1 ms, and the demo 8-9 % too fast (15 of 24 within 10 %); with the asleep transfer, -6.3 %
-    (20 of 24), the quickstart and the small ops as before."""
+    (21 of 24), the quickstart and the small ops as before."""
     meta = trace.metadata.get(GIL_METADATA)
     if not isinstance(meta, dict):
         return 0
@@ -335,22 +335,24 @@ def tail_held_ns(trace: TraceData) -> int:
         return 0
     rows = ops.rows_of(t.op[dummy])
     known = rows >= 0
-    push_of = dict(zip(t.inv[dummy[known]].tolist(), ops.push[rows[known]].tolist(), strict=True))
-    gaps: list[int] = []
+    d_inv, d_push = t.inv[dummy[known]], ops.push[rows[known]]
+    by_inv = np.argsort(d_inv, kind="stable")
+    d_inv, d_push = d_inv[by_inv], d_push[by_inv]
+    gaps: list[np.ndarray] = []
     for tid in np.unique(t.tid[python]).tolist():
         p_at = np.sort(ts.start[parks][ts.tid[parks] == tid])
         mine = python[t.tid[python] == tid]
         mine = mine[np.argsort(t.start[mine], kind="stable")]
-        starts = t.start[mine]
-        for k, y in enumerate(mine.tolist()):
-            push = push_of.get(int(t.inv[y]))
-            if push is None:
-                continue
-            j = int(np.searchsorted(p_at, push))
-            nxt = int(starts[k + 1]) if k + 1 < len(starts) else None
-            if j < len(p_at) and (nxt is None or p_at[j] < nxt):
-                gaps.append(int(p_at[j]) - push)
-    return int(np.median(gaps)) if gaps else 0
+        nxt = np.append(t.start[mine][1:], np.iinfo(np.int64).max)  # the thread's next Python
+        at = np.minimum(np.searchsorted(d_inv, t.inv[mine]), max(len(d_inv) - 1, 0))
+        has = (d_inv[at] == t.inv[mine]) if len(d_inv) else np.zeros(len(mine), dtype=bool)
+        push = d_push[at][has]
+        j = np.searchsorted(p_at, push)
+        park = p_at[np.minimum(j, max(len(p_at) - 1, 0))] if len(p_at) else push
+        ok = (j < len(p_at)) & (park < nxt[has])
+        gaps.append(park[ok] - push[ok])
+    every = np.concatenate(gaps) if gaps else np.zeros(0, dtype=np.int64)
+    return int(np.median(every)) if len(every) else 0
 
 
 def outside_holds(
