@@ -9,7 +9,12 @@ of ``--repeats`` interleaved runs.
 * recording: what the engine pays per recorded span (``on_push`` then ``run`` around a no-op,
   less calling the no-op directly).
 * on/off: a chain of ``--ops`` small ops and ``--calls`` trivial custom ops, profiler off vs on
-  (until the engine is idle); building the trace after ``stop()`` is reported per span.
+  (until the engine is idle); building the trace after ``stop()`` is reported per span. The ratio
+  is the median over rounds of each round's on over its own off (the two run back to back), over
+  at least :data:`ON_OFF_ROUNDS` rounds: the host drifts by minutes, and the ratio of the two
+  medians swung with it. Seen on 2,000 trivial custom ops (2026-12-05): off 40-63 µs a call over
+  five rounds, the compiled recorder's row 1.12x, 1.51x, 1.86x and 1.56x in four runs of the
+  section, each round's own ratio 0.97-1.33.
 
 Goals (issue 7): naming <= 0.1 us for a regular op and <= 0.5 us for a sub-op (the seed's bars:
 < 1 us and < 10 us, mean < 5 us). Issue 14: the build after ``stop()`` <= 0.2 us per plain op span
@@ -48,6 +53,9 @@ MXNET_ON_OFF_REFERENCE = "1.4-2.0x"  # the issue's figure for MXNet 1.9.1 on thi
 # Issue 14's goals: on/off counting the build after stop(), and the build per span.
 STOP_GOALS = {("threaded", "small ops"): 1.12, ("threaded", "trivial custom ops"): 1.15}
 SPAN_GOAL = 0.3  # µs
+#: The fewest rounds of the on/off rows: a round is three short runs (off, then each recorder),
+#: 0.1-0.2 s each, so more rounds cost seconds and steady the median of the rounds' ratios.
+ON_OFF_ROUNDS = 11
 #: The recorders measured: the compiled one where it is built, and the pure-Python one always.
 PATHS = {"compiled": True, "pure Python": False}
 BUILD_GOALS = {"small ops": 0.2, "trivial custom ops": 0.5}
@@ -343,19 +351,20 @@ def measure(n: int, ops: int, calls: int, repeats: int, mxnet: dict[str, float] 
                 ("small ops", chain, ops, "op", "op_10"),
                 ("trivial custom ops", custom_calls, calls, "call", "custom_fwd"),
             ):
-                progress(f"profiler: {count} {label} on the {kind} engine, off/on ({', '.join(paths)}), {repeats} rounds")
+                rounds = max(repeats, ON_OFF_ROUNDS)
+                progress(f"profiler: {count} {label} on the {kind} engine, off/on ({', '.join(paths)}), {rounds} rounds")
                 mx.set_engine(kind)
                 # Interleaved: off, then each recorder, round by round.
                 runs = [
                     (fn(count, False), {path: fn(count, True, compiled) for path, compiled in paths.items()})
-                    for _ in range(repeats)
+                    for _ in range(rounds)
                 ]
                 off = statistics.median(r[0][0] for r in runs)
                 for path in paths:
                     on = statistics.median(r[1][path][0] for r in runs)
                     with_stop = statistics.median((r[1][path][0] + r[1][path][1]) / r[0][0] for r in runs)
                     build = statistics.median(r[1][path][1] / max(1, r[1][path][2]) for r in runs)
-                    ratio = on / off
+                    ratio = statistics.median(r[1][path][0] / r[0][0] for r in runs)  # each round's own
                     peer = MXNET_ON_OFF_REFERENCE + " (issue's reference)"
                     if mxnet and f"{key}_prof" in mxnet:
                         peer = f"{mxnet[f'{key}_prof'] / mxnet[key]:.2f}x (measured)"
