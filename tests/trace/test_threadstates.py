@@ -263,3 +263,27 @@ def test_a_wait_names_its_holder_only_where_the_holders_own_states_allow() -> No
     )
     start, end, who = ts.holder_runs()
     assert list(zip(start.tolist(), end.tolist(), who.tolist(), strict=True)) == [(0, 20, 1), (20, 30, 3), (30, 50, 1)]
+
+
+@settings(max_examples=200)
+@given(
+    st.lists(st.tuples(st.integers(-3, 1 << 23), st.integers(-(1 << 41), 1 << 41)), max_size=40),
+    st.booleans(),
+)
+def test_runs_are_kept_by_thread_then_time_as_a_two_key_sort_keeps_them(rows: list[tuple[int, int]], small: bool) -> None:
+    """The one-sort order (a combined key where the times span less than 2**40 ns and the tids are
+    small, else two keys) is exactly ``np.lexsort``'s, ties in input order; and a ThreadStates made
+    of the rows keeps that order, sorted input or not."""
+    from opprof.trace.threadstates import _by_thread_then_time
+
+    if small:  # the fast path's domain: small tids, a span of times under 2**40
+        rows = [(abs(tid) % 50, t % (1 << 30)) for tid, t in rows]
+    tid = np.array([r[0] for r in rows], dtype=np.int64)
+    t = np.array([r[1] for r in rows], dtype=np.int64)
+    assert _by_thread_then_time(tid, t).tolist() == np.lexsort((t, tid)).tolist()
+    n = len(rows)
+    ts = ThreadStates(tid, np.zeros(n, dtype=np.int8), t, t + 1, np.arange(n), period_ns=100)
+    order = np.lexsort((t, tid))
+    assert ts.holder.tolist() == order.tolist()  # each run carried along with its own holder
+    again = ThreadStates(ts.tid, ts.state, ts.start, ts.end, ts.holder, period_ns=100)
+    assert again.holder.tolist() == ts.holder.tolist()  # sorted already: left as it is
