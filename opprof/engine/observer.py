@@ -50,6 +50,10 @@ class EngineObserver:
         ``t1``; ``by`` is the op (its seq) whose completion ended it (0: none had to), ``var`` the
         var waited on (0 for all)."""
 
+    def on_held_back(self, t0: int, t1: int, pending: int) -> None:
+        """The calling thread's push was held from ``t0`` to ``t1`` by the engine's back-pressure:
+        ``pending`` ops were pushed and not yet done, and it waited until half of them had run."""
+
     def on_python(self, inv: Invocation, t0: int, t1: int, cpu_ns: int = -1, numpy_peak: int = -1) -> None:
         """A custom op's Python ran from ``t0`` to ``t1`` on the calling thread, ``cpu_ns`` of it
         on a CPU (the thread's CPU time; -1 when not measured), allocating at most ``numpy_peak``
@@ -85,6 +89,10 @@ class Observers(EngineObserver):
     def on_wait(self, name: str, t0: int, t1: int, by: int = 0, var: int = 0) -> None:
         for o in self.observers:
             o.on_wait(name, t0, t1, by, var)
+
+    def on_held_back(self, t0: int, t1: int, pending: int) -> None:
+        for o in self.observers:
+            o.on_held_back(t0, t1, pending)
 
     def on_python(self, inv: Invocation, t0: int, t1: int, cpu_ns: int = -1, numpy_peak: int = -1) -> None:
         for o in self.observers:

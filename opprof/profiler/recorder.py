@@ -50,7 +50,7 @@ from ..engine.state import thread_state
 from ..trace import Role, SpanTable, ThreadInfo, Trace
 from ..trace.columns import ROLE_CODE
 from ..trace.memory import MEMORY_METADATA
-from ..trace.records import CUSTOM_POOL, CUSTOM_THREAD_PREFIX, ENGINE_POOL, ENGINE_THREAD_PREFIX
+from ..trace.records import BACKPRESSURE, CUSTOM_POOL, CUSTOM_THREAD_PREFIX, ENGINE_CATEGORY, ENGINE_POOL, ENGINE_THREAD_PREFIX
 from . import npmem as _npmem
 from . import sites as _sites
 from .build import (
@@ -434,6 +434,11 @@ class Recorder(EngineObserver):
         if self._admit():
             buf = self._buf()
             buf.append((USER, t0, t1, name, cat, None, None))
+
+    def on_held_back(self, t0: int, t1: int, pending: int) -> None:
+        """The engine's back-pressure held a push: a span on the pushing thread, so that the time
+        is not left unexplained between its pushes (:data:`BACKPRESSURE`)."""
+        self.on_user_span(BACKPRESSURE, ENGINE_CATEGORY, t0, t1)
 
     def on_instant(self, name: str, cat: str, ts: int) -> None:
         if self._admit():

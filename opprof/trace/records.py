@@ -18,9 +18,11 @@ from enum import Enum
 from typing import Any
 
 __all__ = [
+    "BACKPRESSURE",
     "CUSTOM_OP",
     "CUSTOM_POOL",
     "CUSTOM_THREAD_PREFIX",
+    "ENGINE_CATEGORY",
     "ENGINE_POOL",
     "ENGINE_THREAD_PREFIX",
     "FAMILY_ARGS",
@@ -78,6 +80,12 @@ OPERATOR = "operator"
 CUSTOM_OP = "custom_op"
 WAIT = "wait"
 USER = "user"
+#: The engine's own spans that are no op: a push held by back-pressure (:data:`BACKPRESSURE`).
+ENGINE_CATEGORY = "engine"
+#: The span of a push the threaded engine held while too many ops were pending (``max_pending``,
+#: 128): it waits until half of them have run, so that a program pushing in a loop does not
+#: allocate every output at once. The pushing thread is blocked meanwhile, its Python not running.
+BACKPRESSURE = "Backpressure"
 
 #: Where the profiler stores an invocation's python / sub-ops / waiting split on its parent (µs).
 SPLIT_ARGS = ("python_us", "subops_us", "waiting_us")

@@ -22,6 +22,7 @@ import opprof
 from opprof import nd
 from opprof.engine import gil, handoff
 from opprof.trace import Trace
+from opprof.trace.analysis.critical import BLOCKED_WORDS
 from opprof.trace.analysis.gil import PYTHON_GIL_PARTS, handoff_costs
 from opprof.trace.text import why_text
 from opprof.trace.threadstates import STATES, cpu_wait_ns
@@ -531,10 +532,7 @@ def test_a_program_that_sleeps_after_its_pushes_is_blocked_on_the_path_one_that_
         blocked, program = by.get("blocked", 0), by.get("program", 0)
         if then == "sleeps":
             assert blocked >= 0.8 * path.total, (path.by_name(), _diagnosis(trace))
-            said = (
-                "MainThread blocked between its pushes (a sleep, I/O, a lock, a join, or a push the engine held back "
-                "while its backlog was full)"
-            )
+            said = f"MainThread {BLOCKED_WORDS}"
             assert any(s.name == said for s in path.segments)
         else:
             assert program >= 0.8 * path.total and blocked <= 0.05 * path.total, (path.by_name(), _diagnosis(trace))

@@ -28,7 +28,7 @@ from ..ops import OpKind, OpTable
 from ..records import CUSTOM_POOL, ENGINE_POOL, CustomOpRow, Role
 from ..threadstates import STATES, PoolCondition, ThreadState
 from .causes import Causes, has_edges, pool_busy_with, waiting_causes, workers_busy_with
-from .critical import CriticalPath, critical_path, refine_by_thread_states
+from .critical import CriticalPath, critical_path, mark_held_back, refine_by_thread_states
 from .gil import GilHolder, PythonGil, python_gil, queue_holders
 from .memory import MemoryAnalysis, invocation_memory, memory_analysis
 from .split import callers, family_members, family_splits
@@ -243,9 +243,9 @@ class Analysis:
         path = critical_path(self.data, table=self.table)
         states = self.data.thread_states
         custom, engine = self.pool_conditions
-        if states is None or path.approximate:
-            return path
-        return refine_by_thread_states(path, self.table, states, custom, engine)
+        if states is not None and not path.approximate:
+            path = refine_by_thread_states(path, self.table, states, custom, engine)
+        return mark_held_back(path, self.table)
 
     @cached_property
     def memory(self) -> MemoryAnalysis | None:
