@@ -14,7 +14,9 @@ close to the recording):
 * **Programs.** Each thread that pushes outside a custom op's Python (usually ``MainThread``)
   replays its pushes and waits in their recorded order; the time between two of them is the
   program's own Python and stays as recorded. Back-pressure (a pusher held while 128 ops are
-  pending) is not recorded, so it stays in that time too.
+  pending) stays in that time too: the profile records it (``Backpressure`` spans) but the model
+  does not re-derive it, so a change that drains the backlog faster is predicted without the
+  shorter holds it would bring.
 * **Dependencies** are re-derived, not copied: every push registers its op on the vars it read and
   wrote in the model's push order, with the engine's version-queue rules (reads of a var overlap,
   a write waits for earlier reads and writes). A change that reorders completions therefore
