@@ -19,6 +19,7 @@ import pytest
 from IPython.utils.capture import capture_output
 
 import opprof as mx
+from opprof.trace.records import BACKPRESSURE
 from opprof.engine import get_engine
 from opprof.jupyter import magics
 from opprof.jupyter.live import LiveView
@@ -138,11 +139,13 @@ def test_a_poll_is_capped_and_says_how_many_it_left_out() -> None:
     empty = feed.poll()
     prof.stop()
     assert 0 < len(s) <= 100
-    assert len(s) + s.skipped == s.total == 1_002  # the ops, ones() and the wait
+    assert prof.trace is not None
+    held = sum(sp.name == BACKPRESSURE for sp in prof.trace.spans)  # pushes the engine held back, all before the poll
+    assert len(s) + s.skipped == s.total == 1_002 + held  # the ops, ones(), the wait and the holds
     # An even stride: the sample spans the burst, not its first 100.
     plus = np.sort(s.start[np.array(s.name) == "_plus_scalar"])
     assert plus[-1] - plus[0] > 0.8 * (s.end.max() - s.start.min())
-    assert len(empty) == 0 and empty.skipped == 0 and empty.total == 1_002
+    assert len(empty) == 0 and empty.skipped == 0 and empty.total == 1_002 + held
     assert empty.thread.dtype == np.int32 and empty.start.dtype == np.float64 and empty.role.dtype == np.int8
     with pytest.raises(ValueError):
         LiveFeed(feed.recorder, cap=0)

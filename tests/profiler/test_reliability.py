@@ -291,9 +291,13 @@ def test_a_million_ops_under_an_event_cap_stay_in_bounded_memory(tmp_path: Any) 
           f"after {big:,} ops {out['big']['hwm_kb'] / 1024:.0f} MB (cap {cap:,})")  # fmt: skip
     assert out["value"] == 1 + small + big
     assert out["small"]["spans"] == out["big"]["spans"] == cap
-    assert out["small"]["dropped"] == small + 1 - cap  # every op and the final WaitForAll
-    assert out["big"]["dropped"] == big + 1 - cap and out["big"]["valid"]
-    assert out["dumps"] == [f"WARNING: {big + 1 - cap} events were dropped at the event cap (max_events); totals are incomplete."]
+    # Every op and the final WaitForAll past the cap, and the pushes the engine held back (how many
+    # depends on how far the workers fell behind: one per 64 pushes at most).
+    for phase, ops in (("small", small), ("big", big)):
+        assert ops + 1 - cap <= out[phase]["dropped"] <= ops + 1 - cap + ops // 64
+    assert out["big"]["valid"]
+    dropped = out["big"]["dropped"]
+    assert out["dumps"] == [f"WARNING: {dropped} events were dropped at the event cap (max_events); totals are incomplete."]
     growth_mb = (out["big"]["hwm_kb"] - out["small"]["hwm_kb"]) / 1024
     assert growth_mb < 25, f"peak memory grew by {growth_mb:.0f} MB from {small:,} to {big:,} ops under the same cap"
     assert out["big"]["hwm_kb"] - out["start_kb"] < 200 * 1024, "more than 200 MB for a 100,000-event cap"
