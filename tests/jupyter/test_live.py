@@ -19,13 +19,13 @@ import pytest
 from IPython.utils.capture import capture_output
 
 import opprof as mx
-from opprof.trace.records import BACKPRESSURE
 from opprof.engine import get_engine
 from opprof.jupyter import magics
 from opprof.jupyter.live import LiveView
 from opprof.profiler.live import LiveFeed, LiveSpans
 from opprof.trace import Role
 from opprof.trace.columns import ROLE_CODE
+from opprof.trace.records import BACKPRESSURE
 
 WIDGET = "application/vnd.jupyter.widget-view+json"
 
