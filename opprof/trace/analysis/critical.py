@@ -889,42 +889,15 @@ def refine_by_thread_states(
                         over.append((x, y, _GIL, int(h_tid[j])))
                     j += 1
         if blocked_ns[i] > 0:
-            # The thread's runs are one sorted, disjoint stretch of the blocked ones: sorted searches, no scan.
-            t_lo = int(np.searchsorted(blk_tid, tid, side="left"))
-            t_hi = int(np.searchsorted(blk_tid, tid, side="right"))
-            j0 = t_lo + int(np.searchsorted(blk_end[t_lo:t_hi], lo, side="right"))
-            j1 = t_lo + int(np.searchsorted(blk_start[t_lo:t_hi], hi, side="left"))
-            runs = zip(blk_start[j0:j1].tolist(), blk_end[j0:j1].tolist(), strict=True)
-            over += [(max(lo, x), min(hi, y), _BLOCKED, tid) for x, y in runs]
-        at = lo
-        for x, y, k, who in sorted(over):
-            x = max(x, at)
-            if y <= x:
-                continue
-            if x > at:
-                pieces.append((i, at, x, kind, tid, span, about))
-            pieces.append((i, x, y, k, who, -1, about))  # a GIL piece's span: below, per holder
-            at = y
-        if hi > at:
-            pieces.append((i, at, hi, kind, tid, span, about))
-    # The segments left whole and the cut ones' pieces, in path order (a cut one's pieces tile it in time order).
-    keep = np.ones(n, dtype=bool)
-    keep[cut] = False
-    kept = np.flatnonzero(keep)
+            over += [(x, y, _BLOCKED, tid) for x, y in _thread_runs(blk_tid, blk_start, blk_end, tid, lo, hi)]
+        _tile(pieces, i, lo, hi, kind, tid, span, about, over)
     p = np.array(pieces, dtype=np.int64).reshape(-1, 7)
     # Each GIL piece runs the span its holder ran at its middle: one search per holder, not per piece.
     on_gil = p[:, 3] == _GIL
     for holder in np.unique(p[on_gil, 4]).tolist():
         rows = np.flatnonzero(on_gil & (p[:, 4] == holder))
         p[rows, 5] = span_at(table, holder, (p[rows, 1] + p[rows, 2]) // 2)
-    index = np.concatenate([kept, p[:, 0]])
-    order = np.lexsort((np.concatenate([a[kept], p[:, 1]]), index))
-    whole = (a, b, kind_of, seg_tid, path.seg_span, path.seg_about)
-    col = [np.concatenate([c[kept], p[:, k]])[order] for k, c in enumerate(whole, 1)]
-    return CriticalPath(
-        path.start, path.end, col[0], col[1], col[2].astype(np.int8), col[3], col[4], col[5],
-        path.approximate, path.note, _trace=path._trace,
-    )  # fmt: skip
+    return _with_pieces(path, cut, p)
 
 
 def mark_held_back(path: CriticalPath, table: SpanTable) -> CriticalPath:
@@ -943,36 +916,67 @@ def mark_held_back(path: CriticalPath, table: SpanTable) -> CriticalPath:
     order = np.lexsort((h_start, h_tid))  # a thread's spans are disjoint: sorted by start, sorted by end too
     h_tid, h_start, h_end = h_tid[order], h_start[order], h_end[order]
     kind_of, a, b, seg_tid = path.seg_kind, path.seg_start, path.seg_end, path.seg_tid
-    cand = np.flatnonzero((kind_of == _PROG) | (kind_of == _BLOCKED))
     pieces: list[tuple[int, int, int, int, int, int, int]] = []  # (segment index, start, end, kind, tid, span, about)
     cut: list[int] = []
-    for i in cand.tolist():
+    for i in np.flatnonzero((kind_of == _PROG) | (kind_of == _BLOCKED)).tolist():
         lo, hi, tid = int(a[i]), int(b[i]), int(seg_tid[i])
-        t_lo, t_hi = int(np.searchsorted(h_tid, tid)), int(np.searchsorted(h_tid, tid, side="right"))
-        j0 = t_lo + int(np.searchsorted(h_end[t_lo:t_hi], lo, side="right"))
-        j1 = t_lo + int(np.searchsorted(h_start[t_lo:t_hi], hi, side="left"))
-        if j0 >= j1:
-            continue
-        cut.append(i)
-        at, kind, span, about = lo, int(kind_of[i]), int(path.seg_span[i]), int(path.seg_about[i])
-        for x, y in zip(h_start[j0:j1].tolist(), h_end[j0:j1].tolist(), strict=True):
-            x, y = max(x, at), min(y, hi)
-            if y <= x:
-                continue
-            if x > at:
-                pieces.append((i, at, x, kind, tid, span, about))
-            pieces.append((i, x, y, _HELD, tid, -1, about))
-            at = y
-        if hi > at:
-            pieces.append((i, at, hi, kind, tid, span, about))
+        runs = _thread_runs(h_tid, h_start, h_end, tid, lo, hi)
+        if runs:
+            cut.append(i)
+            over = [(x, y, _HELD, tid) for x, y in runs]
+            _tile(pieces, i, lo, hi, int(kind_of[i]), tid, int(path.seg_span[i]), int(path.seg_about[i]), over)
     if not cut:
         return path
+    return _with_pieces(path, cut, np.array(pieces, dtype=np.int64).reshape(-1, 7))
+
+
+def _thread_runs(r_tid: np.ndarray, r_start: np.ndarray, r_end: np.ndarray, tid: int, lo: int, hi: int) -> list[tuple[int, int]]:
+    """The runs of thread ``tid`` that meet ``[lo, hi)``, clipped to it. The runs are sorted by
+    (thread, start) and a thread's are disjoint, so its stretch is sorted by end too: four sorted
+    searches, no scan."""
+    t_lo = int(np.searchsorted(r_tid, tid, side="left"))
+    t_hi = int(np.searchsorted(r_tid, tid, side="right"))
+    j0 = t_lo + int(np.searchsorted(r_end[t_lo:t_hi], lo, side="right"))
+    j1 = t_lo + int(np.searchsorted(r_start[t_lo:t_hi], hi, side="left"))
+    return [(max(lo, x), min(hi, y)) for x, y in zip(r_start[j0:j1].tolist(), r_end[j0:j1].tolist(), strict=True)]
+
+
+def _tile(
+    pieces: list[tuple[int, int, int, int, int, int, int]],
+    i: int,
+    lo: int,
+    hi: int,
+    kind: int,
+    tid: int,
+    span: int,
+    about: int,
+    over: list[tuple[int, int, int, int]],
+) -> None:
+    """Segment ``i`` (``[lo, hi)``, its kind, thread, span and about) as pieces appended to ``pieces``:
+    ``over``'s ``(start, end, kind, tid)`` parts in their own kind (no span: a GIL piece's is found
+    by its caller), the rest in the segment's, tiling it in time order."""
+    at = lo
+    for x, y, k, who in sorted(over):
+        x = max(x, at)
+        if y <= x:
+            continue
+        if x > at:
+            pieces.append((i, at, x, kind, tid, span, about))
+        pieces.append((i, x, y, k, who, -1, about))
+        at = y
+    if hi > at:
+        pieces.append((i, at, hi, kind, tid, span, about))
+
+
+def _with_pieces(path: CriticalPath, cut: np.ndarray | list[int], p: np.ndarray) -> CriticalPath:
+    """``path`` with its segments ``cut`` replaced by the pieces ``p`` (rows of segment index, start,
+    end, kind, tid, span, about; a cut segment's pieces tile it in time order), in path order."""
     keep = np.ones(len(path), dtype=bool)
     keep[cut] = False
     kept = np.flatnonzero(keep)
-    p = np.array(pieces, dtype=np.int64).reshape(-1, 7)
+    a = path.seg_start
     order = np.lexsort((np.concatenate([a[kept], p[:, 1]]), np.concatenate([kept, p[:, 0]])))
-    whole = (a, b, kind_of, seg_tid, path.seg_span, path.seg_about)
+    whole = (a, path.seg_end, path.seg_kind, path.seg_tid, path.seg_span, path.seg_about)
     col = [np.concatenate([c[kept], p[:, k]])[order] for k, c in enumerate(whole, 1)]
     return CriticalPath(
         path.start, path.end, col[0], col[1], col[2].astype(np.int8), col[3], col[4], col[5],
