@@ -24,8 +24,8 @@ from opprof.trace.analysis.whatif.gil import (
     held_after_handoff,
     hop_held_ns,
     one_holder,
-    tail_held_ns,
 )
+from opprof.trace.analysis.whatif.prepare import prepare
 from opprof.trace.columns import ROLE_CODE
 from opprof.trace.records import Role
 from opprof.trace.synthetic import synthetic_trace
@@ -154,11 +154,11 @@ def test_a_custom_op_threads_gil_work_after_its_dummy_wait_is_measured_to_its_pa
 
     trace.metadata[GIL_METADATA] = {}
     trace.thread_states = parks({0: 90 * US, 1: 7 * US, 2: 7 * US, 3: 7 * US, 4: 7 * US, 5: 7 * US})
-    assert tail_held_ns(trace) == 7 * US
+    assert prepare(trace).tail_held == 7 * US  # as the model reads it, from its own pairs of Python and Dummy_Wait
     trace.thread_states = parks({0: 7 * US, 1: 7 * US, 5: 7 * US})
-    assert tail_held_ns(trace) == 7 * US
+    assert prepare(trace).tail_held == 7 * US
     trace.metadata[GIL_METADATA] = {"tail_held_ns": 3 * US}  # a model's prediction says its own
-    assert tail_held_ns(trace) == 3 * US
+    assert prepare(trace).tail_held == 3 * US
 
 
 def spin_then_read(spin_s: float) -> None:

@@ -337,7 +337,11 @@ def prepare(trace: TraceData) -> Recording:
         gil_transfer_ns=gil_transfer_ns(trace),
         gil_asleep_transfer_ns=gil_transfer_ns(trace, asleep=True),
         hop_held=hop_held_ns(trace),
-        tail_held=tail_held_ns(trace),
+        tail_held=tail_held_ns(
+            trace,
+            np.array([y for _, _, y in fam_rows], dtype=_I64),
+            o.push[np.array([dr for _, dr, _ in fam_rows], dtype=_I64)],
+        ),
         outside=outside_holds(trace, t0, end, {int(x) for x in np.unique(t.tid)} | set(prog_items)),
     )
 
