@@ -527,10 +527,10 @@ def judged(a: np.ndarray, b: np.ndarray, label_a: str = "A", label_b: str = "B",
     change). For the fastest runs a verdict also needs all runs to agree: their Welch interval,
     widened once by the larger shift of their halves' means, must say the same (one lucky run does
     not make a change). A verdict the plain Welch interval gave and the judged one does not is
-    declined as *unstable*, saying why (unless the floor alone declined it). ``paired`` (runs interleaved A, B, A, B): the paired
-    interval (:func:`paired_interval`), which a shift of the machine does not bias: no widening.
-    Without an interval (fewer than two runs a side, A's times all zero): the ratio of the medians
-    and no verdict."""
+    declined as *unstable*, saying why (unless the floor alone declined it). ``paired`` (runs
+    interleaved A, B, A, B): the paired interval (:func:`paired_interval`), which a shift of the
+    machine does not bias: no widening. Without an interval (fewer than two runs a side, A's times
+    all zero): the ratio of the medians and no verdict."""
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     ratio, lo, hi = paired_interval(a, b) if paired else ratio_interval(a, b)
     if math.isnan(ratio):  # no interval: the plain ratio of the medians, and no verdict
@@ -556,15 +556,18 @@ def judged(a: np.ndarray, b: np.ndarray, label_a: str = "A", label_b: str = "B",
         estimate = Estimate.GEOMETRIC_MEAN
     measured = BLOCK_DISTANCE * max(shift_a, shift_b)
     noise = max(measured, math.log1p(MIN_BLOCK_NOISE))
+
+    def widened_by(w: float) -> Verdict:
+        """The verdict of the interval widened by ``w`` (log), all runs agreeing where it is the fastest's."""
+        v = verdict_of(lo * math.exp(-w), hi * math.exp(w))
+        return Verdict.NO_CLEAR_CHANGE if fastest and v is not agrees else v
+
     wide_lo, wide_hi = lo * math.exp(-noise), hi * math.exp(noise)
-    widened = verdict_of(wide_lo, wide_hi)
-    if fastest and widened is not agrees:
-        widened = Verdict.NO_CLEAR_CHANGE
+    widened = widened_by(noise)
     why = ""
     # Declined for the floor alone (the halves' own shift would have kept the verdict): a change
     # this small is no clear change between blocks, not an unstable machine.
-    by_halves = verdict_of(lo * math.exp(-measured), hi * math.exp(measured))
-    floor_only = (by_halves if not fastest or by_halves is agrees else Verdict.NO_CLEAR_CHANGE) is plain
+    floor_only = widened_by(measured) is plain
     if widened is not plain and plain is not Verdict.NO_CLEAR_CHANGE and not floor_only:
         # The halves' larger difference, of their fastest runs or of all their runs.
         if fastest:
