@@ -9,6 +9,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from dataclasses import dataclass, field
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -29,8 +30,9 @@ class Run:
     switches: int = 0
 
 
-def drive(threads: list[list[tuple[int, int, int]]], interval: int) -> Run:
-    """Each thread: pieces (delay before asking, ns with the GIL, ns without), asked one after another."""
+def drive(threads: list[list[tuple[int, int, int]]], interval: int, **gil_args: Any) -> Run:
+    """Each thread: pieces (delay before asking, ns with the GIL, ns without), asked one after
+    another; ``gil_args``: the lock's other keywords (its transfers)."""
     heap: list[tuple[int, int, int, int]] = []
     seq = [0]
     run = Run()
@@ -42,7 +44,13 @@ def drive(threads: list[list[tuple[int, int, int]]], interval: int) -> Run:
     def done(t: int, free: int, ev: int, arg: int) -> None:
         at(t + free, 1, arg)
 
-    gil = Gil(interval, lambda t, gen: at(t, 0, gen), done, lambda k, s, a, b: run.log.append((k, s, a, b)) if b > a else None)
+    gil = Gil(
+        interval,
+        lambda t, gen: at(t, 0, gen),
+        done,
+        lambda k, s, a, b: run.log.append((k, s, a, b)) if b > a else None,
+        **gil_args,
+    )
     pos = [0] * len(threads)
 
     def ask(k: int, t: int) -> None:
@@ -114,34 +122,10 @@ def test_a_waiter_behind_a_spinner_waits_one_switch_interval() -> None:
     assert dict(run.ended) == {1: 160, 0: 1050}
 
 
-def _handed(asks: list[tuple[int, int, int]], interval: int = 1_000, **transfer: object) -> list[tuple[int, int, int, int]]:
-    """The log of a lock with a switch ``interval`` (ns) and ``transfer`` (Gil's keywords), given
-    ``asks``: (time, thread key, ns with the GIL), each asking at its time."""
-    heap: list[tuple[int, int, int, int]] = []
-    log: list[tuple[int, int, int, int]] = []
-    seq = [0]
-
-    def at(t: int, kind: int, arg: int) -> None:
-        seq[0] += 1
-        heapq.heappush(heap, (t, seq[0], kind, arg))
-
-    gil = Gil(interval, lambda t, g: at(t, 0, g), lambda t, free, ev, arg: None, lambda *r: log.append(r), **transfer)  # type: ignore[arg-type]
-    for k, (t, _, _) in enumerate(asks):
-        at(t, 1, k)
-    while heap:
-        t, _, kind, arg = heapq.heappop(heap)
-        if kind == 1:
-            _, key, held = asks[arg]
-            gil.request(t, key, held, 0, 1, key)
-        else:
-            gil.event(t, arg)
-    return log
-
-
 def test_handing_the_gil_to_a_waiter_costs_the_wake() -> None:
     """Known answer: with a transfer of 30 ns, thread 1 (waiting since 10) holds the GIL 30 ns after
     thread 0 let it go at 100, and the 30 ns are its wait; taking a free GIL costs nothing."""
-    log = _handed([(0, 0, 100), (10, 1, 50)], transfer_ns=30)
+    log = drive([[(0, 100, 0)], [(10, 50, 0)]], 1_000, transfer_ns=30).log
     assert (0, HELD, 0, 100) in log
     assert (1, WAIT, 10, 130) in log and (1, HELD, 130, 180) in log
 
@@ -155,12 +139,12 @@ def test_a_thread_that_waited_long_is_slow_to_wake_and_loses_the_gil_to_one_that
     us = 1_000
     assert ASLEEP_NS == 20 * us
     for ask, got in ((10 * us, 210 * us), (90 * us, 105 * us)):
-        log = _handed(
-            [(0, 0, 100 * us), (ask, 1, 50 * us), (120 * us, 2, 50 * us)],
+        log = drive(
+            [[(0, 100 * us, 0)], [(ask, 50 * us, 0)], [(120 * us, 50 * us, 0)]],
             5_000 * us,
             transfer_ns=5 * us,
             asleep_transfer_ns=40 * us,
-        )
+        ).log
         held = {key: a for key, state, a, _ in log if state == HELD}
         assert held[1] == got, log
         if got > 120 * us:
