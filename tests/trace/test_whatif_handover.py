@@ -30,6 +30,7 @@ from opprof.trace.columns import ROLE_CODE
 from opprof.trace.records import Role
 from opprof.trace.synthetic import synthetic_trace
 from opprof.trace.threadstates import GIL_METADATA, ThreadState, ThreadStates
+from tests.helpers import MyAddOneProp
 
 B, R, W, H = ThreadState.BLOCKED, ThreadState.RUNNABLE, ThreadState.WAIT, ThreadState.HELD
 US = 1_000
@@ -114,15 +115,7 @@ def test_a_thread_that_waited_long_is_handed_the_gil_by_its_own_measure() -> Non
     assert gil_transfer_ns(trace, asleep=True) == 0
 
 
-class _Step(mx.operator.CustomOp):
-    def forward(self, is_train, req, in_data, out_data, aux):  # type: ignore[no-untyped-def]
-        self.assign(out_data[0], req[0], in_data[0] + 1)
-
-
-@mx.operator.register("HandoverStep")
-class _StepProp(mx.operator.CustomOpProp):
-    def create_operator(self, ctx, shapes, dtypes):  # type: ignore[no-untyped-def]
-        return _Step()
+mx.operator.register("HandoverStep")(MyAddOneProp)
 
 
 def test_a_custom_op_threads_gil_work_after_its_dummy_wait_is_measured_to_its_park() -> None:
