@@ -40,6 +40,16 @@ def engine(request: pytest.FixtureRequest) -> Iterator[mx.engine.Engine]:
         mx.set_engine("threaded")
 
 
+@pytest.fixture
+def restore_engine() -> Iterator[None]:
+    """For a test that makes its own engines (other pools, another ``max_pending``): a fresh default
+    engine is current afterwards."""
+    try:
+        yield
+    finally:
+        mx.set_engine("threaded")
+
+
 # ---------------------------------------------------------------------------- an IPython shell
 @pytest.fixture(scope="session")
 def ipython_shell() -> Any:

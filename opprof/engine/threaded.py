@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..trace.records import CUSTOM_THREAD_PREFIX, ENGINE_THREAD_PREFIX
+from ..trace.records import CUSTOM_THREAD_PREFIX, DEFAULT_MAX_PENDING, ENGINE_THREAD_PREFIX
 from . import gil, handoff
 from . import interrupts as _guard
 from .core import Engine
@@ -140,7 +140,11 @@ class ThreadedEngine(Engine):
     kind = "threaded"
 
     def __init__(
-        self, workers: int | None = None, custom_workers: int | None = None, max_pending: int = 128, spin_us: float | None = None
+        self,
+        workers: int | None = None,
+        custom_workers: int | None = None,
+        max_pending: int = DEFAULT_MAX_PENDING,
+        spin_us: float | None = None,
     ) -> None:
         super().__init__()
         if max_pending < 2:

@@ -50,7 +50,15 @@ from ..engine.state import thread_state
 from ..trace import Role, SpanTable, ThreadInfo, Trace
 from ..trace.columns import ROLE_CODE
 from ..trace.memory import MEMORY_METADATA
-from ..trace.records import BACKPRESSURE, CUSTOM_POOL, CUSTOM_THREAD_PREFIX, ENGINE_CATEGORY, ENGINE_POOL, ENGINE_THREAD_PREFIX
+from ..trace.records import (
+    BACKPRESSURE,
+    CUSTOM_POOL,
+    CUSTOM_THREAD_PREFIX,
+    ENGINE_CATEGORY,
+    ENGINE_POOL,
+    ENGINE_THREAD_PREFIX,
+    MAX_PENDING_KEY,
+)
 from . import npmem as _npmem
 from . import sites as _sites
 from .build import (
@@ -490,6 +498,8 @@ class Recorder(EngineObserver):
             # The pools' sizes, which a what-if replay starts from (None for the naive engine).
             ENGINE_POOL.size_key: getattr(self.engine, "workers", None),
             CUSTOM_POOL.size_key: getattr(self.engine, "custom_workers", None),
+            # Where it holds a pushing program back (None: never, as the naive engine).
+            MAX_PENDING_KEY: m if isinstance(m := getattr(self.engine, "max_pending", None), int) else None,
             "producer": "opprof",
             # Which recorder made it: "compiled" (plain ops in C) or "python" (and why not compiled).
             "recorder": {"path": self.path, **({"why_not": COMPILED_WHY_NOT} if self.path != "compiled" else {})},

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .records import SPLIT_ARGS, Flow, Role, Span
+from .records import BACKPRESSURE, SPLIT_ARGS, Flow, Role, Span
 
 __all__ = [
     "NO_ROLE",
@@ -469,6 +469,15 @@ class SpanTable:
 
     def role_is(self, role: Role) -> np.ndarray:
         return self.role == ROLE_CODE[role]
+
+    def held_back(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The pushes the engine held by back-pressure (the ``Backpressure`` spans): their thread,
+        start and end, sorted by thread then start (a thread's are disjoint, so by end too)."""
+        code = self.strings.index(BACKPRESSURE) if BACKPRESSURE in self.strings else -1
+        held = np.flatnonzero(self.name == code) if code >= 0 else np.zeros(0, dtype=np.int64)
+        tid, start, end = self.tid[held], self.start[held], self.end[held]
+        order = np.lexsort((start, tid))
+        return tid[order], start[order], end[order]
 
     @property
     def length_ns(self) -> int:

@@ -22,10 +22,12 @@ __all__ = [
     "CUSTOM_OP",
     "CUSTOM_POOL",
     "CUSTOM_THREAD_PREFIX",
+    "DEFAULT_MAX_PENDING",
     "ENGINE_CATEGORY",
     "ENGINE_POOL",
     "ENGINE_THREAD_PREFIX",
     "FAMILY_ARGS",
+    "MAX_PENDING_KEY",
     "OPERATOR",
     "ROLE_OF",
     "SPLIT_ARGS",
@@ -86,6 +88,12 @@ ENGINE_CATEGORY = "engine"
 #: 128): it waits until half of them have run, so that a program pushing in a loop does not
 #: allocate every output at once. The pushing thread is blocked meanwhile, its Python not running.
 BACKPRESSURE = "Backpressure"
+#: Metadata: the threaded engine's ``max_pending`` while recording (absent for the naive engine,
+#: and in files made before it was recorded), which a what-if replay holds pushes at.
+MAX_PENDING_KEY = "max_pending"
+#: The threaded engine's ``max_pending`` unless told otherwise (and in every file made before the
+#: key was recorded, when it could not be told otherwise).
+DEFAULT_MAX_PENDING = 128
 
 #: Where the profiler stores an invocation's python / sub-ops / waiting split on its parent (µs).
 SPLIT_ARGS = ("python_us", "subops_us", "waiting_us")

@@ -32,7 +32,7 @@ import numpy as np
 from ..columns import ROLE_CODE, SpanTable
 from ..data import TraceData
 from ..ops import OpKind, OpTable
-from ..records import BACKPRESSURE, Role
+from ..records import Role
 from ..threadstates import STATES, PoolCondition, ThreadState, ThreadStates
 from .gil import between_ops, span_at
 
@@ -908,13 +908,9 @@ def mark_held_back(path: CriticalPath, table: SpanTable) -> CriticalPath:
     "the program's own Python", its thread held back for 111 ms; marked, a run of it had 98 ms of
     its 153 ms path held back, 10 ms blocked and 39 ms the program's own (the pure-Python path
     is held too, and where no thread states were sampled the held time read as the program's)."""
-    code = table.strings.index(BACKPRESSURE) if BACKPRESSURE in table.strings else -1
-    if code < 0 or not len(path):
+    h_tid, h_start, h_end = table.held_back()
+    if not len(h_tid) or not len(path):
         return path
-    held = np.flatnonzero(table.name == code)
-    h_tid, h_start, h_end = table.tid[held], table.start[held], table.end[held]
-    order = np.lexsort((h_start, h_tid))  # a thread's spans are disjoint: sorted by start, sorted by end too
-    h_tid, h_start, h_end = h_tid[order], h_start[order], h_end[order]
     kind_of, a, b, seg_tid = path.seg_kind, path.seg_start, path.seg_end, path.seg_tid
     pieces: list[tuple[int, int, int, int, int, int, int]] = []  # (segment index, start, end, kind, tid, span, about)
     cut: list[int] = []

@@ -13,10 +13,13 @@ close to the recording):
 
 * **Programs.** Each thread that pushes outside a custom op's Python (usually ``MainThread``)
   replays its pushes and waits in their recorded order; the time between two of them is the
-  program's own Python and stays as recorded. Back-pressure (a pusher held while 128 ops are
-  pending) stays in that time too: the profile records it (``Backpressure`` spans) but the model
-  does not re-derive it, so a change that drains the backlog faster is predicted without the
-  shorter holds it would bring.
+  program's own Python and stays as recorded, less the time the engine held a push back
+  (``Backpressure`` spans), which the model re-derives as the engine does: a program's push (or
+  wait for a var) while ``max_pending`` ops are pending (the recorded one; 128 in a file made
+  before it was recorded) waits until half as many are, then wakes as a program woken by an op's
+  end does. 400 ops that sleep 0.5 ms, recorded on one worker and held back five times, replayed
+  on two against a real run on two (3 recordings): +96 to +120 % with the held time kept as the
+  program's own, -4 to -13 % re-derived (with each op's GIL read by its name, below).
 * **Dependencies** are re-derived, not copied: every push registers its op on the vars it read and
   wrote in the model's push order, with the engine's version-queue rules (reads of a var overlap,
   a write waits for earlier reads and writes). A change that reorders completions therefore
@@ -54,9 +57,12 @@ close to the recording):
   once another thread has waited one switch interval (the recorded ``sys.getswitchinterval()``,
   else 5 ms). Each op's run and each stretch of Python holds it for the share of its time its
   thread held the GIL in the recorded thread states (a custom op's Python: its CPU time); its time
-  waiting for the GIL is left to the model. Without thread states, a custom op's Python holds it
-  while on a CPU and ops and programs are taken to release it. ``switch_interval=``,
-  ``releases_gil={"T": True}`` and ``gil=False`` (a free-threaded build) change it.
+  waiting for the GIL is left to the model. An op's run too short to hold two samples takes what
+  the sampler saw at the instants that fell inside the runs of its name (at least five: an op that
+  sleeps or does I/O is seen blocked there, one that runs Python holding the GIL). Without thread
+  states, a custom op's Python holds it while on a CPU and ops and programs are taken to release
+  it. ``switch_interval=``, ``releases_gil={"T": True}`` and ``gil=False`` (a free-threaded
+  build) change it.
 * **Threads outside the engine** (a user's data loader, a library's thread: they push nothing
   and run no span, and are no pool's) that held the GIL keep their recorded stretches with it, in
   order, each asking when it asked in the recording (or its own recorded time after the previous
@@ -72,7 +78,8 @@ close to the recording):
   passed it among themselves: one transfer for all replayed 0.6-1 ms of it).
 * **Not modelled:** the engine's own Python beyond the hand-offs (pushing, completing), where
   inside a stretch its GIL part fell, how much of a piece shorter than two GIL samples held the
-  GIL (it is taken to hold it all along, its waits for it included, except where pieces on other
+  GIL where its name's runs hold fewer than five sampled instants (it is taken to hold it all
+  along, its waits for it included, except where pieces on other
   threads overlap it: one thread holds the GIL at a time, so overlapping pieces share it, first a
   Python whose CPU time was read, then an op's run, then a program's Python between its pushes;
   a 2 ms trace of ops that run NumPy without the GIL replays within 10 % in 7 of 10), contention

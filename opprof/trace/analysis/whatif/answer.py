@@ -151,7 +151,8 @@ def _notes(rec: Recording, trace: TraceData, dropped: int, interval: float, gil:
         "Threads do not compete for CPU cores in the model: with more busy threads than cores, expect longer times.",
         "Each op lasts its recorded duration divided by its factor; a custom op's Python its own time (without its "
         "waits) divided by its factor, with its pushes and waits where they were; the program's own time between its "
-        "pushes and waits stays as recorded (so does any time a push was held by back-pressure).",
+        "pushes and waits stays as recorded, without the time the engine held a push back (back-pressure), which "
+        "the model re-derives.",
         f"Hand-offs, read off this trace: {words}.",
     ]
     t = trace.table

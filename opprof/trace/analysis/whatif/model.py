@@ -32,7 +32,7 @@ OUTSIDE_KEY = -2_000_000
 class _Actor:
     """A thread replaying its items: a program, or one custom op's Python on a pool thread."""
 
-    __slots__ = ("fam", "gaps", "idx", "items", "pos", "tail", "thread", "thread_index")
+    __slots__ = ("fam", "gaps", "idx", "items", "let_go", "pos", "tail", "thread", "thread_index")
 
     def __init__(self, idx: int, items: list[int], gaps: list[int], tail: int, thread: int, fam: int) -> None:
         self.idx = idx  # its place in Replay.actors: events name actors by it
@@ -41,6 +41,7 @@ class _Actor:
         self.thread = thread  # a program's recorded tid, or the number of a custom-op thread
         self.fam = fam  # the family whose Python this is; -1 for a program
         self.thread_index = -1  # a program's place in Recording.programs
+        self.let_go = False  # a program the engine held back, let go: its next push is not held again
 
 
 class Replay:
@@ -119,6 +120,10 @@ class Replay:
         self.queue: dict[int, deque[tuple[int, bool]]] = {}
         self.pending = 0
         self.all_waiters: list[int] = []
+        # Back-pressure: programs held at a push, and each hold (program tid, from, to) as it ended.
+        self.max_pending = rec.max_pending
+        self.held: list[tuple[_Actor, int]] = []
+        self.holds: list[tuple[int, int, int]] = []
         # Engine workers (idle ones in a heap: the lowest number first) and the ready FIFO.
         self.idle = list(range(engine_threads))
         self.fifo: deque[int] = deque()
@@ -225,6 +230,8 @@ class Replay:
                 self.at(t + self.rec.families[a.fam].dummy_delay, _FREE, a.fam)
             return
         r = a.items[a.pos]
+        if a.fam < 0 and self._held_back(a, r, t):
+            return
         a.pos += 1
         tid = a.thread if a.fam < 0 else -1 - a.thread
         if self.rec.kind[r] == _WAIT:
@@ -232,6 +239,27 @@ class Replay:
         else:
             self._push(r, t, tid)
             self._next(a, t)
+
+    def _held_back(self, a: _Actor, r: int, t: int) -> bool:
+        """The engine's back-pressure (``Engine._throttle``): a program's push, or wait for a var,
+        while ``max_pending`` ops are pending holds the program until half as many are (the
+        completion that gets there wakes it); then that push goes ahead without a second check."""
+        if a.let_go:
+            a.let_go = False
+            return False
+        m = self.max_pending
+        if m is None or self.pending < m or (self.rec.kind[r] == _WAIT and not self.rec.reads[r]):
+            return False
+        self.held.append((a, t))
+        return True
+
+    def _let_go(self, t: int) -> None:
+        """Enough ops completed: every held program wakes (after a program's wake) and pushes."""
+        for a, since in self.held:
+            a.let_go = True
+            self.holds.append((a.thread, since, t + self.l_wprog))
+            self._hop(t, a.idx, self.l_wprog, "all", _ACT, a.idx)
+        self.held = []
 
     def _next(self, a: _Actor, t: int) -> None:
         """The actor's next item after its own time before it (a Python's divided by its factor)."""
@@ -414,6 +442,8 @@ class Replay:
             self.writing.discard(v)
             self._release(v, granted, r)
         self.pending -= 1
+        if self.held and self.max_pending is not None and self.pending <= self.max_pending // 2:
+            self._let_go(t)
         if self.pending == 0 and self.all_waiters:
             for w in self.all_waiters:
                 self._granted(w, -1, r, granted)

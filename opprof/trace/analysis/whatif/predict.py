@@ -6,10 +6,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from ...columns import ROLE_CODE, FlowTable
+from ...columns import ROLE_CODE, FlowTable, SpanTable
 from ...data import TraceData
 from ...ops import OpKind, OpTable
-from ...records import CUSTOM_POOL, ENGINE_POOL, Role, ThreadInfo
+from ...records import BACKPRESSURE, CUSTOM_POOL, ENGINE_CATEGORY, ENGINE_POOL, Role, Span, ThreadInfo
 from ...threadstates import GIL_METADATA, ThreadStates
 from .gil import EXACT_PERIOD_NS
 from .model import CUSTOM_THREAD_KEY, EXTERNAL, OUTSIDE_KEY, Replay
@@ -82,6 +82,11 @@ def model_trace(trace: TraceData, rec: Recording, sim: Replay, engine_threads: i
         split_ns=np.zeros((0, 3), dtype=_I64),
         cpu=cpu,
     )
+    if sim.holds:
+        # The pushes the model's engine held back, as the profiler records them: a replay of the
+        # prediction takes them out of the program's own time again, and its critical path names them.
+        held = [Span(BACKPRESSURE, ENGINE_CATEGORY, p_tid, a + t0, b + t0) for p_tid, a, b in sim.holds]
+        spans = SpanTable.concat([spans, SpanTable.from_spans(held)])
     # Flows: from each sub-op's push in its Python to its start, as the profiler draws them.
     f_names: list[str] = []
     f_ids: list[int] = []

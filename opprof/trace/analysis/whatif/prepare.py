@@ -15,7 +15,7 @@ import numpy as np
 from ...columns import ROLE_CODE, SpanTable
 from ...data import TraceData
 from ...ops import OpKind, OpTable
-from ...records import CUSTOM_POOL, ENGINE_POOL, Role
+from ...records import CUSTOM_POOL, DEFAULT_MAX_PENDING, ENGINE_POOL, MAX_PENDING_KEY, Role
 from ...threadstates import STATES, ThreadState, ThreadStates
 from .gil import (
     EXACT_PERIOD_NS,
@@ -23,6 +23,7 @@ from .gil import (
     gil_transfer_ns,
     held_after_handoff,
     hop_held_ns,
+    name_shares,
     one_holder,
     outside_holds,
     tail_held_ns,
@@ -85,7 +86,8 @@ class _Program:
 
     tid: int
     items: list[int]
-    gaps: list[int]  # before each item; the first is from the trace's origin
+    gaps: list[int]  # before each item (without the time the engine held it back); the first is from the trace's origin
+    held: list[int] = field(default_factory=list)  # of each gap: ns the engine held it back before the item (recorded)
     gap_wait: list[int] | None = None  # of each gap: ns it waited for the GIL
     gap_share: list[float] | None = None  # ... and the share of the rest that held it (see .gil)
 
@@ -122,6 +124,9 @@ class Recording:
     tail_held: int = 0  # a custom-op thread's GIL work after its Dummy_Wait's push (:func:`.gil.tail_held_ns`)
     #: Threads outside the engine that held the GIL: (tid, asks, holds, gaps) each (:func:`.gil.outside_holds`).
     outside: list[tuple[int, list[int], list[int], list[int]]] = field(default_factory=list)
+    #: The engine's back-pressure: a program's push waits while this many ops are pending, until
+    #: half as many are (None: never, as recorded by the naive engine or in an older file).
+    max_pending: int | None = None
 
 
 def _mean(xs: list[int], key: str, latency: dict[str, int], samples: dict[str, int]) -> None:
@@ -218,12 +223,34 @@ def prepare(trace: TraceData) -> Recording:
 
     pieces: list[tuple[int, int, int, float]] = []  # (tid, start, end, CPU share): every gap, for the GIL
 
-    def gaps_of(items: list[int], origin: int, tid: int, cpu_share: float, tail_end: int | None = None) -> list[int]:
-        """The thread's own time before each item: what stays (or scales) when the rest changes."""
+    h_tid, h_start, h_end = t.held_back()
+    h_start, h_end = h_start - t0, h_end - t0
+
+    def gaps_of(
+        items: list[int], origin: int, tid: int, cpu_share: float, tail_end: int | None = None, held: list[int] | None = None
+    ) -> list[int]:
+        """The thread's own time before each item: what stays (or scales) when the rest changes.
+        ``held`` (a program's) gets the time the engine held each item's push back, which the
+        model re-derives: taken out of the gap, from its end (the engine holds a push as it begins)."""
         out, last = [], origin
+        lo, hi = np.searchsorted(h_tid, [tid, tid + 1]) if held is not None else (0, 0)
+        hs, he, j = h_start[lo:hi].tolist(), h_end[lo:hi].tolist(), 0
         for r in items:
-            out.append(max(0, push_l[r] - last))
-            pieces.append((tid, last, max(last, push_l[r]), cpu_share))
+            p = push_l[r]
+            stop = p
+            if held is not None:
+                while j < len(he) and he[j] <= last:
+                    j += 1
+                h = 0
+                while j < len(hs) and hs[j] < p:
+                    h += max(0, min(he[j], p) - max(hs[j], last))
+                    if he[j] > p:
+                        break
+                    j += 1
+                held.append(h)
+                stop = p - h
+            out.append(max(0, stop - last))
+            pieces.append((tid, last, max(last, stop), cpu_share))
             last = max(last, item_end(r))
         if tail_end is not None:
             pieces.append((tid, last, max(last, tail_end), cpu_share))
@@ -242,7 +269,10 @@ def prepare(trace: TraceData) -> Recording:
         families.append(_Family(c, dr, y, items, gaps, max(0, y1 - last), max(0, push_l[dr] - y1)))
         family_of[c] = f
         custom_of[dr] = c
-    programs = [_Program(tid, items, gaps_of(items, 0, tid, -1.0)) for tid, items in sorted(prog_items.items())]
+    programs = []
+    for tid, items in sorted(prog_items.items()):
+        held: list[int] = []
+        programs.append(_Program(tid, items, gaps_of(items, 0, tid, -1.0, held=held), held))
     # The GIL's part in every piece: the gaps (families' then programs', in order), then the ops' runs.
     is_run = s_ok & (kind != _CUSTOM) & (kind != _WAIT)
     run_rows = np.flatnonzero(is_run)
@@ -257,6 +287,13 @@ def prepare(trace: TraceData) -> Recording:
     python = np.concatenate([np.ones(len(pieces), dtype=bool), np.zeros(len(run_rows), dtype=bool)])
     g_wait, g_share = gil_shares(trace, all_tid, all_a, all_b, all_cpu, python)
     states = trace.thread_states
+    if states is not None and states.period_ns > EXACT_PERIOD_NS and len(run_rows):
+        # An op's runs too short to hold two samples: the share its name's runs showed at the
+        # sampler's instants inside them, where they show enough (else held, as gil_shares says).
+        ops_at = len(pieces)
+        by_name = name_shares(states, s_tid[run_rows], s_start[run_rows] + t0, s_end[run_rows] + t0, t.name[span[run_rows]])
+        short = (run_dur < 2 * states.period_ns) & (run_cpu < 0) & ~np.isnan(by_name)
+        g_share[ops_at:][short] = by_name[short]
     if states is None or not states.period_ns or states.period_ns > EXACT_PERIOD_NS:  # a model's own: exact already
         # One holder at a time where the pieces overlap; it goes first to a Python whose CPU clock
         # was read, then to an op's run, then to a stretch of a thread's Python between its pushes.
@@ -343,7 +380,17 @@ def prepare(trace: TraceData) -> Recording:
             o.push[np.array([dr for _, dr, _ in fam_rows], dtype=_I64)],
         ),
         outside=outside_holds(trace, t0, end, {int(x) for x in np.unique(t.tid)} | set(prog_items)),
+        max_pending=_max_pending(trace),
     )
+
+
+def _max_pending(trace: TraceData) -> int | None:
+    """The recorded ``max_pending``; a file made before it was recorded that shows held pushes was
+    made by the engine's default (128, the only one then)."""
+    m = trace.metadata.get(MAX_PENDING_KEY)
+    if isinstance(m, int) and not isinstance(m, bool) and m >= 2:
+        return m
+    return DEFAULT_MAX_PENDING if MAX_PENDING_KEY not in trace.metadata and len(trace.table.held_back()[0]) else None
 
 
 def _calibrate(
