@@ -254,11 +254,16 @@ def _spaced() -> None:
     nd.waitall()
 
 
-def _plain() -> None:
-    eng = opprof.engine.get_engine()
-    for v in [eng.new_var() for _ in range(4)]:
-        eng.push(lambda: time.sleep(_SLEEP["op"]), writes=[v], name="nap")
-    nd.waitall()
+def _naps(n: int) -> Callable[[], None]:
+    """``n`` independent ops that each sleep ``_SLEEP["op"]``, pushed in a loop."""
+
+    def work() -> None:
+        eng = opprof.engine.get_engine()
+        for v in [eng.new_var() for _ in range(n)]:
+            eng.push(lambda: time.sleep(_SLEEP["op"]), writes=[v], name="nap")
+        nd.waitall()
+
+    return work
 
 
 def _timed(work: Callable[[], None]) -> float:
@@ -310,7 +315,25 @@ def what_if_rows() -> list[Row]:
             {"speedup": {"WhyBenchNap::pure_python": 2.0}},
         ),
         _case("custom pool 1 -> 2", _spaced, {"py": 0.020}, {"py": 0.020}, (2, 1), {"custom": 2}),
-        _case("engine threads 1 -> 2", _plain, {"op": 0.020}, {"op": 0.020}, (1, 2), {"engine": 2}),
+        _case("engine threads 1 -> 2", _naps(4), {"op": 0.020}, {"op": 0.020}, (1, 2), {"engine": 2}),
+        # Ops too short for two GIL samples: their GIL read at the sampled instants inside their name's runs.
+        _case(
+            "engine threads 1 -> 2, 100 ops of 0.5 ms that sleep",
+            _naps(100),
+            {"op": 0.0005},
+            {"op": 0.0005},
+            (1, 2),
+            {"engine": 2},
+        ),
+        # ... and pushed faster than they run: the engine holds the program back at 128 pending.
+        _case(
+            "engine threads 1 -> 2, 400 such ops held back by the engine",
+            _naps(400),
+            {"op": 0.0005},
+            {"op": 0.0005},
+            (1, 2),
+            {"engine": 2},
+        ),
     ]
 
 

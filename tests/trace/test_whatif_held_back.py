@@ -73,6 +73,11 @@ def test_the_model_holds_the_same_pushes_the_engine_held(restore_engine: None) -
     assert {predicted.thread_name(int(t)) for t in predicted.table.held_back()[0]} == {"MainThread"}
     assert predicted.validate() == []
     assert abs(w.model_error) <= 0.10, f"model without change {w.model_error:+.1%}"
+    # The notes say how much was held and how much the model holds; the recorded holds are not
+    # "left out of the predicted trace": it has its own.
+    (said,) = [n for n in w.notes if "back-pressure" in n and "held the program back" in n]
+    assert "at 8 pushes" in said and "4 ops pending" in said and "8 times" in said
+    assert not [n for n in w.notes if n.startswith("Left out of the predicted trace")]
 
 
 def test_a_file_without_max_pending_that_shows_holds_was_made_at_the_default(restore_engine: None) -> None:

@@ -45,8 +45,9 @@ _GIL_CPU = (
 _GIL_LEFT_OUT = (
     "Left out of the GIL model: the engine's own Python (pushing, completing ops) beyond the hand-offs read off "
     "the trace, where inside a stretch its GIL part fell (the model runs it first), and how much of a piece "
-    "shorter than two GIL samples held the GIL (taken as all of it, its waits for it included, except where "
-    "pieces on other threads overlap it: one thread holds the GIL at a time, so they share it)."
+    "shorter than two GIL samples held the GIL where the sampler saw fewer than five instants inside the runs of "
+    "its name (taken as all of it, its waits for it included, except where pieces on other threads overlap it: one "
+    "thread holds the GIL at a time, so they share it)."
 )
 _NO_GIL = "No GIL (a free-threaded build): every thread runs at once; the recorded waits for the GIL are left out."
 
@@ -330,6 +331,16 @@ def what_if(
         switch_interval=interval,
     )
     notes = _notes(rec, trace, dropped, interval, gil)
+    held = [h for p in rec.programs for h in p.held if h > 0]
+    if held or sim.holds:
+        # Back-pressure is re-derived, not copied: say how much there was and how much the model makes.
+        predicted = sum(b - a for _, a, b in sim.holds)
+        notes.append(
+            f"The engine held the program back at {_count(len(held), 'push', 'pushes')} for {_fmt(sum(held))} "
+            f"(back-pressure: {rec.max_pending} ops pending, until half had run); the model takes that time out of the "
+            f"program's own and holds it as the engine would: {_count(len(sim.holds), 'time', 'times')} for "
+            f"{_fmt(predicted)} in the prediction."
+        )
     if sim.threads > rec.recorded_custom:
         notes.append(
             f"The model starts {sim.threads} custom-op threads (the recording used {rec.recorded_custom}) at no cost; "

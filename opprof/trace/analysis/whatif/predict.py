@@ -23,7 +23,8 @@ _I64 = np.int64
 
 
 def model_trace(trace: TraceData, rec: Recording, sim: Replay, engine_threads: int) -> tuple[TraceData, int]:
-    """The model's run as a trace like a profile's (and how many recorded spans it has no place for).
+    """The model's run as a trace like a profile's (and how many recorded spans it has no place for;
+    the engine's holds it re-derives are not among them).
 
     Spans keep their recorded names and family fields; program threads keep their tids and names,
     engine workers and custom-op threads get new ones after them. Stored splits are dropped (the
@@ -181,4 +182,5 @@ def model_trace(trace: TraceData, rec: Recording, sim: Replay, engine_threads: i
         processes=dict(trace.processes),
         thread_states=states,
     )
-    return out, len(t) - len(idx)
+    # The recorded holds are not copied: the prediction has its own (above).
+    return out, len(t) - len(idx) - len(t.held_back()[0])
