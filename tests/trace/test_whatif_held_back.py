@@ -119,3 +119,27 @@ def test_more_workers_with_a_backlog_held_back(restore_engine: None) -> None:
 
     retried(attempt)
 
+
+
+def test_more_workers_beside_busy_native_threads_are_noted(restore_engine: None) -> None:
+    """Cores are not modelled: where the recording's native threads (a BLAS pool's) took a quarter of
+    a core or more, a prediction with more workers says so, with the figures; with fewer it does not,
+    nor without such threads."""
+    from opprof.trace.threadstates import CPU_WAIT_METADATA
+
+    trace, _ = _naps(20, 0.002, workers=1)
+    end = prepare(trace).end
+
+    def noted(native_ns: int | None, **pools: int) -> list[str]:
+        meta = trace.metadata.setdefault(CPU_WAIT_METADATA, {"source": "test", "ns": {}})
+        if native_ns is None:
+            meta.pop("outside_python", None)
+        else:
+            meta["outside_python"] = {"ns": native_ns, "threads": 2}
+        return [n for n in what_if(trace, **pools).notes if n.startswith("Threads of this process outside Python")]
+
+    (said,) = noted(end, engine_threads=2)
+    assert f"({1.0:.1f} cores' worth" in said
+    assert noted(end, engine_threads=1) == []  # no more threads than recorded
+    assert noted(end // 5, engine_threads=2) == []  # a fifth of a core: below the quarter
+    assert noted(None, engine_threads=2) == []

@@ -7,6 +7,7 @@ what the prediction assumes and what this trace shows to matter (see
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -16,7 +17,7 @@ from ...columns import ROLE_CODE, SpanTable
 from ...data import TraceData
 from ...records import CUSTOM_POOL, ENGINE_POOL, Role
 from ...records import WAIT as WAIT_CATEGORY
-from ...threadstates import GIL_METADATA
+from ...threadstates import GIL_METADATA, cpu_outside_python
 from ..critical import APPROXIMATE_PATH
 from .change import check_factors, check_pool, span_factors
 from .gil import DEFAULT_SWITCH_INTERVAL
@@ -340,6 +341,17 @@ def what_if(
             f"(back-pressure: {rec.max_pending} ops pending, until half had run); the model takes that time out of the "
             f"program's own and holds it as the engine would: {_count(len(sim.holds), 'time', 'times')} for "
             f"{_fmt(predicted)} in the prediction."
+        )
+    outside = cpu_outside_python(trace.metadata)
+    if (e > rec_e or c > rec_c) and outside is not None and outside[0] * 4 >= rec.end > 0:
+        # Cores are not modelled; where the ops' own native threads already took a quarter of a core
+        # or more, more workers compete with them: 60 dots of 300x300 on one worker (OpenBLAS on both
+        # cores) were predicted 2x faster on two workers, and ran 1.2-1.3x slower.
+        notes.append(
+            f"Threads of this process outside Python (a native pool's: NumPy's BLAS, OpenMP) were on a CPU "
+            f"{_fmt(outside[0])} of the {_fmt(rec.end)} recording ({outside[0] / rec.end:.1f} cores' worth; this machine "
+            f"has {os.cpu_count() or 1}): the ops run threads of their own, which the model does not see. With more "
+            "threads they compete for the cores, and the run gains less than predicted, or loses."
         )
     if sim.threads > rec.recorded_custom:
         notes.append(
