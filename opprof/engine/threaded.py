@@ -272,6 +272,10 @@ class ThreadedEngine(Engine):
                 if len(nxt) > 1:
                     for other in nxt[1:]:
                         ready.put(other)
+            # Nothing of the last op kept while this thread waits for the next, which may be long:
+            # its observer is a profile that has stopped, with all its records.
+            opr = obs = None
+            nxt = []
 
     def run_custom(self, task: Callable[[], None]) -> None:
         self._custom.submit(task)

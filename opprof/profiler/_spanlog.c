@@ -485,7 +485,17 @@ static PyObject *log_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     return (PyObject *)log_make((Hot *)owner, schema);
 }
 
+/* A Log holds its Hot, which holds the recorder's bound methods, and the recorder holds its logs:
+ * a cycle. The collector must see the Log's edge to free it: an untracked Log kept every stopped
+ * recorder alive with all its records (1 MB a 20,000-op profile, found by a block of compare runs
+ * whose memory grew by 21 MB a block). The Hot's tp_clear breaks the cycle. */
+static int log_traverse(Log *log, visitproc visit, void *arg) {
+    Py_VISIT(log->owner);
+    return 0;
+}
+
 static void log_dealloc(Log *log) {
+    PyObject_GC_UnTrack(log);
     for (Py_ssize_t i = 0; i < log->nchunks; i++) PyMem_Free(log->chunks[i]);
     PyMem_Free(log->chunks);
     PyMem_Free(log->xids.v);
@@ -625,9 +635,11 @@ static PyTypeObject LogType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "opprof.profiler._spanlog.Log",
     .tp_doc = "One thread's records of one shape, fixed-size, in chunks (a list of tuples on the pure path).",
     .tp_basicsize = sizeof(Log),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_new = log_new,
     .tp_dealloc = (destructor)log_dealloc,
+    .tp_traverse = (traverseproc)log_traverse,
+    .tp_free = PyObject_GC_Del,
     .tp_methods = log_methods,
     .tp_getset = log_getset,
     .tp_as_sequence = &log_as_sequence,
