@@ -91,8 +91,8 @@ BACKPRESSURE = "Backpressure"
 #: Metadata: the threaded engine's ``max_pending`` while recording (absent for the naive engine,
 #: and in files made before it was recorded), which a what-if replay holds pushes at.
 MAX_PENDING_KEY = "max_pending"
-#: The threaded engine's ``max_pending`` unless told otherwise (and in every file made before the
-#: key was recorded, when it could not be told otherwise).
+#: The threaded engine's ``max_pending`` unless told otherwise (and what a what-if takes for a file
+#: made before the key was recorded that shows held pushes).
 DEFAULT_MAX_PENDING = 128
 
 #: Where the profiler stores an invocation's python / sub-ops / waiting split on its parent (µs).

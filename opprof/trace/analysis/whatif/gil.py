@@ -128,9 +128,9 @@ def name_shares(
 
     Why: a run shorter than two sampling periods has at most one sample inside it, and the runs
     around it were often sampled while its thread was parked between ops; :func:`gil_shares` takes
-    it to hold the GIL. That is wrong for an op that sleeps or does I/O: 400 ops of 0.6 ms that
+    it to hold the GIL. That is wrong for an op that sleeps or does I/O: 100 ops of 0.5 ms that
     sleep, recorded on one worker (sampled every 4 ms: no contention) and replayed on two, took
-    as long as on one (+86 % against a real run). An instant inside an op's run is direct evidence
+    as long as on one (+67 to +87 % against a real run; -8 % read this way). An instant inside an op's run is direct evidence
     of what that op did, and an op's name gathers it from many short runs. A run of states begins
     at a sample and repeats it every period until the state changes: its instants are its start
     and every period after."""

@@ -385,8 +385,8 @@ def prepare(trace: TraceData) -> Recording:
 
 
 def _max_pending(trace: TraceData) -> int | None:
-    """The recorded ``max_pending``; a file made before it was recorded that shows held pushes was
-    made by the engine's default (128, the only one then)."""
+    """The recorded ``max_pending``; for a file made before it was recorded that shows held pushes,
+    the engine's default (a program that set another one then is replayed as if at the default)."""
     m = trace.metadata.get(MAX_PENDING_KEY)
     if isinstance(m, int) and not isinstance(m, bool) and m >= 2:
         return m
