@@ -273,7 +273,7 @@ class ThreadedEngine(Engine):
                     for other in nxt[1:]:
                         ready.put(other)
             # Nothing of the last op kept while this thread waits for the next, which may be long:
-            # its observer is a profile that has stopped, with all its records.
+            # its observer may be a profile that has stopped since, with all its records.
             opr = obs = None
             nxt = []
 

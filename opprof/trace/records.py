@@ -88,8 +88,8 @@ ENGINE_CATEGORY = "engine"
 #: 128): it waits until half of them have run, so that a program pushing in a loop does not
 #: allocate every output at once. The pushing thread is blocked meanwhile, its Python not running.
 BACKPRESSURE = "Backpressure"
-#: Metadata: the threaded engine's ``max_pending`` while recording (absent for the naive engine,
-#: and in files made before it was recorded), which a what-if replay holds pushes at.
+#: Metadata: the threaded engine's ``max_pending`` while recording (None for the naive engine;
+#: absent in files made before it was recorded), which a what-if replay holds pushes at.
 MAX_PENDING_KEY = "max_pending"
 #: The threaded engine's ``max_pending`` unless told otherwise (and what a what-if takes for a file
 #: made before the key was recorded that shows held pushes).
