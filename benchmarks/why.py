@@ -266,6 +266,17 @@ def _naps(n: int) -> Callable[[], None]:
     return work
 
 
+_BIG = np.random.default_rng(0).random((300, 300), dtype=np.float32)
+
+
+def _dots() -> None:
+    """60 independent 300x300 dots: NumPy's BLAS uses every core for each."""
+    eng = opprof.engine.get_engine()
+    for v in [eng.new_var() for _ in range(60)]:
+        eng.push(lambda: _BIG @ _BIG, writes=[v], name="dot")
+    nd.waitall()
+
+
 def _timed(work: Callable[[], None]) -> float:
     work()  # warm: the pools' threads exist
     runs = []
@@ -325,6 +336,8 @@ def what_if_rows() -> list[Row]:
             (1, 2),
             {"engine": 2},
         ),
+        # Ops whose BLAS already fills the cores: the recording's CPU work bounds the prediction.
+        _case("engine threads 1 -> 2, 60 dots of 300x300 (BLAS on every core)", _dots, {}, {}, (1, 2), {"engine": 2}),
         # ... and pushed faster than they run: the engine holds the program back at 128 pending.
         _case(
             "engine threads 1 -> 2, 400 such ops held back by the engine",

@@ -96,6 +96,20 @@ class MyAddOneProp(mx.operator.CustomOpProp):
         return MyAddOne()
 
 
+def profiled_naps(engine: Any, n: int, nap_s: float) -> tuple[Any, float]:
+    """``n`` independent ops that each sleep ``nap_s`` (the GIL released), pushed in a loop on
+    ``engine`` and profiled: the trace and the wall time (s) of the profiled block."""
+    vs = [engine.new_var() for _ in range(n)]
+    t = time.perf_counter()
+    with mx.profile() as prof:
+        for v in vs:
+            engine.push(lambda: time.sleep(nap_s), writes=[v], name="nap")
+        mx.nd.waitall()
+    took = time.perf_counter() - t
+    assert prof.trace is not None
+    return prof.trace, took
+
+
 def retried(attempt: Callable[[], None], tries: int = 3, pause: float = 0.0) -> None:
     """Run a timing test until it passes once, at most ``tries`` times. Its known answers hold on a
     machine of its own (CI's); other processes on these 2 cores can push one run off them (a holder

@@ -23,6 +23,7 @@ What is recorded, and on which thread:
 from __future__ import annotations
 
 import itertools
+import os
 import sys
 import threading
 import time
@@ -52,6 +53,7 @@ from ..trace.columns import ROLE_CODE
 from ..trace.memory import MEMORY_METADATA
 from ..trace.records import (
     BACKPRESSURE,
+    CPUS_KEY,
     CUSTOM_POOL,
     CUSTOM_THREAD_PREFIX,
     ENGINE_CATEGORY,
@@ -500,6 +502,8 @@ class Recorder(EngineObserver):
             CUSTOM_POOL.size_key: getattr(self.engine, "custom_workers", None),
             # Where it holds a pushing program back (None: never, as the naive engine).
             MAX_PENDING_KEY: m if isinstance(m := getattr(self.engine, "max_pending", None), int) else None,
+            # The CPUs it could run on: a what-if's run cannot do its CPU work faster than on them.
+            CPUS_KEY: len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1),
             "producer": "opprof",
             # Which recorder made it: "compiled" (plain ops in C) or "python" (and why not compiled).
             "recorder": {"path": self.path, **({"why_not": COMPILED_WHY_NOT} if self.path != "compiled" else {})},

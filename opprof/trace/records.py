@@ -19,6 +19,7 @@ from typing import Any
 
 __all__ = [
     "BACKPRESSURE",
+    "CPUS_KEY",
     "CUSTOM_OP",
     "CUSTOM_POOL",
     "CUSTOM_THREAD_PREFIX",
@@ -94,6 +95,9 @@ MAX_PENDING_KEY = "max_pending"
 #: The threaded engine's ``max_pending`` unless told otherwise (and what a what-if takes for a file
 #: made before the key was recorded that shows held pushes).
 DEFAULT_MAX_PENDING = 128
+#: Metadata: the CPUs the recording process could run on (its affinity), which bound how much of
+#: its work a what-if can run at once.
+CPUS_KEY = "cpus"
 
 #: Where the profiler stores an invocation's python / sub-ops / waiting split on its parent (µs).
 SPLIT_ARGS = ("python_us", "subops_us", "waiting_us")

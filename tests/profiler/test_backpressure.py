@@ -4,16 +4,15 @@ between two pushes. Known answers from napping ops of known length on one worker
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import pytest
 
 import opprof
 import opprof as mx
-from opprof import nd
 from opprof.trace import from_chrome
 from opprof.trace.records import BACKPRESSURE, ENGINE_CATEGORY
+from tests.helpers import profiled_naps
 
 NAP_S = 0.0002
 
@@ -28,12 +27,8 @@ def one_worker() -> Iterator[opprof.engine.Engine]:
 
 
 def _push_naps(engine: opprof.engine.Engine, n: int) -> opprof.Trace:
-    with opprof.profile() as prof:
-        for v in [engine.new_var() for _ in range(n)]:
-            engine.push(lambda: time.sleep(NAP_S), writes=[v], name="nap")
-        nd.waitall()
-    assert prof.trace is not None
-    return prof.trace
+    trace: opprof.Trace = profiled_naps(engine, n, NAP_S)[0]
+    return trace
 
 
 def test_a_push_held_by_back_pressure_is_a_span_on_the_pushing_thread(one_worker: opprof.engine.Engine) -> None:

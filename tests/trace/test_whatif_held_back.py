@@ -7,38 +7,26 @@ Known answers from ops that sleep a known time, pushed in a loop faster than the
 from __future__ import annotations
 
 import statistics
-import time
 
 import numpy as np
 import pytest
 
 import opprof
 import opprof as mx
-from opprof import nd
 from opprof.engine import ThreadedEngine
 from opprof.trace import Trace
 from opprof.trace.analysis.whatif import what_if
 from opprof.trace.analysis.whatif.model import Replay
 from opprof.trace.analysis.whatif.prepare import prepare
 from opprof.trace.records import DEFAULT_MAX_PENDING, MAX_PENDING_KEY
-
-from ..helpers import retried
+from tests.helpers import profiled_naps, retried
 
 pytestmark = pytest.mark.timeout(120)
 
 
 def _naps(n: int, nap_s: float, *, workers: int, max_pending: int = DEFAULT_MAX_PENDING) -> tuple[Trace, float]:
     """``n`` independent ops that each sleep ``nap_s``, pushed in a loop: the profile and its wall time (s)."""
-    engine = mx.set_engine(ThreadedEngine(workers=workers, max_pending=max_pending))
-    vs = [engine.new_var() for _ in range(n)]
-    t = time.perf_counter()
-    with opprof.profile() as prof:
-        for v in vs:
-            engine.push(lambda: time.sleep(nap_s), writes=[v], name="nap")
-        nd.waitall()
-    took = time.perf_counter() - t
-    assert prof.trace is not None
-    return prof.trace, took
+    return profiled_naps(mx.set_engine(ThreadedEngine(workers=workers, max_pending=max_pending)), n, nap_s)
 
 
 def test_the_held_time_leaves_the_programs_own_time(restore_engine: None) -> None:
@@ -118,28 +106,3 @@ def test_more_workers_with_a_backlog_held_back(restore_engine: None) -> None:
         assert abs(again.model_error) <= 0.01, f"the prediction replays {again.model_error:+.1%} off itself"
 
     retried(attempt)
-
-
-
-def test_more_workers_beside_busy_native_threads_are_noted(restore_engine: None) -> None:
-    """Cores are not modelled: where the recording's native threads (a BLAS pool's) took a quarter of
-    a core or more, a prediction with more workers says so, with the figures; with fewer it does not,
-    nor without such threads."""
-    from opprof.trace.threadstates import CPU_WAIT_METADATA
-
-    trace, _ = _naps(20, 0.002, workers=1)
-    end = prepare(trace).end
-
-    def noted(native_ns: int | None, **pools: int) -> list[str]:
-        meta = trace.metadata.setdefault(CPU_WAIT_METADATA, {"source": "test", "ns": {}})
-        if native_ns is None:
-            meta.pop("outside_python", None)
-        else:
-            meta["outside_python"] = {"ns": native_ns, "threads": 2}
-        return [n for n in what_if(trace, **pools).notes if n.startswith("Threads of this process outside Python")]
-
-    (said,) = noted(end, engine_threads=2)
-    assert f"({1.0:.1f} cores' worth" in said
-    assert noted(end, engine_threads=1) == []  # no more threads than recorded
-    assert noted(end // 5, engine_threads=2) == []  # a fifth of a core: below the quarter
-    assert noted(None, engine_threads=2) == []

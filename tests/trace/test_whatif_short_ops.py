@@ -24,8 +24,7 @@ from opprof.trace import Trace
 from opprof.trace.analysis.whatif import what_if
 from opprof.trace.analysis.whatif.gil import MIN_NAME_SAMPLES, name_shares
 from opprof.trace.threadstates import HOLDING, ThreadState, ThreadStates
-
-from ..helpers import retried
+from tests.helpers import retried
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -87,9 +87,16 @@ close to the recording):
   the work beside them caused), the start of a new pool thread, and synchronisation between
   program threads outside the engine. A trace's :attr:`WhatIf.notes` say which of these matter
   for it (an op slower beside other work than alone, workers waiting long to wake, several pushing
-  threads, more threads asked beside native threads that already took a quarter of a core: 60
-  dots of 300x300 on one worker, OpenBLAS on both cores, were predicted 2x faster on two workers
-  and ran 1.2-1.3x slower) and how the GIL was read.
+  threads) and how the GIL was read.
+* **Cores** bound the answer, not the schedule: the recording's CPU work (its ops' runs on a CPU
+  by the sampled states, its custom ops' Python by their CPU clocks, its native threads' CPU, a
+  BLAS pool's) divided by its factors and spread over the recording's cores (or as many as it
+  used, where its counts say more) is the least a changed run can take; where that exceeds the
+  model's schedule, it is the prediction, and a note says so. 60 dots of 300x300 recorded on one
+  worker, OpenBLAS on both cores, were predicted 2x faster on two workers by the schedule alone
+  (-41 to -52 % against the real run, which gained nothing); -4 to -23 % with the bound. Without
+  thread states or the cores' count (the pure path, an older file) there is no bound; a note says
+  where the native threads took a quarter of a core or more.
 
 The naive engine runs everything inline on the pushing thread, so there is nothing to schedule:
 its replay is a time warp of each thread, where every span's own time (without the spans nested
