@@ -127,9 +127,8 @@ class Recording:
     #: The engine's back-pressure: a program's push waits while this many ops are pending, until
     #: half as many are (None: never, as recorded by the naive engine or in an older file).
     max_pending: int | None = None
-    #: CPU work the recording shows (:func:`cpu_work`): per row, ns its run was on a CPU by the
-    #: thread states; per family, its Python's CPU time; the native threads' CPU; the cores. None
-    #: without thread states or the native threads' count.
+    #: The CPU work the recording shows (:class:`CpuWork`); None without thread states, the native
+    #: threads' CPU or the cores' count (the pure path, an older file).
     cpu: CpuWork | None = None
 
 
