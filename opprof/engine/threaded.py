@@ -275,7 +275,7 @@ class ThreadedEngine(Engine):
             # Nothing of the last op kept while this thread waits for the next, which may be long:
             # its observer may be a profile that has stopped since, with all its records.
             opr = obs = None
-            nxt = []
+            del nxt
 
     def run_custom(self, task: Callable[[], None]) -> None:
         self._custom.submit(task)

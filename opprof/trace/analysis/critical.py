@@ -45,6 +45,7 @@ __all__ = [
     "critical_path",
     "mark_held_back",
     "refine_by_thread_states",
+    "thread_runs",
 ]
 
 
@@ -889,7 +890,7 @@ def refine_by_thread_states(
                         over.append((x, y, _GIL, int(h_tid[j])))
                     j += 1
         if blocked_ns[i] > 0:
-            over += [(x, y, _BLOCKED, tid) for x, y in _thread_runs(blk_tid, blk_start, blk_end, tid, lo, hi)]
+            over += [(x, y, _BLOCKED, tid) for x, y in thread_runs(blk_tid, blk_start, blk_end, tid, lo, hi)]
         _tile(pieces, i, lo, hi, kind, tid, span, about, over)
     p = np.array(pieces, dtype=np.int64).reshape(-1, 7)
     # Each GIL piece runs the span its holder ran at its middle: one search per holder, not per piece.
@@ -916,7 +917,7 @@ def mark_held_back(path: CriticalPath, table: SpanTable) -> CriticalPath:
     cut: list[int] = []
     for i in np.flatnonzero((kind_of == _PROG) | (kind_of == _BLOCKED)).tolist():
         lo, hi, tid = int(a[i]), int(b[i]), int(seg_tid[i])
-        runs = _thread_runs(h_tid, h_start, h_end, tid, lo, hi)
+        runs = thread_runs(h_tid, h_start, h_end, tid, lo, hi)
         if runs:
             cut.append(i)
             over = [(x, y, _HELD, tid) for x, y in runs]
@@ -926,7 +927,7 @@ def mark_held_back(path: CriticalPath, table: SpanTable) -> CriticalPath:
     return _with_pieces(path, cut, np.array(pieces, dtype=np.int64).reshape(-1, 7))
 
 
-def _thread_runs(r_tid: np.ndarray, r_start: np.ndarray, r_end: np.ndarray, tid: int, lo: int, hi: int) -> list[tuple[int, int]]:
+def thread_runs(r_tid: np.ndarray, r_start: np.ndarray, r_end: np.ndarray, tid: int, lo: int, hi: int) -> list[tuple[int, int]]:
     """The runs of thread ``tid`` that meet ``[lo, hi)``, clipped to it. The runs are sorted by
     (thread, start) and a thread's are disjoint, so its stretch is sorted by end too: four sorted
     searches, no scan."""

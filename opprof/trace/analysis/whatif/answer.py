@@ -20,7 +20,7 @@ from ...records import WAIT as WAIT_CATEGORY
 from ...threadstates import GIL_METADATA, cpu_outside_python
 from ..critical import APPROXIMATE_PATH
 from .change import check_factors, check_pool, span_factors
-from .gil import DEFAULT_SWITCH_INTERVAL
+from .gil import DEFAULT_SWITCH_INTERVAL, MIN_NAME_SAMPLES
 from .model import Replay
 from .predict import model_trace
 from .prepare import LATENCY_KEY, LATENCY_WORDS, MODEL_METADATA, POOL_PREFIXES, Recording, prepare
@@ -46,8 +46,8 @@ _GIL_CPU = (
 _GIL_LEFT_OUT = (
     "Left out of the GIL model: the engine's own Python (pushing, completing ops) beyond the hand-offs read off "
     "the trace, where inside a stretch its GIL part fell (the model runs it first), and how much of a piece "
-    "shorter than two GIL samples held the GIL where the sampler saw fewer than five instants inside the runs of "
-    "its name (taken as all of it, its waits for it included, except where pieces on other threads overlap it: one "
+    f"shorter than two GIL samples held the GIL where the sampler saw fewer than {MIN_NAME_SAMPLES} instants inside "
+    "the runs of its name (taken as all of it, its waits for it included, except where pieces on other threads overlap it: one "
     "thread holds the GIL at a time, so they share it)."
 )
 _NO_GIL = "No GIL (a free-threaded build): every thread runs at once; the recorded waits for the GIL are left out."
@@ -150,7 +150,9 @@ def _notes(rec: Recording, trace: TraceData, dropped: int, interval: float, gil:
     ]
     notes = [
         *(gil_notes if gil else [_NO_GIL]),
-        "Threads do not compete for CPU cores in the model: with more busy threads than cores, expect longer times.",
+        "Threads do not compete for CPU cores in the model's schedule: with more busy threads than cores, expect "
+        "longer times (where the thread states and the cores' count are recorded, the run's CPU work over its cores "
+        "bounds a changed run, and a note says when it did).",
         "Each op lasts its recorded duration divided by its factor; a custom op's Python its own time (without its "
         "waits) divided by its factor, with its pushes and waits where they were; the program's own time between its "
         "pushes and waits stays as recorded, without the time the engine held a push back (back-pressure), which "
@@ -346,7 +348,7 @@ def what_if(
     bound = _cpu_bound(rec, factor) if changed else None
     if bound is not None and bound > predicted_ns:
         # The model's schedule does not see cores: the run cannot do its CPU work faster than on them.
-        work, cores, used = _cpu_said(rec)
+        work, cores, used = _cpu_used(rec)
         notes.append(
             f"The run's CPU work bounds it: the recording's ops, custom-op Python and native threads (a BLAS "
             f"pool's) were on a CPU {_fmt(work)} of its {_fmt(rec.end)} ({used:.1f} cores' worth, {cores} to run on); "
@@ -399,7 +401,7 @@ def what_if(
     )
 
 
-def _cpu_said(rec: Recording) -> tuple[int, int, float]:
+def _cpu_used(rec: Recording) -> tuple[int, int, float]:
     """(the recording's CPU work in ns, its cores, the cores' worth it used)."""
     w = rec.cpu
     assert w is not None
@@ -421,14 +423,14 @@ def _cpu_bound(rec: Recording, factor: np.ndarray) -> int | None:
     w = rec.cpu
     if w is None or rec.end <= 0:
         return None
+    work, cores, used = _cpu_used(rec)
+    if not work:
+        return None
     f = factor.tolist()
     ops = sum(ns / f[s] for ns, s in zip(w.op_ns, rec.span, strict=True) if ns and s >= 0)
     pythons = sum(ns / f[fam.python] for ns, fam in zip(w.python_ns, rec.families, strict=True))
     op_total = sum(w.op_ns)
     native = w.native_ns * (ops / op_total) if op_total else float(w.native_ns)
-    work, cores, used = _cpu_said(rec)
-    if not work:
-        return None
     return round((ops + pythons + native) / max(float(cores), used))
 
 

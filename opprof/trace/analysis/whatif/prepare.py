@@ -17,6 +17,7 @@ from ...data import TraceData
 from ...ops import OpKind, OpTable
 from ...records import CPUS_KEY, CUSTOM_POOL, DEFAULT_MAX_PENDING, ENGINE_POOL, MAX_PENDING_KEY, Role
 from ...threadstates import STATES, ThreadState, ThreadStates, cpu_outside_python
+from ..critical import thread_runs
 from .gil import (
     EXACT_PERIOD_NS,
     gil_shares,
@@ -249,20 +250,11 @@ def prepare(trace: TraceData) -> Recording:
         ``held`` (a program's) gets the time the engine held each item's push back, which the
         model re-derives: taken out of the gap, from its end (the engine holds a push as it begins)."""
         out, last = [], origin
-        lo, hi = np.searchsorted(h_tid, [tid, tid + 1]) if held is not None else (0, 0)
-        hs, he, j = h_start[lo:hi].tolist(), h_end[lo:hi].tolist(), 0
         for r in items:
             p = push_l[r]
             stop = p
             if held is not None:
-                while j < len(he) and he[j] <= last:
-                    j += 1
-                h = 0
-                while j < len(hs) and hs[j] < p:
-                    h += max(0, min(he[j], p) - max(hs[j], last))
-                    if he[j] > p:
-                        break
-                    j += 1
+                h = sum(y - x for x, y in thread_runs(h_tid, h_start, h_end, tid, last, p))
                 held.append(h)
                 stop = p - h
             out.append(max(0, stop - last))
@@ -396,7 +388,7 @@ def prepare(trace: TraceData) -> Recording:
             o.push[np.array([dr for _, dr, _ in fam_rows], dtype=_I64)],
         ),
         outside=outside_holds(trace, t0, end, {int(x) for x in np.unique(t.tid)} | set(prog_items)),
-        max_pending=_max_pending(trace),
+        max_pending=_max_pending(trace, len(h_tid)),
         cpu=_cpu_work(trace, n, run_rows, s_tid, s_start + t0, s_end + t0, [int(t.cpu[y]) for _, _, y in fam_rows]),
     )
 
@@ -422,13 +414,14 @@ def _cpu_work(
     return CpuWork(op_ns.tolist(), [max(0, c) for c in python_cpu], native[0], cores)
 
 
-def _max_pending(trace: TraceData) -> int | None:
-    """The recorded ``max_pending``; for a file made before it was recorded that shows held pushes,
-    the engine's default (a program that set another one then is replayed as if at the default)."""
+def _max_pending(trace: TraceData, held_spans: int) -> int | None:
+    """The recorded ``max_pending``; for a file made before it was recorded that shows held pushes
+    (``held_spans`` of them), the engine's default (a program that set another one then is replayed
+    as if at the default)."""
     m = trace.metadata.get(MAX_PENDING_KEY)
     if isinstance(m, int) and not isinstance(m, bool) and m >= 2:
         return m
-    return DEFAULT_MAX_PENDING if MAX_PENDING_KEY not in trace.metadata and len(trace.table.held_back()[0]) else None
+    return DEFAULT_MAX_PENDING if MAX_PENDING_KEY not in trace.metadata and held_spans else None
 
 
 def _calibrate(
