@@ -317,7 +317,14 @@ class NDArray:
             return self
         if _tape.is_recording() and _tape.requires_grad(self):
             return invoke(_SLICE, (self,), {"key": key})
-        return self._view(key)
+        view = self._view(key)
+        # MXNet shares memory only where the result is contiguous (``a[1:3]``, ``a[2, :, 1]``); a
+        # slice that is not (``a[:, 1:3]``, a step) is its ``slice`` op's copy: a write to it leaves
+        # the array alone, and it is memory of its own. (NumPy's C-contiguity is MXNet's rule:
+        # ``_basic_indexing_slice_is_contiguous``, tested against it.)
+        if view._data.flags.c_contiguous:
+            return view
+        return invoke(_SLICE, (self,), {"key": key})
 
     @staticmethod
     def _basic_indexing_slice_is_contiguous(slc_key: Sequence[slice], shape: Sequence[int]) -> bool:
@@ -478,7 +485,17 @@ class NDArray:
         reverse = bool(kwargs.pop("reverse", False))
         if kwargs:
             raise TypeError(f"reshape got unexpected arguments {sorted(kwargs)}")
-        return reshape(self, shape, reverse=reverse)
+        # MXNet's method is a view (NDArray::Reshape shares the chunk and its var): writes to either
+        # show in the other, and no op runs nor memory is allocated; ``nd.reshape`` is the copying op.
+        # While recording it is that op, so gradients flow (as ``_reshaped`` does).
+        if _tape.is_recording() and _tape.requires_grad(self):
+            return reshape(self, shape, reverse=reverse)
+        view = self._data.view()
+        try:
+            view.shape = _ops.reshape_target(self.shape, [int(n) for n in shape], reverse)
+        except AttributeError:  # a strided view that cannot be reshaped without a copy: the op makes one
+            return reshape(self, shape, reverse=reverse)
+        return NDArray(view, self._var)
 
     def transpose(self, axes: Sequence[int] | None = None) -> NDArray:
         return transpose(self, axes)

@@ -286,11 +286,34 @@ def test_bad_reshape_raises(target: tuple[int, ...]) -> None:
         mx.nd.reshape(x, target)
 
 
-def test_reshape_is_a_copy_not_an_alias() -> None:
-    x = mx.nd.array(np.arange(6.0))
-    y = x.reshape((2, 3))
+def test_the_reshape_method_is_a_view_and_nd_reshape_a_copy() -> None:
+    # MXNet 1.9.1's own docstring example: ``NDArray.reshape`` shares the data (NDArray::Reshape).
+    x = mx.nd.arange(0, 6).reshape(2, 3)
+    y = x.reshape(-3)
+    y[:] = -1
+    np.testing.assert_array_equal(x.asnumpy(), -np.ones((2, 3)))
+    copied = mx.nd.reshape(x, (3, 2))  # the operator makes its own output
     x[:] = 0
-    np.testing.assert_array_equal(y.asnumpy(), np.arange(6.0).reshape(2, 3))
+    np.testing.assert_array_equal(copied.asnumpy(), -np.ones((3, 2)))
+    np.testing.assert_array_equal(y.asnumpy(), np.zeros(6))
+
+
+def test_a_reshaped_view_waits_for_the_op_writing_its_array() -> None:
+    x = mx.nd.ones((100, 100))
+    for _ in range(20):
+        x = x + 1  # pushed, maybe not run yet: the view shares the var, so reading it waits
+    assert float(x.reshape((-1,)).sum().asscalar()) == 21 * 100 * 100
+
+
+def test_a_slice_is_a_view_only_where_mxnet_makes_one() -> None:
+    a = mx.nd.zeros((4, 6))
+    rows, one, column = a[1:3], a[2], a[:, 1:3]  # contiguous, contiguous, not
+    rows[:] = 7
+    one[:] = 9
+    column[:] = 5  # MXNet's ``slice`` op made a copy: the array is left alone
+    np.testing.assert_array_equal(a.asnumpy()[:, 0], [0, 7, 9, 0])
+    assert not (a.asnumpy()[:, 1:3] == 5).any() and (column.asnumpy() == 5).all()
+    assert a[::2].asnumpy().shape == (2, 6)  # a step: a copy as well
 
 
 GETITEM_KEYS = [
@@ -775,7 +798,7 @@ NAME_CASES: list[tuple[str, Callable[[dict[str, Any]], Any], list[str]]] = [
     ("x.T", lambda o: o["x"].T, ["transpose"]),
     ("transpose axes", lambda o: mx.nd.transpose(o["x"], axes=(1, 0)), ["transpose"]),
     ("x.transpose()", lambda o: o["x"].transpose(), ["transpose"]),
-    ("x.reshape", lambda o: o["x"].reshape((3, 2)), ["Reshape"]),
+    ("x.reshape", lambda o: o["x"].reshape((3, 2)), []),  # a view, as MXNet's: no op runs
     ("nd.reshape", lambda o: mx.nd.reshape(o["x"], (-1,)), ["Reshape"]),
     ("nd.sum", lambda o: mx.nd.sum(o["x"]), ["sum"]),
     ("x.sum(axis)", lambda o: o["x"].sum(axis=0, keepdims=True), ["sum"]),
@@ -787,6 +810,7 @@ NAME_CASES: list[tuple[str, Callable[[dict[str, Any]], Any], list[str]]] = [
     ("copyto", lambda o: o["x"].copyto(o["y"]), ["_copyto"]),
     ("x[1:]", lambda o: o["x"][1:], []),
     ("x[0, 1]", lambda o: o["x"][0, 1], []),
+    ("x[:, 1:]", lambda o: o["x"][:, 1:], ["slice"]),  # not contiguous: MXNet's slice op copies
     ("zeros", lambda o: mx.nd.zeros((2, 2)), ["_zeros"]),
     ("ones", lambda o: mx.nd.ones((2, 2)), ["_ones"]),
     ("full", lambda o: mx.nd.full((2, 2), 3), ["_full"]),
