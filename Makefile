@@ -38,4 +38,4 @@ bench-peers: $(STAMP)
 	$(BIN)/python -m benchmarks --peers $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .venv-3.10 .venv-3.13 build dist .pytest_cache .hypothesis .ruff_cache
+	rm -rf $(VENV) .venv-3.10 .venv-3.12 .venv-3.13 build dist .pytest_cache .hypothesis .ruff_cache
