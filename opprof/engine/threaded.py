@@ -57,6 +57,16 @@ class CustomPool:
         self._blocked = 0
         self._names = itertools.count()
         self._closing = False
+        # The pool's own threads start now, not at its first tasks: a thread started there is
+        # started by the engine worker running the custom op, which waits in Thread.start() until
+        # the new thread holds the GIL, and a profile cannot sample a thread before its first line
+        # of Python. Behind a thread spinning in Python, a fresh engine's first four custom ops
+        # waited 15 ms that way and were said to queue for a busy pool or a wake (2026-12-05); a
+        # thread parked on the queue costs nothing meanwhile. Threads past the size are still
+        # started on demand (see _grow).
+        with self._lock:
+            for _ in range(self._size):
+                self._start_thread()
 
     def submit(self, task: Callable[[], None]) -> None:
         with self._lock:
@@ -82,10 +92,14 @@ class CustomPool:
             return
         active = len(self._threads) - self._blocked
         if active < self._size and self._queued > self._idle:
-            t = threading.Thread(target=self._run, name=f"{self._prefix}{next(self._names)}", daemon=True)
-            self._threads.append(t)
-            self._idle += 1  # counted idle until it takes its first task
-            t.start()
+            self._start_thread()
+
+    def _start_thread(self) -> None:
+        """With the lock held: one more thread, idle until it takes its first task."""
+        t = threading.Thread(target=self._run, name=f"{self._prefix}{next(self._names)}", daemon=True)
+        self._threads.append(t)
+        self._idle += 1
+        t.start()
 
     def _run(self) -> None:
         thread_state.custom_pool = self

@@ -693,7 +693,10 @@ def test_split_bars_break_waiting_into_its_causes_summed_per_op_type(edges_tl, e
     # Each cause is its own stacked part, coloured and labelled as such, with a hover per part in ms.
     stacked = {r.name: r for r in tl.bars.renderers}
     shown = [k for k in c.keys if float(np.sum(src[k])) > 0]
-    assert {"custom_pool", "dependency"} <= set(shown) and set(shown) <= set(stacked)
+    # Every call hands its Python to the pool (a queue wait, split into waking and the GIL where
+    # they were timed); the second sub-op waits for the first.
+    assert "dependency" in shown and any(k.startswith("custom_pool") for k in shown)
+    assert set(shown) <= set(stacked)
     for key in shown:
         assert stacked[key].glyph.fill_color == CAUSE_COLORS[key]
     assert len({r.glyph.fill_color for r in stacked.values()}) == len(stacked)
