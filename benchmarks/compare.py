@@ -16,7 +16,9 @@ The blocked rows take the runs as a user does (A's block, then B's; each calibra
 the ~100 ms workload must be found in 95 % and 80 % of trials; +30 % on a few-ms workload found or
 declined, never reversed. N = 20 runs a side: at 10 the +10 % was found in about three trials of four
 (74 of 100 on 2026-12-04: 46 of 60 kept trials, 17 and 11 of 20 in two runs), at 20 in 19 of 20, the
-fastest runs' block-to-block swing halving (1.9 % -> 0.9-1.0 %).
+fastest runs' block-to-block swing halving (1.9 % -> 0.9-1.0 %). Blocks are judged on the fastest
+half of their runs since 2026-12-05 (docs/compare.md: 41 of 50 against the fastest run's 37 of 50,
+on the same runs).
 """
 
 from __future__ import annotations

@@ -623,9 +623,10 @@ def _ratio_says(c: Comparison) -> str:
         return f"B/A of the pairs (runs taken alternately) with its {pct} % interval (t on the per-pair log ratios)"
     used = {r.estimate for r in c.rows}
     says = []
-    if Estimate.FASTEST in used:
+    if Estimate.FASTEST_HALF in used:
         says.append(
-            f"B/A of the fastest runs with its {pct} % interval (bootstrap), widened by how much each side's halves "
+            f"B/A of the fastest half of the runs (its mean) with its {pct} % interval (bootstrap), "
+            "widened by how much each side's halves "
             "differ; a verdict needs all runs to agree"
         )
     if Estimate.GEOMETRIC_MEAN in used:
