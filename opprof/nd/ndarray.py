@@ -318,8 +318,8 @@ class NDArray:
         if _tape.is_recording() and _tape.requires_grad(self):
             return invoke(_SLICE, (self,), {"key": key})
         view = self._view(key)
-        # MXNet shares memory only where the result is contiguous (``a[1:3]``, ``a[2, :, 1]``); a
-        # slice that is not (``a[:, 1:3]``, a step) is its ``slice`` op's copy: a write to it leaves
+        # MXNet shares memory only where the result is contiguous (``a[1:3]``, ``a[2]``); a slice
+        # that is not (``a[:, 1:3]``, ``a[2, :, 1]``, a step) is its ``slice`` op's copy: a write to it leaves
         # the array alone, and it is memory of its own. (NumPy's C-contiguity is MXNet's rule:
         # ``_basic_indexing_slice_is_contiguous``, tested against it.)
         if view._data.flags.c_contiguous:
