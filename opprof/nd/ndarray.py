@@ -490,10 +490,9 @@ class NDArray:
         # While recording it is that op, so gradients flow (as ``_reshaped`` does).
         if _tape.is_recording() and _tape.requires_grad(self):
             return reshape(self, shape, reverse=reverse)
-        view = self._data.view()
-        try:
-            view.shape = _ops.reshape_target(self.shape, [int(n) for n in shape], reverse)
-        except AttributeError:  # a strided view that cannot be reshaped without a copy: the op makes one
+        data = self._data
+        view = data.reshape(_ops.reshape_target(self.shape, [int(n) for n in shape], reverse))
+        if view.size and not np.may_share_memory(view, data):  # a strided array NumPy had to copy: the op makes one
             return reshape(self, shape, reverse=reverse)
         return NDArray(view, self._var)
 
@@ -574,11 +573,11 @@ class NDArray:
     def _reshaped(self, name: str, rule: Any, attrs: dict[str, Any], inplace: bool) -> NDArray:
         if inplace and not (_tape.is_recording() and _tape.requires_grad(self)):
             shape = rule(name, self.shape, attrs)
-            view = self._data.view()
-            try:
-                view.shape = shape
-            except AttributeError:  # a strided view that cannot be reshaped without copying
-                raise OperatorError(f"{name}: inplace=True needs a contiguous array, this {self.shape} view is not") from None
+            # ``data.reshape``, not setting ``.shape`` (deprecated in NumPy 2.5); a copy it had to
+            # make (a strided array) shares nothing with the data.
+            view = self._data.reshape(shape)
+            if view.size and not np.may_share_memory(view, self._data):
+                raise OperatorError(f"{name}: inplace=True needs a contiguous array, this {self.shape} view is not")
             return NDArray(view, self._var)
         return invoke(_ops.OPS[name], (self,), attrs)
 

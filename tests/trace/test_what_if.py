@@ -332,10 +332,13 @@ def test_selections_scale_what_they_name(training_trace: Trace) -> None:
         m = (table.strs(table.name) == "WhatIfSleep::pure_python") & (table.backward == int(backward))
         return sorted((table.end - table.start)[m].tolist())
 
-    # Only the backward Python got faster: by the factor, to the µs (no waits inside).
-    for got, rec in zip(python_durations(p, False), python_durations(t, False), strict=True):
+    # Only the backward Python got faster: by the factor, to the µs, against the same model without
+    # the change (a Python whose recording shows a wait for the GIL inside, a busy machine's, is that
+    # much shorter there: 764 µs once in CI, 2026-12-05).
+    base = what_if(training_trace, gil=False).trace.table
+    for got, rec in zip(python_durations(p, False), python_durations(base, False), strict=True):
         assert abs(got - rec) <= 1_000
-    for got, rec in zip(python_durations(p, True), python_durations(t, True), strict=True):
+    for got, rec in zip(python_durations(p, True), python_durations(base, True), strict=True):
         assert abs(got - rec / 2) <= 1_000
     # A type selects its whole family; an exact name beats it where both apply.
     whole = what_if(training_trace, {"WhatIfSleep": 2.0}, gil=False)
