@@ -490,11 +490,8 @@ class NDArray:
         # While recording it is that op, so gradients flow (as ``_reshaped`` does).
         if _tape.is_recording() and _tape.requires_grad(self):
             return reshape(self, shape, reverse=reverse)
-        data = self._data
-        view = data.reshape(_ops.reshape_target(self.shape, [int(n) for n in shape], reverse))
-        if view.size and not np.may_share_memory(view, data):  # a strided array NumPy had to copy: the op makes one
-            return reshape(self, shape, reverse=reverse)
-        return NDArray(view, self._var)
+        view = self._view_as(_ops.reshape_target(self.shape, [int(n) for n in shape], reverse))
+        return view if view is not None else reshape(self, shape, reverse=reverse)  # a strided array: the op copies
 
     def transpose(self, axes: Sequence[int] | None = None) -> NDArray:
         return transpose(self, axes)
@@ -572,14 +569,20 @@ class NDArray:
     # writes to either show in the other. While recording it is the copying op, so gradients flow.
     def _reshaped(self, name: str, rule: Any, attrs: dict[str, Any], inplace: bool) -> NDArray:
         if inplace and not (_tape.is_recording() and _tape.requires_grad(self)):
-            shape = rule(name, self.shape, attrs)
-            # ``data.reshape``, not setting ``.shape`` (deprecated in NumPy 2.5); a copy it had to
-            # make (a strided array) shares nothing with the data.
-            view = self._data.reshape(shape)
-            if view.size and not np.may_share_memory(view, self._data):
+            view = self._view_as(rule(name, self.shape, attrs))
+            if view is None:
                 raise OperatorError(f"{name}: inplace=True needs a contiguous array, this {self.shape} view is not")
-            return NDArray(view, self._var)
+            return view
         return invoke(_ops.OPS[name], (self,), attrs)
+
+    def _view_as(self, shape: tuple[int, ...]) -> NDArray | None:
+        """This array's data in ``shape``, on the same buffer and var; None where NumPy would have
+        to copy (a strided array). ``data.reshape``, not setting ``.shape`` (deprecated in NumPy
+        2.5): a copy it made shares no memory with the data (an empty array shares none, and stays a view)."""
+        view = self._data.reshape(shape)
+        if view.size and not np.may_share_memory(view, self._data):
+            return None
+        return NDArray(view, self._var)
 
     def expand_dims(self, axis: int, inplace: bool = False) -> NDArray:
         return self._reshaped("expand_dims", _ops.expand_dims_shape, {"axis": int(axis)}, inplace)

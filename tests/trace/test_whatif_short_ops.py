@@ -152,22 +152,18 @@ def _pushes(work: Callable[[], None], workers: int) -> tuple[Trace, float]:
     return prof.trace, took
 
 
-#: What a second worker does to each workload, the known answer read off the recording on one:
-#: ops that sleep release the GIL (the run halves), ops that spin hold it (nothing changes).
-SECOND_WORKER = {"sleeps": (0.0, 0.6), "spins": (0.9, 1.1)}
-
-
 @pytest.mark.e2e  # real runs, ~0.5 s
 @pytest.mark.skipif(not gil.AVAILABLE, reason=f"no GIL evidence here: {gil.WHY_NOT}")
-@pytest.mark.parametrize("work", [_nap, _spin], ids=["sleeps", "spins"])
+# The known answer read off the recording on one worker: ops that sleep release the GIL (the run
+# halves), ops that spin hold it (nothing changes).
+@pytest.mark.parametrize(("work", "low", "high"), [(_nap, 0.0, 0.6), (_spin, 0.9, 1.1)], ids=["sleeps", "spins"])
 def test_a_second_worker_for_short_ops_is_predicted_by_what_the_ops_did_to_the_gil(
-    work: Callable[[], None], request: pytest.FixtureRequest, restore_engine: None
+    work: Callable[[], None], low: float, high: float, restore_engine: None
 ) -> None:
     """100 ops of 0.5 ms recorded on one worker (the sampler at its quiet period: no instant in most
     runs), predicted on two: ops that sleep at most 0.6x the recording, ops that spin 0.9-1.1x.
     Before the sampler's instants were read per op name, ops that sleep were predicted to gain
     nothing (a run with no sample of its own was taken to hold the GIL)."""
-    low, high = SECOND_WORKER[request.node.callspec.id]
     recorded = sorted((_pushes(work, 1)[0] for _ in range(3)), key=lambda t: t.table.length_ns)[1]
     w = what_if(recorded, engine_threads=2)
     ratio = w.predicted_ns / w.recorded_ns
