@@ -97,6 +97,31 @@ def test_a_gil_handover_is_measured_from_the_holders_park() -> None:
     assert gil_transfer_ns(trace) == 5 * US
 
 
+def test_a_park_is_no_handover_where_another_thread_held_the_gil_after_it() -> None:
+    """Known answer: a convoy. Engine-1 parks 15 µs before the waiter holds the GIL (an asleep
+    handover of 15 µs), but in four of seven a Python on the custom thread held the GIL from just
+    after the park for 5 ms (its switch interval), and the waiter took it from that Python, not from
+    the park: those are not handovers, so the asleep transfer stays 15 µs (with them, the median
+    was 5 ms, and a replay of such a recording ran its spinner 20 ms late, +60-118 %)."""
+    trace = synthetic_trace(400)
+    _handovers(trace, 2 * US, MIN_TRANSFERS, 30 * US, asleep=MIN_ASLEEP_TRANSFERS)
+    assert gil_transfer_ns(trace, asleep=True) == 15 * US
+    ts = trace.thread_states
+    assert ts is not None
+    e0, e1, cus = _tid(trace, "opprof-engine-0"), _tid(trace, "opprof-engine-1"), _tid(trace, "opprof-custom-")
+    states = [ThreadState(s) for s in ts.state.tolist()]
+    rows = list(zip(ts.tid.tolist(), states, ts.start.tolist(), ts.end.tolist(), strict=True))
+    for k in range(4):  # four more asleep waits, each ended by the spinner's switch interval
+        t = (MIN_TRANSFERS + MIN_ASLEEP_TRANSFERS + k) * 10_000 * US
+        park = t + 210 * US
+        got = park + 5_000 * US
+        rows += [(e0, B, t - 100 * US, t), (e0, R, t, t + 10 * US), (e0, W, t + 10 * US, got)]
+        rows += [(e1, H, t - 100 * US, park), (e1, B, park, got + 300 * US), (e1, R, got + 300 * US, got + 310 * US)]
+        rows += [(cus, H, park + 1 * US, got)]
+    trace.thread_states = _states(rows)
+    assert gil_transfer_ns(trace, asleep=True) == 15 * US
+
+
 def test_a_thread_that_waited_long_is_handed_the_gil_by_its_own_measure() -> None:
     """Known answer: handovers to a thread that had waited 5 µs take 2 µs, to one that had waited
     200 µs (asleep: its CPU halted) 15 µs; each kind is measured on its own, the asleep one not
