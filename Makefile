@@ -11,7 +11,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 # setup.py builds the optional C extensions (opprof/engine/_gil.c, _handoff.c, opprof/profiler/_spanlog.c, _memlog.c, _npmem.c) in place: a changed source reinstalls.
-$(STAMP): pyproject.toml setup.py opprof/engine/_gil.c opprof/engine/_handoff.c opprof/profiler/_spanlog.c opprof/profiler/_memlog.c opprof/profiler/_npmem.c opprof/_monotonic.h opprof/_frames.h opprof/profiler/_npmem_hooks.h | $(BIN)/python
+$(STAMP): pyproject.toml setup.py opprof/engine/_gil.c opprof/engine/_handoff.c opprof/profiler/_spanlog.c opprof/profiler/_memlog.c opprof/profiler/_npmem.c opprof/_monotonic.h opprof/_frames.h opprof/_int64.h opprof/profiler/_npmem_hooks.h | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test,e2e,dask]'
 	touch $(STAMP)
 

@@ -38,14 +38,14 @@ setup(
         Extension(
             "opprof.profiler._spanlog",
             ["opprof/profiler/_spanlog.c"],
-            depends=["opprof/_monotonic.h", "opprof/_frames.h"],
+            depends=["opprof/_monotonic.h", "opprof/_frames.h", "opprof/_int64.h"],
             optional=True,
             extra_compile_args=["-O2", "-std=gnu11"],
         ),
         Extension(
             "opprof.profiler._memlog",
             ["opprof/profiler/_memlog.c"],
-            depends=["opprof/_monotonic.h", "opprof/_frames.h", "opprof/profiler/_npmem_hooks.h", "opprof/profiler/_ptrtable.h"],
+            depends=["opprof/_monotonic.h", "opprof/_frames.h", "opprof/_int64.h", "opprof/profiler/_npmem_hooks.h", "opprof/profiler/_ptrtable.h"],
             optional=True,
             extra_compile_args=["-O2", "-std=gnu11"],
         ),

@@ -37,6 +37,7 @@
 #include "_npmem_hooks.h"  /* what _npmem.c's handlers tell: their frees and moves */
 #include "_ptrtable.h"     /* the watch table's hash, probe and deletion (shared with _npmem.c) */
 #include "../_monotonic.h" /* monotonic_ns(): the clock perf_counter_ns reads */
+#include "../_int64.h"     /* opprof_as_i64(): an int64 from a Python int, without the byte-array path */
 #include <structmember.h>
 
 #if defined(Py_GIL_DISABLED)
@@ -120,7 +121,7 @@ static int64_t itemsize_of(PyObject *descr) {
         if (dtypes[i].descr == descr) return dtypes[i].itemsize;
     PyObject *v = PyObject_GetAttr(descr, str_itemsize);
     if (v == NULL) return -1;
-    int64_t size = PyLong_AsLongLong(v);
+    int64_t size = opprof_as_i64(v);
     Py_DECREF(v);
     if (size == -1 && PyErr_Occurred()) return -1;
     if (ndtypes < DTYPE_CACHE) {
@@ -150,7 +151,7 @@ static int array_facts(PyObject *data, PyObject **base, int64_t *nbytes) {
     if (*base != NULL) return 0;
     PyObject *n = PyObject_GetAttr(data, str_nbytes);
     if (n == NULL) return -1;
-    *nbytes = PyLong_AsLongLong(n);
+    *nbytes = opprof_as_i64(n);
     Py_DECREF(n);
     return *nbytes == -1 && PyErr_Occurred() ? -1 : 0;
 }
@@ -475,10 +476,10 @@ static Py_ssize_t log_length(Log *log) { return log->len; }
 static inline int64_t var_id(Log *log, PyObject *var) {
     PyObject *v = NULL;
     if (log->var_id_offset >= 0 && Py_TYPE(var) == log->var_type) v = *(PyObject **)((char *)var + log->var_id_offset);
-    if (v != NULL) return PyLong_AsLongLong(v);
+    if (v != NULL) return opprof_as_i64(v);
     v = PyObject_GetAttr(var, str_id);
     if (v == NULL) return -1;
-    int64_t id = PyLong_AsLongLong(v);
+    int64_t id = opprof_as_i64(v);
     Py_DECREF(v);
     return id;
 }

@@ -35,6 +35,7 @@
 
 #include "../_frames.h"    /* opprof_user_frame(): the user's line that pushed a sub-op */
 #include "../_monotonic.h" /* monotonic_ns(): the clock perf_counter_ns reads */
+#include "../_int64.h"     /* opprof_as_i64(): an int64 from a Python int, without the byte-array path */
 #include <structmember.h>
 
 #if defined(Py_GIL_DISABLED)
@@ -126,7 +127,7 @@ static int64_t slot_int(slot_t *s, PyObject *obj, int *err) {
         *err = 1;
         return 0;
     }
-    int64_t x = PyLong_AsLongLong(v);
+    int64_t x = opprof_as_i64(v);
     Py_DECREF(v);
     if (x == -1 && PyErr_Occurred()) *err = 1;
     return x;
@@ -167,7 +168,7 @@ static int64_t table_code(table_t *t, PyObject *key, PyObject *value) {
     PyObject *c = PyDict_GetItemWithError(t->index, key);
     if (c != NULL) {
         Py_DECREF(key);
-        return PyLong_AsLongLong(c);
+        return opprof_as_i64(c);
     }
     if (PyErr_Occurred()) {
         Py_DECREF(key);
@@ -183,7 +184,7 @@ static int64_t table_code(table_t *t, PyObject *key, PyObject *value) {
 
 static int64_t name_code(table_t *t, PyObject *name) {
     PyObject *c = PyDict_GetItemWithError(t->index, name); /* the common case: no key made */
-    if (c != NULL) return PyLong_AsLongLong(c);
+    if (c != NULL) return opprof_as_i64(c);
     if (PyErr_Occurred()) return -1;
     return table_code(t, Py_NewRef(name), name);
 }
@@ -316,7 +317,7 @@ static int64_t new_extra(Log *log, PyObject *vars, int of_vars, int *err) {
     Py_ssize_t n = PyTuple_GET_SIZE(vars), at = log->xids.n;
     for (Py_ssize_t i = 0; i < n && !*err; i++) {
         PyObject *v = PyTuple_GET_ITEM(vars, i);
-        int64_t id = of_vars ? slot_int(&S_VAR_ID, v, err) : PyLong_AsLongLong(v);
+        int64_t id = of_vars ? slot_int(&S_VAR_ID, v, err) : opprof_as_i64(v);
         if (!of_vars && id == -1 && PyErr_Occurred()) *err = 1;
         if (!*err && vec_push(&log->xids, id) < 0) *err = 1;
     }
@@ -342,7 +343,7 @@ static int64_t vars_field(Log *log, PyObject *vars, int *err) {
 /* A vars field given by Python code (an int, or a tuple of var ids). */
 static int64_t given_vars(Log *log, PyObject *v, int *err) {
     if (PyLong_Check(v)) {
-        int64_t x = PyLong_AsLongLong(v);
+        int64_t x = opprof_as_i64(v);
         if (x == -1 && PyErr_Occurred()) *err = 1;
         if (x < 1 && !*err) {
             PyErr_SetString(PyExc_ValueError, "var ids start at 1");
@@ -372,7 +373,7 @@ static PyObject *field_vars(Log *log, int64_t x) {
 }
 
 static inline int64_t given_int(PyObject *v, int *err) {
-    int64_t x = PyLong_AsLongLong(v);
+    int64_t x = opprof_as_i64(v);
     if (x == -1 && PyErr_Occurred()) *err = 1;
     return x;
 }
@@ -1092,7 +1093,7 @@ static int keep_pushed(Hot *self, PyObject *const *args, int64_t t0, int64_t t1)
         err = r.name < 0;
     }
     if (!err) {
-        r.seq = PyLong_AsLongLong(args[1]);
+        r.seq = opprof_as_i64(args[1]);
         err = r.seq == -1 && PyErr_Occurred();
     }
     if (!err) r.reads = vars_field(log, args[2], &err);
