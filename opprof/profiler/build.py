@@ -34,6 +34,12 @@ from typing import Any
 
 import numpy as np
 
+# NumPy >= 2.3's plain np.unique(x) reads np.ma.is_masked, which imports numpy.ma on first use
+# (6.6-7.4 ms here): a process's first stop() paid it inside the build, 10.4 ms against 1.9 for the
+# same profile stopped again. Imported with the recorder instead, where `import opprof` (~290 ms)
+# hides it; the analyses' own np.unique calls then cost what they measure.
+import numpy.ma
+
 from ..engine import Invocation
 from ..trace import CUSTOM_OP, CounterSample, FlowTable, Instant, Role, SpanTable
 from ..trace.analysis.split import callers, split_columns
