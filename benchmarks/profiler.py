@@ -271,9 +271,15 @@ def handoff_rows(calls: int, repeats: int) -> list[Row]:
     costs: list[dict[str, HandoffCost]] = []
     pong_wakes: list[float] = []
 
+    def last(pool: str, field: str) -> float:
+        """µs of the last round's ``field`` for ``pool``; NaN where that pool had no timed hand-off
+        (every get found its work waiting), which fails the row rather than the run."""
+        cost = costs[-1].get(pool)
+        return getattr(cost, field) / 1e3 if cost is not None else float("nan")
+
     def hop() -> float:
         costs.append(profiled_handoff(calls))
-        return costs[-1]["custom"].hop_ns / 1e3
+        return last("custom", "hop_ns")
 
     def pong() -> float:
         one_way, logged = handoff.timed_ping_pong(calls)
@@ -283,10 +289,10 @@ def handoff_rows(calls: int, repeats: int) -> list[Row]:
     got = interleaved(
         {
             "hop": hop,
-            "wake": lambda: costs[-1]["all"].wake_ns / 1e3,
-            "engine hop": lambda: costs[-1]["engine"].hop_ns / 1e3,
-            "engine wake": lambda: costs[-1]["engine"].wake_ns / 1e3,
-            "custom wake": lambda: costs[-1]["custom"].wake_ns / 1e3,
+            "wake": lambda: last("all", "wake_ns"),
+            "engine hop": lambda: last("engine", "hop_ns"),
+            "engine wake": lambda: last("engine", "wake_ns"),
+            "custom wake": lambda: last("custom", "wake_ns"),
             "pong": pong,
             "pong wake": lambda: pong_wakes[-1],
         },
