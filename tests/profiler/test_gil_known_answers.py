@@ -329,7 +329,12 @@ def test_small_ops_behind_a_users_own_spinning_thread_wait_for_the_gil_it_holds(
         loader = sum(s.dur for s in path.segments if s.kind.value == "gil" and s.name == f"{said} holding the GIL")
         assert loader >= 0.5 * path.total, (path.by_name(), _diagnosis(trace))
 
-    retried(check, tries=4, pause=2.0)
+    # Six tries: on a fresh engine beside the spinning loader, a single try named a pool thread's
+    # Python the top holder in 4 to 11 of 30 (2026-12-05, in a loop; with the collector off, 4 of
+    # 30): in one, the trivial forward's Python held the GIL 14 ms by the samples, the loader and
+    # both engine workers waiting for it. opprof named that holder rightly; why that Python held it
+    # so long is not known yet (it is not a collection). Four tries failed once in eight CI runs.
+    retried(check, tries=6, pause=2.0)
 
 
 def test_a_sub_op_behind_dots_that_release_the_gil_waits_for_busy_workers() -> None:
