@@ -13,7 +13,7 @@ import opprof as mx
 from opprof import nd
 from opprof.engine import ThreadedEngine, gil
 from opprof.trace import Trace
-from opprof.trace.analysis.whatif import what_if
+from opprof.trace.analysis.whatif import WhatIf, what_if
 from opprof.trace.analysis.whatif.prepare import extent, prepare
 from tests.helpers import profiled_naps, retried
 
@@ -77,10 +77,14 @@ def _dots(workers: int) -> Trace:
     return sorted(runs[1:], key=lambda t: extent(t)[1] - extent(t)[0])[1]  # the first warms BLAS's threads
 
 
-def _blas_filled(recorded: Trace) -> None:
+def _dots_predicted_on_two() -> WhatIf:
+    """The dots recorded on one worker and replayed on two; skipped where BLAS ran on one thread
+    (the native threads took no core: nothing bounds the model there)."""
+    recorded = _dots(1)
     native = (recorded.metadata.get("cpu_wait") or {}).get("outside_python", {}).get("ns", 0)
     if native * 4 < prepare(recorded).end:
         pytest.skip("BLAS ran on one thread here: the cores were not filled")
+    return what_if(recorded, engine_threads=2)
 
 
 @pytest.mark.e2e  # real runs, ~1 s a try
@@ -92,9 +96,7 @@ def test_a_second_worker_for_dots_whose_blas_fills_the_cores(restore_engine: Non
     thread), the prediction is left to the model."""
 
     def attempt() -> None:
-        recorded = _dots(1)
-        _blas_filled(recorded)
-        w = what_if(recorded, engine_threads=2)
+        w = _dots_predicted_on_two()
         print(f"recorded {w.recorded_ns / 1e6:.1f} ms, predicted on 2 {w.predicted_ns / 1e6:.1f} ms")
         assert w.predicted_ns >= 0.75 * w.recorded_ns, f"predicted {w.change:.2f}x the recording"
         assert [n for n in w.notes if n.startswith("The run's CPU work bounds it")]
@@ -112,9 +114,7 @@ def test_a_second_worker_for_dots_against_a_real_run(restore_engine: None) -> No
     """The prediction above against the dots run for real on two workers: within 15 %."""
 
     def attempt() -> None:
-        recorded = _dots(1)
-        _blas_filled(recorded)
-        w = what_if(recorded, engine_threads=2)
+        w = _dots_predicted_on_two()
         real = what_if(_dots(2)).recorded_ns  # the median of three profiles on two workers
         err = w.predicted_ns / real - 1
         print(f"recorded {w.recorded_ns / 1e6:.1f} ms, predicted on 2 {w.predicted_ns / 1e6:.1f} ms, real {real / 1e6:.1f} ms")

@@ -21,7 +21,7 @@ import opprof as mx
 from opprof import nd
 from opprof.engine import gil
 from opprof.trace import Trace
-from opprof.trace.analysis.whatif import what_if
+from opprof.trace.analysis.whatif import WhatIf, what_if
 from opprof.trace.analysis.whatif.gil import MIN_NAME_SAMPLES, name_shares
 from opprof.trace.threadstates import HOLDING, ThreadState, ThreadStates
 from tests.helpers import retried
@@ -150,6 +150,12 @@ def _pushes(work: Callable[[], None], workers: int) -> Trace:
     return prof.trace
 
 
+def _predicted_on_two(work: Callable[[], None]) -> WhatIf:
+    """The median of three recordings on one worker (by their spans' length), replayed on two."""
+    recorded = sorted((_pushes(work, 1) for _ in range(3)), key=lambda t: t.table.length_ns)[1]
+    return what_if(recorded, engine_threads=2)
+
+
 @pytest.mark.e2e  # real runs, ~0.5 s
 @pytest.mark.skipif(not gil.AVAILABLE, reason=f"no GIL evidence here: {gil.WHY_NOT}")
 # The known answer read off the recording on one worker: ops that sleep release the GIL (the run
@@ -162,8 +168,7 @@ def test_a_second_worker_for_short_ops_is_predicted_by_what_the_ops_did_to_the_g
     runs), predicted on two: ops that sleep at most 0.6x the recording, ops that spin 0.9-1.1x.
     Before the sampler's instants were read per op name, ops that sleep were predicted to gain
     nothing (a run with no sample of its own was taken to hold the GIL)."""
-    recorded = sorted((_pushes(work, 1) for _ in range(3)), key=lambda t: t.table.length_ns)[1]
-    w = what_if(recorded, engine_threads=2)
+    w = _predicted_on_two(work)
     ratio = w.predicted_ns / w.recorded_ns
     assert low <= ratio <= high, f"predicted {ratio:.2f}x the recording on two workers"
 
@@ -179,8 +184,7 @@ def test_a_second_worker_for_short_ops(work: Callable[[], None], restore_engine:
     the trace's build, ~3 ms on a 30 ms run, which read as the model predicting 8-20 % too fast."""
 
     def attempt() -> None:
-        recorded = sorted((_pushes(work, 1) for _ in range(3)), key=lambda t: t.table.length_ns)[1]
-        w = what_if(recorded, engine_threads=2)
+        w = _predicted_on_two(work)
         real = statistics.median(what_if(_pushes(work, 2)).recorded_ns for _ in range(3))
         err = w.predicted_ns / real - 1
         print(f"recorded {w.recorded_ns / 1e6:.1f} ms, predicted on 2 {w.predicted_ns / 1e6:.1f} ms, real {real / 1e6:.1f} ms")
