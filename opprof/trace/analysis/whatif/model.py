@@ -99,7 +99,7 @@ class Replay:
         self.l_wprog, self.l_wpy = lat["wake_program"], lat["wake_python"]
         #: Hand-offs hold the GIL where the recording says when it was held: a parked thread woken
         #: (the OS's part, without the GIL) takes the GIL back before it runs anything.
-        self.hop_gil = self.gil is not None and rec.gil_sampled
+        self.hop_gil = self.gil is not None and rec.hop_gil
         self.hop_held = rec.hop_held
         self.hops: list[tuple[int, int, int, int]] = []  # (key, ns with the GIL, event, arg) after an OS wake
         self.custom_threads = custom_threads

@@ -170,6 +170,7 @@ def model_trace(trace: TraceData, rec: Recording, sim: Replay, engine_threads: i
             "asleep_transfer_ns": rec.gil_asleep_transfer_ns,
             "hop_held_ns": dict(rec.hop_held),
             "tail_held_ns": rec.tail_held,
+            "hand_offs_hold_gil": sim.hop_gil,
         }
     else:
         metadata[GIL_METADATA] = {"why_not": "a what-if prediction without the GIL (gil=False)"}

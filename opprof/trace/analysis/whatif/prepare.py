@@ -22,6 +22,7 @@ from .gil import (
     EXACT_PERIOD_NS,
     gil_shares,
     gil_transfer_ns,
+    hand_offs_hold_gil,
     held_after_handoff,
     hop_held_ns,
     name_shares,
@@ -123,6 +124,7 @@ class Recording:
         default_factory=dict
     )  # a woken thread's GIL work before its own, by pool (:func:`.gil.hop_held_ns`)
     tail_held: int = 0  # a custom-op thread's GIL work after its Dummy_Wait's push (:func:`.gil.tail_held_ns`)
+    hop_gil: bool = False  # hand-offs take the GIL (:func:`.gil.hand_offs_hold_gil`)
     #: Threads outside the engine that held the GIL: (tid, asks, holds, gaps) each (:func:`.gil.outside_holds`).
     outside: list[tuple[int, list[int], list[int], list[int]]] = field(default_factory=list)
     #: The engine's back-pressure: a program's push waits while this many ops are pending, until
@@ -382,6 +384,7 @@ def prepare(trace: TraceData) -> Recording:
         gil_transfer_ns=gil_transfer_ns(trace),
         gil_asleep_transfer_ns=gil_transfer_ns(trace, asleep=True),
         hop_held=hop_held_ns(trace),
+        hop_gil=hand_offs_hold_gil(trace),
         tail_held=tail_held_ns(
             trace,
             np.array([y for _, _, y in fam_rows], dtype=_I64),
