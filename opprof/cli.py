@@ -231,7 +231,7 @@ def cmd_why(args: argparse.Namespace) -> int:
                 custom_threads=args.custom_threads,
                 switch_interval=args.switch_interval / 1e3 if args.switch_interval is not None else None,
                 releases_gil={name: True for name in args.releases_gil},
-                gil=not args.no_gil,
+                gil=False if args.no_gil else None,
             )
         except ValueError as e:
             raise CommandError(str(e)) from None

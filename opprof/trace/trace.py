@@ -70,12 +70,12 @@ class Trace(TraceData):
         custom_threads: int | None = None,
         switch_interval: float | None = None,
         releases_gil: Mapping[str, bool] | None = None,
-        gil: bool = True,
+        gil: bool | None = None,
     ) -> WhatIf:
         """Predict the run after a change: ``speedup`` maps a span name or custom-op type to a factor
         (2: twice as fast), other pool sizes, another GIL switch interval (s), names that release the GIL
         (``releases_gil={"T": True}``) or no GIL (``gil=False``); replays the recorded graph with the GIL
-        (:mod:`opprof.trace.analysis.whatif`)."""
+        where the run had one (:mod:`opprof.trace.analysis.whatif`)."""
         return what_if(
             self,
             speedup,

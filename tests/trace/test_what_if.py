@@ -727,7 +727,8 @@ def test_gil_knobs(training_trace: Trace) -> None:
     with pytest.raises(ValueError, match="switch_interval"):
         what_if(training_trace, switch_interval=0)
     with pytest.raises(TypeError, match="gil"):
-        what_if(training_trace, gil=None)  # type: ignore[arg-type]
+        what_if(training_trace, gil=0)  # type: ignore[arg-type]
+    assert what_if(training_trace, gil=None).gil is True  # as the recording ran
     assert Trace.of(training_trace).what_if(switch_interval=0.001, gil=True).switch_interval == 0.001
 
 
@@ -788,3 +789,39 @@ def test_a_thread_outside_the_engine_that_held_the_gil_competes_for_it_in_the_re
         np.append(states.end, lo + blip), np.append(states.holder, -1), period_ns=states.period_ns,
     )  # fmt: skip
     assert not any("outside the engine" in n for n in what_if(trace).notes)
+
+
+# ---------------------------------------------------------------------------- a prediction is a fixed point
+FIXED_POINT_RUNS = {"small_loop": small_loop, "training_step": training_step, "two_spinners": two_spinners}
+
+
+@pytest.mark.parametrize("samples", ["sampled", "without samples"])
+@pytest.mark.parametrize("run", list(FIXED_POINT_RUNS))
+def test_every_prediction_replays_as_itself(run: str, samples: str, gil_reset: None) -> None:
+    """What a prediction says is a run what_if reads in turn: replayed unchanged, it lands where it
+    was predicted to, whatever the change, with or without the GIL's samples in the recording.
+    Found broken twice (2026-12-05): a recording without samples made hand-offs take the GIL in the
+    replay only (up to 368 µs off), and a prediction without the GIL (``gil=False``) was replayed with
+    one, its overlapping Pythons made to share it (two 4 ms spins: 1.9 ms off)."""
+    GIL.update(spin=0.004)
+    SLEEP.update(fwd=0.002, bwd=0.001)
+    set_engine("threaded", 2, 2)
+    (trace,) = profiles(FIXED_POINT_RUNS[run], 1)
+    if samples == "without samples":
+        trace.thread_states = None
+        trace.metadata.pop("gil", None)
+    op_type = trace.custom_ops()[0].op_type
+    changes: list[dict[str, Any]] = [
+        {"engine_threads": 3, "custom_threads": 1},
+        {"speedup": {op_type: 2.0}},
+        {"switch_interval": 0.0005},
+        {"releases_gil": {op_type: True}},
+        {"gil": False},
+        {"gil": False, "speedup": {op_type: 0.5}, "custom_threads": 3},
+    ]
+    for change in changes:
+        kw = dict(change)
+        w = what_if(trace, kw.pop("speedup", None), **kw)
+        again = what_if(w.trace)
+        assert again.gil is w.gil, change  # as the prediction ran
+        assert abs(again.baseline_ns - again.recorded_ns) <= 1_000, (change, again.baseline_ns, again.recorded_ns)

@@ -23,7 +23,7 @@ from .change import check_factors, check_pool, span_factors
 from .gil import DEFAULT_SWITCH_INTERVAL, MIN_NAME_SAMPLES
 from .model import Replay
 from .predict import model_trace
-from .prepare import LATENCY_KEY, LATENCY_WORDS, MODEL_METADATA, POOL_PREFIXES, Recording, prepare
+from .prepare import LATENCY_KEY, LATENCY_WORDS, MODEL_METADATA, POOL_PREFIXES, Recording, prepare, ran_with_gil
 from .warp import naive
 
 __all__ = ["WhatIf", "what_if"]
@@ -253,7 +253,7 @@ def what_if(
     custom_threads: int | None = None,
     switch_interval: float | None = None,
     releases_gil: Mapping[str, bool] | None = None,
-    gil: bool = True,
+    gil: bool | None = None,
 ) -> WhatIf:
     """Predict the end-to-end time of the recorded run after a change (see :mod:`opprof.trace.analysis.whatif`).
 
@@ -265,7 +265,8 @@ def what_if(
     ``switch_interval`` (s, as :func:`sys.setswitchinterval`) sets the GIL's (default: the recorded
     one, else 5 ms); ``releases_gil`` maps names (as ``speedup``'s) to True (their work runs without
     the GIL, as NumPy on large arrays) or False (it holds the GIL all along); ``gil=False`` replays
-    on a free-threaded build (no GIL at all).
+    on a free-threaded build (no GIL at all), ``gil=True`` with the GIL; by default, as the trace
+    ran (without one for a prediction made with ``gil=False``: replayed unchanged, it is itself).
 
     The trace must carry the engine's edges (``trace.ops``): one recorded by opprof's profiler,
     kept in memory or saved as ``.opprof``. Raises ValueError for an unknown name (with the closest
@@ -288,6 +289,8 @@ def what_if(
         )
     factor = span_factors(t, factors)
     interval, rec_interval, gil_span, releases = _gil_change(trace, switch_interval, releases_gil, gil)
+    rec_gil = ran_with_gil(trace)
+    gil = rec_gil if gil is None else gil
     if trace.ran_inline:
         if e_threads is not None or c_threads is not None:
             raise ValueError(
@@ -310,8 +313,8 @@ def what_if(
     c = c_threads if c_threads is not None else rec_c
     rec = prepare(trace)
     rec_ns = max(1, round(rec_interval * 1e9))
-    base = Replay(rec, np.ones(len(t)), rec_e, rec_c, switch_ns=rec_ns).run()
-    changed = bool(factors) or e != rec_e or c != rec_c or interval != rec_interval or bool(releases) or not gil
+    base = Replay(rec, np.ones(len(t)), rec_e, rec_c, switch_ns=rec_ns if rec_gil else None).run()
+    changed = bool(factors) or e != rec_e or c != rec_c or interval != rec_interval or bool(releases) or gil != rec_gil
     switch_ns = max(1, round(interval * 1e9)) if gil else None
     sim = Replay(rec, factor, e, c, switch_ns=switch_ns, gil_span=gil_span).run() if changed else base
     predicted_trace, dropped = model_trace(trace, rec, sim, e)
@@ -435,12 +438,12 @@ def _cpu_bound(rec: Recording, factor: np.ndarray) -> int | None:
 
 
 def _gil_change(
-    trace: TraceData, switch_interval: float | None, releases_gil: Mapping[str, bool] | None, gil: bool
+    trace: TraceData, switch_interval: float | None, releases_gil: Mapping[str, bool] | None, gil: bool | None
 ) -> tuple[float, float, np.ndarray | None, dict[str, bool]]:
     """(switch interval, the recorded one, per span 1/0 forcing its work to hold/release the GIL or
     NaN, the names asked), checked."""
-    if not isinstance(gil, bool):
-        raise TypeError(f"gil must be True or False, got {gil!r}")
+    if gil is not None and not isinstance(gil, bool):
+        raise TypeError(f"gil must be True or False (or None: as the trace ran), got {gil!r}")
     recorded = trace.metadata.get("switch_interval")
     ok = isinstance(recorded, (int, float)) and not isinstance(recorded, bool) and math.isfinite(recorded) and recorded > 0
     rec_interval = float(recorded) if ok and isinstance(recorded, (int, float)) else DEFAULT_SWITCH_INTERVAL

@@ -31,7 +31,17 @@ from .gil import (
     tail_held_ns,
 )
 
-__all__ = ["LATENCY_KEY", "LATENCY_WORDS", "MODEL_METADATA", "POOL_PREFIXES", "CpuWork", "Recording", "extent", "prepare"]
+__all__ = [
+    "LATENCY_KEY",
+    "LATENCY_WORDS",
+    "MODEL_METADATA",
+    "POOL_PREFIXES",
+    "CpuWork",
+    "Recording",
+    "extent",
+    "prepare",
+    "ran_with_gil",
+]
 
 _PARENT = ROLE_CODE[Role.PARENT]
 _PYTHON = ROLE_CODE[Role.PYTHON]
@@ -158,6 +168,15 @@ def _mean(xs: list[int], key: str, latency: dict[str, int], samples: dict[str, i
     good = [x for x in xs if x >= 0]
     samples[key] = len(good)
     latency[key] = int(np.mean(good)) if good else _DEFAULTS[key]
+
+
+def ran_with_gil(trace: TraceData) -> bool:
+    """Whether the run a trace shows had a GIL: not a prediction made with ``gil=False`` (its
+    model's metadata says so), else yes. Why it matters: such a prediction of two Pythons that
+    spin at once, replayed with the GIL (or with its pieces sharing one), was 0.2-2.0 ms off itself
+    (4.5-8.8 ms predicted)."""
+    model = trace.metadata.get(MODEL_METADATA)
+    return not (isinstance(model, dict) and model.get("gil") is False)
 
 
 def prepare(trace: TraceData) -> Recording:
@@ -304,7 +323,9 @@ def prepare(trace: TraceData) -> Recording:
         by_name = name_shares(states, s_tid[run_rows], s_start[run_rows] + t0, s_end[run_rows] + t0, t.name[span[run_rows]])
         short = (run_dur < 2 * states.period_ns) & (run_cpu < 0) & ~np.isnan(by_name)
         g_share[ops_at:][short] = by_name[short]
-    if states is None or not states.period_ns or states.period_ns > EXACT_PERIOD_NS:  # a model's own: exact already
+    if not ran_with_gil(trace):  # no GIL, so no wait for it: every piece ran as long as it had to
+        g_wait = np.zeros_like(g_wait)
+    elif states is None or not states.period_ns or states.period_ns > EXACT_PERIOD_NS:  # a model's own: exact already
         # One holder at a time where the pieces overlap; it goes first to a Python whose CPU clock
         # was read, then to an op's run, then to a stretch of a thread's Python between its pushes.
         rank = np.where(all_cpu >= 0, 2, np.where(python, 0, 1))
