@@ -320,6 +320,26 @@ def test_pushes_at_one_line_share_one_site() -> None:
     assert len(raw) == 1000 * 8 * len(DEPS_SCHEMA)
 
 
+@needs_compiled
+@pytest.mark.parametrize("engine", ["threaded", "naive"])
+def test_op_names_stay_right_across_runs_of_one_name_and_recorders(engine: str) -> None:
+    """The recorder keeps the last name it coded on each thread (loops push runs of one name): names
+    made at run time, alternating, repeated, and the same ones again under a second recorder (whose
+    codes are its own) each come back as pushed."""
+    mx.set_engine(engine)
+    try:
+        eng = get_engine()
+        names = [f"op_{k % 3}{'x' * (k // 4)}" for k in range(12)] + ["same"] * 5
+        for fresh in (True, False, False):  # new str objects, then the same ones under a second recorder
+            names.reverse()
+            _, trace = _record(lambda: [eng.push(lambda: None, name="".join(n) if fresh else n) for n in names], True)
+            table = trace.table
+            pushed = table.strs(table.name)[np.argsort(table.op, kind="stable")]
+            assert [n for n in pushed.tolist() if n != "WaitForAll"] == names
+    finally:
+        mx.set_engine("threaded")
+
+
 def test_a_compiled_part_of_another_contract_or_other_records_is_refused_with_its_reason() -> None:
     """A compiled part left from an older install (a quiet build failure keeps the old one) is not
     used: the recorder says why, rather than failing when a profile starts."""
