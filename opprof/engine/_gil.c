@@ -351,6 +351,9 @@ static void *sampler_main(void *arg) {
     if (sampler_nice != 0 && setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), sampler_nice) == 0)
         __atomic_store_n(&sampler_nice_applied, 1, __ATOMIC_RELAXED);
     if (sampler_slice_wanted) __atomic_store_n(&sampler_slice_applied, ask_short_slice(), __ATOMIC_RELAXED);
+    /* A sample at once: each thread's first state starts at the start, not a period after it (its
+     * first millisecond "not sampled": 0.9 ms of a 2 ms sleep in the first call of a profile). */
+    take_sample();
     struct timespec next;
     clock_gettime(CLOCK_MONOTONIC, &next);
     int64_t step = period_ns, contended_since = 0;
@@ -373,6 +376,10 @@ static void *sampler_main(void *arg) {
             next.tv_nsec = now % 1000000000LL;
         }
     }
+    /* One sample more at the stop: each thread's last state reaches the stop, not the last tick's
+     * period past it. A profile that went quiet (a sample every 4 ms) left up to 4 ms of its end
+     * "not sampled": 0.8 ms of a 2 ms sleep in a custom op's Python, 37 % of three such calls. */
+    take_sample();
     int64_t cpu = 0;
     clock_ns(CLOCK_THREAD_CPUTIME_ID, &cpu);
     pthread_mutex_lock(&lock);

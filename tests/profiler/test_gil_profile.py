@@ -148,3 +148,60 @@ def test_a_timed_gil_wait_names_the_holder_the_hand_off_read_over_the_samples() 
     waits = (states.tid == 1) & (states.state == ThreadState.WAIT)
     assert states.start[waits].tolist() == [30, 130, 230, 330, 430]
     assert states.holder[waits].tolist() == [3, 2, 2, 2, 2]  # c exactly; the rest: b, by the samples
+
+
+class _ShortNap(opprof.operator.CustomOp):
+    def forward(self, is_train, req, in_data, out_data, aux):  # type: ignore[no-untyped-def]
+        time.sleep(0.002)  # a sampling period or two: releases the GIL
+        self.assign(out_data[0], req[0], in_data[0] + 1)
+
+
+@opprof.operator.register("GilProfileShortNap")
+class _ShortNapProp(opprof.operator.CustomOpProp):
+    def create_operator(self, ctx, shapes, dtypes):  # type: ignore[no-untyped-def]
+        return _ShortNap()
+
+
+@needs_gil
+@pytest.mark.parametrize("engine", ["naive", "threaded"])
+def test_short_sleeps_are_blocked_to_the_profiles_end_and_on_a_cpu_only_as_long_as_its_clock_says(engine: str) -> None:
+    """Known answer: a Python that sleeps 2 ms, three calls in a row on a quiet machine, is blocked
+    for its sleep and on a CPU no longer than its thread's CPU clock says. The sampler, quiet,
+    samples every 4 ms: the last call ended in no sampled state (0.8 ms of 2.1 "not sampled"),
+    the first began before the first sample (0.9 ms), and a Python that had held the GIL at the
+    sample before its sleep was called 0.84 ms "on CPU" where its clock said 0.1 ms. (A busy
+    machine's run is tried again: there the thread waits for a CPU after its sleep, and the
+    sampler, starved too, misses ticks.)"""
+
+    def check() -> None:
+        if engine == "naive":
+            opprof.set_engine("naive")
+        else:
+            opprof.set_engine("threaded", workers=2, custom_workers=1)
+        try:
+            x = nd.ones((4, 4))
+            nd.Custom(x, op_type="GilProfileShortNap").wait_to_read()
+            with opprof.profile() as prof:
+                for _ in range(3):
+                    x = nd.Custom(x, op_type="GilProfileShortNap")
+                nd.waitall()
+        finally:
+            opprof.set_engine("threaded")
+        trace = prof.trace
+        assert trace is not None and trace.validate() == []
+        pg = trace.analysis().python_gil
+        assert pg is not None
+        assert len(pg.ns) == len(trace.custom_ops()) == 3
+        on, gil_wait, blocked, cpu_wait, unsampled = range(len(PYTHON_GIL_PARTS))
+        for parts in pg.ns:
+            said = dict(zip(PYTHON_GIL_PARTS, parts.tolist(), strict=True))
+            total = int(parts.sum())
+            assert total > 0
+            assert parts[blocked] + parts[cpu_wait] >= 0.75 * total, said  # off a CPU, not for the GIL
+            assert parts[unsampled] <= 0.1 * total and parts[gil_wait] <= 0.1 * total, said
+        # On a CPU, summed, no longer than the Pythons' CPU clocks said (a sample's edge is not a CPU).
+        table = trace.table
+        pys = table.role == opprof.trace.columns.ROLE_CODE[opprof.trace.Role.PYTHON]
+        assert int(pg.ns[:, on].sum()) <= int(table.cpu[pys].sum()) + 1_000
+
+    retried(check, tries=4, pause=0.2)

@@ -204,8 +204,12 @@ def test_python_time_by_gil_state_and_its_holder_in_words(profile: Trace) -> Non
     got = dict(zip(PYTHON_GIL_PARTS, parts.tolist(), strict=True))
     python = sum(r.python_ns for r in trace.custom_ops() if r.op_type == "AnalysisSleeps")
     assert sum(got.values()) == python
-    assert abs(got["blocked"] - got["GIL wait"]) <= 3 and got["on CPU"] == 0 and got["not sampled"] == 0
-    assert [h.tid for h in holders] == [main] and holders[0].ns == got["GIL wait"]
+    # On a CPU for what the Pythons' own clocks say (read around each call: exact, where the states
+    # made here say none); the rest blocked and waiting for the GIL, half and half, as the states.
+    cpu = int(t.cpu[[i for i in py.tolist() if t.strings[t.name[i]].startswith("AnalysisSleeps")]].sum())
+    assert abs(got["on CPU"] - min(cpu, python)) <= 1 and got["not sampled"] <= 3
+    assert abs(got["blocked"] - got["GIL wait"]) <= 3
+    assert [h.tid for h in holders] == [main] and abs(holders[0].ns - got["GIL wait"]) <= 3
     spins = dict(zip(PYTHON_GIL_PARTS, by_type["AnalysisSpins"][0].tolist(), strict=True))
     assert spins["on CPU"] > 0 and spins["GIL wait"] == spins["blocked"] == 0
     text = why_text(trace)

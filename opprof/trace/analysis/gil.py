@@ -14,7 +14,7 @@ tell the GIL from sleep or I/O, and why (``metadata["gil"]["why_not"]``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -178,7 +178,8 @@ def python_gil(
     role, tid = table.role[idx], table.tid[idx]
     is_py = role == ROLE_CODE[Role.PYTHON]
     is_sub = (role == ROLE_CODE[Role.SUBOP]) | (role == ROLE_CODE[Role.DUMMY_WAIT])
-    is_blocked = (role == ROLE_CODE[Role.WAIT]) | inline_subops(fam, tid, is_py, is_sub, k)
+    inline = inline_subops(fam, tid, is_py, is_sub, k)
+    is_blocked = (role == ROLE_CODE[Role.WAIT]) | inline
     if not k or not np.any(is_py):
         return PythonGil(ns, holders, states.period_ns)
     by_state = np.zeros((k, len(STATES)), dtype=np.int64)
@@ -191,9 +192,50 @@ def python_gil(
     py_rows = idx[is_py]
     python = np.bincount(fam[is_py], weights=table.end[py_rows] - table.start[py_rows], minlength=k)[:k]
     python -= np.bincount(fam[is_blocked], weights=table.end[idx[is_blocked]] - table.start[idx[is_blocked]], minlength=k)[:k]
-    ns[:, 4] = np.maximum(np.rint(python).astype(np.int64) - ns[:, :4].sum(axis=1), 0)
+    python = np.rint(python).astype(np.int64)
+    sampled_wait = ns[:, 1].copy()
+    _on_cpu_by_its_clock(ns, python, table.cpu[py_rows], fam[is_py], np.bincount(fam[inline], minlength=k)[:k] > 0)
+    ns[:, 4] = np.maximum(python - ns[:, :4].sum(axis=1), 0)
     _name_holders(data, table, states, py_rows, fam[is_py], holders)
+    # The holders share the GIL wait the clock left: their sum stays the part they explain.
+    for f in np.flatnonzero((sampled_wait > 0) & (ns[:, 1] != sampled_wait)).tolist():
+        r = ns[f, 1] / sampled_wait[f]
+        holders[f] = [replace(h, ns=round(h.ns * r), off_cpu_ns=round(h.off_cpu_ns * r)) for h in holders[f]]
     return PythonGil(ns, holders, states.period_ns)
+
+
+def _on_cpu_by_its_clock(ns: np.ndarray, python: np.ndarray, cpu: np.ndarray, py_fam: np.ndarray, inline: np.ndarray) -> None:
+    """Make each invocation's "on CPU" part (``ns[:, 0]``, from the sampled states) agree with its
+    Pythons' CPU clocks, read exactly around each call; in place. The states are a sample a period
+    (1-4 ms): a Python that held the GIL at the sample before its 2 ms sleep was "on CPU" until the
+    next sample, 0.84 ms where its clock said 0.1 ms. So the clock's time is on a CPU, and what the
+    states gave beyond it goes to their off-CPU parts (GIL wait, blocked, CPU wait) in their
+    proportions, or to "not sampled" where they saw none; where the clock says more than the
+    states, the difference comes out of "not sampled" first, then out of the off-CPU parts.
+
+    The clock is only an upper bound where sub-ops ran inline on the Python's thread (the naive
+    engine: their CPU time is in it, their time is not the Python's), or where a Python's clock
+    was not read (-1): there the states stand, capped by it where it was read."""
+    k = len(python)
+    known = cpu >= 0
+    fam_cpu = np.bincount(py_fam, weights=np.where(known, cpu, 0), minlength=k)[:k]
+    unread = np.bincount(py_fam, weights=~known, minlength=k)[:k] > 0
+    on = ns[:, 0].astype(np.float64)
+    off = ns[:, 1:4].astype(np.float64)
+    exact = ~unread & ~inline
+    target = np.where(exact, np.minimum(fam_cpu, python), np.where(unread, on, np.minimum(on, fam_cpu)))
+    target = np.maximum(target, 0.0)
+    off_sum = off.sum(axis=1)
+    free = np.maximum(python - on - off_sum, 0.0)  # "not sampled" as the states leave it
+    more = np.maximum(target - on, 0.0)  # the clock says more: from "not sampled", then from off-CPU
+    from_off = np.maximum(more - free, 0.0)
+    less = np.maximum(on - target, 0.0)  # the states said more: to off-CPU, or to "not sampled"
+    scale = np.ones(k)
+    has_off = off_sum > 0
+    scale[has_off] = (off_sum[has_off] - from_off[has_off] + less[has_off]) / off_sum[has_off]
+    off *= np.maximum(scale, 0.0)[:, None]
+    ns[:, 0] = np.rint(target).astype(np.int64)
+    ns[:, 1:4] = np.floor(off).astype(np.int64)  # floor: the parts never sum past the Python's time
 
 
 def _name_holders(
