@@ -10,6 +10,7 @@ not know IPython (the import contracts say so): it only calls what it was given.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 from types import CodeType
@@ -26,6 +27,9 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOT_USER: tuple[str, ...] = (
     *(os.path.join(_PACKAGE, d) + os.sep for d in ("engine", "nd", "profiler", "gluon")),
     os.path.join(_PACKAGE, "__init__.py"),
+    # The standard library's context managers: ``with opprof.profile():`` ends in a wait pushed from
+    # contextlib's __exit__, which was named as the line ("before contextlib.py:144"), not the with.
+    contextlib.__file__,
 )
 
 

@@ -406,3 +406,24 @@ def test_the_naive_engine_is_never_said_to_wait_for_a_thread(engine: str) -> Non
     else:
         assert not trace.ran_inline
         assert any(w in text for w in thread_words), text
+
+
+@pytest.mark.parametrize("engine", ["threaded", "naive"])
+def test_the_wait_a_profile_ends_with_is_the_with_line(engine: str) -> None:
+    """``with opprof.profile():`` ends in a wait pushed from the standard library's contextlib (the
+    profile is a generator context manager): its site is the ``with`` line, not contextlib.py."""
+    import inspect
+
+    mx.set_engine(engine)
+    try:
+        x = nd.ones((2, 2))
+        line = inspect.currentframe().f_lineno + 1  # type: ignore[union-attr]
+        with opprof.profile() as prof:
+            x = x + 1
+    finally:
+        mx.set_engine("threaded")
+    ops = prof.trace.ops
+    assert ops is not None
+    sites = {ops.site_of(i) for i in range(len(ops))} - {None}
+    assert sites and all(s is not None and "contextlib" not in s for s in sites), sites
+    assert any(s.endswith(f"test_why.py:{line}") for s in sites if s), sites

@@ -972,8 +972,10 @@ def test_the_gil_strip_lies_under_each_threads_lane_coloured_by_state_and_a_wait
 
 
 def test_a_wait_names_what_its_holder_ran(edges_trace) -> None:
-    """The hover names the deepest span open on the holder thread at the middle of the wait."""
+    """The hover names the deepest span open on the holder thread at the middle of the wait, a wait
+    left out (it runs no Python: a holder inside one ran the Python around it)."""
     from opprof.trace import Role
+    from opprof.trace.ops import WAIT_ID_BASE
     from opprof.trace.threadstates import ThreadState, ThreadStates
 
     trace = Trace(edges_trace.threads, edges_trace.table, metadata=edges_trace.metadata)
@@ -981,7 +983,8 @@ def test_a_wait_names_what_its_holder_ran(edges_trace) -> None:
     parent = t.role_is(Role.PARENT)  # no custom-op parent: it is no thread's span
     py = int(np.flatnonzero(t.role_is(Role.PYTHON))[0])
     holder, a, b = int(t.tid[py]), int(t.start[py]), int(t.end[py])
-    deepest = [i for i in np.flatnonzero((t.tid == holder) & ~parent).tolist() if t.start[i] <= (a + b) // 2 < t.end[i]]
+    spans = np.flatnonzero((t.tid == holder) & ~parent & (t.op < WAIT_ID_BASE)).tolist()
+    deepest = [i for i in spans if t.start[i] <= (a + b) // 2 < t.end[i]]
     name = t.strings[t.name[min(deepest, key=lambda i: t.end[i] - t.start[i])]]
     waiter = next(th.tid for th in trace.threads if th.tid != holder)
     trace.thread_states = ThreadStates([waiter], [ThreadState.WAIT], [a], [b], [holder])

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..columns import ROLE_CODE, SpanTable
 from ..data import TraceData
-from ..ops import OpTable, short_site
+from ..ops import WAIT_ID_BASE, OpTable, short_site
 from ..records import CUSTOM_POOL, ENGINE_POOL, Role
 from ..threadstates import GIL_METADATA, STATES, ThreadState, ThreadStates, cpu_wait_ns
 from .split import inline_subops
@@ -350,12 +350,15 @@ _SPAN_AT_STEPS = 64
 
 
 def span_at(t: SpanTable, tid: int, at: np.ndarray) -> np.ndarray:
-    """Per moment ``at``: the row of the deepest span on thread ``tid`` open then (-1: none). Spans of
-    a thread nest, so it is the last one started by then that has not ended: found stepping back
-    from the last started (at most :data:`_SPAN_AT_STEPS` steps; past them, the outermost open span,
-    found by one sorted search over the thread's top-level spans). A custom-op parent, which
-    crosses threads, is no thread's span."""
-    rows = np.flatnonzero((t.tid == tid) & (t.role != ROLE_CODE[Role.PARENT]))
+    """Per moment ``at``: the row of the deepest span on thread ``tid`` open then (-1: none), for what
+    a thread holding the GIL ran. Spans of a thread nest, so it is the last one started by then that
+    has not ended: found stepping back from the last started (at most :data:`_SPAN_AT_STEPS` steps;
+    past them, the outermost open span, found by one sorted search over the thread's top-level
+    spans). A custom-op parent, which crosses threads, is no thread's span; nor is a wait (its op
+    id in the waits' range), which runs no Python of its own: a thread seen holding the GIL in one
+    ran the engine's Python on its way in or out of it, for the Python around it or the user's line
+    that waited ("held most by WaitForVar on MainThread" read as if a wait held the GIL)."""
+    rows = np.flatnonzero((t.tid == tid) & (t.role != ROLE_CODE[Role.PARENT]) & (t.op < WAIT_ID_BASE))
     out = np.full(len(at), -1, dtype=np.int64)
     if not len(rows):
         return out
