@@ -74,6 +74,10 @@ for _name, _op in (("KnownSpin", _Spin), ("KnownNap", _Nap), ("KnownNap3", _Nap3
     _register(_name, _op)
 
 
+class _NotHeldUp(AssertionError):
+    """A try whose known answer's premise did not hold (the ops were not held up): nothing to judge."""
+
+
 def _profile(work: Callable[[nd.NDArray], None], *, warm: bool = True) -> Trace:
     """``work`` profiled on a new threaded engine (two workers, a pool of two), after two custom
     ops ran on it unless not ``warm``."""
@@ -313,6 +317,13 @@ def test_small_ops_behind_a_users_own_spinning_thread_wait_for_the_gil_it_holds(
                 th.join()
         assert "UsersIdleThread" not in {th.name for th in trace.threads}
         w = _waiting(trace, "KnownTiny")
+        if sum(w.values()) < sys.getswitchinterval() * 1e9:
+            # The known answer's premise: the ops waited for the loader. In 8 of 40 single tries
+            # here they did not (1-3 ms of waiting, against 20-85 ms when the loader held them for a
+            # switch interval each): the GIL went from the program to the pool's threads, and one or
+            # two 1 ms samples named whoever held it meanwhile. Nothing to attribute: tried again.
+            waited = sum(w.values()) / 1e6
+            raise _NotHeldUp(f"the ops waited {waited:.1f} ms in all: the loader held them up for no switch interval")
         assert _gil_share(w) >= 0.8, (w, _diagnosis(trace))
         # An assertion, not a KeyError, where no holder was named: a loaded machine's run is retried.
         holders = trace.analysis().queue_gil_holders.get("custom_pool", {}).get("KnownTiny", [])
@@ -329,12 +340,28 @@ def test_small_ops_behind_a_users_own_spinning_thread_wait_for_the_gil_it_holds(
         loader = sum(s.dur for s in path.segments if s.kind.value == "gil" and s.name == f"{said} holding the GIL")
         assert loader >= 0.5 * path.total, (path.by_name(), _diagnosis(trace))
 
-    # Six tries: on a fresh engine beside the spinning loader, a single try named a pool thread's
-    # Python the top holder in 4 to 11 of 30 (2026-12-05, in a loop; with the collector off, 4 of
-    # 30): in one, the trivial forward's Python held the GIL 14 ms by the samples, the loader and
-    # both engine workers waiting for it. opprof named that holder rightly; why that Python held it
-    # so long is not known yet (it is not a collection). Four tries failed once in eight CI runs.
-    retried(check, tries=6, pause=2.0)
+    # Six tries: beside the spinning loader a single try failed in 12 of 40 here (2026-12-05): in 8
+    # the loader held the ops up for no switch interval (the premise, above: such a try says
+    # nothing either way), in 4 a pool thread held the GIL 11-32 % as long as the loader while the
+    # others waited (a convoy: the thread that won the GIL at a forced switch keeps it for its
+    # Python, its waiters for it). Timed inside the forward, no forward took over 300 µs in 70 runs:
+    # a long "held" Python was one waiting for the GIL between the samples. Six tries failed in a
+    # row once in a CI run, each of them, by their figures, a try whose premise did not hold.
+    failures: list[AssertionError] = []
+    for k in range(6):
+        try:
+            check()
+            return
+        except _NotHeldUp as e:
+            last = e
+        except AssertionError as e:
+            failures.append(e)
+            last = e
+        if k < 5:
+            time.sleep(2.0)
+    if failures:
+        raise failures[-1]
+    pytest.skip(f"the machine never let the loader hold the ready ops up, in 6 tries: {last}")
 
 
 def test_a_sub_op_behind_dots_that_release_the_gil_waits_for_busy_workers() -> None:
