@@ -23,7 +23,7 @@ from .change import check_factors, check_pool, span_factors
 from .gil import DEFAULT_SWITCH_INTERVAL, MIN_NAME_SAMPLES
 from .model import Replay
 from .predict import model_trace
-from .prepare import LATENCY_KEY, LATENCY_WORDS, MODEL_METADATA, POOL_PREFIXES, Recording, prepare, ran_with_gil
+from .prepare import LATENCY_KEY, LATENCY_WORDS, MODEL_METADATA, POOL_PREFIXES, Recording, prepare
 from .warp import naive
 
 __all__ = ["WhatIf", "what_if"]
@@ -289,8 +289,6 @@ def what_if(
         )
     factor = span_factors(t, factors)
     interval, rec_interval, gil_span, releases = _gil_change(trace, switch_interval, releases_gil, gil)
-    rec_gil = ran_with_gil(trace)
-    gil = rec_gil if gil is None else gil
     if trace.ran_inline:
         if e_threads is not None or c_threads is not None:
             raise ValueError(
@@ -312,6 +310,8 @@ def what_if(
     e = e_threads if e_threads is not None else rec_e
     c = c_threads if c_threads is not None else rec_c
     rec = prepare(trace)
+    rec_gil = rec.had_gil
+    gil = rec_gil if gil is None else gil
     rec_ns = max(1, round(rec_interval * 1e9))
     base = Replay(rec, np.ones(len(t)), rec_e, rec_c, switch_ns=rec_ns if rec_gil else None).run()
     changed = bool(factors) or e != rec_e or c != rec_c or interval != rec_interval or bool(releases) or gil != rec_gil

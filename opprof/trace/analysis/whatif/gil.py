@@ -342,9 +342,10 @@ def _handovers_at_park(ts: ThreadStates | None) -> tuple[np.ndarray, np.ndarray]
     return np.array(out, dtype=np.int64), np.array(waited, dtype=np.int64)
 
 
-def hand_offs_hold_gil(trace: TraceData) -> bool:
-    """Whether the model's hand-offs take the GIL (:meth:`.model.Model._hop`): where the recording
-    says when the GIL was held (thread states), or as a model's prediction recorded it.
+def hand_offs_hold_gil(trace: TraceData, sampled: bool) -> bool:
+    """Whether the model's hand-offs take the GIL (:meth:`.model.Model._hop`): as a model's
+    prediction recorded it, else where the recording says when the GIL was held (``sampled``: it
+    has thread states).
 
     Why a prediction records it: its thread states are the model's own, so a trace without GIL
     samples (the pure-Python recorder) gave a prediction that has them, and its replay made every
@@ -352,7 +353,7 @@ def hand_offs_hold_gil(trace: TraceData) -> bool:
     meta = trace.metadata.get(GIL_METADATA)
     if isinstance(meta, dict) and isinstance(meta.get("hand_offs_hold_gil"), bool):
         return bool(meta["hand_offs_hold_gil"])
-    return trace.thread_states is not None and len(trace.thread_states) > 0
+    return sampled
 
 
 def hop_held_ns(trace: TraceData) -> dict[str, int]:

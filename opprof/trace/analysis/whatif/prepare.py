@@ -40,7 +40,6 @@ __all__ = [
     "Recording",
     "extent",
     "prepare",
-    "ran_with_gil",
 ]
 
 _PARENT = ROLE_CODE[Role.PARENT]
@@ -135,6 +134,7 @@ class Recording:
     )  # a woken thread's GIL work before its own, by pool (:func:`.gil.hop_held_ns`)
     tail_held: int = 0  # a custom-op thread's GIL work after its Dummy_Wait's push (:func:`.gil.tail_held_ns`)
     hop_gil: bool = False  # hand-offs take the GIL (:func:`.gil.hand_offs_hold_gil`)
+    had_gil: bool = True  # the run had a GIL: not a prediction made with ``gil=False`` (:func:`_ran_with_gil`)
     #: Threads outside the engine that held the GIL: (tid, asks, holds, gaps) each (:func:`.gil.outside_holds`).
     outside: list[tuple[int, list[int], list[int], list[int]]] = field(default_factory=list)
     #: The engine's back-pressure: a program's push waits while this many ops are pending, until
@@ -170,7 +170,7 @@ def _mean(xs: list[int], key: str, latency: dict[str, int], samples: dict[str, i
     latency[key] = int(np.mean(good)) if good else _DEFAULTS[key]
 
 
-def ran_with_gil(trace: TraceData) -> bool:
+def _ran_with_gil(trace: TraceData) -> bool:
     """Whether the run a trace shows had a GIL: not a prediction made with ``gil=False`` (its
     model's metadata says so), else yes. Why it matters: such a prediction of two Pythons that
     spin at once, replayed with the GIL (or with its pieces sharing one), was 0.2-2.0 ms off itself
@@ -316,6 +316,7 @@ def prepare(trace: TraceData) -> Recording:
     python = np.concatenate([np.ones(len(pieces), dtype=bool), np.zeros(len(run_rows), dtype=bool)])
     g_wait, g_share = gil_shares(trace, all_tid, all_a, all_b, all_cpu, python)
     states = trace.thread_states
+    sampled = states is not None and len(states) > 0
     if states is not None and states.period_ns > EXACT_PERIOD_NS and len(run_rows):
         # An op's runs too short to hold two samples: the share its name's runs showed at the
         # sampler's instants inside them, where they show enough (else held, as gil_shares says).
@@ -323,7 +324,8 @@ def prepare(trace: TraceData) -> Recording:
         by_name = name_shares(states, s_tid[run_rows], s_start[run_rows] + t0, s_end[run_rows] + t0, t.name[span[run_rows]])
         short = (run_dur < 2 * states.period_ns) & (run_cpu < 0) & ~np.isnan(by_name)
         g_share[ops_at:][short] = by_name[short]
-    if not ran_with_gil(trace):  # no GIL, so no wait for it: every piece ran as long as it had to
+    had_gil = _ran_with_gil(trace)
+    if not had_gil:  # no GIL, so no wait for it: every piece ran as long as it had to
         g_wait = np.zeros_like(g_wait)
     elif states is None or not states.period_ns or states.period_ns > EXACT_PERIOD_NS:  # a model's own: exact already
         # One holder at a time where the pieces overlap; it goes first to a Python whose CPU clock
@@ -401,11 +403,12 @@ def prepare(trace: TraceData) -> Recording:
         recorded_custom=n_custom,
         op_wait=op_wait.tolist(),
         op_share=op_share.tolist(),
-        gil_sampled=trace.thread_states is not None and len(trace.thread_states) > 0,
+        gil_sampled=sampled,
+        had_gil=had_gil,
         gil_transfer_ns=gil_transfer_ns(trace),
         gil_asleep_transfer_ns=gil_transfer_ns(trace, asleep=True),
         hop_held=hop_held_ns(trace),
-        hop_gil=hand_offs_hold_gil(trace),
+        hop_gil=hand_offs_hold_gil(trace, sampled),
         tail_held=tail_held_ns(
             trace,
             np.array([y for _, _, y in fam_rows], dtype=_I64),
