@@ -213,9 +213,9 @@ def _on_cpu_by_its_clock(ns: np.ndarray, python: np.ndarray, cpu: np.ndarray, py
     proportions, or to "not sampled" where they saw none; where the clock says more than the
     states, the difference comes out of "not sampled" first, then out of the off-CPU parts.
 
-    The clock is only an upper bound where sub-ops ran inline on the Python's thread (the naive
-    engine: their CPU time is in it, their time is not the Python's), or where a Python's clock
-    was not read (-1): there the states stand, capped by it where it was read."""
+    Where sub-ops ran inline on the Python's thread (the naive engine: their CPU time is in the
+    clock, their time is not the Python's) the clock is only an upper bound: the states stand,
+    capped by it. Where one of an invocation's Pythons had no clock read (-1), the states stand."""
     k = len(python)
     known = cpu >= 0
     fam_cpu = np.bincount(py_fam, weights=np.where(known, cpu, 0), minlength=k)[:k]
