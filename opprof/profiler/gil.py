@@ -35,9 +35,13 @@ QUIET_PERIOD_NS = 4_000_000
 #: two seconds of it now take 1.5-1.6 % (2 ms: 1.5-1.9 %, too near the goal). Still two samples per
 #: switch interval; a long episode has hundreds either way.
 SUSTAINED_PERIOD_NS = 2_500_000
-#: 100 ms of unbroken contention (20 switch intervals, 100 samples at the fine rate) before the
-#: sampler backs off: short episodes (a 30-40 ms spin, a notebook cell of a few ms) keep 1 kHz.
-SUSTAINED_AFTER_NS = 100_000_000
+#: 25 ms of unbroken contention (five switch intervals, 25 samples at the fine rate) before the
+#: sampler backs off: a notebook cell of a few ms keeps 1 kHz throughout, a 30-40 ms spin has 25
+#: samples at 1 kHz and the rest at 400 Hz. Its wakes cost the profiled program more than their own
+#: CPU: each preempts a thread, often the GIL's holder, while the other waits for it. On a threaded
+#: loop of 20,000 10x10 ``a = a + 1`` (~125 ms, contended throughout), 31 interleaved rounds here
+#: (2026-12-05): profiler on/off 1.149x with 100 ms, 1.132x with 25 ms, 1.091x with no sampler.
+SUSTAINED_AFTER_NS = 25_000_000
 
 
 class GilRecording:
