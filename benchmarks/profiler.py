@@ -49,6 +49,8 @@ except ImportError:  # run as a script: python benchmarks/profiler.py
 
 SECTION = "Profiler"
 ON_OFF_GOAL = 1.10
+#: The compiled recorder with ``Profiler(gil=False)``: no GIL sampler, no timed hand-offs.
+NO_GIL = "compiled, gil=False"
 MXNET_ON_OFF_REFERENCE = "1.4-2.0x"  # the issue's figure for MXNet 1.9.1 on this kind of machine
 # Issue 14's goals: on/off counting the build after stop(), and the build per span.
 STOP_GOALS = {("threaded", "small ops"): 1.12, ("threaded", "trivial custom ops"): 1.15}
@@ -135,10 +137,12 @@ def span_cost_ns(n: int, compiled: bool | None = None) -> float:
     return (recorded - bare) / n
 
 
-def _run(work: Callable[[], None], profiled: bool, compiled: bool | None = None) -> tuple[float, float, int]:
+def _run(
+    work: Callable[[], None], profiled: bool, compiled: bool | None = None, gil: bool = True
+) -> tuple[float, float, int]:
     """(seconds until the engine is idle, seconds to build the trace afterwards, spans in it)."""
     mx.nd.waitall()
-    prof = mx.Profiler(compiled=compiled) if profiled else None
+    prof = mx.Profiler(compiled=compiled, gil=gil) if profiled else None
     t = time.perf_counter()
     if prof is not None:
         prof.start()
@@ -152,7 +156,7 @@ def _run(work: Callable[[], None], profiled: bool, compiled: bool | None = None)
     return recorded, time.perf_counter() - t, trace.n_spans
 
 
-def chain(ops: int, profiled: bool, compiled: bool | None = None) -> tuple[float, float, int]:
+def chain(ops: int, profiled: bool, compiled: bool | None = None, gil: bool = True) -> tuple[float, float, int]:
     a = mx.nd.ones((10, 10))
 
     def work() -> None:
@@ -160,7 +164,7 @@ def chain(ops: int, profiled: bool, compiled: bool | None = None) -> tuple[float
         for _ in range(ops):
             a = a + 1
 
-    return _run(work, profiled, compiled)
+    return _run(work, profiled, compiled, gil)
 
 
 def custom_calls(calls: int, profiled: bool, compiled: bool | None = None) -> tuple[float, float, int]:
@@ -382,17 +386,40 @@ def measure(n: int, ops: int, calls: int, repeats: int, mxnet: dict[str, float] 
                 rounds = max(repeats, ON_OFF_ROUNDS)
                 progress(f"profiler: {count} {label} on the {kind} engine, off/on ({', '.join(paths)}), {rounds} rounds")
                 mx.set_engine(kind)
-                # Interleaved: off, then each recorder, round by round.
+                # Interleaved: off, then each recorder, round by round; on the threaded small ops (the
+                # loop the GIL's sampler costs most: two threads contend throughout) also the compiled
+                # recorder without the GIL's evidence, which says what that evidence costs.
+                no_gil = kind == "threaded" and fn is chain and "compiled" in paths
                 runs = [
-                    (fn(count, False), {path: fn(count, True, compiled) for path, compiled in paths.items()})
+                    (
+                        fn(count, False),
+                        {path: fn(count, True, compiled) for path, compiled in paths.items()}
+                        | ({NO_GIL: chain(count, True, None, gil=False)} if no_gil else {}),
+                    )
                     for _ in range(rounds)
                 ]
                 off = statistics.median(r[0][0] for r in runs)
-                for path in paths:
+                for path in [*paths, *([NO_GIL] if no_gil else [])]:
                     on = statistics.median(r[1][path][0] for r in runs)
                     with_stop = statistics.median((r[1][path][0] + r[1][path][1]) / r[0][0] for r in runs)
                     build = statistics.median(r[1][path][1] / max(1, r[1][path][2]) for r in runs)
                     ratio = statistics.median(r[1][path][0] / r[0][0] for r in runs)  # each round's own
+                    if path == NO_GIL:
+                        # What the GIL's evidence costs this loop: the same rounds' compiled ratio beside.
+                        with_gil = statistics.median(r[1]["compiled"][0] / r[0][0] for r in runs)
+                        out.append(
+                            Row(
+                                SECTION,
+                                f"profiler on/off, {count:,} {label}, {kind}, compiled, without the GIL's evidence (gil=False)",
+                                ratio,
+                                "x",
+                                f"off {off / count * 1e6:.1f}, on {on / count * 1e6:.1f} µs/{unit}; with the GIL's "
+                                f"evidence (the default) {with_gil:.2f}x in the same rounds",
+                                f"≤ {ON_OFF_GOAL}x",
+                                ratio <= ON_OFF_GOAL,
+                            )
+                        )
+                        continue
                     peer = MXNET_ON_OFF_REFERENCE + " (issue's reference)"
                     if mxnet and f"{key}_prof" in mxnet:
                         peer = f"{mxnet[f'{key}_prof'] / mxnet[key]:.2f}x (measured)"

@@ -146,7 +146,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     _check_outputs(output=args.output, html=args.html)  # before the script runs, not after
     sys.argv = [script, *args.args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
-    prof = Profiler(args.max_events).start()
+    prof = Profiler(args.max_events, gil=not args.no_gil_samples).start()
     code = 0
     ended: BaseException | None = None  # how the script ended, if not by returning or exiting
     try:
@@ -367,6 +367,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("-o", "--output", help="save the trace here (.opprof, .json or .json.gz)")
     r.add_argument("--html", help="save the timeline here")
     r.add_argument("--max-events", type=_positive, default=5_000_000)
+    r.add_argument(
+        "--no-gil-samples",
+        action="store_true",
+        help="do not sample the GIL or time the engine's hand-offs (less overhead; no GIL evidence in the trace)",
+    )
     r.add_argument("script")
     r.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
     r.set_defaults(func=cmd_run)

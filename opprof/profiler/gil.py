@@ -19,7 +19,10 @@ from ..engine import gil, handoff
 from ..trace.records import ThreadInfo
 from ..trace.threadstates import GIL_METADATA, ThreadState, ThreadStates
 
-__all__ = ["PERIOD_NS", "QUIET_PERIOD_NS", "SUSTAINED_AFTER_NS", "SUSTAINED_PERIOD_NS", "GilRecording"]
+__all__ = ["PERIOD_NS", "QUIET_PERIOD_NS", "SUSTAINED_AFTER_NS", "SUSTAINED_PERIOD_NS", "TURNED_OFF", "GilRecording"]
+
+#: Why a profile made with ``gil=False`` has no GIL evidence (the readers repeat it).
+TURNED_OFF = "the GIL's evidence was turned off for this profile (gil=False)"
 
 #: 1 ms (1 kHz) while profiling: five samples per switch interval (5 ms, the longest a GIL waiter
 #: waits for a holder that never blocks), at 1.7-3.8 % of a core here; 5 kHz costs 10-15 %
@@ -48,12 +51,16 @@ class GilRecording:
     """Start the sampler with a recording, stop it with the recording, then map its threads onto the
     trace's (by native thread id) as :meth:`thread_states`."""
 
-    def __init__(self, clock: Callable[[], int]) -> None:
+    def __init__(self, clock: Callable[[], int], *, enabled: bool = True) -> None:
+        """``enabled`` False: no sampler and no timed hand-offs (``Profiler(gil=False)``), and the
+        trace says so where the evidence would be."""
         self.samples: gil.GilSamples | None = None
         self.handoffs: handoff.Handoffs | None = None
         self._timing_handoffs = False
         self.why_not = ""
-        if not gil.AVAILABLE:
+        if not enabled:
+            self.why_not = TURNED_OFF
+        elif not gil.AVAILABLE:
             self.why_not = gil.WHY_NOT
         elif clock is not time.perf_counter_ns:
             self.why_not = "the recording runs on a clock of its own, not the GIL sampler's"

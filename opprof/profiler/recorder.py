@@ -134,6 +134,7 @@ class Recorder(EngineObserver):
         *,
         compiled: bool | None = None,
         memory: bool = False,
+        gil: bool = True,
     ) -> Recorder:
         """``compiled``: None (default) takes the compiled hot path where it is built and the clock is
         the one it reads (CLOCK_MONOTONIC, what perf_counter_ns reads on Linux); False the pure-Python
@@ -153,8 +154,10 @@ class Recorder(EngineObserver):
         *,
         compiled: bool | None = None,
         memory: bool = False,
+        gil: bool = True,
     ) -> None:
-        """``memory``: also record every NDArray's storage (:mod:`.memory`)."""
+        """``memory``: also record every NDArray's storage (:mod:`.memory`). ``gil``: sample the GIL
+        and time the engine's hand-offs (:mod:`.gil`); False leaves the trace without that evidence."""
         if max_events < 1:
             raise ValueError(f"max_events must be at least 1, got {max_events}")
         self.max_events = int(max_events)
@@ -169,7 +172,7 @@ class Recorder(EngineObserver):
         self.t_start = clock()
         self.t_stop: int | None = None
         #: The GIL's evidence, sampled while attached (:mod:`.gil`).
-        self.gil = GilRecording(clock)
+        self.gil = GilRecording(clock, enabled=gil)
         #: How long the OS kept each thread waiting for a CPU while attached (:mod:`.cpuwait`).
         self.cpu_wait = CpuWaitRecording()
         #: Each NDArray's storage, made and freed, while attached (with ``memory=True``).

@@ -82,10 +82,16 @@ class Profiler:
         *,
         compiled: bool | None = None,
         memory: bool = MEMORY_DEFAULT,
+        gil: bool = True,
     ) -> None:
         self.max_events = max_events
         #: Whether each NDArray's storage is recorded too (:mod:`.memory`).
         self.memory = memory
+        #: Whether the GIL is sampled and the engine's hand-offs timed (:mod:`.gil`): the evidence
+        #: behind "waiting for the GIL, held by T". Off, a loop of tiny ops contending for the GIL
+        #: runs a few % faster under the profiler (``benchmarks``, "Profiler") and the trace says
+        #: the evidence was turned off where it would be.
+        self.gil = gil
         #: Which recorder: None the compiled one where built (:data:`~.recorder.COMPILED_WHY_NOT`
         #: says why not), False the pure-Python one, True the compiled one or an error.
         self.compiled = compiled
@@ -103,7 +109,9 @@ class Profiler:
     def start(self) -> Profiler:
         if self._recorder is not None:
             raise ProfilerError("this profiler is already running")
-        self._recorder = Recorder(self.max_events, self.clock_fn, compiled=self.compiled, memory=self.memory).attach(get_engine())
+        self._recorder = Recorder(
+            self.max_events, self.clock_fn, compiled=self.compiled, memory=self.memory, gil=self.gil
+        ).attach(get_engine())
         self.trace = None
         self._unbuilt = None
         return self
@@ -183,14 +191,19 @@ class Profiler:
 
 @contextmanager
 def profile(
-    max_events: int = 5_000_000, path: str | os.PathLike[str] | None = None, *, memory: bool = MEMORY_DEFAULT
+    max_events: int = 5_000_000,
+    path: str | os.PathLike[str] | None = None,
+    *,
+    memory: bool = MEMORY_DEFAULT,
+    gil: bool = True,
 ) -> Iterator[Profiler]:
     """Profile the block; ``prof.trace`` holds the result, also when the block raised.
 
     With ``path``, the trace is saved there as Chrome trace JSON (``.json`` or ``.json.gz``).
-    ``memory``: record every NDArray's storage too (:mod:`.memory`).
+    ``memory``: record every NDArray's storage too (:mod:`.memory`). ``gil``: sample the GIL and
+    time the engine's hand-offs (the default; see :class:`Profiler`).
     """
-    prof = Profiler(max_events, memory=memory).start()
+    prof = Profiler(max_events, memory=memory, gil=gil).start()
     try:
         yield prof
     except BaseException as e:

@@ -80,6 +80,18 @@ def test_run_profiles_a_script_and_passes_its_arguments(tmp_path: Path) -> None:
     assert sum(s.name == "_plus_scalar" for s in trace.spans) == 5
 
 
+def test_run_without_gil_samples_says_so_in_the_trace(tmp_path: Path) -> None:
+    from opprof.profiler.gil import TURNED_OFF
+
+    script = tmp_path / "work.py"
+    script.write_text("import opprof as mx\n(mx.nd.ones((2, 2)) + 1).wait_to_read()\n")
+    out = tmp_path / "t.opprof"
+    r = opprof("run", "--no-gil-samples", "-o", str(out), str(script))
+    assert r.returncode == 0, r.stderr
+    trace = mx.trace.load(out)
+    assert trace.thread_states is None and trace.metadata["gil"] == {"why_not": TURNED_OFF}
+
+
 def test_run_reports_a_failing_script_and_keeps_the_trace(tmp_path: Path) -> None:
     script = tmp_path / "bad.py"
     script.write_text("import opprof as mx\n(mx.nd.ones((2,)) + 1).wait_to_read()\nraise SystemExit(3)\n")

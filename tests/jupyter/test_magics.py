@@ -470,6 +470,23 @@ def test_bad_loops_print_usage_and_run_nothing(ip: Any, line: str) -> None:
     assert "--loops" in out.stderr + out.stdout
 
 
+def test_no_gil_samples_leaves_the_gil_out_and_says_so(ip: Any) -> None:
+    """--no-gil-samples: the cell's trace has no GIL evidence (the readers say why: see
+    tests/profiler/test_gil_profile.py) and --why names no holder; with --dask (whose workers
+    would sample anyway) it is refused before the cell runs."""
+    from opprof.profiler.gil import TURNED_OFF
+
+    cell = "mx.nd.Custom(mx.nd.ones((3, 3)), op_type='MagicDouble').wait_to_read()"
+    _, out = run(ip, "--no-widget --no-gil-samples --why", cell)
+    trace = ip.user_ns["_opprof"].trace
+    assert trace.thread_states is None and trace.metadata["gil"] == {"why_not": TURNED_OFF}
+    assert "Why the custom ops wait" in out and "held by" not in out
+    ip.user_ns["ran"] = False
+    result = ip.run_cell("%%opprof --no-widget --no-gil-samples --dask tcp://127.0.0.1:1\nran = True")
+    assert isinstance(result.error_in_exec, UsageError) and "--no-gil-samples" in str(result.error_in_exec)
+    assert ip.user_ns["ran"] is False
+
+
 def test_memory_shows_the_peak_and_what_the_cell_kept(ip: Any) -> None:
     """--memory: the summary gives the peak and the bytes allocated, and the arrays the cell kept
     (ten appended to a list) are named by the op that made them; a cell that keeps nothing, nothing."""

@@ -44,12 +44,12 @@ class _NapProp(opprof.operator.CustomOpProp):
         return _Nap()
 
 
-def _profile(*op_types: str) -> opprof.trace.Trace:
+def _profile(*op_types: str, gil: bool = True) -> opprof.trace.Trace:
     opprof.set_engine("threaded", workers=2, custom_workers=2)
     try:
         x = nd.ones((4, 4))
         nd.Custom(x, op_type="GilProfileNap").wait_to_read()  # the pool's threads exist
-        with opprof.profile() as prof:
+        with opprof.profile(gil=gil) as prof:
             for op in op_types:
                 nd.Custom(x, op_type=op)
             nd.waitall()
@@ -106,6 +106,23 @@ def test_without_the_sampler_the_trace_says_why(monkeypatch: pytest.MonkeyPatch)
     assert trace.thread_states is None
     assert trace.metadata["gil"] == {"why_not": "forced off for this test"}
     assert trace.analysis().python_gil is None
+
+
+def test_turned_off_a_profile_takes_no_gil_evidence_and_says_so() -> None:
+    """``profile(gil=False)``: no samples and no timed hand-offs, the readers say the evidence was
+    turned off (not that the GIL was never held), and the next profile samples as before."""
+    from opprof.profiler.gil import TURNED_OFF
+
+    trace = _profile("GilProfileNap", "GilProfileSpin", gil=False)
+    assert trace.thread_states is None
+    assert trace.metadata["gil"] == {"why_not": TURNED_OFF}
+    assert trace.analysis().python_gil is None
+    text = why_text(trace)
+    assert TURNED_OFF in text and "held by" not in text
+    assert not gil.GilSampler(1_000_000).running  # no sampler was left behind
+    if gil.AVAILABLE:
+        again = _profile("GilProfileNap")
+        assert again.thread_states is not None and again.metadata["gil"]["samples"] > 0
 
 
 def test_a_timed_gil_wait_names_the_holder_the_hand_off_read_over_the_samples() -> None:
