@@ -176,8 +176,8 @@ class OpprofMagics(Magics):
     @argument(
         "--no-gil-samples",
         action="store_true",
-        help="do not sample the GIL or time the engine's hand-offs: a few %% less overhead on loops of tiny "
-        "ops, but waiting is no longer split into the GIL and waking a thread",
+        help="do not sample the GIL or time the engine's hand-offs (for a program whose threads the sampler's "
+        "wakes disturb); waiting is then no longer split into the GIL and waking a thread",
     )
     @argument("--var", default="_opprof", metavar="NAME", help="user variable for the result (default _opprof)")
     @argument("--repeat", type=int, default=None, metavar="N", help="run the cell N times after one warm-up run (kept apart)")

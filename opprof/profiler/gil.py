@@ -43,7 +43,9 @@ SUSTAINED_PERIOD_NS = 2_500_000
 #: samples at 1 kHz and the rest at 400 Hz. Its wakes cost the profiled program more than their own
 #: CPU: each preempts a thread, often the GIL's holder, while the other waits for it. On a threaded
 #: loop of 20,000 10x10 ``a = a + 1`` (~125 ms, contended throughout), 31 interleaved rounds here
-#: (2026-12-05): profiler on/off 1.149x with 100 ms, 1.132x with 25 ms, 1.091x with no sampler.
+#: (2026-12-05): profiler on/off 1.149x with 100 ms, 1.132x with 25 ms, 1.091x with no sampler;
+#: on 2,000 trivial custom ops (contended while the program, a worker and a custom-op thread hand
+#: each other work) 1.16-1.19x with 100 ms, 1.07-1.09x with 25 ms (15 rounds, twice).
 SUSTAINED_AFTER_NS = 25_000_000
 
 
