@@ -340,3 +340,44 @@ def test_what_busy_engine_workers_ran_counts_each_workers_outermost_span_inside_
     # dot: worker 1 150 (250..400) + worker 2 450 + 100; copy 100.
     assert got == {"Op": {"dot": 700, "copy": 100}}
     assert workers_busy_with(table, causes, np.array([], dtype=np.int64)) == {}
+
+
+def test_the_paths_largest_contributors_are_summed_per_thread_where_their_words_name_one() -> None:
+    """Known answer: a path of GIL pieces held between ops by two threads (the program 1 ms first,
+    a data loader 9 ms in three pieces after) and the program's own Python on each of two threads.
+    Summed by name alone the loader's 9 ms went under "MainThread (your code, between its ops)",
+    the first piece's words; per thread each holder keeps its own."""
+    import dataclasses
+
+    from opprof.trace.analysis.critical import SegmentKind
+    from opprof.trace.records import ThreadInfo
+    from opprof.trace.synthetic import synthetic_trace
+
+    trace = synthetic_trace(40)
+    trace.threads.append(ThreadInfo(99, "DataLoader"))
+    path = analysis_of(trace).critical_path
+    kinds = list(SegmentKind)
+    gil, program = kinds.index(SegmentKind.GIL), kinds.index(SegmentKind.PROGRAM)
+    ms = 1_000_000
+    # (ns, kind, tid): the program's GIL, the loader's three, then the program's Python on two threads.
+    pieces = [(1 * ms, gil, 1), (3 * ms, gil, 99), (4 * ms, gil, 99), (2 * ms, gil, 99)]
+    pieces += [(2 * ms, program, 1), (5 * ms, program, 2)]
+    ends = path.start + np.cumsum([p[0] for p in pieces])
+    cut = dataclasses.replace(
+        path,
+        end=int(ends[-1]),
+        seg_start=np.concatenate([[path.start], ends[:-1]]).astype(np.int64),
+        seg_end=ends.astype(np.int64),
+        seg_kind=np.array([p[1] for p in pieces], dtype=np.int64),
+        seg_tid=np.array([p[2] for p in pieces], dtype=np.int64),
+        seg_span=np.full(len(pieces), -1, dtype=np.int64),
+        seg_about=np.full(len(pieces), -1, dtype=np.int64),
+        _segments=None,
+    )
+    assert cut.check() == []
+    named = {(kind, name): ns for kind, name, ns in cut.by_name()}
+    assert named[("gil", "DataLoader (its own Python, outside the engine's ops) holding the GIL")] == 9 * ms
+    assert named[("gil", "MainThread (your code, between its ops) holding the GIL")] == 1 * ms
+    assert named[("program", "MainThread (the program's own Python)")] == 2 * ms
+    assert named[("program", f"{trace.threads[1].name} (the program's own Python)")] == 5 * ms
+    assert sum(named.values()) == cut.total

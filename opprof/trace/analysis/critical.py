@@ -187,22 +187,26 @@ class CriticalPath:
         return {_KINDS[k].value: int(ns[k]) for k in np.argsort(-ns, kind="stable").tolist() if ns[k] > 0}
 
     def by_name(self, top: int = 10) -> list[tuple[str, str, int]]:
-        """(kind, name, ns) of the path's largest contributors, summed by kind and span name."""
+        """(kind, name, ns) of the path's largest contributors, summed by kind and span name, and by
+        thread where the name says whose (:data:`_NAMED_BY_THREAD`): two threads' GIL between their
+        ops were one sum under the first one's name, a data loader's 200 ms "MainThread's" 1 ms."""
         if not len(self) or self._trace is None:
             return []
         t = self._trace.table
         ref = np.where((self.seg_span >= 0) | (self.seg_kind == _GIL), self.seg_span, self.seg_about)
         name = np.where(ref >= 0, t.name[np.maximum(ref, 0)], -1).astype(np.int64)
-        key = self.seg_kind.astype(np.int64) * (len(t.strings) + 1) + (name + 1)
-        uk, inv = np.unique(key, return_inverse=True)
-        ns = np.bincount(inv.ravel(), weights=self.seg_end - self.seg_start)
+        whose = np.where(_NAMED_BY_THREAD[self.seg_kind], self.seg_tid, -1).astype(np.int64)
+        keys = np.stack([self.seg_kind.astype(np.int64), name, whose], axis=1)
+        uk, inv = np.unique(keys, axis=0, return_inverse=True)
+        inv = inv.ravel()
+        ns = np.bincount(inv, weights=self.seg_end - self.seg_start)
+        first = np.full(len(uk), len(inv), dtype=np.int64)
+        np.minimum.at(first, inv, np.arange(len(inv)))  # each group's first segment: its thread names it
         out = []
         engine_users = _engine_users(self._trace)
         for j in np.argsort(-ns, kind="stable")[:top].tolist():
-            k, c = divmod(int(uk[j]), len(t.strings) + 1)
-            kind = _KINDS[k]
-            first = int(np.flatnonzero(inv.ravel() == j)[0])
-            label = _label(kind, t.strings[c - 1] if c else "", self._trace, int(self.seg_tid[first]), engine_users)
+            kind, c = _KINDS[int(uk[j, 0])], int(uk[j, 1])
+            label = _label(kind, t.strings[c] if c >= 0 else "", self._trace, int(self.seg_tid[first[j]]), engine_users)
             out.append((kind.value, label, int(ns[j])))
         return out
 
@@ -295,6 +299,13 @@ _RUN, _PY, _QUEUE, _POOL, _HAND, _WAIT, _PROG, _GIL, _BLOCKED, _HELD = (
         SegmentKind.BLOCKED,
         SegmentKind.HELD_BACK,
     )
+)
+
+
+#: The kinds whose words name the thread a segment is on (:func:`_label`): their contributors are
+#: summed per thread as well as per name.
+_NAMED_BY_THREAD = np.array(
+    [k in (SegmentKind.GIL, SegmentKind.PROGRAM, SegmentKind.BLOCKED, SegmentKind.HELD_BACK) for k in _KINDS]
 )
 
 
