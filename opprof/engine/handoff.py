@@ -196,6 +196,9 @@ class Handoffs:
             "wake_ns_median": int(np.median(woke - signal)),
             "gil_ns_median": int(np.median(gil - woke)),
             "hop_ns_median": int(np.median(gil - signal)),
+            # One slow wake (a woken thread left in the run queue while the cores were busy) can
+            # be most of a queue's waiting, where the median says sub-µs: the readers say both.
+            "wake_ns_max": int((woke - signal).max()),
         }
 
 

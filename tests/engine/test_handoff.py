@@ -191,12 +191,13 @@ def test_medians_of_known_hand_offs() -> None:
     r["woke"] = [30, 50, 120]
     r["gil"] = [40, 90, 125]
     got = handoff.Handoffs(r).medians()
-    assert got == {"count": 3, "wake_ns_median": 20, "gil_ns_median": 10, "hop_ns_median": 30}
+    assert got == {"count": 3, "wake_ns_median": 20, "gil_ns_median": 10, "hop_ns_median": 30, "wake_ns_max": 30}
     assert handoff.Handoffs(r).medians(np.array([True, False, False])) == {
         "count": 1,
         "wake_ns_median": 20,
         "gil_ns_median": 10,
         "hop_ns_median": 30,
+        "wake_ns_max": 20,
     }
     assert handoff.Handoffs(r[:0]).medians() == {"count": 0}
 

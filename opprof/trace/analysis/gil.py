@@ -127,6 +127,7 @@ class HandoffCost:
     wake_ns: int
     gil_ns: int
     hop_ns: int  # the median of the whole hop, put to GIL held (not the sum of the two medians)
+    wake_max_ns: int = 0  # the longest wake (0: not recorded, a file from before it was)
 
 
 def handoff_costs(data: TraceData) -> dict[str, HandoffCost]:
@@ -141,7 +142,7 @@ def handoff_costs(data: TraceData) -> dict[str, HandoffCost]:
     for pool in ("custom", "engine", "wait", "all"):
         got = hand.get(pool)
         if isinstance(got, dict) and got.get("count"):
-            keys = ("count", "wake_ns_median", "gil_ns_median", "hop_ns_median")
+            keys = ("count", "wake_ns_median", "gil_ns_median", "hop_ns_median", "wake_ns_max")
             out[pool] = HandoffCost(*(int(got.get(k, 0)) for k in keys))
     return out
 
