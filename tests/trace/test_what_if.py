@@ -825,3 +825,31 @@ def test_every_prediction_replays_as_itself(run: str, samples: str, gil_reset: N
         again = what_if(w.trace)
         assert again.gil is w.gil, change  # as the prediction ran
         assert abs(again.baseline_ns - again.recorded_ns) <= 1_000, (change, again.baseline_ns, again.recorded_ns)
+
+
+def test_a_smaller_pool_says_the_recordings_waits_for_a_cpu_are_in_its_prediction() -> None:
+    """Known answer: a profile on a pool of two custom-op threads, its record of the threads' waits
+    for a CPU set to a fifth of the recording in all. A prediction with fewer custom-op threads says
+    those waits are in it (the run is likely faster); one with more, or the same, or a recording
+    whose threads hardly waited, does not."""
+    from opprof.trace.threadstates import CPU_WAIT_METADATA
+
+    SLEEP.update(fwd=0.002, bwd=0.001)
+    try:
+        mx.set_engine("threaded", workers=2, custom_workers=2)
+        (trace,) = profiles(training_step, 1)
+    finally:
+        SLEEP.clear()
+        mx.set_engine("threaded")
+    length = int(trace.table.end.max() - trace.table.start.min())
+    custom = [t.tid for t in trace.threads if t.name.startswith("opprof-custom-")]
+    trace.metadata[CPU_WAIT_METADATA] = {"ns": {str(tid): length // 10 for tid in custom}}
+    said = "waited"  # "The recording's threads waited ... for a CPU in all"
+
+    def noted(**change: int) -> bool:
+        return any(n.startswith("The recording's threads") and said in n for n in trace.what_if(**change).notes)
+
+    assert noted(custom_threads=1)
+    assert not noted(custom_threads=2) and not noted(custom_threads=3)
+    trace.metadata[CPU_WAIT_METADATA] = {"ns": {str(tid): length // 100 for tid in custom}}  # read per question
+    assert not noted(custom_threads=1)

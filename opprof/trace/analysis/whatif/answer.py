@@ -17,7 +17,7 @@ from ...columns import ROLE_CODE, SpanTable
 from ...data import TraceData
 from ...records import CUSTOM_POOL, ENGINE_POOL, Role
 from ...records import WAIT as WAIT_CATEGORY
-from ...threadstates import GIL_METADATA, cpu_outside_python
+from ...threadstates import GIL_METADATA, cpu_outside_python, cpu_wait_ns
 from ..critical import APPROXIMATE_PATH
 from .change import check_factors, check_pool, span_factors
 from .gil import DEFAULT_SWITCH_INTERVAL, MIN_NAME_SAMPLES
@@ -27,6 +27,12 @@ from .prepare import LATENCY_KEY, LATENCY_WORDS, MODEL_METADATA, POOL_PREFIXES, 
 from .warp import naive
 
 __all__ = ["WhatIf", "what_if"]
+
+#: A smaller pool's prediction says the recording's CPU waits are in it where they sum to a tenth
+#: of the recording or more: 16 custom ops (half a 4 ms spin and NumPy products, half a 6 ms
+#: sleep) on a pool of 2 waited 44 ms for a CPU in a 99 ms recording (OpenBLAS's threads on the
+#: same 2 cores), and a pool of 1 was predicted 23-44 % slower than it ran (2026-12-05).
+FEWER_THREADS_CPU_WAIT = 10
 
 _PYTHON = ROLE_CODE[Role.PYTHON]
 _SUBOP = ROLE_CODE[Role.SUBOP]
@@ -367,6 +373,14 @@ def what_if(
             f"{_fmt(outside[0])} of the {_fmt(rec.end)} recording ({outside[0] / rec.end:.1f} cores' worth; this machine "
             f"has {os.cpu_count() or 1}): the ops run threads of their own, which the model does not see. With more "
             "threads they compete for the cores, and the run gains less than predicted, or loses."
+        )
+    queued = sum((cpu_wait_ns(trace.metadata) or {}).values())
+    if (e < rec_e or c < rec_c) and queued * FEWER_THREADS_CPU_WAIT >= rec.end > 0:
+        # The pieces keep the time their threads waited for a CPU, which fewer busy threads would not.
+        notes.append(
+            f"The recording's threads waited {_fmt(queued)} for a CPU in all (the OS's run queue: more runnable "
+            f"threads than this machine's {os.cpu_count() or 1} cores), and the pieces keep that wait, and the "
+            "slowdown of sharing the cores: with fewer threads busy the run is likely faster than predicted."
         )
     if sim.threads > rec.recorded_custom:
         notes.append(
