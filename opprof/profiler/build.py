@@ -313,11 +313,15 @@ def record_columns(logs: Sequence[Any], schema: str, tables: Tables) -> np.ndarr
     A compiled log's bytes are its records already (read with ``numpy.frombuffer``: no record becomes
     a Python object); only its codes are mapped to ``tables``' (a table lookup a slot)."""
     slots = schema_slots(schema)
-    parts: list[np.ndarray] = []
+    # One array for all the logs, each filled in its place: concatenating per-log arrays copied every
+    # record once more, 1.1 ms of a 7.5 ms build of 20,000 plain spans here.
+    out = np.empty((len(slots), sum(map(len, logs))), dtype=np.int64)
+    at = 0
     for log in logs:
         if not len(log):
             continue
-        f = np.empty((len(slots), len(log)), dtype=np.int64)
+        f = out[:, at : at + len(log)]
+        at += len(log)
         if isinstance(log, list):
             # Each field taken once (a note's four parts share theirs).
             fields = [list(map(itemgetter(k), log)) for k in range(len(schema))]
@@ -334,8 +338,7 @@ def record_columns(logs: Sequence[Any], schema: str, tables: Tables) -> np.ndarr
                     f[slot, several] -= before  # its log's k-th extra is the (before + k)-th here
                 elif kind != "i":
                     f[slot] = tables.code_map(kind, {"n": names, "o": objects, "s": sites}[kind])[f[slot]]
-        parts.append(f)
-    return np.concatenate(parts, axis=1) if parts else np.zeros((len(slots), 0), dtype=np.int64)
+    return out
 
 
 def _vars_per_code(codes: np.ndarray, extras_len: np.ndarray) -> np.ndarray:
