@@ -192,7 +192,7 @@ GIL_SAMPLER_GOAL = 0.02
 
 def gil_sampler_rows(seconds: float) -> list[Row]:
     """The GIL sampler's own CPU time as a share of one core, as the profiler runs it (1 kHz while
-    threads contend, every 2.5 ms once they have for 25 ms, every 4 ms while none does): with the program and three idle threads
+    threads contend, every 2.5 ms once they have for 100 ms, every 4 ms while none does): with the program and three idle threads
     registered (an engine between ops), and with two threads spinning in Python (contending all
     along); beside them the fixed 1 kHz and 5 kHz rates. Its stats count the sampler thread's CPU clock."""
     from opprof.engine import gil

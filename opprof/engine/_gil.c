@@ -151,8 +151,8 @@ static int64_t quiet_ns = 0;
  * (measured: a bare 1 kHz clock_nanosleep loop, 2.8-2.9 % of a core), so a fine rate held through
  * seconds of contention cannot stay under 2 % of a core, and each wake preempts a thread the profiled
  * program is running (opprof.profiler.gil.SUSTAINED_AFTER_NS says what that costs). The onset of
- * contention and every short episode (a 4 ms notebook cell) keep the fine rate; a long one has
- * thousands of samples at either. */
+ * contention and every short episode (the known answers' 30-40 ms spins, a 4 ms notebook cell) keep
+ * the fine rate; a long one has thousands of samples at either. */
 static int64_t sustained_ns = 0, sustained_after_ns = 0;
 static int64_t prev_sample_t = 0;
 static int running = 0;            /* 0: no sampler thread, 1: sampling, 2: stop() is joining it */
