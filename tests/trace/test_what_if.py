@@ -832,6 +832,7 @@ def test_a_smaller_pool_says_the_recordings_waits_for_a_cpu_are_in_its_predictio
     for a CPU set to a fifth of the recording in all. A prediction with fewer custom-op threads says
     those waits are in it (the run is likely faster); one with more, or the same, or a recording
     whose threads hardly waited, does not."""
+    from opprof.trace.records import CUSTOM_THREAD_PREFIX
     from opprof.trace.threadstates import CPU_WAIT_METADATA
 
     SLEEP.update(fwd=0.002, bwd=0.001)
@@ -842,12 +843,11 @@ def test_a_smaller_pool_says_the_recordings_waits_for_a_cpu_are_in_its_predictio
         SLEEP.clear()
         mx.set_engine("threaded")
     length = int(trace.table.end.max() - trace.table.start.min())
-    custom = [t.tid for t in trace.threads if t.name.startswith("opprof-custom-")]
+    custom = [t.tid for t in trace.threads if t.name.startswith(CUSTOM_THREAD_PREFIX)]
     trace.metadata[CPU_WAIT_METADATA] = {"ns": {str(tid): length // 10 for tid in custom}}
-    said = "waited"  # "The recording's threads waited ... for a CPU in all"
 
-    def noted(**change: int) -> bool:
-        return any(n.startswith("The recording's threads") and said in n for n in trace.what_if(**change).notes)
+    def noted(**change: int) -> bool:  # "The recording's threads waited ... for a CPU in all"
+        return any(n.startswith("The recording's threads") and "waited" in n for n in trace.what_if(**change).notes)
 
     assert noted(custom_threads=1)
     assert not noted(custom_threads=2) and not noted(custom_threads=3)
