@@ -505,12 +505,8 @@ class Engine:
             obs = self.observer
             if ready and obs is not None:
                 # The enabling edge: this op's completion made them ready, now. (Which var did
-                # it is noted by _release, which knows.) One clock read per completion.
-                now = obs.clock()
-                seq = opr.seq
-                for r in ready:
-                    r.ready_ns = now
-                    r.by = seq
+                # it is noted by _release, which knows.)
+                obs.on_ready(ready, opr.seq)
         finally:
             lock.release()
         return ready

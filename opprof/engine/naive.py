@@ -142,10 +142,7 @@ class NaiveEngine(Engine):
                 self._last_done = seq
                 open_gates(self._idle_gates)
             if ready and obs is not None:  # the enabling edge, as _complete notes it
-                now = obs.clock()
-                for r in ready:
-                    r.ready_ns = now
-                    r.by = seq
+                obs.on_ready(ready, seq)
         finally:
             lock.release()
         for nxt in ready:

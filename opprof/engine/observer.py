@@ -1,8 +1,8 @@
 """What the engine tells the layers above it while it runs: the observer protocol.
 
-The engine calls an observer at four points: on the pushing thread when an op is pushed, around
-an op's function on the thread that runs it, after a blocking wait, and around a custom op's
-Python. :class:`EngineObserver` is the protocol and a no-op base at once: a profiler overrides what
+The engine calls an observer at five points: on the pushing thread when an op is pushed, when a
+completion makes ops ready, around an op's function on the thread that runs it, after a blocking
+wait, and around a custom op's Python. :class:`EngineObserver` is the protocol and a no-op base at once: a profiler overrides what
 it needs. An engine has at most one observer on its hot path; :class:`Observers` fans out to
 several (a recorder and a live view), so that an engine with one observer pays for one call.
 """
@@ -45,6 +45,16 @@ class EngineObserver:
         self.on_push(opr)
         self.run(opr, fn, *args)
 
+    def on_ready(self, ready: list[Opr], by: int) -> None:
+        """The ops ``ready`` became ready now, when the op ``by`` (its seq) completed: the enabling
+        edge, stamped on each (``ready_ns`` on this observer's clock, ``by``), for the op's record
+        when it runs. Called under the engine's lock, so kept to that; a compiled recorder does it
+        in C (it runs at nearly every completion of a chain of ops)."""
+        now = self.clock()
+        for r in ready:
+            r.ready_ns = now
+            r.by = by
+
     def on_wait(self, name: str, t0: int, t1: int, by: int = 0, var: int = 0) -> None:
         """The calling thread was blocked in a wait (``WaitForVar``, ``WaitForAll``) from ``t0`` to
         ``t1``; ``by`` is the op (its seq) whose completion ended it (0: none had to), ``var`` the
@@ -85,6 +95,9 @@ class Observers(EngineObserver):
         for o in reversed(self.observers[1:]):
             fn, args = functools.partial(o.run, opr, fn, *args), ()
         self.observers[0].run(opr, fn, *args)
+
+    def on_ready(self, ready: list[Opr], by: int) -> None:
+        self.observers[0].on_ready(ready, by)  # the stamps are the ops' own: one clock stamps them for all
 
     def on_wait(self, name: str, t0: int, t1: int, by: int = 0, var: int = 0) -> None:
         for o in self.observers:

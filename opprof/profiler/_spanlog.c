@@ -66,7 +66,7 @@ typedef struct {
  * writes, site). */
 /* The hooks' contract with opprof/profiler/recorder.py (its SPANLOG_API): raised on both sides with
  * every change of Hot's arguments or a hook's, so that a module left from an older install is not used. */
-#define SPANLOG_API 2
+#define SPANLOG_API 3
 #define PLAIN_SCHEMA "iiniiiiiivv"
 #define SUB_SCHEMA "iiniN"
 #define FAM_SCHEMA "iiioi"
@@ -1143,11 +1143,36 @@ static PyObject *hot_iter(PyObject *self) {
 
 static PyObject *hot_next(Hot *self) { return PyLong_FromLongLong(self->count++); }
 
+/* The engine's ready hook (see EngineObserver.on_ready): each op of the list ``args[0]`` became ready
+ * now, when the op ``args[1]`` (its seq) completed. One clock read for them all and two slot writes
+ * an op. In Python the same lines, run at nearly every completion of a chain of small ops, cost
+ * ~1,500 instructions an op (callgrind, 5,000 threaded `a = a + 1`): 42 % of all the compiled
+ * recorder added to such an op. */
+static PyObject *hot_on_ready(Hot *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyList_Check(args[0]) || !PyLong_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "on_ready(ready: list of Opr, by: int)");
+        return NULL;
+    }
+    PyObject *ready = args[0], *by = args[1];
+    PyObject *now = PyLong_FromLongLong(monotonic_ns());
+    if (now == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(ready); i++) {
+        PyObject *opr = PyList_GET_ITEM(ready, i);
+        if (slot_set(&S_READY, opr, now) < 0 || slot_set(&S_BY, opr, by) < 0) {
+            Py_DECREF(now);
+            return NULL;
+        }
+    }
+    Py_DECREF(now);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef hot_methods[] = {
     {"on_push", (PyCFunction)hot_on_push, METH_O, "The engine's push hook (see Recorder.on_push)."},
     {"run", (PyCFunction)(void (*)(void))hot_run, METH_FASTCALL, "The engine's run hook (see Recorder.run)."},
     {"run_pushed", (PyCFunction)(void (*)(void))hot_run_pushed, METH_FASTCALL, "The naive engine's push-and-run hook."},
     {"on_python", (PyCFunction)(void (*)(void))hot_on_python, METH_FASTCALL, "A custom op's Python ran (see Recorder.on_python)."},
+    {"on_ready", (PyCFunction)(void (*)(void))hot_on_ready, METH_FASTCALL, "Ops made ready by a completion (see EngineObserver.on_ready)."},
     {NULL, NULL, 0, NULL},
 };
 

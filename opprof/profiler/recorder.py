@@ -577,7 +577,7 @@ def _thread_order(name: str) -> tuple[int, int, str]:
 #: The contract between this module and ``_spanlog.c`` (the hooks' arguments, ``Hot``'s): raised
 #: with every change of it on both sides, so that a compiled part left from an older install (a
 #: build that failed quietly keeps the old one) is not used but said, rather than failing a profile.
-SPANLOG_API = 2
+SPANLOG_API = 3
 
 
 def compiled_mismatch(module: Any) -> str:
@@ -604,7 +604,7 @@ COMPILED_WHY_NOT: str = _why_not
 
 class _CompiledRecorder(Recorder):
     """The recorder with its hot path in C (:mod:`opprof.profiler._spanlog`): the engine calls the C
-    ``on_push``/``run``/``run_pushed``/``on_python`` directly (instance attributes, found before
+    ``on_push``/``run``/``run_pushed``/``on_python``/``on_ready`` directly (instance attributes, found before
     the class's methods). Every push's note is made in C; a plain op's span is one fixed-size
     record in the thread's log; a sub-op's, a custom op's own ops' and its Python's records are
     the same tuples :class:`Recorder` appends, appended from C; anything else goes to
@@ -631,6 +631,7 @@ class _CompiledRecorder(Recorder):
         self.run = hot.run  # type: ignore[method-assign]
         self.run_pushed = hot.run_pushed  # type: ignore[method-assign]
         self.on_python = hot.on_python  # type: ignore[method-assign]
+        self.on_ready = hot.on_ready  # type: ignore[method-assign]
 
     @property
     def recording(self) -> bool:

@@ -102,3 +102,56 @@ def test_a_second_recorder_on_one_engine_is_refused(engine: mx.engine.Engine) ->
     finally:
         first.detach()
     assert engine.observer is None
+
+
+class Clocked(EngineObserver):
+    """Hears only the ready hook's stamps, on a clock of its own that counts its reads."""
+
+    def __init__(self, start: int) -> None:
+        self.now = start
+        self.reads = 0
+
+    def clock(self) -> int:  # type: ignore[override]
+        self.reads += 1
+        self.now += 1
+        return self.now
+
+
+def test_ops_made_ready_by_a_completion_carry_its_seq_and_the_first_observers_stamp() -> None:
+    """A completion that makes ops ready stamps each with the op that did (its seq) and one time,
+    read once on the first observer's clock: the stamps are the ops' own, shared by every observer.
+    (Threaded: the naive engine runs an op as it is pushed, so none waits for a gate there.)"""
+    engine = mx.set_engine("threaded", workers=2, custom_workers=2)
+    try:
+        _two_made_ready_at_once(engine)
+    finally:
+        engine.observer = None
+        mx.set_engine("threaded")
+
+
+def _two_made_ready_at_once(engine: mx.engine.Engine) -> None:
+    first, second = Clocked(1_000), Clocked(5_000)
+    engine.add_observer(first)
+    engine.add_observer(second)
+    stamped: list[Opr] = []
+    on_ready = first.on_ready
+
+    def keep(ready: list[Opr], by: int) -> None:
+        stamped.extend(ready)
+        on_ready(ready, by)
+
+    first.on_ready = keep  # type: ignore[method-assign]
+    gate = threading.Event()
+    a = mx.nd.ones((2,))
+    a.wait_to_read()
+    # An op that waits for a gate, and two that read what it writes: its completion makes both ready.
+    engine.push(gate.wait, writes=(a._var,), name="gated")
+    b, c = a + 1, a * 2
+    gate.set()
+    b.wait_to_read()
+    c.wait_to_read()
+    ops = [o for o in stamped if o.name != "WaitForVar"]  # the waits' own token ops are made ready too
+    assert sorted(o.name for o in ops) == ["_mul_scalar", "_plus_scalar"]
+    assert len({o.by for o in ops}) == 1 and ops[0].by > 0
+    assert len({o.ready_ns for o in ops}) == 1 and 1_000 < ops[0].ready_ns <= first.now
+    assert second.reads == 0

@@ -355,3 +355,25 @@ def test_a_compiled_part_of_another_contract_or_other_records_is_refused_with_it
     assert "other shapes" in compiled_mismatch(SimpleNamespace(API=SPANLOG_API))  # plain ops only, as before
     if not COMPILED_WHY_NOT:
         assert compiled_mismatch(_spanlog) == ""
+
+
+@needs_compiled
+def test_the_compiled_ready_hook_stamps_as_the_observers_own() -> None:
+    """``on_ready`` in C (each op's ``by`` and one ``ready_ns``, CLOCK_MONOTONIC) does what
+    EngineObserver.on_ready does on perf_counter_ns, and refuses what it cannot read."""
+    import time
+
+    from opprof.engine import EngineObserver, Opr
+
+    rec = Recorder(compiled=True)
+    oprs = [Opr(lambda: None, (), (), f"op{k}", False, False, None) for k in range(3)]
+    python_ops = [Opr(lambda: None, (), (), f"op{k}", False, False, None) for k in range(3)]
+    before = time.perf_counter_ns()
+    rec.on_ready(oprs, 41)
+    EngineObserver.on_ready(rec, python_ops, 41)
+    after = time.perf_counter_ns()
+    assert [o.by for o in oprs] == [o.by for o in python_ops] == [41, 41, 41]
+    assert len({o.ready_ns for o in oprs}) == 1 and before <= oprs[0].ready_ns <= python_ops[0].ready_ns <= after
+    rec.on_ready([], 7)  # nothing made ready: nothing to do
+    with pytest.raises(TypeError, match="on_ready"):
+        rec.on_ready(tuple(oprs), 7)
