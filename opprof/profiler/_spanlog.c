@@ -1145,9 +1145,8 @@ static PyObject *hot_next(Hot *self) { return PyLong_FromLongLong(self->count++)
 
 /* The engine's ready hook (see EngineObserver.on_ready): each op of the list ``args[0]`` became ready
  * now, when the op ``args[1]`` (its seq) completed. One clock read for them all and two slot writes
- * an op. In Python the same lines, run at nearly every completion of a chain of small ops, cost
- * ~1,500 instructions an op (callgrind, 5,000 threaded `a = a + 1`): 42 % of all the compiled
- * recorder added to such an op. */
+ * an op: 60 ns a call here, against 124 ns for the same lines as a Python method (a million calls
+ * of one op each, 2026-12-05); it runs at nearly every completion of a chain of small ops. */
 static PyObject *hot_on_ready(Hot *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2 || !PyList_Check(args[0]) || !PyLong_Check(args[1])) {
         PyErr_SetString(PyExc_TypeError, "on_ready(ready: list of Opr, by: int)");

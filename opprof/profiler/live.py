@@ -13,9 +13,10 @@ The final trace has it.
 
 A poll is capped (:data:`POLL_CAP`): past it, spans are kept at an even stride and the rest
 counted in ``skipped``, so a cell of a million ops cannot flood the page. Cost in GIL time,
-measured on this machine (2 cores, Python 3.11, medians of 5): a poll of 5,000 new plain ops
-0.7 ms; of 1,000,000, strided down to the cap, 0.7 ms too; of 1,000 custom-op calls (4,000
-spans, their records read one by one, then thinned) 3.2 ms; a poll that finds nothing, 0.05 ms.
+measured on this machine (2 cores, Python 3.11, medians of 5, ``benchmarks/live.py``'s rows,
+2026-12-05): a poll of 5,000 new plain ops 0.8 ms; of 1,000,000, strided down to the cap, 1.8 ms;
+a poll that finds nothing, 0.03 ms; of 1,000 custom-op calls (4,000 spans, their records read one
+by one, then thinned) 3.2 ms (2026-12-02).
 """
 
 from __future__ import annotations

@@ -151,9 +151,9 @@ def test_a_poll_is_capped_and_says_how_many_it_left_out() -> None:
         LiveFeed(feed.recorder, cap=0)
 
 
-@pytest.mark.e2e  # a timing, ~2 s
-def test_a_poll_costs_little() -> None:
-    """GIL time per poll: 5,000 new ops, and a million, strided down to the cap (module docstring's figures)."""
+def test_a_poll_takes_at_most_its_cap_and_says_what_it_skipped() -> None:
+    """5,000 new ops, then a million, come strided down to the cap, then an idle poll brings nothing
+    (what each costs is a row of ``benchmarks/live.py``)."""
     prof = mx.Profiler().start()
     feed = prof.live_feed()
     rec = feed.recorder
@@ -162,21 +162,15 @@ def test_a_poll_costs_little() -> None:
     template = next(x for x in r.plain)
     try:
         r.plain.extend([template] * 5_000)
-        t = time.perf_counter()
-        assert len(feed.poll()) == feed.cap
-        small = time.perf_counter() - t
+        first = feed.poll()
         r.plain.extend([template] * 1_000_000)
-        t = time.perf_counter()
-        s = feed.poll()
-        big = time.perf_counter() - t
-        t = time.perf_counter()
-        feed.poll()
-        idle = time.perf_counter() - t
+        big = feed.poll()
+        idle = feed.poll()
     finally:
         prof.stop()
-    assert len(s) <= feed.cap and s.skipped >= 995_000
-    # Generous bounds for a shared 2-core machine (measured: 0.7 ms, 0.7 ms, 0.05 ms).
-    assert small < 0.05 and big < 0.1 and idle < 0.005, (small, big, idle)
+    assert len(first) == feed.cap and first.skipped >= 5_000 - feed.cap
+    assert len(big) <= feed.cap and big.skipped >= 995_000
+    assert len(idle) == 0 and idle.skipped == 0
 
 
 # ---------------------------------------------------------------------------- the figure
