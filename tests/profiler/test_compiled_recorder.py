@@ -268,18 +268,22 @@ def _field(kind: str) -> st.SearchStrategy[Any]:
 @given(data=st.data(), schema=st.sampled_from([PLAIN_SCHEMA, SUB_SCHEMA, FAM_SCHEMA, DEPS_SCHEMA]))
 def test_a_compiled_log_gives_back_its_records_and_the_columns_a_list_of_them_gives(data: st.DataObject, schema: str) -> None:
     """The pure path's lists are the oracle: records appended to a compiled log come back equal
-    (indexing, slicing, a copy), and the build's columns of the log equal those of the same records
-    as a list of tuples, names, objects, vars and sites included."""
+    (indexing, slicing, a copy), and the build's columns of the log, after another thread's log (a
+    log writes its records into its own columns of the build's array), equal those of the same
+    records as lists of tuples, names, objects, vars and sites included."""
     records = data.draw(st.lists(st.tuples(*map(_field, schema)), max_size=40))
+    before = data.draw(st.lists(st.tuples(*map(_field, schema)), max_size=5))
     hot = _CompiledRecorder()._hot
-    log = _spanlog.Log(hot, schema)
+    log, first = _spanlog.Log(hot, schema), _spanlog.Log(hot, schema)
     log.extend(records)
+    first.extend(before)
     assert len(log) == len(records)
     assert log[:] == records and list(log) == records and log.copy()[::2] == records[::2]
     if records:
         assert log[-1] == records[-1]
     from_list, from_log = Tables(), Tables()
-    a, b = record_columns([list(records)], schema, from_list), record_columns([log], schema, from_log)
+    a = record_columns([list(before), list(records)], schema, from_list)
+    b = record_columns([first, log], schema, from_log)
     assert a.shape == b.shape
     for _, slot, kind, _ in schema_slots(schema):
         if kind == "n":
@@ -292,6 +296,34 @@ def test_a_compiled_log_gives_back_its_records_and_the_columns_a_list_of_them_gi
             assert list(map(from_list.vars_of, a[slot].tolist())) == list(map(from_log.vars_of, b[slot].tolist()))
         else:  # ints, and objects by id() (0: None)
             assert a[slot].tolist() == b[slot].tolist()
+
+
+@needs_compiled
+def test_a_log_writes_its_columns_only_where_they_fit() -> None:
+    """``Log.columns(out, at)`` writes into an int64 array of one row per slot with room from ``at``,
+    and refuses anything else (a wrong dtype, rows or room, a view that is not contiguous) unwritten."""
+    hot = _CompiledRecorder()._hot
+    log = _spanlog.Log(hot, FAM_SCHEMA)
+    log.extend([(0, 1, 2, None, 3), (0, 4, 5, None, 6)])
+    width = len(schema_slots(FAM_SCHEMA))
+    out = np.full((width, 3), -7, dtype=np.int64)
+    assert log.columns(out, 1)[0] is None
+    assert out[:, 0].tolist() == [-7] * width and out[1, 1:].tolist() == [1, 4] and out[4, 1:].tolist() == [3, 6]
+    for bad, at in (
+        (np.zeros((width, 3), dtype=np.int32), 0),
+        (np.zeros((width + 1, 3), dtype=np.int64), 0),
+        (np.zeros((width, 3), dtype=np.int64), 2),
+        (np.zeros((width, 6), dtype=np.int64)[:, ::2], 0),
+        (np.zeros((width, 3), dtype=np.int64), -1),
+    ):
+        with pytest.raises((ValueError, BufferError)):
+            log.columns(bad, at)
+    ro = np.zeros((width, 2), dtype=np.int64)
+    ro.flags.writeable = False
+    with pytest.raises((ValueError, BufferError)):
+        log.columns(ro, 0)
+    with pytest.raises(TypeError):
+        log.columns(out)
 
 
 @needs_compiled
