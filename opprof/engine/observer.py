@@ -2,8 +2,8 @@
 
 The engine calls an observer at five points: on the pushing thread when an op is pushed, when a
 completion makes ops ready, around an op's function on the thread that runs it, after a blocking
-wait, and around a custom op's Python. :class:`EngineObserver` is the protocol and a no-op base at once: a profiler overrides what
-it needs. An engine has at most one observer on its hot path; :class:`Observers` fans out to
+wait, and around a custom op's Python. :class:`EngineObserver` is the protocol and a no-op base at
+once: a profiler overrides what it needs. An engine has at most one observer on its hot path; :class:`Observers` fans out to
 several (a recorder and a live view), so that an engine with one observer pays for one call.
 """
 

@@ -66,7 +66,7 @@ typedef struct {
  * writes, site). */
 /* The hooks' contract with opprof/profiler/recorder.py (its SPANLOG_API): raised on both sides with
  * every change of Hot's arguments or a hook's, so that a module left from an older install is not used. */
-#define SPANLOG_API 4
+#define SPANLOG_API 5
 #define PLAIN_SCHEMA "iiniiiiiivv"
 #define SUB_SCHEMA "iiniN"
 #define FAM_SCHEMA "iiioi"
@@ -605,31 +605,16 @@ static int log_fill(Log *log, PyObject *out, PyObject *at_obj) {
 }
 
 static PyObject *log_columns(Log *log, PyObject *const *args, Py_ssize_t nargs) {
-    /* The records' bytes (width int64s each), or None where they went into ``out`` (log_fill), then
-     * the names, objects and sites by code (the recorder's, shared by its logs: copies as they are
-     * now), and this log's extras as the bytes of their var ids (flat) and of where each extra
-     * starts among them. */
-    PyObject *b;
-    if (nargs == 2) {
-        if (log_fill(log, args[0], args[1]) < 0) return NULL;
-        b = Py_NewRef(Py_None);
-    } else if (nargs == 0) {
-        Py_ssize_t size = (Py_ssize_t)sizeof(int64_t) * log->width;
-        b = PyBytes_FromStringAndSize(NULL, log->len * size);
-        if (b == NULL) return NULL;
-        char *dst = PyBytes_AS_STRING(b);
-        for (Py_ssize_t c = 0, left = log->len; left > 0; c++) {
-            Py_ssize_t k = left < CHUNK ? left : CHUNK;
-            memcpy(dst, log->chunks[c], (size_t)(k * size));
-            dst += k * size;
-            left -= k;
-        }
-    } else {
-        PyErr_SetString(PyExc_TypeError, "columns() or columns(out, at)");
+    /* The records into columns at.. of ``out`` (log_fill), then the names, objects and sites by code
+     * (the recorder's, shared by its logs: copies as they are now), and this log's extras as the
+     * bytes of their var ids (flat) and of where each extra starts among them. */
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "columns(out, at)");
         return NULL;
     }
+    if (log_fill(log, args[0], args[1]) < 0) return NULL;
     Hot *h = log->owner;
-    return Py_BuildValue("(NNNNNN)", b, PyList_GetSlice(h->names.list, 0, PY_SSIZE_T_MAX),
+    return Py_BuildValue("(NNNNN)", PyList_GetSlice(h->names.list, 0, PY_SSIZE_T_MAX),
                          PyList_GetSlice(h->objects.list, 0, PY_SSIZE_T_MAX), PyList_GetSlice(h->sites.list, 0, PY_SSIZE_T_MAX),
                          vec_bytes(&log->xids), vec_bytes(&log->xstart));
 }
@@ -663,8 +648,8 @@ static PyMethodDef log_methods[] = {
     {"append", (PyCFunction)log_append, METH_O, "Append one record given in its tuple form (the Python paths)."},
     {"extend", (PyCFunction)log_extend, METH_O, "Append each record of an iterable, as list.extend does."},
     {"columns", (PyCFunction)(void (*)(void))log_columns, METH_FASTCALL,
-     "columns() or columns(out, at): (bytes of the records as int64s, or None where they went into columns at.. of "
-     "``out``, names, objects, sites by code, bytes of the extras' var ids, bytes of where each extra starts among them)."},
+     "columns(out, at): write the records into columns at.. of ``out``; (names, objects, sites by code, bytes of the "
+     "extras' var ids, bytes of where each extra starts among them)."},
     {"copy", (PyCFunction)log_copy, METH_NOARGS, "The log as it is now (a live build reads a copy)."},
     {NULL, NULL, 0, NULL},
 };

@@ -44,7 +44,7 @@ from ..engine import Invocation
 from ..trace import CUSTOM_OP, CounterSample, FlowTable, Instant, Role, SpanTable
 from ..trace.analysis.split import callers, split_columns
 from ..trace.columns import ROLE_CODE, StringTable
-from ..trace.ops import WAIT_ID_BASE, OpKind, OpTable
+from ..trace.ops import WAIT_ID_BASE, OpKind, OpTable, op_order
 from ..trace.records import OPERATOR, WAIT
 from .sites import resolve, site_text
 
@@ -320,8 +320,8 @@ def record_columns(logs: Sequence[Any], schema: str, tables: Tables) -> np.ndarr
     for log in logs:
         if not len(log):
             continue
-        f = out[:, at : at + len(log)]
-        at += len(log)
+        lo, at = at, at + len(log)
+        f = out[:, lo:at]
         if isinstance(log, list):
             # Each field taken once (a note's four parts share theirs).
             fields = [list(map(itemgetter(k), log)) for k in range(len(schema))]
@@ -330,7 +330,7 @@ def record_columns(logs: Sequence[Any], schema: str, tables: Tables) -> np.ndarr
                 f[slot] = tables.column(kind, values if part < 0 else list(map(itemgetter(part), values)))
         else:
             # The log writes its records into its columns of ``out`` itself, field by field.
-            _, names, objects, sites, x_ids, x_start = log.columns(out, at - len(log))
+            names, objects, sites, x_ids, x_start = log.columns(out, lo)
             before = tables.add_extras(np.frombuffer(x_ids, dtype=np.int64), np.frombuffer(x_start, dtype=np.int64))
             for _, slot, kind, _ in slots:
                 if kind == "v":
@@ -609,19 +609,17 @@ def _op_table(
     # once more: 1.0 of a 2.4 ms table of 20,000 small ops, whose two workers' records interleave).
     # Waits come after every op, in record order, which is theirs (WAIT_ID_BASE + k).
     d_seq = both(SEQ, DEP_SEQ)
-    by_op = None if not len(d_seq) or bool(np.all(d_seq[1:] > d_seq[:-1])) else np.argsort(d_seq, kind="stable")
+    by_op = op_order(d_seq)
 
-    def col(k: int, dep: int) -> np.ndarray:
-        c = both(k, dep)
+    def ordered(c: np.ndarray) -> np.ndarray:
         return c if by_op is None else c[by_op]
 
-    d_seq = d_seq if by_op is None else d_seq[by_op]
+    d_seq = ordered(d_seq)
     # Sites: none for a plain op (pushed outside any custom op's Python).
-    d_site = np.concatenate([np.full(plain.shape[1], -1, np.int64), deps[DEP_SITE]])
-    d_site = d_site if by_op is None else d_site[by_op]
-    push, d_rec = col(PUSH, DEP_PUSH), col(PUSHER, DEP_PUSHER)
-    ready, by, var = col(READY, DEP_READY), col(BY, DEP_BY), col(BY_VAR, DEP_BY_VAR)
-    d_reads, d_writes = col(READS, DEP_READS), col(WRITES, DEP_WRITES)
+    d_site = ordered(np.concatenate([np.full(plain.shape[1], -1, np.int64), deps[DEP_SITE]]))
+    push, d_rec = ordered(both(PUSH, DEP_PUSH)), ordered(both(PUSHER, DEP_PUSHER))
+    ready, by, var = ordered(both(READY, DEP_READY)), ordered(both(BY, DEP_BY)), ordered(both(BY_VAR, DEP_BY_VAR))
+    d_reads, d_writes = ordered(both(READS, DEP_READS)), ordered(both(WRITES, DEP_WRITES))
     tid_of_index = np.zeros(max([r.index for r in threads], default=-1) + 2, dtype=np.int64)  # [-1]: unknown, 0
     for i, r in enumerate(threads):
         tid_of_index[r.index] = i + 1

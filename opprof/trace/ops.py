@@ -23,11 +23,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["WAIT_ID_BASE", "OpKind", "OpTable", "short_site"]
+__all__ = ["WAIT_ID_BASE", "OpKind", "OpTable", "op_order", "short_site"]
 
 #: Ids of waits start here, far above any engine's push count, so both share the ``op`` column.
 WAIT_ID_BASE = 1 << 48
 _I64 = np.int64
+
+
+def op_order(op: np.ndarray) -> np.ndarray | None:
+    """The order that puts ``op`` ascending (stable); None where it is strictly ascending already."""
+    if not len(op) or bool(np.all(op[1:] > op[:-1])):
+        return None
+    return np.argsort(op, kind="stable")
 
 
 class OpKind(enum.IntEnum):
@@ -113,9 +120,8 @@ class OpTable:
 
     def sorted_by_op(self) -> OpTable:
         """The table ascending by ``op`` (itself when it is already)."""
-        if not len(self.op) or bool(np.all(self.op[1:] > self.op[:-1])):
-            return self
-        return self.take(np.argsort(self.op, kind="stable"))
+        order = op_order(self.op)
+        return self if order is None else self.take(order)
 
     def site_of(self, row: int) -> str | None:
         c = int(self.site[row])

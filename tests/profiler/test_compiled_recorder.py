@@ -307,7 +307,7 @@ def test_a_log_writes_its_columns_only_where_they_fit() -> None:
     log.extend([(0, 1, 2, None, 3), (0, 4, 5, None, 6)])
     width = len(schema_slots(FAM_SCHEMA))
     out = np.full((width, 3), -7, dtype=np.int64)
-    assert log.columns(out, 1)[0] is None
+    log.columns(out, 1)
     assert out[:, 0].tolist() == [-7] * width and out[1, 1:].tolist() == [1, 4] and out[4, 1:].tolist() == [3, 6]
     for bad, at in (
         (np.zeros((width, 3), dtype=np.int32), 0),
@@ -324,6 +324,8 @@ def test_a_log_writes_its_columns_only_where_they_fit() -> None:
         log.columns(ro, 0)
     with pytest.raises(TypeError):
         log.columns(out)
+    with pytest.raises(TypeError):
+        log.columns()
 
 
 @needs_compiled
@@ -347,9 +349,10 @@ def test_pushes_at_one_line_share_one_site() -> None:
     log = _spanlog.Log(hot, DEPS_SCHEMA)
     for k in range(1000):
         log.append((k, k, 0, 0, 0, 0, 1, 2, ("loop.py", 7)))
-    raw, _names, objects, sites, x_ids, x_start = log.columns()
+    out = np.zeros((len(DEPS_SCHEMA), 1000), dtype=np.int64)
+    _names, objects, sites, x_ids, x_start = log.columns(out, 0)
     assert sites == [("loop.py", 7)] and objects == [] and x_ids == x_start == b""
-    assert len(raw) == 1000 * 8 * len(DEPS_SCHEMA)
+    assert out[0].tolist() == list(range(1000)) and out[-1].tolist() == [0] * 1000  # every record, one site code
 
 
 @needs_compiled
