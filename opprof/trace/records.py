@@ -20,6 +20,7 @@ from typing import Any
 __all__ = [
     "BACKPRESSURE",
     "CPUS_KEY",
+    "recorded_cpus",
     "CUSTOM_OP",
     "CUSTOM_POOL",
     "CUSTOM_THREAD_PREFIX",
@@ -98,6 +99,15 @@ DEFAULT_MAX_PENDING = 128
 #: Metadata: the CPUs the recording process could run on (its affinity), which bound how much of
 #: its work a what-if can run at once.
 CPUS_KEY = "cpus"
+
+
+def recorded_cpus(metadata: Mapping[str, Any]) -> int | None:
+    """``metadata[CPUS_KEY]`` read back: the CPUs the recording had; None where it is not a positive
+    int (an older file, another tool's). The one reader: a trace read on another machine has that
+    machine's ``os.cpu_count()``, not the recording's."""
+    cpus = metadata.get(CPUS_KEY)
+    return cpus if isinstance(cpus, int) and not isinstance(cpus, bool) and cpus >= 1 else None
+
 
 #: Where the profiler stores an invocation's python / sub-ops / waiting split on its parent (µs).
 SPLIT_ARGS = ("python_us", "subops_us", "waiting_us")

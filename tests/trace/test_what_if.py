@@ -850,6 +850,11 @@ def test_a_smaller_pool_says_the_recordings_waits_for_a_cpu_are_in_its_predictio
         return any(n.startswith("The recording's threads") and "waited" in n for n in trace.what_if(**change).notes)
 
     assert noted(custom_threads=1)
+    # The cores it names are the recording's (its metadata), not those of the machine reading it.
+    from opprof.trace.records import CPUS_KEY
+
+    trace.metadata[CPUS_KEY] = 7
+    assert any("the recording had 7 CPUs" in n for n in trace.what_if(custom_threads=1).notes)
     assert not noted(custom_threads=2) and not noted(custom_threads=3)
     trace.metadata[CPU_WAIT_METADATA] = {"ns": {str(tid): length // 100 for tid in custom}}  # read per question
     assert not noted(custom_threads=1)

@@ -7,7 +7,6 @@ what the prediction assumes and what this trace shows to matter (see
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -15,7 +14,7 @@ import numpy as np
 
 from ...columns import ROLE_CODE, SpanTable
 from ...data import TraceData
-from ...records import CUSTOM_POOL, ENGINE_POOL, Role
+from ...records import CUSTOM_POOL, ENGINE_POOL, Role, recorded_cpus
 from ...records import WAIT as WAIT_CATEGORY
 from ...threadstates import GIL_METADATA, cpu_outside_python, cpu_wait_ns
 from ..critical import APPROXIMATE_PATH
@@ -131,6 +130,12 @@ def _num(x: float) -> str:
 def _count(n: int, one: str, many: str | None = None) -> str:
     """``1 span``, ``3 spans``: notes are read by people."""
     return f"1 {one}" if n == 1 else f"{n} {many or one + 's'}"
+
+
+def _of_cpus(trace: TraceData) -> str:
+    """ "; the recording had N CPUs" where the trace says (:func:`~opprof.trace.records.recorded_cpus`), else ""."""
+    cpus = recorded_cpus(trace.metadata)
+    return "" if cpus is None else f"; the recording had {cpus} CPUs"
 
 
 def _fmt(ns: int) -> str:
@@ -370,8 +375,8 @@ def what_if(
         # Cores are not modelled, and without the states the CPU work is not known: say what is.
         notes.append(
             f"Threads of this process outside Python (a native pool's: NumPy's BLAS, OpenMP) were on a CPU "
-            f"{_fmt(outside[0])} of the {_fmt(rec.end)} recording ({outside[0] / rec.end:.1f} cores' worth; this machine "
-            f"has {os.cpu_count() or 1}): the ops run threads of their own, which the model does not see. With more "
+            f"{_fmt(outside[0])} of the {_fmt(rec.end)} recording ({outside[0] / rec.end:.1f} cores' worth{_of_cpus(trace)}): "
+            "the ops run threads of their own, which the model does not see. With more "
             "threads they compete for the cores, and the run gains less than predicted, or loses."
         )
     queued = sum((cpu_wait_ns(trace.metadata) or {}).values())
@@ -379,7 +384,7 @@ def what_if(
         # The pieces keep the time their threads waited for a CPU, which fewer busy threads would not.
         notes.append(
             f"The recording's threads waited {_fmt(queued)} for a CPU in all (the OS's run queue: more runnable "
-            f"threads than this machine's {os.cpu_count() or 1} cores), and the pieces keep that wait, and the "
+            f"threads than cores{_of_cpus(trace)}), and the pieces keep that wait, and the "
             "slowdown of sharing the cores: with fewer threads busy the run is likely faster than predicted."
         )
     if sim.threads > rec.recorded_custom:

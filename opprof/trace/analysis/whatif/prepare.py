@@ -15,7 +15,7 @@ import numpy as np
 from ...columns import ROLE_CODE, SpanTable
 from ...data import TraceData
 from ...ops import OpKind, OpTable
-from ...records import CPUS_KEY, CUSTOM_POOL, DEFAULT_MAX_PENDING, ENGINE_POOL, MAX_PENDING_KEY, Role
+from ...records import CUSTOM_POOL, DEFAULT_MAX_PENDING, ENGINE_POOL, MAX_PENDING_KEY, Role, recorded_cpus
 from ...threadstates import STATES, ThreadState, ThreadStates, cpu_outside_python
 from ..critical import thread_runs
 from .gil import (
@@ -426,10 +426,8 @@ def _cpu_work(
     """:class:`CpuWork` of the recording; None where the states or the native threads' CPU are not known."""
     states = trace.thread_states
     native = cpu_outside_python(trace.metadata)
-    cores = trace.metadata.get(CPUS_KEY)
-    if states is None or not len(states) or states.period_ns <= EXACT_PERIOD_NS or native is None:
-        return None
-    if not isinstance(cores, int) or isinstance(cores, bool) or cores < 1:
+    cores = recorded_cpus(trace.metadata)
+    if states is None or not len(states) or states.period_ns <= EXACT_PERIOD_NS or native is None or cores is None:
         return None
     ov = states.overlap(tid[run_rows], start[run_rows], end[run_rows])
     on = ov[:, STATES.index(ThreadState.HELD)] + ov[:, STATES.index(ThreadState.RUNNING)]
