@@ -17,6 +17,7 @@ two more attempts. An error in the model fails all three.
 from __future__ import annotations
 
 import math
+import re
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -33,6 +34,7 @@ from opprof import nd
 from opprof.engine import gil
 from opprof.trace import Role, Trace, from_chrome, load
 from opprof.trace.analysis.whatif import WhatIf, what_if
+from opprof.trace.analysis.whatif.prepare import BORROWED, LATENCY_WORDS
 from opprof.trace.columns import ROLE_CODE
 from opprof.trace.ops import WAIT_ID_BASE
 from opprof.trace.synthetic import synthetic_trace
@@ -382,6 +384,49 @@ def test_result_in_words(training_trace: Trace) -> None:
     unchanged = what_if(training_trace)
     assert unchanged.predicted_ns == unchanged.baseline_ns and str(unchanged).startswith("no change: ")
     assert what_if(training_trace, {"WhatIfSleep": 0.5}).describe_change() == "WhatIfSleep 2x slower"
+
+
+def _handoff_note(w: WhatIf) -> str:
+    (note,) = [n for n in w.notes if n.startswith("Hand-offs, read off this trace: ")]
+    return note
+
+
+def test_the_handoffs_note_gives_each_latency_and_what_it_was_measured_on(training_trace: Trace) -> None:
+    """Each kind of hand-off, with the latency the model used, says what it came from: the mean of
+    this trace's samples of its kind (as ``_mean`` computes it: it said "median" before), another
+    kind's where the trace has none of its own, or the default."""
+    note = _handoff_note(what_if(training_trace))
+    lat = what_if(training_trace).calibration or {}
+    for kind, words in LATENCY_WORDS.items():
+        m = re.search(re.escape(words) + r" ([\d.,]+ [µm]?s) \(([^)]*)\)", note)
+        assert m is not None, (kind, note)
+        assert m.group(2) == "none seen: default" or re.fullmatch(r"mean of [1-9]\d*", m.group(2)) or (
+            m.group(2) == f"none seen: as {LATENCY_WORDS[BORROWED[kind]]}" and lat[kind] == lat[BORROWED[kind]]
+        ), (kind, m.group(2))
+    assert "median" not in note
+    assert re.search(re.escape(LATENCY_WORDS["engine_wake"]) + r" [^(]*\(mean of [1-9]", note)
+
+
+def test_a_python_that_never_waited_wakes_as_the_program_does() -> None:
+    """Plain ops only: the program waited (blocked) for its chain, no custom-op Python did. Its
+    wait's latency stands for a Python's, and the note says so rather than "mean of" the
+    program's samples (what it said before, as if Pythons had been measured)."""
+    SLEEP.update(nap_a=0.002, nap_b=0.002, nap_c=0.002)
+    try:
+        set_engine("threaded", 2, 1)
+        (trace,) = profiles(plain_chain, 1)
+    finally:
+        SLEEP.clear()
+        mx.set_engine("threaded")
+    w = what_if(trace)
+    lat = w.calibration or {}
+    assert lat["wake_python"] == lat["wake_program"]
+    note = _handoff_note(w)
+    assert f"{LATENCY_WORDS['wake_python']} " in note
+    assert re.search(re.escape(LATENCY_WORDS["wake_program"]) + r" [^(]*\(mean of 1\)", note), note
+    assert re.search(
+        re.escape(LATENCY_WORDS["wake_python"]) + r" [^(]*\(none seen: as " + re.escape(LATENCY_WORDS["wake_program"]), note
+    ), note
 
 
 def test_saved_as_opprof_replays_the_same(training_trace: Trace, tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ from .change import check_factors, check_pool, span_factors
 from .gil import DEFAULT_SWITCH_INTERVAL, MIN_NAME_SAMPLES
 from .model import Replay
 from .predict import model_trace
-from .prepare import LATENCY_KEY, LATENCY_WORDS, MODEL_METADATA, POOL_PREFIXES, Recording, prepare
+from .prepare import BORROWED, LATENCY_KEY, LATENCY_WORDS, MODEL_METADATA, POOL_PREFIXES, Recording, prepare
 from .warp import naive
 
 __all__ = ["WhatIf", "what_if"]
@@ -147,10 +147,21 @@ def _fmt(ns: int) -> str:
     return f"{ns / 1e3:.0f} µs"
 
 
+def _measured_on(kind: str, n: dict[str, int]) -> str:
+    """Where a hand-off's latency came from: the mean of this trace's samples of its kind, another
+    kind's (:data:`.prepare.BORROWED`), or the default."""
+    if n[kind]:
+        return f"mean of {n[kind]}"
+    other = BORROWED.get(kind)
+    if other is not None and n[other]:
+        return f"none seen: as {LATENCY_WORDS[other]}"
+    return "none seen: default"
+
+
 def _notes(rec: Recording, trace: TraceData, dropped: int, interval: float, gil: bool) -> list[str]:
     """The assumptions behind a prediction, and those this trace shows to matter (in plain words)."""
     lat, n = rec.latency, rec.samples
-    words = ", ".join(f"{LATENCY_WORDS[k]} {_fmt(lat[k])} ({f'median of {n[k]}' if n[k] else 'default'})" for k in LATENCY_WORDS)
+    words = ", ".join(f"{LATENCY_WORDS[k]} {_fmt(lat[k])} ({_measured_on(k, n)})" for k in LATENCY_WORDS)
     meta = trace.metadata.get(GIL_METADATA)
     why = meta.get("why_not") if isinstance(meta, dict) else None
     gil_notes = [
@@ -214,7 +225,7 @@ def _notes(rec: Recording, trace: TraceData, dropped: int, interval: float, gil:
         )
     if lat["engine_wake"] > 1_000_000:
         notes.append(
-            f"An idle engine worker took {_fmt(lat['engine_wake'])} (median) to start a ready op: it waited for the GIL, "
+            f"An idle engine worker took {_fmt(lat['engine_wake'])} on average to start a ready op: it waited for the GIL, "
             "held by Python on another thread. The model keeps that latency, but not when the GIL really frees."
         )
     if dropped:

@@ -33,6 +33,7 @@ from .gil import (
 
 __all__ = [
     "LATENCY_KEY",
+    "BORROWED",
     "LATENCY_WORDS",
     "MODEL_METADATA",
     "POOL_PREFIXES",
@@ -74,6 +75,9 @@ LATENCY_WORDS = {
     "wake_python": "an op's end to the custom-op Python waiting for it",
     "quiet_wait": "a wait that does not block",
 }
+#: A kind of hand-off the trace has no sample of takes another kind's mean where that one has
+#: samples (else its default): a custom-op Python's wait wakes as the program's does.
+BORROWED = {"wake_python": "wake_program"}
 
 
 @dataclass(eq=False)
@@ -574,7 +578,9 @@ def _calibrate(
     for tid, g in zip(w_tid, w_gap, strict=True):
         (w_py if tid in python_threads else w_prog).append(g)
     _mean(w_prog, "wake_program", latency, samples)
-    _mean(w_py or w_prog, "wake_python", latency, samples)
+    _mean(w_py, "wake_python", latency, samples)
+    if not w_py and w_prog:  # no Python waited: the program's waits stand for them (samples 0, see BORROWED)
+        latency["wake_python"] = latency["wake_program"]
     _mean(quiet, "quiet_wait", latency, samples)
     return latency, samples
 
