@@ -21,9 +21,10 @@ import pytest
 import opprof
 from opprof import nd
 from opprof.engine import gil, handoff
-from opprof.trace import Trace
+from opprof.trace import Role, Trace
 from opprof.trace.analysis.critical import BLOCKED_WORDS
 from opprof.trace.analysis.gil import PYTHON_GIL_PARTS, handoff_costs
+from opprof.trace.columns import ROLE_CODE
 from opprof.trace.text import why_text
 from opprof.trace.threadstates import STATES, cpu_wait_ns
 from tests.helpers import retried
@@ -79,14 +80,11 @@ class _NotHeldUp(AssertionError):
 
 
 def _stalled_python(trace: Trace, op_type: str) -> str:
-    """"" where every Python of ``op_type`` ran as it does alone (well under a sampling period, on a
+    """ "" where every Python of ``op_type`` ran as it does alone (well under a sampling period, on a
     CPU throughout), else what one did: waited for the GIL or a CPU inside itself. The samples (one
     a period, later under load) then cannot tell its holders apart: its thread, caught holding the
     GIL just before a forced switch, is credited until the next sample. Seen beside a CPU-bound
     process: a tiny op's Python of 2.4 ms with 0.22 ms on a CPU, its thread named the top holder."""
-    from opprof.trace import Role
-    from opprof.trace.columns import ROLE_CODE
-
     t = trace.table
     names = t.str_list(t.name)
     py = [i for i in np.flatnonzero(t.role == ROLE_CODE[Role.PYTHON]).tolist() if names[i] == f"{op_type}::pure_python"]
