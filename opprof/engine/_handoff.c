@@ -54,6 +54,7 @@
 #include <sched.h>
 #include <semaphore.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -71,6 +72,14 @@ static Py_ssize_t log_len = 0, log_cap = 0;
 static unsigned long long log_dropped = 0;
 static int logging = 0;
 
+/* This thread's gettid(), asked once (a system call: ~0.2 us on the VM these figures come from, and a
+ * trivial custom op's call logs two hand-offs); 0 until then, and again in a forked child. */
+static __thread int64_t my_native_id = 0;
+static inline int64_t native_id(void) {
+    if (my_native_id == 0) my_native_id = (int64_t)syscall(SYS_gettid);
+    return my_native_id;
+}
+
 static void log_handoff(int64_t park, int64_t put, int64_t woke, int64_t gil, int64_t kind, int64_t holder) {
     if (!logging) return;
     if (log_len >= log_cap) {
@@ -82,9 +91,58 @@ static void log_handoff(int64_t park, int64_t put, int64_t woke, int64_t gil, in
     r->put = put;
     r->woke = woke;
     r->gil = gil;
-    r->native_id = (int64_t)syscall(SYS_gettid);
+    r->native_id = native_id();
     r->queue = kind;
     r->holder = holder;
+}
+
+/* ------------------------------------------------------------------ waits still open
+ * A hand-off is logged once its getter has its item (or its gate opened). A thread still parked when
+ * the profile stops (each pool thread, after its last work) has logged nothing of that park, and its
+ * samples alone said what it did since its last hand-off: a sample that caught it holding the GIL
+ * just before it parked stretched "held" over the park, up to the next sample, and the threads that
+ * waited meanwhile named it their GIL's holder (a custom-op thread credited with a millisecond it
+ * slept through, beside a user's thread that really held the GIL: 2026-12-05). So each wait in
+ * progress while the log is on holds a slot here from its park to its end, and open_waits() reads
+ * those still held: their threads were parked from then on. */
+#define MAX_OPEN 256 /* waits in progress at once (a pool's threads and the program's): more are not kept */
+typedef struct {
+    int64_t native_id, park, queue; /* native_id 0: a free slot */
+} open_wait_t;
+static open_wait_t open_w[MAX_OPEN];
+static pthread_mutex_t open_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* A wait that parked at ``park``: its slot (-1: not logging, or none free). Without the GIL. */
+static int open_begin(int64_t park, long queue) {
+    if (!__atomic_load_n(&logging, __ATOMIC_RELAXED)) return -1;
+    int64_t me = native_id();
+    int slot = -1;
+    pthread_mutex_lock(&open_mu);
+    for (int i = 0; i < MAX_OPEN; i++)
+        if (open_w[i].native_id == 0) {
+            open_w[i] = (open_wait_t){me, park, queue};
+            slot = i;
+            break;
+        }
+    pthread_mutex_unlock(&open_mu);
+    return slot;
+}
+
+static void open_end(int slot) {
+    if (slot < 0) return;
+    pthread_mutex_lock(&open_mu);
+    open_w[slot].native_id = 0;
+    pthread_mutex_unlock(&open_mu);
+}
+
+static PyObject *handoff_open_waits(PyObject *self, PyObject *unused) {
+    open_wait_t got[MAX_OPEN];
+    int n = 0;
+    pthread_mutex_lock(&open_mu);
+    for (int i = 0; i < MAX_OPEN; i++)
+        if (open_w[i].native_id != 0) got[n++] = open_w[i];
+    pthread_mutex_unlock(&open_mu);
+    return PyBytes_FromStringAndSize((const char *)got, n * (Py_ssize_t)sizeof(open_wait_t));
 }
 
 static PyObject *handoff_start(PyObject *self, PyObject *args) {
@@ -352,12 +410,13 @@ static PyObject *queue_get(Queue *self, PyObject *unused) {
      * itself now, under its own lock, since a thread that has taken an item has not yet said so.)
      * A thread holding the GIL may take it first: the woken one then parks again. */
     int64_t park = 0, woke = 0, holder = 0;
-    int waited = 0, caught = 0;
+    int waited = 0, caught = 0, slot = -1;
     for (;;) {
         pthread_mutex_lock(&self->mu);
         if (self->len > 0) {
             item_t it = pop_locked(self);
             pthread_mutex_unlock(&self->mu);
+            open_end(slot);
             if (waited) {
                 log_handoff(park, it.put, woke, monotonic_ns(), self->kind, holder);
                 adapt_spin(self->spin_ns, caught, it.put - park);
@@ -366,7 +425,10 @@ static PyObject *queue_get(Queue *self, PyObject *unused) {
         }
         /* Empty: park without the GIL (mu is held across the release, which blocks on nothing). */
         Py_BEGIN_ALLOW_THREADS
-        if (!waited) park = monotonic_ns(); /* the first park: a wake that found its item taken parks again */
+        if (!waited && slot < 0) {
+            park = monotonic_ns(); /* the first park: a wake that found its item taken parks again */
+            slot = open_begin(park, self->kind);
+        }
         caught = 0;                          /* a spin's item taken by another getter: park this time */
         if (!waited && self->spin_ns > 0) {
             pthread_mutex_unlock(&self->mu);
@@ -489,6 +551,7 @@ static PyObject *gate_release(Gate *self, PyObject *unused) {
 static PyObject *gate_acquire(Gate *self, PyObject *unused) {
     if (sem_trywait(&self->sem) == 0) Py_RETURN_TRUE; /* open already: no wait */
     int64_t park = monotonic_ns(), woke = 0, holder = 0;
+    int slot = open_begin(park, self->kind);
     for (;;) {
         int r, err = 0;
         Py_BEGIN_ALLOW_THREADS
@@ -499,11 +562,16 @@ static PyObject *gate_acquire(Gate *self, PyObject *unused) {
         Py_END_ALLOW_THREADS
         if (r == 0) break;
         if (err != EINTR) {
+            open_end(slot);
             errno = err;
             return PyErr_SetFromErrno(PyExc_OSError);
         }
-        if (PyErr_CheckSignals() < 0) return NULL; /* the handler raised (Ctrl-C): the wait ends with it */
+        if (PyErr_CheckSignals() < 0) { /* the handler raised (Ctrl-C): the wait ends with it */
+            open_end(slot);
+            return NULL;
+        }
     }
+    open_end(slot);
     log_handoff(park, self->put, woke, monotonic_ns(), self->kind, holder);
     Py_RETURN_TRUE;
 }
@@ -534,6 +602,9 @@ static PyMethodDef module_methods[] = {
      "start(capacity=262144) -> bool: log hand-offs from now on (False if logging already)."},
     {"stop", handoff_stop, METH_NOARGS, "stop() -> bool: stop logging (False if it was not)."},
     {"spin_stats", handoff_spin_stats, METH_NOARGS, "spin_stats() -> dict: spins that caught an item, timed out, were refused."},
+    {"open_waits", handoff_open_waits, METH_NOARGS,
+     "open_waits() -> bytes: the waits in progress that began while logging (int64 native_id, park, queue kind "
+     "each): their threads have been parked since, and have logged nothing of it yet."},
     {"drain", handoff_drain, METH_NOARGS,
      "drain() -> (bytes, dropped): the hand-offs logged since the last drain, RECORD_SIZE bytes each "
      "(int64 park, put, woke, gil, native_id, queue kind, GIL holder's thread state), and how many a full log dropped."},
@@ -546,7 +617,12 @@ static struct PyModuleDef handoff_module = {
     .m_methods = module_methods};
 
 /* A forked child has none of the parent's threads: none of them polls there, whatever the count said. */
-static void after_fork_child(void) { spinners = 0; }
+static void after_fork_child(void) {
+    spinners = 0;
+    my_native_id = 0; /* the forking thread's: this one has its own */
+    memset(open_w, 0, sizeof(open_w)); /* the parent's waits are not this process's */
+    pthread_mutex_init(&open_mu, NULL);
+}
 
 PyMODINIT_FUNC PyInit__handoff(void) {
     static int once = 0;

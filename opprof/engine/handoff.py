@@ -41,12 +41,14 @@ __all__ = [
     "SPIN_US",
     "Gate",
     "HANDOFF_DTYPE",
+    "OPEN_WAIT_DTYPE",
     "WHY_NOT",
     "Handoffs",
     "QueueKind",
     "WorkQueue",
     "closed_gate",
     "drain",
+    "open_waits",
     "ping_pong_us",
     "start",
     "stop",
@@ -151,9 +153,7 @@ def _locked_lock() -> Gate:
 #: when the thread parked, the gate opened, the OS ran it and it held the GIL again); else a locked
 #: ``threading.Lock``. The type itself where compiled, not a function around it: made, opened and
 #: passed, a gate costs 124 ns that way and 296 ns through a function (a Lock's 218 ns, 2026-12-04).
-closed_gate: Callable[[], Gate] = (
-    functools.partial(_native.Gate, int(QueueKind.WAIT)) if _native is not None else _locked_lock
-)
+closed_gate: Callable[[], Gate] = functools.partial(_native.Gate, int(QueueKind.WAIT)) if _native is not None else _locked_lock
 
 
 def spin_stats() -> dict[str, int]:
@@ -218,6 +218,19 @@ def drain() -> Handoffs:
         return Handoffs(np.zeros(0, dtype=HANDOFF_DTYPE))
     raw, dropped = _native.drain()
     return Handoffs(np.frombuffer(raw, dtype=HANDOFF_DTYPE).copy(), int(dropped))
+
+
+#: A wait in progress (:func:`open_waits`): its thread, since when it was parked, and where.
+OPEN_WAIT_DTYPE = np.dtype([("native_id", "=i8"), ("park", "=i8"), ("queue", "=i8")])
+
+
+def open_waits() -> np.ndarray:
+    """The waits in progress that began while logging (:data:`OPEN_WAIT_DTYPE`): a thread parked
+    when a profile stops has logged nothing of that park yet, and was parked from its ``park`` on
+    (empty on the pure path)."""
+    if _native is None:
+        return np.zeros(0, dtype=OPEN_WAIT_DTYPE)
+    return np.frombuffer(_native.open_waits(), dtype=OPEN_WAIT_DTYPE).copy()
 
 
 def ping_pong_us(trips: int, one_cpu: bool = False, spin_us: float = SPIN_US) -> float:

@@ -49,6 +49,15 @@ SUSTAINED_PERIOD_NS = 2_500_000
 SUSTAINED_AFTER_NS = 100_000_000
 
 
+def _as_handoffs(opened: np.ndarray) -> np.ndarray:
+    """Open waits (:data:`~opprof.engine.handoff.OPEN_WAIT_DTYPE`) as hand-off records whose put,
+    wake and GIL are unknown yet (0; :meth:`GilRecording._handoff_runs` puts them at the end)."""
+    out = np.zeros(len(opened), dtype=handoff.HANDOFF_DTYPE)
+    for f in ("native_id", "park", "queue"):
+        out[f] = opened[f]
+    return out
+
+
 class GilRecording:
     """Start the sampler with a recording, stop it with the recording, then map its threads onto the
     trace's (by native thread id) as :meth:`thread_states`."""
@@ -58,6 +67,8 @@ class GilRecording:
         trace says so where the evidence would be."""
         self.samples: gil.GilSamples | None = None
         self.handoffs: handoff.Handoffs | None = None
+        #: The waits in progress when the profile stopped (handoff.open_waits): parked since.
+        self.open_waits = np.zeros(0, dtype=handoff.OPEN_WAIT_DTYPE)
         self._timing_handoffs = False
         self.why_not = ""
         if not enabled:
@@ -108,6 +119,7 @@ class GilRecording:
         s.unregister_foreign()
         self.samples = s.drain()
         if self._timing_handoffs:
+            self.open_waits = handoff.open_waits()  # before the log stops: its threads are parked still
             handoff.stop()
             self.handoffs = handoff.drain()
 
@@ -154,23 +166,29 @@ class GilRecording:
     def _handoff_runs(self, native_ids: dict[int, int], t0: int, t1: int | None) -> ThreadStates:
         """Each timed hand-off as exact runs of its getter: parked (``BLOCKED``) until the put, being
         woken (``RUNNABLE``) until the OS ran it, then waiting for the GIL (``WAIT``) until it held it.
-        A program's wait (``QueueKind.WAIT``: its gate opened by the op it waited for) alike."""
+        A program's wait (``QueueKind.WAIT``: its gate opened by the op it waited for) alike. A wait
+        still in progress at the stop (:attr:`open_waits`) is ``BLOCKED`` from its park on."""
         h = self.handoffs
-        if h is None or not len(h):
+        if h is None:
             return ThreadStates.empty()
-        r = h.records
+        opened = self.open_waits
+        r = np.concatenate([h.records, _as_handoffs(opened)]) if len(opened) else h.records
+        if not len(r):
+            return ThreadStates.empty()
         # A dict lookup per distinct thread, not per hand-off (a profile of 2,000 custom-op calls
         # times ~4,000 of them: 2 ms as a list comprehension).
         getters, which = np.unique(r["native_id"], return_inverse=True)
         tid = np.array([native_ids.get(int(n), -1) for n in getters.tolist()], dtype=np.int64)[which.ravel()]
-        put, woke = h.signal, r["woke"]
+        hi = np.iinfo(np.int64).max if t1 is None else t1
+        # An open wait: parked until the end (its put, wake and GIL all at t1: no run after the park).
+        put = np.concatenate([h.signal, np.full(len(opened), hi, dtype=np.int64)]) if len(opened) else h.signal
+        woke = r["woke"]
         none = np.full(len(r), -1, dtype=np.int64)
         edges = [
             (ThreadState.BLOCKED, r["park"], put, none),
             (ThreadState.RUNNABLE, put, woke, none),
             (ThreadState.WAIT, woke, r["gil"], self._holder_tids(r["holder"], tid, native_ids)),
         ]
-        hi = np.iinfo(np.int64).max if t1 is None else t1
         # A hand-off's three runs side by side, then in the order ThreadStates keeps (by thread,
         # then time): a thread's hand-offs are recorded one after another (each by its getter, once
         # it holds the GIL), so a stable sort by thread alone does it, a radix sort of small

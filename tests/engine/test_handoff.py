@@ -78,15 +78,26 @@ def test_items_are_released_with_the_queue() -> None:
     assert sys.getrefcount(item) == before
 
 
+def _waiting_in(wait: Callable[[], object], settle: float) -> threading.Thread:
+    """A thread that has been in ``wait()`` for at least ``settle`` s."""
+    began = threading.Event()
+    th = threading.Thread(target=lambda: (began.set(), wait()))
+    th.start()
+    began.wait()
+    time.sleep(settle)
+    return th
+
+
 def _parked_getter(settle: float) -> tuple[handoff.WorkQueue, threading.Thread]:
     """A thread parked in get() on a new engine queue for at least ``settle`` s."""
     q = handoff.work_queue(handoff.QueueKind.ENGINE)
-    parked = threading.Event()
-    th = threading.Thread(target=lambda: (parked.set(), q.get()))
-    th.start()
-    parked.wait()
-    time.sleep(settle)
-    return q, th
+    return q, _waiting_in(q.get, settle)
+
+
+def _waiting_at_gate(settle: float) -> tuple[handoff.Gate, threading.Thread]:
+    """A thread waiting at a new closed gate for at least ``settle`` s."""
+    gate = handoff.closed_gate()
+    return gate, _waiting_in(gate.acquire, settle)
 
 
 @needs_compiled
@@ -104,6 +115,41 @@ def test_a_parked_getter_is_timed(log: object) -> None:
     assert int(rec["put"]) - int(rec["park"]) >= 15_000_000
     assert abs(int(rec["put"]) - put_at) < 5_000_000
     assert int(rec["put"]) <= int(rec["woke"]) <= int(rec["gil"])
+
+
+@needs_compiled
+def test_a_wait_in_progress_is_an_open_wait_until_it_ends(log: object) -> None:
+    """A getter parked on a queue, and a thread at a closed gate, have logged nothing yet: each is an
+    open wait from its park (its thread, its queue's kind), and is not once its item came or its
+    gate opened (then it is a logged hand-off instead)."""
+    before = time.monotonic_ns()
+    q, th = _parked_getter(0.0)
+    gate, waiter = _waiting_at_gate(0.02)
+    opened = handoff.open_waits()
+    mine = {int(r["native_id"]): r for r in opened if int(r["native_id"]) in (th.native_id, waiter.native_id)}
+    assert set(mine) == {th.native_id, waiter.native_id}, opened
+    assert int(mine[th.native_id]["queue"]) == handoff.QueueKind.ENGINE
+    assert int(mine[waiter.native_id]["queue"]) == handoff.QueueKind.WAIT
+    for r in mine.values():
+        assert before <= int(r["park"]) <= time.monotonic_ns() - 15_000_000
+    assert len(handoff.drain()) == 0  # nothing logged of them yet
+    q.put(1)
+    gate.release()
+    th.join(5)
+    waiter.join(5)
+    assert not {int(r["native_id"]) for r in handoff.open_waits()} & {th.native_id, waiter.native_id}
+    assert {int(n) for n in handoff.drain().records["native_id"]} == {th.native_id, waiter.native_id}
+
+
+@needs_compiled
+def test_a_wait_begun_while_not_logging_is_no_open_wait() -> None:
+    handoff.stop()
+    q, th = _parked_getter(0.01)
+    try:
+        assert th.native_id not in {int(r["native_id"]) for r in handoff.open_waits()}
+    finally:
+        q.put(1)
+        th.join(5)
 
 
 @needs_compiled
@@ -511,12 +557,7 @@ def test_a_forked_child_polls_though_a_parent_thread_was_polling() -> None:
 def test_a_wait_at_a_gate_is_timed_as_a_wait(log: object) -> None:
     """Known answer: a thread waits at a closed gate that another opens 20 ms later: one record of
     kind WAIT for the waiter, park <= put <= woke <= gil, the put when release() ran."""
-    gate = handoff.closed_gate()
-    waiting = threading.Event()
-    th = threading.Thread(target=lambda: (waiting.set(), gate.acquire()))
-    th.start()
-    waiting.wait()
-    time.sleep(0.02)
+    gate, th = _waiting_at_gate(0.02)
     put_at = time.monotonic_ns()
     gate.release()
     gate.release()  # a second opening changes nothing

@@ -222,3 +222,53 @@ def test_short_sleeps_are_blocked_to_the_profiles_end_and_on_a_cpu_only_as_long_
         assert int(pg.ns[:, on].sum()) <= int(table.cpu[pys].sum()) + 1_000
 
     retried(check, tries=4, pause=0.2)
+
+
+class _ShortSpin(opprof.operator.CustomOp):
+    def forward(self, is_train, req, in_data, out_data, aux):  # type: ignore[no-untyped-def]
+        end = time.perf_counter() + 0.004  # pure Python for 4 ms: the samples see it hold the GIL
+        while time.perf_counter() < end:
+            pass
+        self.assign(out_data[0], req[0], in_data[0] + 1)
+
+
+@opprof.operator.register("GilProfileShortSpin")
+class _ShortSpinProp(opprof.operator.CustomOpProp):
+    def create_operator(self, ctx, shapes, dtypes):  # type: ignore[no-untyped-def]
+        return _ShortSpin()
+
+
+@needs_gil
+def test_a_pool_thread_parked_at_the_end_is_blocked_from_its_park_not_held() -> None:
+    """Known answer: a custom op's Python spins 4 ms, then its thread goes back to the pool and
+    sleeps there while the program sleeps 20 ms more in the profile. From its park on, the thread
+    is blocked to the profile's end, never holding the GIL. That park logs no hand-off (none came):
+    before the waits in progress were read at the stop, the last sample that caught the thread
+    holding the GIL was stretched over it to the next sample, 1.3-3.7 ms "held" after its Python in
+    8 of 8 runs, and threads that waited meanwhile named it their GIL's holder."""
+    opprof.set_engine("threaded", workers=2, custom_workers=1)
+    try:
+        x = nd.ones((4, 4))
+        nd.Custom(x, op_type="GilProfileShortSpin").wait_to_read()  # the pool's thread exists
+        with opprof.profile() as prof:
+            nd.Custom(x, op_type="GilProfileShortSpin").wait_to_read()
+            time.sleep(0.02)
+    finally:
+        opprof.set_engine("threaded")
+    trace = prof.trace
+    assert trace is not None and trace.validate() == [] and trace.thread_states is not None
+    (pool,) = [th.tid for th in trace.threads if th.name.startswith("opprof-custom")]
+    table = trace.table
+    python_end = int(table.end[table.tid == pool].max())
+    ts = trace.thread_states
+    mine = np.flatnonzero(ts.tid == pool)
+    # The engine's own Python after the forward (Dummy_Wait's push, back to the queue): ~40-200 µs here.
+    after = python_end + 1_000_000
+    held = np.isin(
+        ts.state[mine], [opprof.trace.threadstates.ThreadState.HELD, opprof.trace.threadstates.ThreadState.HELD_OFF_CPU]
+    )
+    late = mine[held & (ts.end[mine] > after)]
+    assert not len(late), [(int(ts.start[k] - python_end), int(ts.end[k] - python_end)) for k in late]
+    last = mine[np.argmax(ts.end[mine])]
+    assert ts.state[last] == opprof.trace.threadstates.ThreadState.BLOCKED
+    assert int(ts.start[last]) <= after and int(ts.end[last]) >= python_end + 15_000_000
