@@ -275,6 +275,10 @@ class ThreadStates:
         for h in np.unique(self.holder[wait]).tolist():
             runs = wait[self.holder[wait] == h]
             got = self._covered(self.tid[runs], self.start[runs], self.end[runs], tid, start, end)
+            if h >= 0:  # not where the holder's own runs say it held nothing (:meth:`unheld_parts`)
+                u_tid, u_a, u_b = self.unheld_parts(runs, h)
+                if len(u_tid):
+                    got = np.maximum(got - self._covered(u_tid, u_a, u_b, tid, start, end), 0)
             hit = np.flatnonzero(got > 0)
             rows.append(hit)
             holders.append(np.full(len(hit), h, dtype=np.int64))
@@ -340,8 +344,23 @@ class ThreadStates:
         """(tid, start, end) of the parts of rows ``runs`` (waits for the GIL that ``holder``
         held) during which the holder held it off a CPU (its ``HELD_OFF_CPU`` runs): what those
         waits really waited for was a CPU for the holder, or C code that kept the GIL."""
+        return self._parts_while(runs, holder, (ThreadState.HELD_OFF_CPU,))
+
+    def unheld_parts(self, runs: np.ndarray, holder: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(tid, start, end) of the parts of rows ``runs`` (waits that name ``holder``) during which
+        the holder's own runs say it did not hold the GIL (parked, waiting for it itself, running
+        without it): a wait names the holder it read as it began (a sample's, or a hand-off's at its
+        wake), which may have let the GIL go since; those parts had no holder :meth:`holders` can name.
+        A custom-op thread, sampled holding the GIL just before it parked, was named the holder of
+        a millisecond it was parked through, exactly (its timed park), by the waits sampled with it."""
+        return self._parts_while(runs, holder, tuple(s for s in STATES if s not in HOLDING))
+
+    def _parts_while(
+        self, runs: np.ndarray, holder: int, states: tuple[ThreadState, ...]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(tid, start, end) of the parts of rows ``runs`` during which thread ``holder`` was in one of ``states``."""
         empty = (np.zeros(0, np.int64),) * 3
-        off = np.flatnonzero((self.tid == holder) & (self.state == ThreadState.HELD_OFF_CPU))
+        off = np.flatnonzero((self.tid == holder) & np.isin(self.state, states))
         if not len(off) or not len(runs):
             return empty
         # One thread's runs are sorted and disjoint: each wait meets a stretch of them.

@@ -52,13 +52,23 @@ def test_overlap_and_holders_match_a_brute_force_sweep(ts: ThreadStates, queries
         for k, s in enumerate(STATES):
             assert got[i, k] == sum(v for (st_, _), v in want.items() if st_ == s)
         mine = {int(h): int(n) for r, h, n in zip(rows, holders, ns, strict=True) if r == i}
-        assert mine == {h: v for (s, h), v in want.items() if s == ThreadState.WAIT}
+        # Each ns the thread waited naming h, but not where h's own run says it held nothing.
+        named = {h for (s, h), v in want.items() if s == ThreadState.WAIT}
+        want_named = {
+            h: sum(bool(_state_at(ts, t, x, h)) and (h < 0 or _state_at(ts, h, x) not in _NOT_HOLDING) for x in range(a, b))
+            for h in named
+        }
+        assert mine == {h: v for h, v in want_named.items() if v > 0}
         # Of each holder's time, the nanoseconds it held the GIL off a CPU, one by one.
         mine_off = {int(h): int(n) for r, h, n in zip(rows, holders, off, strict=True) if r == i}
         want_off = {
             h: sum(_state_at(ts, h, x) == ThreadState.HELD_OFF_CPU for x in range(a, b) if _state_at(ts, t, x, h)) for h in mine
         }
         assert mine_off == want_off
+
+
+#: A holder's own states that say it did not hold the GIL (no state: unknown, not a contradiction).
+_NOT_HOLDING = {int(s) for s in STATES if s not in (ThreadState.HELD, ThreadState.HELD_OFF_CPU)}
 
 
 def _state_at(ts: ThreadStates, tid: int, x: int, holder: int | None = None) -> int | bool:
@@ -287,3 +297,45 @@ def test_runs_are_kept_by_thread_then_time_as_a_two_key_sort_keeps_them(rows: li
     assert ts.holder.tolist() == order.tolist()  # each run carried along with its own holder
     again = ThreadStates(ts.tid, ts.state, ts.start, ts.end, ts.holder, period_ns=100)
     assert again.holder.tolist() == ts.holder.tolist()  # sorted already: left as it is
+
+
+def _covered_oracle(a: int, b: int, runs: list[tuple[int, int]]) -> int:
+    return sum(max(0, min(b, y) - max(a, x)) for x, y in runs)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_states(), st.lists(st.integers(1, 6), unique=True, min_size=1, max_size=4), st.integers(0, 5))
+def test_queue_holders_count_each_pool_threads_wait_per_call_and_not_what_the_holder_contradicts(
+    ts: ThreadStates, pool: list[int], seed: int
+) -> None:
+    """``queue_holders`` against intervals summed one by one: per op type, per call window, per
+    pool thread, its waits naming each holder, less where that holder's own runs say it held
+    nothing. Two pool threads' waits at once count twice (it ranks, it adds to no total); the runs
+    of several threads were once taken as one thread's, which the coverage's sorted sums do not
+    allow: a loader's share of a pool's waits came out half what it was."""
+    from opprof.trace import Role
+    from opprof.trace.analysis.gil import queue_holders
+    from opprof.trace.columns import ROLE_CODE
+    from opprof.trace.synthetic import synthetic_trace
+
+    trace = synthetic_trace(200, seed=seed)
+    table = trace.table
+    parents = np.flatnonzero(table.role == ROLE_CODE[Role.PARENT])
+    # The states' 0-400 ns scaled onto the trace's time, so that the call windows cut them.
+    t0, unit = int(table.start.min()), max(1, int(table.end.max() - table.start.min()) // 400)
+    ts = ThreadStates(ts.tid, ts.state, t0 + ts.start * unit, t0 + ts.end * unit, ts.holder, ts.period_ns)
+    got = queue_holders(trace, table, ts, parents, np.array(pool, dtype=np.int64))
+    rows = list(zip(ts.tid.tolist(), ts.state.tolist(), ts.start.tolist(), ts.end.tolist(), ts.holder.tolist(), strict=True))
+    names = table.str_list(table.name[parents])
+    want: dict[str, dict[int, int]] = {}
+    for name, a, b in zip(names, table.start[parents].tolist(), table.end[parents].tolist(), strict=True):
+        for tid, state, x, y, h in rows:
+            if tid not in pool or state != ThreadState.WAIT or h < 0:
+                continue
+            unheld = [(u, v) for t2, s2, u, v, _ in rows if t2 == h and s2 in _NOT_HOLDING]
+            lo, hi = max(a, x), min(b, y)
+            ns = max(0, hi - lo) - _covered_oracle(lo, hi, unheld) if hi > lo else 0
+            if ns > 0:
+                want.setdefault(name, {}).setdefault(h, 0)
+                want[name][h] += ns
+    assert {name: {g.tid: g.ns for g in hs} for name, hs in got.items()} == {n: w for n, w in want.items() if w}

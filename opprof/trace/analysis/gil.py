@@ -279,17 +279,26 @@ def queue_holders(
     names = table.str_list(table.name[parents])
     thread_names = data.thread_names()
     out: dict[str, dict[int, list[int]]] = {}  # name -> holder -> [ns, ns of it off a CPU]
-    zeros = np.zeros(len(lo), dtype=np.int64)
+    # Each call window asked of each pool thread's own runs (disjoint), then summed over the threads:
+    # the runs of several threads taken as one thread's overlap, which the coverage's sorted sums
+    # do not allow (a window then got the overlap of others' runs too).
+    waiters = np.unique(states.tid[wait])
+    q_tid, q_lo, q_hi = np.repeat(waiters, len(lo)), np.tile(lo, len(waiters)), np.tile(hi, len(waiters))
+
+    def per_window(tid: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        if not len(tid):
+            return np.zeros(len(lo), dtype=np.int64)
+        return ThreadStates._covered(tid, a, b, q_tid, q_lo, q_hi).reshape(len(waiters), len(lo)).sum(axis=0)
+
     for h in np.unique(states.holder[wait]).tolist():
         if h < 0:  # the GIL changing hands at that sample, or a thread the sampler did not know: no name
             continue
         runs = wait[states.holder[wait] == h]
-        # Each run against each call window: the runs as one virtual thread (tid 0).
-        got = ThreadStates._covered(np.zeros(len(runs), dtype=np.int64), states.start[runs], states.end[runs], zeros, lo, hi)
-        _, off_a, off_b = states.off_cpu_parts(runs, h)
-        got_off = zeros
-        if len(off_a):
-            got_off = ThreadStates._covered(np.zeros(len(off_a), dtype=np.int64), off_a, off_b, zeros, lo, hi)
+        # Not where the holder's own runs say it held nothing (ThreadStates.unheld_parts).
+        got = np.maximum(
+            per_window(states.tid[runs], states.start[runs], states.end[runs]) - per_window(*states.unheld_parts(runs, h)), 0
+        )
+        got_off = per_window(*states.off_cpu_parts(runs, h))
         for name, ns, ns_off in zip(names, got.tolist(), got_off.tolist(), strict=True):
             if ns > 0:
                 by = out.setdefault(name, {}).setdefault(h, [0, 0])
