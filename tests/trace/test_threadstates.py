@@ -308,11 +308,12 @@ def _covered_oracle(a: int, b: int, runs: list[tuple[int, int]]) -> int:
 def test_queue_holders_count_each_pool_threads_wait_per_call_and_not_what_the_holder_contradicts(
     ts: ThreadStates, pool: list[int], seed: int
 ) -> None:
-    """``queue_holders`` against intervals summed one by one: per op type, per call window, per
-    pool thread, its waits naming each holder, less where that holder's own runs say it held
-    nothing. Two pool threads' waits at once count twice (it ranks, it adds to no total); the runs
-    of several threads were once taken as one thread's, which the coverage's sorted sums do not
-    allow: a loader's share of a pool's waits came out half what it was."""
+    """``queue_holders`` against intervals summed one by one: per op type, over the time some call
+    of it was in flight, per pool thread, its waits naming each holder, less where that holder's
+    own runs say it held nothing. Two pool threads' waits at once count twice (it ranks, it adds to
+    no total), a moment of four calls in flight once. The runs of several threads were once taken
+    as one thread's, which the coverage's sorted sums do not allow (a loader's share of a pool's
+    waits came out half what it was), and each call counted apart."""
     from opprof.trace import Role
     from opprof.trace.analysis.gil import queue_holders
     from opprof.trace.columns import ROLE_CODE
@@ -326,9 +327,18 @@ def test_queue_holders_count_each_pool_threads_wait_per_call_and_not_what_the_ho
     ts = ThreadStates(ts.tid, ts.state, t0 + ts.start * unit, t0 + ts.end * unit, ts.holder, ts.period_ns)
     got = queue_holders(trace, table, ts, parents, np.array(pool, dtype=np.int64))
     rows = list(zip(ts.tid.tolist(), ts.state.tolist(), ts.start.tolist(), ts.end.tolist(), ts.holder.tolist(), strict=True))
-    names = table.str_list(table.name[parents])
+    # The type's calls' windows, merged where they overlap: a moment counts once per pool thread.
+    windows: dict[str, list[list[int]]] = {}
+    for name, a, b in sorted(
+        zip(table.str_list(table.name[parents]), table.start[parents].tolist(), table.end[parents].tolist(), strict=True)
+    ):
+        merged = windows.setdefault(name, [])
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
     want: dict[str, dict[int, int]] = {}
-    for name, a, b in zip(names, table.start[parents].tolist(), table.end[parents].tolist(), strict=True):
+    for name, a, b in ((n, a, b) for n, ws in windows.items() for a, b in ws):
         for tid, state, x, y, h in rows:
             if tid not in pool or state != ThreadState.WAIT or h < 0:
                 continue

@@ -270,13 +270,15 @@ def queue_holders(
     data: TraceData, table: SpanTable, states: ThreadStates, parents: np.ndarray, pool_tids: np.ndarray
 ) -> dict[str, list[GilHolder]]:
     """Per op type (parent name): who held the GIL while a pool thread (``pool_tids``) waited for
-    it during the type's calls, summed by holder over the calls' windows, most first. (A moment
-    two pool threads both waited counts twice: this ranks the holders, it adds to no total.)"""
+    it during the type's calls, summed by holder over the time some call of the type was in
+    flight, most first. (A moment two pool threads both waited counts twice: this ranks the
+    holders, it adds to no total. A moment four calls were in flight counts once: summed call by
+    call, a holder seen while four were counted four times against one seen beside a single call.)"""
     wait = np.flatnonzero((states.state == ThreadState.WAIT) & np.isin(states.tid, pool_tids))
     if not len(wait) or not len(parents):
         return {}
-    lo, hi = table.start[parents], table.end[parents]
-    names = table.str_list(table.name[parents])
+    lo, hi, codes = _in_flight(table.start[parents], table.end[parents], table.name[parents])
+    names = table.str_list(codes)
     thread_names = data.thread_names()
     out: dict[str, dict[int, list[int]]] = {}  # name -> holder -> [ns, ns of it off a CPU]
     # Each call window asked of each pool thread's own runs (disjoint), then summed over the threads:
@@ -315,6 +317,22 @@ def queue_holders(
         )
         for name, by in out.items()
     }
+
+
+def _in_flight(start: np.ndarray, end: np.ndarray, code: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The windows ``[start, end)`` merged per name code where they overlap: (start, end, code) of
+    the times some window of each name covers, disjoint within a name."""
+    order = np.lexsort((start, code))
+    c, a, b = code[order], start[order].astype(np.int64), end[order].astype(np.int64)
+    # Each window's end so far within its name: a running maximum, each name lifted above the last's.
+    base = int(a.min())
+    span = int(b.max()) - base + 1
+    lift = np.unique(c, return_inverse=True)[1].ravel().astype(np.int64) * span
+    reach = np.maximum.accumulate(b - base + lift) - lift + base
+    new = np.ones(len(c), dtype=bool)
+    new[1:] = (c[1:] != c[:-1]) | (a[1:] > reach[:-1])
+    first = np.flatnonzero(new)
+    return a[first], reach[np.append(first[1:], len(c)) - 1], c[first]
 
 
 def _running_on(data: TraceData, table: SpanTable, states: ThreadStates, holder: int) -> tuple[str, str, str]:
