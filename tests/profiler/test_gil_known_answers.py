@@ -431,6 +431,10 @@ def test_a_sub_op_behind_dots_that_release_the_gil_waits_for_busy_workers() -> N
         busy = trace.analysis().workers_busy.get("KnownNap", {})
         assert busy and next(iter(busy)) == "dot" and busy["dot"] >= 0.8 * sum(busy.values()), busy
         assert "sub-ops ready, every engine worker busy — the 2 engine workers were busy with dot " in text, text
+        # The critical path alike: its queued time stays "queue" (the workers busy), not a hand-off
+        # (measured: queue 53-61 % of the path, waking 0-0.3 %).
+        by = trace.critical_path().by_kind()
+        assert by.get("queue", 0) >= 0.3 * sum(by.values()) and by.get("wake", 0) <= 0.05 * sum(by.values()), by
         # Without the GIL's evidence (the pure path) the queued time is not known to be all busy:
         # what the workers ran meanwhile is said, not that every one was busy.
         bare = Trace(trace.threads, trace.table, trace.instants, trace.counters, trace.flow_table, trace.metadata, trace.ops)
@@ -471,6 +475,14 @@ def test_a_chain_of_trivial_custom_ops_waits_for_thread_hand_offs() -> None:
         hops = handoff_costs(trace)
         assert hops["custom"].count >= 100 and hops["engine"].count >= 100, hops  # some gets find work waiting
         assert "handing over, waking it (" in why_text(trace)
+        # The critical path alike: no pool was ever busy, so nothing on it is "queue" or
+        # "custom_pool"; its hand-offs are "wake" (14-18 % here) and the GIL. Before, its queued
+        # pieces kept those kinds wherever no thread of the pool waited for the GIL with a holder
+        # known: the demo's path was 41 % "queue" and "custom_pool" with no pool ever busy.
+        by = trace.critical_path().by_kind()
+        total_path = sum(by.values())
+        assert by.get("queue", 0) + by.get("custom_pool", 0) <= 0.05 * total_path, by
+        assert by.get("wake", 0) >= 0.05 * total_path, by
 
     retried(check)
 

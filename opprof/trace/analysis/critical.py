@@ -69,6 +69,9 @@ class SegmentKind(str, enum.Enum):
     #: The program's push held by the engine's back-pressure (its ``Backpressure`` span: too many
     #: ops were pending, and it waited until half of them had run), on either path.
     HELD_BACK = "held_back"
+    #: The op was ready and a thread of its pool sat parked, being handed it (woken by the OS, or
+    #: not yet on a CPU): a ``queue`` or ``custom_pool`` piece that was a hand-off, not a busy pool.
+    WAKE = "wake"
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +157,8 @@ class CriticalPath:
             strict=True,
         ):
             kind = _KINDS[k]
-            ref = s if s >= 0 or kind is SegmentKind.GIL else about  # the GIL's: its holder's span or none
+            # The GIL's: its holder's span or none; with no holder known, the op that waited.
+            ref = s if s >= 0 or (kind is SegmentKind.GIL and tid >= 0) else about
             name = _label(kind, names[ref] if ref >= 0 else "", self._trace, tid, engine_users)
             inv = invs[ref] if ref >= 0 else -1
             out.append(Segment(a, b, kind, tid, name, s, inv if inv >= 0 else None))
@@ -168,8 +172,8 @@ class CriticalPath:
         return s[np.sort(first)]
 
     def on_threads(self) -> np.ndarray:
-        """Which segments are a span running on its thread (an op, a Python, a wait)."""
-        return (self.seg_span >= 0) & _ON_THREAD[self.seg_kind]
+        """Which segments are a span running on its thread (an op, a Python, a wait, the GIL's holder's)."""
+        return (self.seg_span >= 0) & _ON_THREAD[self.seg_kind] & ~((self.seg_kind == _GIL) & (self.seg_tid < 0))
 
     @property
     def slack(self) -> np.ndarray:
@@ -193,7 +197,7 @@ class CriticalPath:
         if not len(self) or self._trace is None:
             return []
         t = self._trace.table
-        ref = np.where((self.seg_span >= 0) | (self.seg_kind == _GIL), self.seg_span, self.seg_about)
+        ref = np.where((self.seg_span >= 0) | ((self.seg_kind == _GIL) & (self.seg_tid >= 0)), self.seg_span, self.seg_about)
         name = np.where(ref >= 0, t.name[np.maximum(ref, 0)], -1).astype(np.int64)
         whose = np.where(_NAMED_BY_THREAD[self.seg_kind], self.seg_tid, -1).astype(np.int64)
         keys = np.stack([self.seg_kind.astype(np.int64), name, whose], axis=1)
@@ -241,6 +245,8 @@ def _label(kind: SegmentKind, name: str, trace: TraceData | None, tid: int, engi
         return f"after {name}"
     if kind is SegmentKind.CUSTOM_POOL:
         return f"{name}, the naive engine's bookkeeping before its Python" if inline else f"{name} queued for a custom-op thread"
+    if kind is SegmentKind.WAKE:
+        return f"{name} handed over: waking a thread"
     if kind is SegmentKind.PROGRAM:
         thread = (trace.thread_name(tid) if trace is not None else "") or f"thread {tid}"
         return f"{thread} (the program's own Python)"
@@ -250,6 +256,8 @@ def _label(kind: SegmentKind, name: str, trace: TraceData | None, tid: int, engi
     if kind is SegmentKind.HELD_BACK:
         thread = (trace.thread_name(tid) if trace is not None else "") or f"thread {tid}"
         return f"{thread} {HELD_BACK_WORDS}"
+    if kind is SegmentKind.GIL and tid < 0:
+        return f"{name} waiting for the GIL, its holder not seen (the GIL changing hands)"
     if kind is SegmentKind.GIL:
         thread = (trace.thread_name(tid) if trace is not None else "") or f"thread {tid}"
         if name:
@@ -285,7 +293,7 @@ def critical_path(trace: TraceData, *, table: SpanTable | None = None) -> Critic
 APPROXIMATE_PATH = "critical_path_approximate"
 
 _INF = np.int64(2**62)
-_RUN, _PY, _QUEUE, _POOL, _HAND, _WAIT, _PROG, _GIL, _BLOCKED, _HELD = (
+_RUN, _PY, _QUEUE, _POOL, _HAND, _WAIT, _PROG, _GIL, _BLOCKED, _HELD, _WAKE = (
     _CODE[k]
     for k in (
         SegmentKind.RUN,
@@ -298,6 +306,7 @@ _RUN, _PY, _QUEUE, _POOL, _HAND, _WAIT, _PROG, _GIL, _BLOCKED, _HELD = (
         SegmentKind.GIL,
         SegmentKind.BLOCKED,
         SegmentKind.HELD_BACK,
+        SegmentKind.WAKE,
     )
 )
 
@@ -848,7 +857,14 @@ def refine_by_thread_states(
     segment on that thread: a program that slept 30 ms after its pushes, or joined the threads that
     did the work, was called 100 % "the program's own Python".
 
-    The pieces still tile the path exactly; a moment with no known holder keeps its kind. Only the
+    **A pool's thread sat parked**, being handed the ready op (woken by the OS, or not yet on a
+    CPU), and a ``queue`` or ``custom_pool`` piece becomes a ``wake`` segment: what is left of those
+    kinds is a pool whose threads were all busy. On the demo, the path was 41 % "queue" and
+    "custom_pool" where no pool was ever busy: 30 % waking, the rest the GIL.
+
+    The pieces still tile the path exactly; a GIL wait with no known holder (the GIL free while its
+    waiters were still being woken, or held by a thread the sampler did not know) is a ``gil``
+    segment of no thread (``tid`` -1), named by the op that waited. Only the
     segments that met either are cut (sorted searches find them), so a path of two million segments
     with a few thousand such moments is not walked one by one in Python."""
     kind_of = path.seg_kind
@@ -866,13 +882,16 @@ def refine_by_thread_states(
     whose[hand] = nxt[hand]
     h_start, h_end, h_tid = states.holder_runs()
     gil_ns = np.zeros(n, dtype=np.int64)
+    wake_ns = np.zeros(n, dtype=np.int64)  # a pool's thread parked, being handed the ready op
     conds: dict[int, PoolCondition] = {}  # per segment kind code, or per waiting thread (as -1 - tid)
-    if len(h_start):
-        for code, pool in ((_QUEUE, engine), (_POOL, custom)):
-            mine = np.flatnonzero(kind_of == code)
-            if pool is not None and len(mine):
-                conds[code] = pool
+    for code, pool in ((_QUEUE, engine), (_POOL, custom)):
+        mine = np.flatnonzero(kind_of == code)
+        if pool is not None and len(mine):
+            conds[code] = pool
+            wake_ns[mine] = pool.time_in(PoolCondition.IDLE, a[mine], b[mine])
+            if len(h_start):
                 gil_ns[mine] = pool.time_in(PoolCondition.GIL, a[mine], b[mine])
+    if len(h_start):
         for w in np.unique(whose[whose >= 0]).tolist():
             mine = np.flatnonzero(whose == w)
             cond = conds[-1 - w] = states.pool_condition(np.array([w], dtype=np.int64))  # GIL while w waited for it
@@ -884,22 +903,31 @@ def refine_by_thread_states(
     blocked_ns = np.zeros(n, dtype=np.int64)
     if len(prog) and len(blk):
         blocked_ns[prog] = states.overlap(seg_tid[prog], a[prog], b[prog])[:, STATES.index(ThreadState.BLOCKED)]
-    cut = np.flatnonzero((gil_ns > 0) | (blocked_ns > 0))
+    cut = np.flatnonzero((gil_ns > 0) | (blocked_ns > 0) | (wake_ns > 0))
     if not len(cut):
         return path
     pieces: list[tuple[int, int, int, int, int, int, int]] = []  # (segment index, start, end, kind, tid, span, about)
     cols = (a[cut], b[cut], kind_of[cut], seg_tid[cut], path.seg_span[cut], path.seg_about[cut], whose[cut])
     for i, lo, hi, kind, tid, span, about, w in zip(cut.tolist(), *(c.tolist() for c in cols), strict=True):
         over: list[tuple[int, int, int, int]] = []  # (start, end, kind, tid) replacing the segment's own kind
+        if wake_ns[i] > 0:
+            over += [(x, y, _WAKE, tid) for x, y in _pieces_in(conds[kind], PoolCondition.IDLE, lo, hi)]
         if gil_ns[i] > 0:
-            for ga, gb in _gil_pieces(conds[-1 - w] if w >= 0 else conds[kind], lo, hi):
-                # Within the GIL wait: one piece per holder run (disjoint, so sorted by end too).
+            for ga, gb in _pieces_in(conds[-1 - w] if w >= 0 else conds[kind], PoolCondition.GIL, lo, hi):
+                # Within the GIL wait: one piece per holder run (disjoint, so sorted by end too), and
+                # one of no thread (-1) where no holder is known: a wait for the GIL all the same.
                 j = max(0, int(np.searchsorted(h_end, ga, side="right")))
+                at = ga
                 while j < len(h_start) and h_start[j] < gb:
                     x, y = max(ga, int(h_start[j])), min(gb, int(h_end[j]))
                     if y > x:
+                        if x > at:
+                            over.append((at, x, _GIL, -1))
                         over.append((x, y, _GIL, int(h_tid[j])))
+                        at = y
                     j += 1
+                if gb > at:
+                    over.append((at, gb, _GIL, -1))
         if blocked_ns[i] > 0:
             over += [(x, y, _BLOCKED, tid) for x, y in thread_runs(blk_tid, blk_start, blk_end, tid, lo, hi)]
         _tile(pieces, i, lo, hi, kind, tid, span, about, over)
@@ -907,6 +935,8 @@ def refine_by_thread_states(
     # Each GIL piece runs the span its holder ran at its middle: one search per holder, not per piece.
     on_gil = p[:, 3] == _GIL
     for holder in np.unique(p[on_gil, 4]).tolist():
+        if holder < 0:  # no holder known: the piece names the op that waited (its ``about``)
+            continue
         rows = np.flatnonzero(on_gil & (p[:, 4] == holder))
         p[rows, 5] = span_at(table, holder, (p[rows, 1] + p[rows, 2]) // 2)
     return _with_pieces(path, cut, p)
@@ -962,7 +992,8 @@ def _tile(
 ) -> None:
     """Segment ``i`` (``[lo, hi)``, its kind, thread, span and about) as pieces appended to ``pieces``:
     ``over``'s ``(start, end, kind, tid)`` parts in their own kind (no span: a GIL piece's is found
-    by its caller), the rest in the segment's, tiling it in time order."""
+    by its caller; a ``wake`` piece, or a GIL one of no known holder, keeps the segment's: it is
+    still that op's wait), the rest in the segment's, tiling it in time order."""
     at = lo
     for x, y, k, who in sorted(over):
         x = max(x, at)
@@ -970,7 +1001,7 @@ def _tile(
             continue
         if x > at:
             pieces.append((i, at, x, kind, tid, span, about))
-        pieces.append((i, x, y, k, who, -1, about))
+        pieces.append((i, x, y, k, who, span if k == _WAKE or (k == _GIL and who < 0) else -1, about))
         at = y
     if hi > at:
         pieces.append((i, at, hi, kind, tid, span, about))
@@ -992,9 +1023,9 @@ def _with_pieces(path: CriticalPath, cut: np.ndarray | list[int], p: np.ndarray)
     )  # fmt: skip
 
 
-def _gil_pieces(cond: PoolCondition, a: int, b: int) -> list[tuple[int, int]]:
-    """The parts of ``[a, b)`` in which the pool was in its ``GIL`` condition."""
-    t, code = cond.t, cond.code
+def _pieces_in(cond: PoolCondition, code: int, a: int, b: int) -> list[tuple[int, int]]:
+    """The parts of ``[a, b)`` in which the pool was in condition ``code``."""
+    t, codes = cond.t, cond.code
     if not len(t):
         return []
     i = max(0, int(np.searchsorted(t, a, side="right")) - 1)
@@ -1002,7 +1033,7 @@ def _gil_pieces(cond: PoolCondition, a: int, b: int) -> list[tuple[int, int]]:
     while i < len(t) and t[i] < b:
         lo = max(a, int(t[i]))
         hi = min(b, int(t[i + 1])) if i + 1 < len(t) else b
-        if code[i] == PoolCondition.GIL and hi > lo:
+        if codes[i] == code and hi > lo:
             if out and out[-1][1] == lo:
                 out[-1] = (out[-1][0], hi)
             else:
