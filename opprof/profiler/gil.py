@@ -180,7 +180,7 @@ class GilRecording:
         getters, which = np.unique(r["native_id"], return_inverse=True)
         tid = np.array([native_ids.get(int(n), -1) for n in getters.tolist()], dtype=np.int64)[which.ravel()]
         hi = np.iinfo(np.int64).max if t1 is None else t1
-        # An open wait: parked until the end (its put, wake and GIL all at t1: no run after the park).
+        # An open wait: parked until the end (its put there; its wake and GIL unknown, 0: no run after it).
         put = np.concatenate([h.signal, np.full(len(opened), hi, dtype=np.int64)]) if len(opened) else h.signal
         woke = r["woke"]
         none = np.full(len(r), -1, dtype=np.int64)

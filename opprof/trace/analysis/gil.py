@@ -281,7 +281,7 @@ def queue_holders(
     names = table.str_list(codes)
     thread_names = data.thread_names()
     out: dict[str, dict[int, list[int]]] = {}  # name -> holder -> [ns, ns of it off a CPU]
-    # Each call window asked of each pool thread's own runs (disjoint), then summed over the threads:
+    # Each window asked of each pool thread's own runs (disjoint), then summed over the threads:
     # the runs of several threads taken as one thread's overlap, which the coverage's sorted sums
     # do not allow (a window then got the overlap of others' runs too).
     waiters = np.unique(states.tid[wait])
