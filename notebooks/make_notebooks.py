@@ -82,8 +82,11 @@ quickstart = [
         "dependency cleared and which op cleared it, so each waiting nanosecond has a cause: `custom_pool` "
         "(queued for a custom-op thread), `subop_queue` (a sub-op ready, no engine worker free yet), "
         "`dependency` (a sub-op waiting for another op's result; the blocker is named) and `completion` "
-        "(after the last sub-op, until `Dummy_Wait` ran). The **critical path** is the chain of work and "
-        "waiting that set the cell's end-to-end time; the timeline's *critical path* toggle outlines it."
+        "(after the last sub-op, until `Dummy_Wait` ran). Where the GIL's evidence was recorded (the "
+        "compiled part), the two queues split further: `..._gil` (a thread of the pool waited for the GIL; "
+        "its holder is named), `..._wake` (a thread was being woken for the op) and the rest, every thread "
+        "busy. The **critical path** is the chain of work and waiting that set the cell's end-to-end time "
+        "(its pieces say the same: `gil`, `wake`, `queue`...); the timeline's *critical path* toggle outlines it."
     ),
     new_code_cell("from opprof.trace.text import why_text\n\nprint(why_text(_opprof.trace))"),
     new_code_cell(
