@@ -50,6 +50,24 @@ def record_pushes() -> Iterator[PushRecorder]:
             eng.observer = prev
 
 
+def spin(seconds: float) -> None:
+    """Pure Python for ``seconds``: holds the GIL, dropping it only at the switch interval (a
+    known answer's GIL holder; a sleep releases it instead)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def register_op(name: str, op: type[mx.operator.CustomOp]) -> None:
+    """Register custom op ``op`` under ``name``, its prop making one per call (the tests' ops take no arguments)."""
+
+    class _Prop(mx.operator.CustomOpProp):
+        def create_operator(self, ctx, shapes, dtypes):  # type: ignore[no-untyped-def]
+            return op()
+
+    mx.operator.register(name)(_Prop)
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that is free right now (for a test server)."""
     from benchmarks.jupyter import free_port as free

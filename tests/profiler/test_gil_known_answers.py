@@ -27,20 +27,14 @@ from opprof.trace.analysis.gil import PYTHON_GIL_PARTS, handoff_costs
 from opprof.trace.columns import ROLE_CODE
 from opprof.trace.text import why_text
 from opprof.trace.threadstates import STATES, cpu_wait_ns
-from tests.helpers import retried
+from tests.helpers import register_op, retried, spin
 
 pytestmark = pytest.mark.skipif(not gil.AVAILABLE, reason=f"no GIL evidence here: {gil.WHY_NOT}")
 
 
-def _spin(seconds: float) -> None:
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:  # pure Python: holds the GIL, dropping it only at the switch interval
-        pass
-
-
 class _Spin(opprof.operator.CustomOp):
     def forward(self, is_train, req, in_data, out_data, aux):  # type: ignore[no-untyped-def]
-        _spin(0.04)
+        spin(0.04)
         self.assign(out_data[0], req[0], in_data[0] + 1)
 
 
@@ -63,16 +57,8 @@ class _Tiny(opprof.operator.CustomOp):
         self.assign(out_data[0], req[0], in_data[0] + 1)
 
 
-def _register(name: str, op: type[opprof.operator.CustomOp]) -> None:
-    class _Prop(opprof.operator.CustomOpProp):
-        def create_operator(self, ctx, shapes, dtypes):  # type: ignore[no-untyped-def]
-            return op()
-
-    opprof.operator.register(name)(_Prop)
-
-
 for _name, _op in (("KnownSpin", _Spin), ("KnownNap", _Nap), ("KnownNap3", _Nap3), ("KnownTiny", _Tiny)):
-    _register(_name, _op)
+    register_op(_name, _op)
 
 
 class _NotHeldUp(AssertionError):
@@ -270,7 +256,7 @@ def test_a_program_spinning_after_its_pushes_holds_the_gil_at_its_line() -> None
         nonlocal wait_line
         for _ in range(4):
             nd.Custom(x, op_type="KnownTiny")
-        _spin(0.03)
+        spin(0.03)
         wait_line = inspect.currentframe().f_lineno + 1  # type: ignore[union-attr]
         nd.waitall()
 
@@ -618,7 +604,7 @@ def test_a_program_that_sleeps_after_its_pushes_is_blocked_on_the_path_one_that_
         if then == "sleeps":
             time.sleep(0.03)
         else:
-            _spin(0.03)
+            spin(0.03)
 
     def check() -> None:
         trace = _profile(work)

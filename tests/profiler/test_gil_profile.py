@@ -13,16 +13,14 @@ from opprof import nd
 from opprof.engine import gil
 from opprof.trace.analysis.gil import PYTHON_GIL_PARTS
 from opprof.trace.text import why_text
-from tests.helpers import retried
+from tests.helpers import register_op, retried, spin
 
 needs_gil = pytest.mark.skipif(not gil.AVAILABLE, reason=f"no GIL evidence here: {gil.WHY_NOT}")
 
 
 class _Spin(opprof.operator.CustomOp):
     def forward(self, is_train, req, in_data, out_data, aux):  # type: ignore[no-untyped-def]
-        end = time.perf_counter() + 0.04
-        while time.perf_counter() < end:  # pure Python: holds the GIL but at the switch interval
-            pass
+        spin(0.04)  # pure Python: holds the GIL but at the switch interval
         self.assign(out_data[0], req[0], in_data[0] + 1)
 
 
@@ -32,16 +30,10 @@ class _Nap(opprof.operator.CustomOp):
         self.assign(out_data[0], req[0], in_data[0] + 1)
 
 
-@opprof.operator.register("GilProfileSpin")
-class _SpinProp(opprof.operator.CustomOpProp):
-    def create_operator(self, ctx, shapes, dtypes):  # type: ignore[no-untyped-def]
-        return _Spin()
+register_op("GilProfileSpin", _Spin)
 
 
-@opprof.operator.register("GilProfileNap")
-class _NapProp(opprof.operator.CustomOpProp):
-    def create_operator(self, ctx, shapes, dtypes):  # type: ignore[no-untyped-def]
-        return _Nap()
+register_op("GilProfileNap", _Nap)
 
 
 def _profile(*op_types: str, gil: bool = True) -> opprof.trace.Trace:
@@ -173,10 +165,7 @@ class _ShortNap(opprof.operator.CustomOp):
         self.assign(out_data[0], req[0], in_data[0] + 1)
 
 
-@opprof.operator.register("GilProfileShortNap")
-class _ShortNapProp(opprof.operator.CustomOpProp):
-    def create_operator(self, ctx, shapes, dtypes):  # type: ignore[no-untyped-def]
-        return _ShortNap()
+register_op("GilProfileShortNap", _ShortNap)
 
 
 @needs_gil
@@ -226,16 +215,11 @@ def test_short_sleeps_are_blocked_to_the_profiles_end_and_on_a_cpu_only_as_long_
 
 class _ShortSpin(opprof.operator.CustomOp):
     def forward(self, is_train, req, in_data, out_data, aux):  # type: ignore[no-untyped-def]
-        end = time.perf_counter() + 0.004  # pure Python for 4 ms: the samples see it hold the GIL
-        while time.perf_counter() < end:
-            pass
+        spin(0.004)  # pure Python for 4 ms: the samples see it hold the GIL
         self.assign(out_data[0], req[0], in_data[0] + 1)
 
 
-@opprof.operator.register("GilProfileShortSpin")
-class _ShortSpinProp(opprof.operator.CustomOpProp):
-    def create_operator(self, ctx, shapes, dtypes):  # type: ignore[no-untyped-def]
-        return _ShortSpin()
+register_op("GilProfileShortSpin", _ShortSpin)
 
 
 @needs_gil
