@@ -614,12 +614,15 @@ def _op_table(
     def ordered(c: np.ndarray) -> np.ndarray:
         return c if by_op is None else c[by_op]
 
+    def column(k: int, dep: int) -> np.ndarray:
+        return ordered(both(k, dep))
+
     d_seq = ordered(d_seq)
     # Sites: none for a plain op (pushed outside any custom op's Python).
     d_site = ordered(np.concatenate([np.full(plain.shape[1], -1, np.int64), deps[DEP_SITE]]))
-    push, d_rec = ordered(both(PUSH, DEP_PUSH)), ordered(both(PUSHER, DEP_PUSHER))
-    ready, by, var = ordered(both(READY, DEP_READY)), ordered(both(BY, DEP_BY)), ordered(both(BY_VAR, DEP_BY_VAR))
-    d_reads, d_writes = ordered(both(READS, DEP_READS)), ordered(both(WRITES, DEP_WRITES))
+    push, d_rec = column(PUSH, DEP_PUSH), column(PUSHER, DEP_PUSHER)
+    ready, by, var = column(READY, DEP_READY), column(BY, DEP_BY), column(BY_VAR, DEP_BY_VAR)
+    d_reads, d_writes = column(READS, DEP_READS), column(WRITES, DEP_WRITES)
     tid_of_index = np.zeros(max([r.index for r in threads], default=-1) + 2, dtype=np.int64)  # [-1]: unknown, 0
     for i, r in enumerate(threads):
         tid_of_index[r.index] = i + 1

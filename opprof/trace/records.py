@@ -20,7 +20,6 @@ from typing import Any
 __all__ = [
     "BACKPRESSURE",
     "CPUS_KEY",
-    "recorded_cpus",
     "CUSTOM_OP",
     "CUSTOM_POOL",
     "CUSTOM_THREAD_PREFIX",
@@ -44,6 +43,7 @@ __all__ = [
     "Role",
     "Span",
     "ThreadInfo",
+    "recorded_cpus",
     "role_of",
 ]
 

@@ -32,8 +32,8 @@ from .gil import (
 )
 
 __all__ = [
-    "LATENCY_KEY",
     "BORROWED",
+    "LATENCY_KEY",
     "LATENCY_WORDS",
     "MODEL_METADATA",
     "POOL_PREFIXES",
