@@ -280,16 +280,26 @@ def test_opprof_diff_prints_the_table_and_gates_a_slower_b(tmp_path: Path, capsy
 
 
 def test_opprof_diff_calls_prints_each_call(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    for side in ("a", "b"):
-        (tmp_path / side).mkdir()
-    for k in range(5):  # interleaved: a loaded machine's stalls fall on both sides alike
-        _steps([0.002, 0.002]).save(str(tmp_path / "a" / f"run{k}.opprof"))
-        _steps([0.002, 0.016]).save(str(tmp_path / "b" / f"run{k}.opprof"))
-    assert cli(["diff", str(tmp_path / "a"), str(tmp_path / "b"), "--calls", "CompareSteps"]) == 0
-    out = capsys.readouterr().out
-    table = out[out.index("CompareSteps: each call") :].splitlines()
-    rows = {ln.split()[2]: ln for ln in table if ln.startswith("CompareSteps call")}
-    assert set(rows) == {"1", "2"} and "slower" in rows["2"], out  # call 1's verdict: see the test above
+    """Tried up to three times, as the test above: in one CI run (3.x core suite, 2026-12-05) a stall
+    made one run of A's 2 ms call last ~15 ms, its halves differed by 90 % and the changed call was
+    rightly declined as "unstable" [0.43, 45.2], not called slower."""
+    attempts = iter(range(3))
+
+    def check() -> None:
+        root = tmp_path / f"try{next(attempts)}"
+        for side in ("a", "b"):
+            (root / side).mkdir(parents=True)
+        for k in range(5):  # interleaved: a loaded machine's stalls fall on both sides alike
+            _steps([0.002, 0.002]).save(str(root / "a" / f"run{k}.opprof"))
+            _steps([0.002, 0.016]).save(str(root / "b" / f"run{k}.opprof"))
+        capsys.readouterr()
+        assert cli(["diff", str(root / "a"), str(root / "b"), "--calls", "CompareSteps"]) == 0
+        out = capsys.readouterr().out
+        table = out[out.index("CompareSteps: each call") :].splitlines()
+        rows = {ln.split()[2]: ln for ln in table if ln.startswith("CompareSteps call")}
+        assert set(rows) == {"1", "2"} and "slower" in rows["2"], out  # call 1's verdict: see the test above
+
+    retried(check)
 
 
 def test_either_side_may_be_one_trace_a_list_or_a_result_with_runs() -> None:
