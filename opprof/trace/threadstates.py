@@ -263,7 +263,8 @@ class ThreadStates:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Who held the GIL while the intervals waited for it: (interval row, holder tid, ns, ns of
         it the holder held the GIL off a CPU), one row per (interval, holder) with any ``WAIT``
-        time, summed."""
+        time, summed (holder -1: none known). The waits' names are taken as they are: call it on
+        :meth:`holders_checked` runs (an analysis's ``thread_states``)."""
         tid = np.asarray(tid, dtype=np.int64)
         start = np.asarray(start, dtype=np.int64)
         end = np.asarray(end, dtype=np.int64)
@@ -275,10 +276,6 @@ class ThreadStates:
         for h in np.unique(self.holder[wait]).tolist():
             runs = wait[self.holder[wait] == h]
             got = self._covered(self.tid[runs], self.start[runs], self.end[runs], tid, start, end)
-            if h >= 0:  # not where the holder's own runs say it held nothing (:meth:`unheld_parts`)
-                u_tid, u_a, u_b = self.unheld_parts(runs, h)
-                if len(u_tid):
-                    got = np.maximum(got - self._covered(u_tid, u_a, u_b, tid, start, end), 0)
             hit = np.flatnonzero(got > 0)
             rows.append(hit)
             holders.append(np.full(len(hit), h, dtype=np.int64))
@@ -293,7 +290,8 @@ class ThreadStates:
         ``HELD`` and ``HELD_OFF_CPU`` runs, and where none is known, the holder a ``WAIT`` run
         names (read at a sample, or at a timed hand-off's wake: the exact waits of a 2 ms
         recording often have no sample between them, only the holder read as each began).
-        Where two waits name different holders at once, the first thread's (lowest tid) is kept."""
+        Where two waits name different holders at once, the first thread's (lowest tid) is kept.
+        The names are taken as they are: call it on :meth:`holders_checked` runs."""
         held = np.flatnonzero(np.isin(self.state, HOLDING))
         named = np.flatnonzero((self.state == ThreadState.WAIT) & (self.holder >= 0))
         none = np.zeros(0, dtype=np.int64)
@@ -303,24 +301,15 @@ class ThreadStates:
         # it, else the holder of the first waiting thread's run that covers it (one thread's runs
         # are disjoint, so each is one sorted search: HELD runs of two threads never overlap in a
         # sampler's states, but a file may say anything).
-        t = np.unique(np.concatenate([self.start, self.end]))  # (every run's: a named holder's own runs cut too)
+        t = np.unique(np.concatenate([self.start, self.end]))
         lo, hi = t[:-1], t[1:]
         mid = lo + (hi - lo) // 2
         who = np.full(len(lo), -1, dtype=np.int64)
-        by_name = np.zeros(len(lo), dtype=bool)  # the holder comes from a wait's name, not its own run
         groups = [held[self.tid[held] == w] for w in np.unique(self.tid[held]).tolist()]
         groups += [named[self.tid[named] == w] for w in np.unique(self.tid[named]).tolist()]
         for rows in groups:
             hit, take = self._covering(rows, mid, who < 0)
             who[hit] = np.where(self.state[take] == ThreadState.WAIT, self.holder[take], self.tid[take])
-            by_name[hit] = self.state[take] == ThreadState.WAIT
-        # A wait names the holder as it began (a hand-off's wake reads it): not where the holder's
-        # own states say it did something else (parked in its own wait, waiting for the GIL itself).
-        for h in np.unique(who[by_name]).tolist():
-            mine = np.flatnonzero(self.tid == h)
-            if len(mine):
-                hit, take = self._covering(mine, mid, by_name & (who == h))
-                who[hit[~np.isin(self.state[take], HOLDING)]] = -1
         keep = who >= 0
         lo, hi, who = lo[keep], hi[keep], who[keep]
         if not len(lo):
@@ -344,21 +333,60 @@ class ThreadStates:
         """(tid, start, end) of the parts of rows ``runs`` (waits for the GIL that ``holder``
         held) during which the holder held it off a CPU (its ``HELD_OFF_CPU`` runs): what those
         waits really waited for was a CPU for the holder, or C code that kept the GIL."""
-        return self._parts_while(runs, holder, (ThreadState.HELD_OFF_CPU,))
+        w, a, b = self._parts_while(runs, holder, (ThreadState.HELD_OFF_CPU,))
+        return self.tid[w], a, b
 
-    def unheld_parts(self, runs: np.ndarray, holder: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(tid, start, end) of the parts of rows ``runs`` (waits that name ``holder``) during which
-        the holder's own runs say it did not hold the GIL (parked, waiting for it itself, running
-        without it): a wait names the holder it read as it began (a sample's, or a hand-off's at its
-        wake), which may have let the GIL go since; those parts had no holder :meth:`holders` can name.
-        A custom-op thread, sampled holding the GIL just before it parked, was named the holder of
-        a millisecond it was parked through, exactly (its timed park), by the waits sampled with it."""
-        return self._parts_while(runs, holder, tuple(s for s in STATES if s not in HOLDING))
+    def holders_checked(self) -> ThreadStates:
+        """These runs with each wait's named holder kept only where that holder's own runs allow it.
+
+        A wait names the holder it read as it began (a sample's, or a hand-off's at its wake),
+        which may have let the GIL go since: where the holder's own runs say it held nothing
+        (parked, itself waiting for the GIL, running without it), that part of the wait names no
+        one (-1). Seen: a custom-op thread, sampled holding the GIL just before it parked, was named
+        the holder of a millisecond it was parked through, exactly (its timed park), by the waits
+        sampled with it. Where the holder has no run (not sampled then), the name stands.
+
+        The one home of that rule: an analysis reads a trace's runs through it once
+        (``Analysis.thread_states``), and every reader of holders (:meth:`holders`,
+        :meth:`holder_runs`, the causes, the critical path, the timeline's hover) takes those runs
+        as they are. The files keep the runs as recorded (a Chrome or ``.opprof`` file read back is
+        the same trace), and are checked again when read. Returns ``self`` where nothing is
+        contradicted."""
+        named = np.flatnonzero((self.state == ThreadState.WAIT) & (self.holder >= 0))
+        not_holding = tuple(s for s in STATES if s not in HOLDING)
+        holders = np.unique(self.holder[named]).tolist()
+        found = [self._parts_while(named[self.holder[named] == h], h, not_holding) for h in holders]
+        if not any(len(f[0]) for f in found):
+            return self
+        w, a, b = (np.concatenate([f[i] for f in found]) for i in range(3))
+        order = np.lexsort((a, w))  # a cut run's parts, in time order (one holder's runs: disjoint)
+        w, a, b = w[order], a[order], b[order]
+        first = np.concatenate(([True], w[1:] != w[:-1]))
+        last = np.concatenate((w[1:] != w[:-1], [True]))
+        # Per part: the named piece before it (from its run's start or the previous part's end),
+        # the part itself (no one), and after a run's last part, the named rest of the run.
+        piece_run = np.concatenate([w, w, w[last]])
+        piece_a = np.concatenate([np.where(first, self.start[w], np.roll(b, 1)), a, b[last]])
+        piece_b = np.concatenate([a, b, self.end[w[last]]])
+        piece_holder = np.concatenate([self.holder[w], np.full(len(w), -1, dtype=np.int64), self.holder[w[last]]])
+        ok = piece_b > piece_a
+        uncut = np.ones(len(self), dtype=bool)
+        uncut[w] = False
+        rest = np.flatnonzero(uncut)
+        run = np.concatenate([rest, piece_run[ok]])
+        return ThreadStates(
+            self.tid[run],
+            self.state[run],
+            np.concatenate([self.start[rest], piece_a[ok]]),
+            np.concatenate([self.end[rest], piece_b[ok]]),
+            np.concatenate([self.holder[rest], piece_holder[ok]]),
+            self.period_ns,
+        )
 
     def _parts_while(
         self, runs: np.ndarray, holder: int, states: tuple[ThreadState, ...]
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(tid, start, end) of the parts of rows ``runs`` during which thread ``holder`` was in one of ``states``."""
+        """(row, start, end) of the parts of rows ``runs`` during which thread ``holder`` was in one of ``states``."""
         empty = (np.zeros(0, np.int64),) * 3
         off = np.flatnonzero((self.tid == holder) & np.isin(self.state, states))
         if not len(off) or not len(runs):
@@ -369,7 +397,7 @@ class ThreadStates:
         w = runs[which]
         a, b = np.maximum(self.start[w], oa[k]), np.minimum(self.end[w], ob[k])
         keep = b > a
-        return self.tid[w][keep], a[keep], b[keep]
+        return w[keep], a[keep], b[keep]
 
     def pool_condition(
         self,

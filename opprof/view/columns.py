@@ -535,8 +535,9 @@ class StateIndex:
 
 def state_index(trace: Trace, layout: Layout) -> StateIndex | None:
     """The trace's thread states on the layout's thread lanes (None: the trace holds none; a thread
-    in the collapsed lane, or without spans and so without a lane, gets no strip)."""
-    ts = trace.thread_states
+    in the collapsed lane, or without spans and so without a lane, gets no strip). A wait's
+    holder is the analysis's: named only where the holder's own runs allow it."""
+    ts = trace.analysis().thread_states
     if ts is None:
         return None
     lane_of = {ln.tid: k for k, ln in enumerate(layout.lanes) if ln.kind == LaneKind.THREAD and ln.tid is not None}
@@ -695,7 +696,7 @@ def _holder_texts(trace: Trace, si: StateIndex, rows: np.ndarray) -> list[str]:
         running[at] = span_at(t, h, mid[at])
     # How much of each wait its holder held the GIL off a CPU (the OS gave its core to other work).
     off = np.zeros(len(rows), dtype=np.int64)
-    states = trace.thread_states
+    states = trace.analysis().thread_states
     if states is not None and len(rows):
         a, b = si.start_ns[rows], si.end_ns[rows]
         off = states.overlap(holder, a, b)[:, STATES.index(ThreadState.HELD_OFF_CPU)]

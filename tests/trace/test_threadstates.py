@@ -46,25 +46,73 @@ def test_overlap_and_holders_match_a_brute_force_sweep(ts: ThreadStates, queries
     start = np.array([q[1] for q in queries], dtype=np.int64)
     end = start + np.array([q[2] for q in queries], dtype=np.int64)
     got = ts.overlap(tid, start, end)
-    rows, holders, ns, off = ts.holders(tid, start, end)
+    checked = ts.holders_checked()  # how every analysis reads them
+    assert checked.check() == [] and np.array_equal(checked.overlap(tid, start, end), got)
+    rows, holders, ns, off = checked.holders(tid, start, end)
     for i, (t, a, b) in enumerate(zip(tid.tolist(), start.tolist(), end.tolist(), strict=True)):
         want = _oracle(ts, t, a, b)
         for k, s in enumerate(STATES):
             assert got[i, k] == sum(v for (st_, _), v in want.items() if st_ == s)
         mine = {int(h): int(n) for r, h, n in zip(rows, holders, ns, strict=True) if r == i}
-        # Each ns the thread waited naming h, but not where h's own run says it held nothing.
-        named = {h for (s, h), v in want.items() if s == ThreadState.WAIT}
-        want_named = {
-            h: sum(bool(_state_at(ts, t, x, h)) and (h < 0 or _state_at(ts, h, x) not in _NOT_HOLDING) for x in range(a, b))
-            for h in named
-        }
-        assert mine == {h: v for h, v in want_named.items() if v > 0}
+        # Each ns the thread waited naming h, as no one (-1) where h's own run says it held nothing.
+        want_named: dict[int, int] = {}
+        for x in range(a, b):
+            if _state_at(ts, t, x) == ThreadState.WAIT:
+                h = _named_at(ts, t, x)
+                h = h if h < 0 or _state_at(ts, h, x) not in _NOT_HOLDING else -1
+                want_named[h] = want_named.get(h, 0) + 1
+        assert mine == want_named
         # Of each holder's time, the nanoseconds it held the GIL off a CPU, one by one.
         mine_off = {int(h): int(n) for r, h, n in zip(rows, holders, off, strict=True) if r == i}
         want_off = {
-            h: sum(_state_at(ts, h, x) == ThreadState.HELD_OFF_CPU for x in range(a, b) if _state_at(ts, t, x, h)) for h in mine
+            h: sum(_state_at(ts, h, x) == ThreadState.HELD_OFF_CPU for x in range(a, b) if _state_at(checked, t, x, h))
+            for h in mine
         }
         assert mine_off == want_off
+
+
+def _named_at(ts: ThreadStates, tid: int, x: int) -> int:
+    """The holder thread ``tid``'s run at ns ``x`` names (-1: none, or no run)."""
+    for k in range(len(ts)):
+        if ts.tid[k] == tid and ts.start[k] <= x < ts.end[k]:
+            return int(ts.holder[k])
+    return -1
+
+
+@settings(max_examples=200, deadline=None)
+@given(_states())
+def test_a_named_holder_is_kept_only_where_its_own_runs_allow_it(ts: ThreadStates) -> None:
+    """``holders_checked``, ns by ns: every thread's state as before; a wait's holder as named,
+    except where the holder's own run says it held nothing (then none, -1); runs still disjoint
+    and sorted; checking again changes nothing; nothing contradicted gives the same object."""
+    checked = ts.holders_checked()
+    assert checked.check() == [] and checked.period_ns == ts.period_ns
+    again = checked.holders_checked()
+    assert again is checked
+    for t in np.unique(ts.tid).tolist():
+        for x in range(0, 400):
+            state = _state_at(ts, t, x)
+            assert _state_at(checked, t, x) == state, (t, x)
+            named = _named_at(ts, t, x)
+            if state == ThreadState.WAIT and named >= 0 and _state_at(ts, named, x) in _NOT_HOLDING:
+                named = -1
+            assert _named_at(checked, t, x) == named, (t, x)
+    if len(checked) == len(ts) and np.array_equal(checked.holder, ts.holder):
+        assert checked is ts
+
+
+def test_a_holder_parked_through_part_of_a_wait_is_named_for_the_rest_only() -> None:
+    """Known answer: thread 2 waits [0, 100) naming thread 1, which is parked over [20, 30) and
+    [50, 60) and waits for the GIL itself over [80, 120); thread 3 waits [0, 10) naming no one."""
+    W, B = int(ThreadState.WAIT), int(ThreadState.BLOCKED)
+    ts = ThreadStates([1, 1, 1, 2, 3], [B, B, W, W, W], [20, 50, 80, 0, 0], [30, 60, 120, 100, 10], [-1, -1, 3, 1, -1])
+    got = ts.holders_checked()
+    two = np.flatnonzero(got.tid == 2)
+    pieces = list(zip(got.start[two].tolist(), got.end[two].tolist(), got.holder[two].tolist(), strict=True))
+    assert pieces == [(0, 20, 1), (20, 30, -1), (30, 50, 1), (50, 60, -1), (60, 80, 1), (80, 100, -1)]
+    assert set(got.state[two].tolist()) == {W}
+    one = np.flatnonzero(got.tid == 1)
+    assert got.holder[one].tolist() == [-1, -1, 3]  # its own wait's name: thread 3 has no run saying otherwise
 
 
 #: A holder's own states that say it did not hold the GIL (no state: unknown, not a contradiction).
@@ -230,29 +278,29 @@ def test_a_sampled_holder_known_to_be_parked_is_not_the_holder() -> None:
 
 def _holder_at(ts: ThreadStates, x: int) -> tuple[set[int], int]:
     """Brute force at one ns: the threads a HELD run says held the GIL, else the holder the first
-    waiting thread's (lowest tid's) named wait gives, unless that holder's own state then says it
-    did something else (-1: none known)."""
+    waiting thread's (lowest tid's) named wait gives, among the waits whose holder's own state then
+    does not say it did something else (-1: none known)."""
     held = {int(ts.tid[k]) for k in range(len(ts)) if ts.start[k] <= x < ts.end[k] and ts.state[k] in HOLDING}
     if held:
         return held, -1
     waits = sorted(
         (int(ts.tid[k]), int(ts.holder[k]))
         for k in range(len(ts))
-        if ts.start[k] <= x < ts.end[k] and ts.state[k] == ThreadState.WAIT and ts.holder[k] >= 0
+        if ts.start[k] <= x < ts.end[k]
+        and ts.state[k] == ThreadState.WAIT
+        and ts.holder[k] >= 0
+        and _state_at(ts, int(ts.holder[k]), x) not in _NOT_HOLDING  # 0: none, not a contradiction
     )
-    if not waits:
-        return set(), -1
-    named = waits[0][1]
-    own = _state_at(ts, named, x)  # 0: none
-    return set(), named if own == 0 or own in HOLDING else -1
+    return set(), waits[0][1] if waits else -1
 
 
 @settings(max_examples=200, deadline=None)
 @given(_states())
 def test_holder_runs_match_a_brute_force_sweep(ts: ThreadStates) -> None:
     """``holder_runs``: disjoint, sorted, and at every ns the holder a HELD run shows, else the one
-    a wait names where the holder's own states do not contradict it."""
-    start, end, who = ts.holder_runs()
+    a wait names where the holder's own states do not contradict it (the runs checked first, as
+    every analysis reads them)."""
+    start, end, who = ts.holders_checked().holder_runs()
     assert np.all(end > start) and np.all(start[1:] >= end[:-1])
     for x in range(0, 400):
         held, named = _holder_at(ts, x)
@@ -271,7 +319,7 @@ def test_a_wait_names_its_holder_only_where_the_holders_own_states_allow() -> No
     ts = ThreadStates(
         np.array([2, 1, 3]), np.array([W, B, H]), np.array([0, 50, 20]), np.array([100, 100, 30]), np.array([1, -1, -1])
     )
-    start, end, who = ts.holder_runs()
+    start, end, who = ts.holders_checked().holder_runs()
     assert list(zip(start.tolist(), end.tolist(), who.tolist(), strict=True)) == [(0, 20, 1), (20, 30, 3), (30, 50, 1)]
 
 
@@ -325,7 +373,7 @@ def test_queue_holders_count_each_pool_threads_wait_per_call_and_not_what_the_ho
     # The states' 0-400 ns scaled onto the trace's time, so that the call windows cut them.
     t0, unit = int(table.start.min()), max(1, int(table.end.max() - table.start.min()) // 400)
     ts = ThreadStates(ts.tid, ts.state, t0 + ts.start * unit, t0 + ts.end * unit, ts.holder, ts.period_ns)
-    got = queue_holders(trace, table, ts, parents, np.array(pool, dtype=np.int64))
+    got = queue_holders(trace, table, ts.holders_checked(), parents, np.array(pool, dtype=np.int64))
     rows = list(zip(ts.tid.tolist(), ts.state.tolist(), ts.start.tolist(), ts.end.tolist(), ts.holder.tolist(), strict=True))
     # The type's calls' windows, merged where they overlap: a moment counts once per pool thread.
     windows: dict[str, list[list[int]]] = {}

@@ -273,7 +273,8 @@ def queue_holders(
     it during the type's calls, summed by holder over the time some call of the type was in
     flight, most first. (A moment two pool threads both waited counts twice: this ranks the
     holders, it adds to no total. A moment four calls were in flight counts once: summed call by
-    call, a holder seen while four were counted four times against one seen beside a single call.)"""
+    call, a holder seen while four were counted four times against one seen beside a single call.)
+    ``states``: :meth:`~opprof.trace.threadstates.ThreadStates.holders_checked` runs, names taken as they are."""
     wait = np.flatnonzero((states.state == ThreadState.WAIT) & np.isin(states.tid, pool_tids))
     if not len(wait) or not len(parents):
         return {}
@@ -296,10 +297,7 @@ def queue_holders(
         if h < 0:  # the GIL changing hands at that sample, or a thread the sampler did not know: no name
             continue
         runs = wait[states.holder[wait] == h]
-        # Not where the holder's own runs say it held nothing (ThreadStates.unheld_parts).
-        got = np.maximum(
-            per_window(states.tid[runs], states.start[runs], states.end[runs]) - per_window(*states.unheld_parts(runs, h)), 0
-        )
+        got = per_window(states.tid[runs], states.start[runs], states.end[runs])
         got_off = per_window(*states.off_cpu_parts(runs, h))
         for name, ns, ns_off in zip(names, got.tolist(), got_off.tolist(), strict=True):
             if ns > 0:

@@ -26,7 +26,7 @@ from ..columns import ROLE_CODE, SpanTable
 from ..data import TraceData
 from ..ops import OpKind, OpTable
 from ..records import CUSTOM_POOL, ENGINE_POOL, CustomOpRow, Role
-from ..threadstates import STATES, PoolCondition, ThreadState
+from ..threadstates import STATES, PoolCondition, ThreadState, ThreadStates
 from .causes import Causes, has_edges, pool_busy_with, waiting_causes, workers_busy_with
 from .critical import CriticalPath, critical_path, mark_held_back, refine_by_thread_states
 from .gil import GilHolder, PythonGil, python_gil, queue_holders
@@ -79,11 +79,20 @@ class Analysis:
         return self.ops.rows_of(self.table.op)
 
     @cached_property
+    def thread_states(self) -> ThreadStates | None:
+        """The trace's thread states, each wait's named holder kept only where the holder's own runs
+        allow it (:meth:`~opprof.trace.threadstates.ThreadStates.holders_checked`): what every
+        reader of the GIL's holders here and in the timeline takes. None where the
+        trace holds none."""
+        states = self.data.thread_states
+        return None if states is None else states.holders_checked()
+
+    @cached_property
     def pool_conditions(self) -> tuple[PoolCondition | None, PoolCondition | None]:
         """The custom-op pool's and the engine workers' condition over time (busy, idle: a hand-off,
         or a thread waiting for the GIL), where the trace holds thread states and engine edges;
         (None, None) where not. The queued causes split by them (:data:`.causes.QUEUE_PARTS`)."""
-        states = self.data.thread_states
+        states = self.thread_states
         if states is None or not has_edges(self.table, self.ops):
             return None, None
         custom, engine = self.pool_tids
@@ -132,7 +141,7 @@ class Analysis:
     def queue_gil_holders(self) -> dict[str, dict[str, list[GilHolder]]]:
         """Per queued cause (``custom_pool``, ``subop_queue``) and op type: who held the GIL while
         the pool's threads waited for it during the type's calls (:func:`.gil.queue_holders`)."""
-        states = self.data.thread_states
+        states = self.thread_states
         if states is None:
             return {}
         custom, engine = self.pool_tids
@@ -198,7 +207,7 @@ class Analysis:
         """Per span: the ns its thread waited for the GIL while it ran (0 without thread states; a
         custom-op parent, on no single thread, 0). A sub-op that lasted 3 ms while doing µs of work
         says so in its hover."""
-        t, states = self.table, self.data.thread_states
+        t, states = self.table, self.thread_states
         out = np.zeros(len(t), dtype=np.int64)
         if states is None or not len(states) or not len(t):
             return out
@@ -211,7 +220,7 @@ class Analysis:
     def python_gil(self) -> PythonGil | None:
         """Each invocation's Python time by GIL state and who held the GIL while it waited
         (:mod:`.gil`); None where the trace holds no thread states (:func:`.gil.no_gil_evidence` says why)."""
-        states = self.data.thread_states
+        states = self.thread_states
         if states is None:
             return None
         return python_gil(self.data, self.table, states, self.parents, self.members)
@@ -241,7 +250,7 @@ class Analysis:
         across to the GIL's holder, and where the program was blocked between its pushes it says
         so (:func:`.critical.refine_by_thread_states`), on either engine."""
         path = critical_path(self.data, table=self.table)
-        states = self.data.thread_states
+        states = self.thread_states
         custom, engine = self.pool_conditions
         if states is not None and not path.approximate:
             path = refine_by_thread_states(path, self.table, states, custom, engine)
