@@ -103,6 +103,7 @@ class LiveFeed:
         if cap < 1:
             raise ValueError(f"cap must be at least 1, got {cap}")
         self.recorder = recorder
+        recorder.watched = True  # read after stop() too: its records are not released
         self.cap = int(cap)
         self._seen: list[list[int]] = []  # per thread (its records' index): how far plain, sub, fam, buf were read
         self._total = 0

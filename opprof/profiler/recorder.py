@@ -165,6 +165,9 @@ class Recorder(EngineObserver):
         self._local = threading.local()
         self._buffers: list[ThreadRecords] = []
         self._lock = threading.Lock()
+        #: Whether a live feed reads these records (:class:`~.live.LiveFeed`): its last poll, after
+        #: stop(), brings stop()'s own final wait, so :meth:`release` leaves them to the collector.
+        self.watched = False
         #: Each invocation's NumPy peak (:meth:`note_numpy_peak`): ``inv.id -> (t0 of its Python, bytes)``.
         self._numpy_peaks: dict[int, tuple[int, int]] = {}
         self._start_counting()
@@ -474,6 +477,17 @@ class Recorder(EngineObserver):
         return sum(len(r) for r in self._buffers)
 
     # ------------------------------------------------------------------ building the trace
+    def release(self) -> None:
+        """Empty every thread's records once the final trace is built (:meth:`ThreadRecords.release`):
+        their memory goes to the next recording. Nothing can be built from this recorder after. Not
+        while a live feed reads them (:attr:`watched`)."""
+        if self.watched:
+            return
+        with self._lock:
+            buffers = list(self._buffers)
+        for b in buffers:
+            b.release()
+
     def build(self, metadata: dict[str, Any] | None = None, *, live: bool = False) -> Trace:
         """Turn the raw records into a validated-shape :class:`Trace` (call after the work is done).
 

@@ -187,6 +187,7 @@ class Profiler:
         # stay in ``_unbuilt``: calling ``stop()`` again builds the trace from them.
         trace = self.trace = rec.build()
         self._unbuilt = None
+        rec.release()
         return trace
 
 

@@ -329,6 +329,41 @@ def test_a_log_writes_its_columns_only_where_they_fit() -> None:
 
 
 @needs_compiled
+def test_a_released_log_is_empty_and_the_next_log_reads_only_its_own_records() -> None:
+    """``Log.release`` empties a log and keeps its chunks for the next logs of the same width: a log
+    written into those chunks (fewer records than they held, extras of its own) reads back exactly
+    its records, nothing of the last log's; a released log takes records again."""
+    hot = _CompiledRecorder()._hot
+    old = _spanlog.Log(hot, PLAIN_SCHEMA)
+    many = [(k, k + 1, f"op{k % 7}", k, k, k, k, k, k, (k, k + 1), k + 9) for k in range(10_000)]  # 3 chunks
+    old.extend(many)
+    old.release()
+    assert len(old) == 0 and old[:] == []
+    new = _spanlog.Log(hot, PLAIN_SCHEMA)
+    few = [(k, 2 * k, "mine", -k, 0, 0, 0, 0, 0, (), (7,)) for k in range(5_000)]
+    new.extend(few)
+    assert new[:] == few
+    old.append(many[3])
+    assert old[:] == [many[3]]
+
+
+@needs_compiled
+def test_a_stopped_profile_gives_back_its_records_memory() -> None:
+    """Once ``stop()`` has built the trace, the recorder's compiled logs are empty (their chunks go to
+    the next recording, not to the collector's next pass), and the trace keeps every span."""
+    mx.set_engine("threaded")
+    prof = mx.Profiler(compiled=True).start()
+    a = mx.nd.ones((2, 2))
+    for _ in range(300):
+        a = a + 1
+    rec = prof._recorder
+    assert rec is not None
+    trace = prof.stop()
+    assert sum(1 for name in trace.table.str_list(trace.table.name) if name == "_plus_scalar") == 300
+    assert all(len(part) == 0 for b in rec.thread_records() for part in (b.plain, b.sub, b.fam, b.deps, b.buf))
+
+
+@needs_compiled
 def test_a_log_refuses_a_bad_schema_and_a_record_of_another_shape() -> None:
     hot = _CompiledRecorder()._hot
     with pytest.raises(ValueError, match="schema"):
