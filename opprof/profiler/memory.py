@@ -272,6 +272,13 @@ class MemoryRecording:
         """Events recorded so far."""
         return len(self.events)
 
+    def release(self) -> None:
+        """Drop the events once stopped and read into a trace (the compiled log keeps its buffer for
+        the next recording's). Recording again after this records from nothing."""
+        if self.on:
+            raise RuntimeError("a memory recording is released once stopped")
+        self.events = []
+
     def metadata(self) -> dict[str, Any]:
         """``metadata["memory"]``: what was recorded, by which path (and why not compiled), what is not seen."""
         why = {} if self.path == "compiled" else {"why_not": COMPILED_WHY_NOT or _CLOCK_WHY_NOT}
@@ -315,6 +322,11 @@ class _CompiledMemoryRecording(MemoryRecording):
 
     def recorded(self) -> int:
         return len(self._rows())
+
+    def release(self) -> None:
+        if self.on:
+            raise RuntimeError("a memory recording is released once stopped")
+        self._log.release()
 
     def start(self) -> None:
         if self.on:

@@ -487,6 +487,8 @@ class Recorder(EngineObserver):
             buffers = list(self._buffers)
         for b in buffers:
             b.release()
+        if self.memory is not None:
+            self.memory.release()
 
     def build(self, metadata: dict[str, Any] | None = None, *, live: bool = False) -> Trace:
         """Turn the raw records into a validated-shape :class:`Trace` (call after the work is done).

@@ -342,6 +342,41 @@ def test_stop_releases_every_watched_storage(engine: Any, compiled: bool) -> Non
     assert len(rec.table()) == n
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["pure", "compiled"])
+def test_a_released_recording_starts_the_next_from_nothing(engine: Any, compiled: bool) -> None:
+    """``release()`` (once stopped and read) drops the events; the compiled log keeps its buffer for
+    the next recording's log, which reads back only its own events (a chain of 50 4x4 float32
+    arrays: 50 allocations of 64 bytes), nothing of the 2,000 before."""
+    first = _recording(compiled)
+    first.start()
+    a = mx.nd.ones((8, 8))
+    for _ in range(1_000):
+        a = a + 1
+    mx.nd.waitall()
+    first.stop()
+    assert len(first.table()) >= 1_000
+    with pytest.raises(RuntimeError, match="once stopped"):
+        started = _recording(compiled)
+        started.start()
+        try:
+            started.release()
+        finally:
+            started.stop()
+    first.release()
+    assert len(first.table()) == 0 and first.recorded() == 0
+    second = _recording(compiled)
+    second.start()
+    b = mx.nd.ones((4, 4), dtype="float32")
+    for _ in range(49):
+        b = b + 1
+    mx.nd.waitall()
+    second.stop()
+    events = second.table()
+    assert events.check() == [] and int(np.count_nonzero(events.nbytes > 0)) == 50
+    assert set(events.nbytes[events.nbytes > 0].tolist()) == {64}
+    del a, b
+
+
 class _DroppingVar:
     """A var whose id, when the hook reads it, drops the last reference to the storage made before:
     its free is recorded while the hook runs, as when a collection inside the hook (its weak
