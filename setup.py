@@ -38,7 +38,7 @@ setup(
         Extension(
             "opprof.profiler._spanlog",
             ["opprof/profiler/_spanlog.c"],
-            depends=["opprof/_monotonic.h", "opprof/_frames.h", "opprof/_int64.h"],
+            depends=["opprof/_monotonic.h", "opprof/_frames.h", "opprof/_int64.h", "opprof/profiler/_spares.h"],
             optional=True,
             extra_compile_args=["-O2", "-std=gnu11"],
         ),
@@ -52,7 +52,7 @@ setup(
         Extension(
             "opprof.profiler._npmem",
             ["opprof/profiler/_npmem.c"],
-            depends=["opprof/profiler/_npmem_hooks.h", "opprof/profiler/_ptrtable.h"],
+            depends=["opprof/profiler/_npmem_hooks.h", "opprof/profiler/_ptrtable.h", "opprof/profiler/_spares.h"],
             optional=True,  # also needs NumPy >= 1.22 at run time, not its headers at build time
             extra_compile_args=["-O2", "-std=gnu11"],
         ),

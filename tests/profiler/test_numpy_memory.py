@@ -225,3 +225,65 @@ def test_an_enter_over_the_watching_handler_stays_and_the_recordings_stop_puts_t
     _npmem.watch_leave(watch)
     assert get_handler_name() == before
     del x
+
+
+def _data(a: np.ndarray) -> int:
+    return int(a.__array_interface__["data"][0])
+
+
+@needs_npmem
+def test_the_recycling_handler_reuses_a_freed_block_of_its_class_and_keeps_contents_right() -> None:
+    """Inside :func:`npmem.recycling`: a large block freed is the next one of its size class (its
+    address again), zeros are zeros on a dirty block, a realloc keeps the contents growing and
+    shrinking, small arrays and arrays made outside go to NumPy's default handler, and an array
+    made inside is freed through the handler after it has left."""
+    with npmem.recycling() as on:
+        assert on and get_handler_name() == npmem._npmem.RECYCLE_NAME
+        dirty = np.full(100_000, 7.0)  # 800 kB
+        at = _data(dirty)
+        del dirty
+        blocks, _ = npmem._npmem.recycle_spares()
+        assert blocks >= 1
+        again = np.zeros(99_000)  # 792 kB: the same class (800 kB rounded to an eighth of 512 kB)
+        assert _data(again) == at and not again.any()
+        grown = np.arange(1000, dtype=np.int64)
+        grown.resize(200_000, refcheck=False)  # a realloc into a large class
+        assert grown[:1000].tolist() == list(range(1000)) and not grown[1000:].any()
+        grown.resize(500, refcheck=False)
+        assert grown.tolist() == list(range(500))
+        small = np.ones(10)
+        assert get_handler_name(small) == npmem._npmem.RECYCLE_NAME and small.sum() == 10
+        kept = np.ones(50_000)
+    assert get_handler_name() == "default_allocator" and get_handler_name(np.ones(3)) == "default_allocator"
+    assert get_handler_name(kept) == npmem._npmem.RECYCLE_NAME
+    del kept, again, grown, small  # freed through the handler, outside it: no crash, spares bounded
+    blocks, nbytes = npmem._npmem.recycle_spares()
+    assert 1 <= blocks <= 64 and 0 < nbytes <= 32 << 20
+
+
+@needs_npmem
+def test_the_recycling_handler_keeps_at_most_its_cap() -> None:
+    """Forty 2 MB blocks freed at once: the spares stop at 32 MB (the rest goes back to malloc)."""
+    with npmem.recycling():
+        blocks = [np.ones(262_144) for _ in range(40)]  # 2 MB each
+        del blocks
+    n, nbytes = npmem._npmem.recycle_spares()
+    assert nbytes <= 32 << 20 and n <= 64
+
+
+@needs_npmem
+def test_the_final_build_makes_its_columns_through_the_recycling_handler() -> None:
+    """stop()'s build runs inside :func:`npmem.recycling` (its temporaries' blocks kept for the next
+    build), a live snapshot's does not, and the thread's handler is NumPy's default again after."""
+    mx.set_engine("threaded")
+    prof = Profiler().start()
+    a = mx.nd.ones((10, 10))
+    for _ in range(300):
+        a = a + 1
+    mx.nd.waitall()
+    live = prof.snapshot()
+    trace = prof.stop()
+    assert get_handler_name(trace.table.start) == npmem._npmem.RECYCLE_NAME
+    assert get_handler_name(live.table.start) == "default_allocator"
+    assert get_handler_name() == "default_allocator"
+    assert sum(1 for n in trace.table.str_list(trace.table.name) if n == "_plus_scalar") == 300
