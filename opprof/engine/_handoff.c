@@ -416,9 +416,12 @@ static PyObject *queue_get(Queue *self, PyObject *unused) {
         if (self->len > 0) {
             item_t it = pop_locked(self);
             pthread_mutex_unlock(&self->mu);
+            /* The GIL and the item held: the hop's end, stamped before the open wait's slot is
+             * given back (a mutex shared by every parking thread: not the hand-off's cost). */
+            int64_t got = waited ? monotonic_ns() : 0;
             open_end(slot);
             if (waited) {
-                log_handoff(park, it.put, woke, monotonic_ns(), self->kind, holder);
+                log_handoff(park, it.put, woke, got, self->kind, holder);
                 adapt_spin(self->spin_ns, caught, it.put - park);
             }
             return it.obj;
@@ -571,8 +574,9 @@ static PyObject *gate_acquire(Gate *self, PyObject *unused) {
             return NULL;
         }
     }
+    int64_t got = monotonic_ns(); /* the GIL held: stamped before the slot's mutex, as in queue_get */
     open_end(slot);
-    log_handoff(park, self->put, woke, monotonic_ns(), self->kind, holder);
+    log_handoff(park, self->put, woke, got, self->kind, holder);
     Py_RETURN_TRUE;
 }
 
