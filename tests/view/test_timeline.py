@@ -1016,6 +1016,31 @@ def test_a_wait_whose_holder_had_no_cpu_says_for_what_share(edges_trace) -> None
     assert len(texts[1]) == 1 and "off a CPU" not in texts[1][0], texts
 
 
+def test_a_wait_does_not_name_a_holder_its_own_lane_shows_parked(edges_trace) -> None:
+    """Known answer: a 1 ms wait names the thread that held the GIL as it began, and that thread
+    parked halfway through it. The strip draws the wait in two pieces: the first half names it,
+    the second says the holder is not known (the analysis's checked runs, not the raw ones)."""
+    from opprof.trace.threadstates import STATES, ThreadState, ThreadStates
+
+    trace = Trace(edges_trace.threads, edges_trace.table, metadata=edges_trace.metadata)
+    holder, waiter = (th.tid for th in trace.threads[:2])
+    a, ms = int(trace.table.start.min()), 1_000_000
+    trace.thread_states = ThreadStates(
+        [waiter, holder, holder],
+        [ThreadState.WAIT, ThreadState.HELD, ThreadState.BLOCKED],
+        [a, a, a + ms // 2],
+        [a + ms, a + ms // 2, a + ms],
+        [holder, -1, -1],
+    )
+    tl = build_timeline(trace, critical_path=False)
+    d, texts = tl.state_source.data, tl.state_lookup.data["detail"]
+    waits = [j for j in range(len(d["left"])) if d["c"][j] == STATES.index(ThreadState.WAIT)]
+    pieces = sorted((d["left"][j], texts[d["detail"][j]]) for j in waits)
+    assert len(pieces) == 2, pieces
+    assert pieces[0][1].startswith(f"held by {trace.thread_names()[holder]}")
+    assert pieces[1][1].startswith("holder not known"), pieces
+
+
 def test_a_trace_without_thread_states_draws_no_strip(demo_trace) -> None:
     trace = Trace(demo_trace.threads, demo_trace.table, metadata=demo_trace.metadata)
     assert trace.thread_states is None
