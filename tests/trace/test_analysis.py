@@ -381,3 +381,37 @@ def test_the_paths_largest_contributors_are_summed_per_thread_where_their_words_
     assert named[("program", "MainThread (the program's own Python)")] == 2 * ms
     assert named[("program", f"{trace.threads[1].name} (the program's own Python)")] == 5 * ms
     assert sum(named.values()) == cut.total
+    assert cut.gil_holder_unseen() == 0
+
+
+def test_the_paths_gil_with_no_holder_seen_is_summed_and_said() -> None:
+    """Known answer: 10 ms of a 20 ms path is GIL, 4 ms of it with no holder seen (no thread): the
+    sum says 4 ms, and the why-text's path line says "50% gil (20 points of it with no holder seen)"."""
+    import dataclasses
+
+    from opprof.trace.analysis.critical import SegmentKind
+    from opprof.trace.synthetic import synthetic_trace
+    from opprof.trace.text import why_text
+
+    trace = synthetic_trace(40)
+    path = analysis_of(trace).critical_path
+    kinds = list(SegmentKind)
+    gil, run = kinds.index(SegmentKind.GIL), kinds.index(SegmentKind.RUN)
+    ms = 1_000_000
+    pieces = [(6 * ms, gil, 1), (4 * ms, gil, -1), (10 * ms, run, 1)]
+    ends = path.start + np.cumsum([p[0] for p in pieces])
+    cut = dataclasses.replace(
+        path,
+        end=int(ends[-1]),
+        seg_start=np.concatenate([[path.start], ends[:-1]]).astype(np.int64),
+        seg_end=ends.astype(np.int64),
+        seg_kind=np.array([p[1] for p in pieces], dtype=np.int64),
+        seg_tid=np.array([p[2] for p in pieces], dtype=np.int64),
+        seg_span=np.full(len(pieces), -1, dtype=np.int64),
+        seg_about=np.full(len(pieces), -1, dtype=np.int64),
+        _segments=None,
+    )
+    assert cut.gil_holder_unseen() == 4 * ms
+    analysis_of(trace).__dict__["critical_path"] = cut  # the cached fact every reader takes
+    line = next(ln for ln in why_text(trace).splitlines() if ln.startswith("Critical path"))
+    assert "50% gil (20 points of it with no holder seen)" in line and "50% run" in line, line

@@ -190,6 +190,12 @@ class CriticalPath:
         ns = np.bincount(self.seg_kind, weights=self.seg_end - self.seg_start, minlength=len(_KINDS))
         return {_KINDS[k].value: int(ns[k]) for k in np.argsort(-ns, kind="stable").tolist() if ns[k] > 0}
 
+    def gil_holder_unseen(self) -> int:
+        """ns of the path's GIL waits whose holder no evidence names (kind ``gil`` on no thread): the
+        GIL changing hands, free while its next holder was still being woken or waited for a CPU."""
+        unseen = (self.seg_kind == _GIL) & (self.seg_tid < 0)
+        return int((self.seg_end[unseen] - self.seg_start[unseen]).sum())
+
     def by_name(self, top: int = 10) -> list[tuple[str, str, int]]:
         """(kind, name, ns) of the path's largest contributors, summed by kind and span name, and by
         thread where the name says whose (:data:`_NAMED_BY_THREAD`): two threads' GIL between their
