@@ -439,10 +439,9 @@ def why_text(trace: Trace, top: int = 5) -> str:
     cp = a.critical_path
     if cp.total > 0:
         unseen = cp.gil_holder_unseen()
+        unseen_words = f" ({100 * unseen / cp.total:.0f} points of it with no holder seen)" if unseen * 100 >= cp.total else ""
         kinds = ", ".join(
-            f"{100 * v / cp.total:.0f}% {k}"
-            + (f" ({100 * unseen / cp.total:.0f} points of it with no holder seen)" if k == "gil" and unseen * 100 >= cp.total else "")
-            for k, v in list(cp.by_kind().items())[:4]
+            f"{100 * v / cp.total:.0f}% {k}" + (unseen_words if k == "gil" else "") for k, v in list(cp.by_kind().items())[:4]
         )
         lines.append(f"Critical path ({_dur(cp.total)}{', approximate' if cp.approximate else ''}): {kinds}.")
         biggest = [f"{n} ({k}) {_dur(v)}" for k, n, v in cp.by_name(top) if v * 50 >= cp.total]

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -342,13 +344,27 @@ def test_what_busy_engine_workers_ran_counts_each_workers_outermost_span_inside_
     assert workers_busy_with(table, causes, np.array([], dtype=np.int64)) == {}
 
 
+def _cut_path(path: Any, pieces: list[tuple[int, int, int]]) -> Any:
+    """``path`` with its segments replaced by ``pieces`` (ns, kind index, tid), one after another from its start."""
+    ends = path.start + np.cumsum([p[0] for p in pieces])
+    return dataclasses.replace(
+        path,
+        end=int(ends[-1]),
+        seg_start=np.concatenate([[path.start], ends[:-1]]).astype(np.int64),
+        seg_end=ends.astype(np.int64),
+        seg_kind=np.array([p[1] for p in pieces], dtype=np.int64),
+        seg_tid=np.array([p[2] for p in pieces], dtype=np.int64),
+        seg_span=np.full(len(pieces), -1, dtype=np.int64),
+        seg_about=np.full(len(pieces), -1, dtype=np.int64),
+        _segments=None,
+    )
+
+
 def test_the_paths_largest_contributors_are_summed_per_thread_where_their_words_name_one() -> None:
     """Known answer: a path of GIL pieces held between ops by two threads (the program 1 ms first,
     a data loader 9 ms in three pieces after) and the program's own Python on each of two threads.
     Summed by name alone the loader's 9 ms went under "MainThread (your code, between its ops)",
     the first piece's words; per thread each holder keeps its own."""
-    import dataclasses
-
     from opprof.trace.analysis.critical import SegmentKind
     from opprof.trace.records import ThreadInfo
     from opprof.trace.synthetic import synthetic_trace
@@ -362,18 +378,7 @@ def test_the_paths_largest_contributors_are_summed_per_thread_where_their_words_
     # (ns, kind, tid): the program's GIL, the loader's three, then the program's Python on two threads.
     pieces = [(1 * ms, gil, 1), (3 * ms, gil, 99), (4 * ms, gil, 99), (2 * ms, gil, 99)]
     pieces += [(2 * ms, program, 1), (5 * ms, program, 2)]
-    ends = path.start + np.cumsum([p[0] for p in pieces])
-    cut = dataclasses.replace(
-        path,
-        end=int(ends[-1]),
-        seg_start=np.concatenate([[path.start], ends[:-1]]).astype(np.int64),
-        seg_end=ends.astype(np.int64),
-        seg_kind=np.array([p[1] for p in pieces], dtype=np.int64),
-        seg_tid=np.array([p[2] for p in pieces], dtype=np.int64),
-        seg_span=np.full(len(pieces), -1, dtype=np.int64),
-        seg_about=np.full(len(pieces), -1, dtype=np.int64),
-        _segments=None,
-    )
+    cut = _cut_path(path, pieces)
     assert cut.check() == []
     named = {(kind, name): ns for kind, name, ns in cut.by_name()}
     assert named[("gil", "DataLoader (its own Python, outside the engine's ops) holding the GIL")] == 9 * ms
@@ -387,8 +392,6 @@ def test_the_paths_largest_contributors_are_summed_per_thread_where_their_words_
 def test_the_paths_gil_with_no_holder_seen_is_summed_and_said() -> None:
     """Known answer: 10 ms of a 20 ms path is GIL, 4 ms of it with no holder seen (no thread): the
     sum says 4 ms, and the why-text's path line says "50% gil (20 points of it with no holder seen)"."""
-    import dataclasses
-
     from opprof.trace.analysis.critical import SegmentKind
     from opprof.trace.synthetic import synthetic_trace
     from opprof.trace.text import why_text
@@ -399,18 +402,7 @@ def test_the_paths_gil_with_no_holder_seen_is_summed_and_said() -> None:
     gil, run = kinds.index(SegmentKind.GIL), kinds.index(SegmentKind.RUN)
     ms = 1_000_000
     pieces = [(6 * ms, gil, 1), (4 * ms, gil, -1), (10 * ms, run, 1)]
-    ends = path.start + np.cumsum([p[0] for p in pieces])
-    cut = dataclasses.replace(
-        path,
-        end=int(ends[-1]),
-        seg_start=np.concatenate([[path.start], ends[:-1]]).astype(np.int64),
-        seg_end=ends.astype(np.int64),
-        seg_kind=np.array([p[1] for p in pieces], dtype=np.int64),
-        seg_tid=np.array([p[2] for p in pieces], dtype=np.int64),
-        seg_span=np.full(len(pieces), -1, dtype=np.int64),
-        seg_about=np.full(len(pieces), -1, dtype=np.int64),
-        _segments=None,
-    )
+    cut = _cut_path(path, pieces)
     assert cut.gil_holder_unseen() == 4 * ms
     analysis_of(trace).__dict__["critical_path"] = cut  # the cached fact every reader takes
     line = next(ln for ln in why_text(trace).splitlines() if ln.startswith("Critical path"))
