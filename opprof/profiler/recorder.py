@@ -125,12 +125,6 @@ class ProfilerError(RuntimeError):
     """The profiler was used in a way that would lose or mix up data."""
 
 
-#: Records from which a final build goes through :func:`.npmem.recycling`: a column of int64 of
-#: 16,384 entries is 128 KiB, where glibc's malloc starts to map blocks fresh (its mmap threshold)
-#: and to give them back at free, so that every build's pages fault anew.
-RECYCLE_FROM = 16_384
-
-
 class Recorder(EngineObserver):
     """Engine observer that records spans; one per profiling session."""
 
@@ -511,12 +505,14 @@ class Recorder(EngineObserver):
         # The GIL's evidence once the recording stopped (a live build reads none: still sampling).
         states = None
         native = {b.native_id: i + 1 for i, b in enumerate(buffers)}
-        # A large final build's NumPy temporaries through the recycling handler (its large blocks
-        # kept for the next build: fresh pages cost a fault each, ~3 ms of a 20,000-span stop()'s 9).
-        # Below RECYCLE_FROM records malloc's heap serves and reuses the build's blocks itself, and
-        # the handler's own cost showed (a 2,000-call custom-op build 2.5 % slower through it).
-        big = not live and sum(len(b) for b in buffers) >= RECYCLE_FROM
-        with _npmem.recycling() if big else contextlib.nullcontext():
+        # The final build's NumPy data through the recycling handler: its large blocks are kept for
+        # the next build, where malloc maps them fresh and each page's first write faults (~1.8 µs):
+        # 1,767 faults, ~3 ms of a 20,000-span stop()'s 9; 819 a 2,000-call custom-op build's in
+        # the benchmark's process (its record arrays are several columns a block: 880 KB for 10,000
+        # plain records). Whether malloc keeps such pages itself depends on the heap's history; the
+        # handler's own cost is ~10 ns an allocation (a 2,000-call build where malloc did keep them:
+        # 10.2 ms without it, 10.5 against).
+        with _npmem.recycling() if not live else contextlib.nullcontext():
             if not live:
                 states = self.gil.thread_states(threads, native, self.t_start, self.t_stop)
             built = build_columns(buffers)

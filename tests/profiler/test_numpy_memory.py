@@ -272,29 +272,18 @@ def test_the_recycling_handler_keeps_at_most_its_cap() -> None:
 
 
 @needs_npmem
-def test_a_large_final_build_makes_its_columns_through_the_recycling_handler(monkeypatch: pytest.MonkeyPatch) -> None:
-    """stop()'s build runs inside :func:`npmem.recycling` from ``RECYCLE_FROM`` records (lowered
-    here to 100), not below it, and a live snapshot's never; the thread's handler is NumPy's
-    default again after."""
-    from opprof.profiler import recorder
-
+def test_the_final_build_makes_its_columns_through_the_recycling_handler() -> None:
+    """stop()'s build runs inside :func:`npmem.recycling` (its blocks kept for the next build), a
+    live snapshot's does not, and the thread's handler is NumPy's default again after."""
     mx.set_engine("threaded")
-
-    def profiled(n: int) -> tuple[Any, Any]:
-        prof = Profiler().start()
-        a = mx.nd.ones((10, 10))
-        for _ in range(n):
-            a = a + 1
-        mx.nd.waitall()
-        live = prof.snapshot()
-        trace = prof.stop()
-        assert sum(1 for name in trace.table.str_list(trace.table.name) if name == "_plus_scalar") == n
-        return trace, live
-
-    small, _ = profiled(300)
-    assert get_handler_name(small.table.start) == "default_allocator"  # 300 records: below RECYCLE_FROM
-    monkeypatch.setattr(recorder, "RECYCLE_FROM", 100)
-    trace, live = profiled(300)
+    prof = Profiler().start()
+    a = mx.nd.ones((10, 10))
+    for _ in range(300):
+        a = a + 1
+    mx.nd.waitall()
+    live = prof.snapshot()
+    trace = prof.stop()
+    assert sum(1 for name in trace.table.str_list(trace.table.name) if name == "_plus_scalar") == 300
     assert get_handler_name(trace.table.start) == npmem._npmem.RECYCLE_NAME
     assert get_handler_name(live.table.start) == "default_allocator"
     assert get_handler_name() == "default_allocator"
