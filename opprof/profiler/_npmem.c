@@ -415,8 +415,9 @@ static PyObject *npmem_watch_leave(PyObject *module, PyObject *token) {
 /* ------------------------------------------------------------------ the recycling handler
  * The trace build (opprof/profiler/build.py) makes and drops megabytes of NumPy temporaries: at
  * 20,000 spans ~7 MB at its peak, whose pages malloc maps fresh (large blocks are mmap'ed, and what
- * is freed goes back to the OS) and each first write faults: 1,767 page faults every build, ~1.8 us
- * each here (memory-cgroup charge, zeroing), ~3 ms of a 9 ms stop(). Measured the other way: the same
+ * is freed goes back to the OS) and each first write faults: 1,767 page faults a build, ~1.8 us
+ * each here (memory-cgroup charge, zeroing), ~3 ms of a 9 ms stop(), in a process whose heap gave
+ * them back every time (whether it does depends on its history). Measured the other way: the same
  * builds in a process whose malloc keeps freed memory (mallopt) took 6.3 ms, with no fault.
  *
  * Installed around a build, this handler gives each block of RECYCLE_MIN bytes or more a size class

@@ -173,7 +173,12 @@ class CriticalPath:
 
     def on_threads(self) -> np.ndarray:
         """Which segments are a span running on its thread (an op, a Python, a wait, the GIL's holder's)."""
-        return (self.seg_span >= 0) & _ON_THREAD[self.seg_kind] & ~((self.seg_kind == _GIL) & (self.seg_tid < 0))
+        return (self.seg_span >= 0) & _ON_THREAD[self.seg_kind] & ~self._gil_unseen()
+
+    def _gil_unseen(self) -> np.ndarray:
+        """Which segments are a GIL wait whose holder no evidence names: kind ``gil`` on no thread
+        (its span is the op that waited, not a holder's)."""
+        return (self.seg_kind == _GIL) & (self.seg_tid < 0)
 
     @property
     def slack(self) -> np.ndarray:
@@ -193,7 +198,7 @@ class CriticalPath:
     def gil_holder_unseen(self) -> int:
         """ns of the path's GIL waits whose holder no evidence names (kind ``gil`` on no thread): the
         GIL changing hands, free while its next holder was still being woken or waited for a CPU."""
-        unseen = (self.seg_kind == _GIL) & (self.seg_tid < 0)
+        unseen = self._gil_unseen()
         return int((self.seg_end[unseen] - self.seg_start[unseen]).sum())
 
     def by_name(self, top: int = 10) -> list[tuple[str, str, int]]:
@@ -203,7 +208,7 @@ class CriticalPath:
         if not len(self) or self._trace is None:
             return []
         t = self._trace.table
-        ref = np.where((self.seg_span >= 0) | ((self.seg_kind == _GIL) & (self.seg_tid >= 0)), self.seg_span, self.seg_about)
+        ref = np.where((self.seg_span >= 0) | ((self.seg_kind == _GIL) & ~self._gil_unseen()), self.seg_span, self.seg_about)
         name = np.where(ref >= 0, t.name[np.maximum(ref, 0)], -1).astype(np.int64)
         whose = np.where(_NAMED_BY_THREAD[self.seg_kind], self.seg_tid, -1).astype(np.int64)
         keys = np.stack([self.seg_kind.astype(np.int64), name, whose], axis=1)
