@@ -298,6 +298,30 @@ def test_a_compiled_log_gives_back_its_records_and_the_columns_a_list_of_them_gi
             assert a[slot].tolist() == b[slot].tolist()
 
 
+#: Where a Python int's digits change in number (30-bit digits; 15-bit builds too), and int64's ends.
+_INT_EDGES = [0, 1, -1, 2**15 - 1, 2**15, 2**30 - 1, 2**30, -(2**30), 2**45, 2**60 - 1, 2**60, -(2**60) + 1, -(2**60)]
+_INT_EDGES += [2**62, 2**63 - 1, -(2**63), True, False]
+
+
+@needs_compiled
+@pytest.mark.parametrize("value", _INT_EDGES)
+def test_a_log_reads_every_int64_as_python_does(value: int) -> None:
+    """An int field is read inline where the int has at most two digits, by the interpreter past
+    that: either way the value Python has (a bool as its int), at each edge of the digit counts."""
+    log = _spanlog.Log(_CompiledRecorder()._hot, FAM_SCHEMA)
+    log.append((value, -value if value != -(2**63) else 0, value, None, value))
+    assert log[0] == (int(value), -int(value) if value != -(2**63) else 0, int(value), None, int(value))
+
+
+@needs_compiled
+@pytest.mark.parametrize("value", [2**63, -(2**63) - 1, 2**64, 2**100])
+def test_a_log_refuses_an_int_past_int64(value: int) -> None:
+    log = _spanlog.Log(_CompiledRecorder()._hot, FAM_SCHEMA)
+    with pytest.raises(OverflowError):
+        log.append((1, value, 2, None, 3))
+    assert len(log) == 0
+
+
 @needs_compiled
 def test_a_log_writes_its_columns_only_where_they_fit() -> None:
     """``Log.columns(out, at)`` writes into an int64 array of one row per slot with room from ``at``,
