@@ -184,22 +184,33 @@ class Handoffs:
         """The hand-offs' (those of ``mask``) count and median wake (signal to the OS running the
         getter), GIL wait (from then to holding the GIL) and hop (signal to GIL held), in ns: what
         a profile's metadata keeps per queue, and what a ping-pong is read with alike."""
+        return self.medians_of({"": mask})[""]
+
+    def medians_of(self, masks: dict[str, npt.NDArray[np.bool_] | None]) -> dict[str, dict[str, int]]:
+        """:meth:`medians` of each named subset (None: all) at once: the delays are taken from the
+        records once, and each subset's three medians in one call (a profile's metadata asks for
+        four subsets of ~4,000 hand-offs: 0.65 ms one by one, 2026-12-06)."""
         r = self.records
-        # The fields first, then the mask: masking the record array copies every field of it.
-        woke, gil, signal = r["woke"], r["gil"], self.signal
-        if mask is not None:
-            woke, gil, signal = woke[mask], gil[mask], signal[mask]
-        if not len(woke):
-            return {"count": 0}
-        return {
-            "count": len(woke),
-            "wake_ns_median": int(np.median(woke - signal)),
-            "gil_ns_median": int(np.median(gil - woke)),
-            "hop_ns_median": int(np.median(gil - signal)),
-            # One slow wake (a woken thread left in the run queue while the cores were busy) can
-            # be most of a queue's waiting, where the median says sub-µs: the readers say both.
-            "wake_ns_max": int((woke - signal).max()),
-        }
+        woke, signal = r["woke"], self.signal
+        wake, gil = woke - signal, r["gil"] - woke
+        delays = np.stack([wake, gil, wake + gil])  # wake, GIL wait, hop
+        out: dict[str, dict[str, int]] = {}
+        for name, mask in masks.items():
+            d = delays if mask is None else delays[:, mask]
+            if not d.shape[1]:
+                out[name] = {"count": 0}
+                continue
+            w, g, h = (int(x) for x in np.median(d, axis=1))
+            out[name] = {
+                "count": int(d.shape[1]),
+                "wake_ns_median": w,
+                "gil_ns_median": g,
+                "hop_ns_median": h,
+                # One slow wake (a woken thread left in the run queue while the cores were busy) can
+                # be most of a queue's waiting, where the median says sub-µs: the readers say both.
+                "wake_ns_max": int(d[0].max()),
+            }
+        return out
 
 
 def start(capacity: int = 1 << 18) -> bool:

@@ -256,11 +256,9 @@ class GilRecording:
             "count": len(h),
             "dropped": h.dropped,
         }
-        r = h.records
-        pools = [(kind.name.lower(), r["queue"] == int(kind)) for kind in handoff.QueueKind]
+        queue = h.records["queue"]
+        masks = {kind.name.lower(): queue == int(kind) for kind in handoff.QueueKind}
         # "all": the pools' hand-offs (work to a thread), not a program woken from its wait.
-        for name, m in [*pools, ("all", r["queue"] != int(handoff.QueueKind.WAIT))]:
-            got = h.medians(m)
-            if got["count"]:
-                out[name] = got
+        masks["all"] = queue != int(handoff.QueueKind.WAIT)
+        out.update((name, got) for name, got in h.medians_of(masks).items() if got["count"])
         return out

@@ -6,6 +6,7 @@ in Python waits for the GIL about one switch interval."""
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 import threading
 import time
@@ -246,6 +247,38 @@ def test_medians_of_known_hand_offs() -> None:
         "wake_ns_max": 20,
     }
     assert handoff.Handoffs(r[:0]).medians() == {"count": 0}
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(*[st.integers(0, 10**6)] * 4, st.integers(0, 3)), max_size=30))
+def test_medians_of_several_subsets_are_each_subsets_medians(rows: list[tuple[int, int, int, int, int]]) -> None:
+    """All subsets at once (a profile's metadata) say what each asked alone says, an empty one too."""
+    r = np.zeros(len(rows), dtype=handoff.HANDOFF_DTYPE)
+    for k, (park, put, woke, gil, queue) in enumerate(rows):
+        r[k]["park"], r[k]["put"], r[k]["queue"] = park, put, queue
+        r[k]["woke"] = max(park, put) + woke  # a getter runs after its item's put and its own park
+        r[k]["gil"] = r[k]["woke"] + gil
+    masks = {str(q): r["queue"] == q for q in range(4)} | {"all": None}
+
+    def alone(mask: np.ndarray | None) -> dict[str, int]:  # the definitions, one hand-off at a time
+        picked = [x for x, keep in zip(r.tolist(), mask if mask is not None else [True] * len(r), strict=True) if keep]
+        if not picked:
+            return {"count": 0}
+        names = handoff.HANDOFF_DTYPE.names
+        rec = [dict(zip(names, x, strict=True)) for x in picked]
+        signal = [min(max(x["put"], x["park"]), x["woke"]) for x in rec]
+        wake = [x["woke"] - s for x, s in zip(rec, signal, strict=True)]
+        gil = [x["gil"] - x["woke"] for x in rec]
+        hop = [x["gil"] - s for x, s in zip(rec, signal, strict=True)]
+        return {
+            "count": len(rec),
+            "wake_ns_median": int(statistics.median(wake)),
+            "gil_ns_median": int(statistics.median(gil)),
+            "hop_ns_median": int(statistics.median(hop)),
+            "wake_ns_max": max(wake),
+        }
+
+    assert handoff.Handoffs(r).medians_of(masks) == {name: alone(m) for name, m in masks.items()}
 
 
 @needs_compiled
