@@ -187,7 +187,9 @@ static struct watch *watch_find(Log *log, uintptr_t key) {
 /* Room for one more entry (the table kept at most 3/4 full); -1 with MemoryError set. */
 static int watch_reserve(Log *log) {
     if ((log->wused + 1) * 4 <= log->wcap * 3) return 0;
-    size_t cap = log->wcap ? log->wcap * 2 : 1024;
+    /* From 64 entries (3 KB): a loop that frees each array soon after making it keeps a handful
+     * alive, and their slots, spread over the table by the hash, then stay in the L1 cache. */
+    size_t cap = log->wcap ? log->wcap * 2 : 64;
     struct watch *t = PyMem_Calloc(cap, sizeof(struct watch));
     if (t == NULL) {
         PyErr_NoMemory();
@@ -546,15 +548,19 @@ static PyObject *log_made(Log *log, PyObject *const *args, Py_ssize_t nargs) {
     if (nbytes == 0) Py_RETURN_NONE;
     if (watchable(log, data)) {
         uintptr_t key = (uintptr_t)((array_head_t *)data)->data;
-        if (watch_find(log, key) != NULL) Py_RETURN_NONE; /* the same storage again (detach(), an alias) */
+        /* The var's id first (off its slot's fast path, an attribute: Python code, which may free
+         * watched storages and move the table's entries), then the room, then one probe: the slot
+         * that holds the storage already (detach(), an alias: nothing to record) or takes it. */
         int64_t id = var_id(log, var);
         if (id == -1 && PyErr_Occurred()) return NULL;
         if (watch_reserve(log) < 0 || reserve(log) < 0) return NULL;
-        struct watch w = {key, log->numbers++, id, nbytes, NULL, 0};
-        w.code = opprof_user_frame(&log->user, &w.lasti);
-        Py_XINCREF(w.code);
-        watch_put(log, w);
-        write_event(log, w.number, id, nbytes);
+        struct watch *slot = &log->watched[opprof_ptr_probe(log->watched, sizeof(struct watch), log->wcap - 1, key)];
+        if (slot->key == key) Py_RETURN_NONE;
+        *slot = (struct watch){key, log->numbers++, id, nbytes, NULL, 0};
+        slot->code = opprof_user_frame(&log->user, &slot->lasti);
+        Py_XINCREF(slot->code);
+        log->wused++;
+        write_event(log, slot->number, id, nbytes);
         Py_RETURN_NONE;
     }
     if (seen(log, data)) Py_RETURN_NONE; /* the same storage again (detach(), an alias) */

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -316,6 +317,73 @@ def test_the_compiled_and_pure_paths_record_the_same_events(engine: Any) -> None
     assert sum(site is not None for *_, site in pure) == 4 and {x.rsplit(":", 1)[0] for x in lines} == {__file__}, pure
     assert compiled == pure
     del kept_pure, kept_compiled
+
+
+#: A step of a random program over numbered slots: ("make", slot, rows) puts a new array in a slot
+#: (the one there is dropped), ("alias", slot, source) the source's storage, ("drop", slot, _) empties it.
+_STEPS = st.lists(
+    st.tuples(st.sampled_from(["make", "make", "alias", "drop"]), st.integers(0, 119), st.integers(1, 4)), max_size=300
+)
+
+
+def _on_both_paths(program: Callable[[list[Any]], None]) -> None:
+    """``program`` over 200 slots recorded on the pure path and on the compiled one, on the naive
+    engine (each step done in place: the same order of frees both times): the same events, and the
+    same lines for the arrays still alive at the stop."""
+
+    def run(compiled: bool) -> tuple[list[tuple[int, int, int, str | None]], list[Any]]:
+        rec = _recording(compiled)
+        slots: list[Any] = [None] * 200
+        rec.start()
+        program(slots)
+        rec.stop()
+        events = rec.table()
+        assert events is not None and events.check() == []
+        return _normalised(events), slots
+
+    mx.set_engine("naive")
+    try:
+        pure, kept_pure = run(False)
+        compiled, kept_compiled = run(True)
+    finally:
+        mx.set_engine("threaded")
+    assert compiled == pure
+    del kept_pure, kept_compiled
+
+
+@settings(max_examples=25, deadline=None)
+@given(_STEPS)
+def test_the_compiled_path_records_what_the_pure_one_does_for_any_program(steps: list[tuple[str, int, int]]) -> None:
+    """A random program of makes, aliases and drops, up to 120 arrays alive at once."""
+
+    def program(slots: list[Any]) -> None:
+        for verb, k, n in steps:
+            if verb == "make":
+                slots[k] = mx.nd.ones((n, 3))
+            elif verb == "alias":
+                slots[k] = slots[n * 29 % 120].detach() if slots[n * 29 % 120] is not None else None
+            else:
+                slots[k] = None
+
+    _on_both_paths(program)
+
+
+def test_the_compiled_path_records_what_the_pure_one_does_with_many_alive() -> None:
+    """200 arrays alive (the compiled table of watched storages grown twice from its 64 entries),
+    then freed in strides (deletions in the middle of its probe runs), some made again meanwhile."""
+
+    def program(slots: list[Any]) -> None:
+        for k in range(200):
+            slots[k] = mx.nd.ones((k % 4 + 1, 3))
+        for stride in (2, 3, 5):
+            for k in range(0, 200, stride):
+                slots[k] = None
+            for k in range(0, 200, stride * 7):
+                slots[k] = mx.nd.ones((2, 2))
+        for k in range(1, 200, 2):
+            slots[k] = None
+
+    _on_both_paths(program)
 
 
 def _live(rec: Any) -> int:
