@@ -67,7 +67,7 @@ typedef struct {
  * writes, site). */
 /* The hooks' contract with opprof/profiler/recorder.py (its SPANLOG_API): raised on both sides with
  * every change of Hot's arguments or a hook's, so that a module left from an older install is not used. */
-#define SPANLOG_API 5
+#define SPANLOG_API 6
 #define PLAIN_SCHEMA "iiniiiiiivv"
 #define SUB_SCHEMA "iiniN"
 #define FAM_SCHEMA "iiioi"
@@ -228,7 +228,6 @@ struct Hot {
     table_t names, objects, sites;
     PyObject *register_cb;  /* () -> this thread's ThreadRecords (made on first record) */
     PyObject *slow_run; /* the Python recorder's run, for every op that is not plain */
-    PyObject *slow_run_pushed;
     opprof_user_code user;  /* whose code is not the user's (the not_user prefixes) */
     PyObject *thread_state; /* opprof.engine.state.thread_state */
     PyObject *internal;     /* opprof.engine.INTERNAL */
@@ -790,12 +789,11 @@ static PyObject *current_invocation(void) {
 }
 
 static PyObject *hot_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"max_events", "register", "run",      "run_pushed", "not_user",
-                             "thread_state", "internal", "numpy_peaks", NULL};
+    static char *kwlist[] = {"max_events", "register", "run", "not_user", "thread_state", "internal", "numpy_peaks", NULL};
     long long max_events;
-    PyObject *reg, *run, *run_pushed, *not_user, *ts, *internal, *peaks = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "LOOOOOO|O!:Hot", kwlist, &max_events, &reg, &run, &run_pushed, &not_user,
-                                     &ts, &internal, &PyDict_Type, &peaks))
+    PyObject *reg, *run, *not_user, *ts, *internal, *peaks = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "LOOOOO|O!:Hot", kwlist, &max_events, &reg, &run, &not_user, &ts, &internal,
+                                     &PyDict_Type, &peaks))
         return NULL;
     Hot *self = (Hot *)type->tp_alloc(type, 0);
     if (self == NULL) return NULL;
@@ -810,11 +808,10 @@ static PyObject *hot_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     self->recording = 1;
     self->max_events = max_events;
     self->generation = ++generations;
-    Py_INCREF(reg), Py_INCREF(run), Py_INCREF(run_pushed), Py_INCREF(ts);
+    Py_INCREF(reg), Py_INCREF(run), Py_INCREF(ts);
     Py_INCREF(internal);
     self->register_cb = reg;
     self->slow_run = run;
-    self->slow_run_pushed = run_pushed;
     self->thread_state = ts;
     self->internal = internal;
     self->numpy_peaks = Py_XNewRef(peaks);
@@ -824,7 +821,6 @@ static PyObject *hot_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
 static int hot_traverse(Hot *self, visitproc visit, void *arg) {
     Py_VISIT(self->register_cb);
     Py_VISIT(self->slow_run);
-    Py_VISIT(self->slow_run_pushed);
     Py_VISIT(self->user.not_user);
     return 0;
 }
@@ -832,7 +828,6 @@ static int hot_traverse(Hot *self, visitproc visit, void *arg) {
 static int hot_clear(Hot *self) {
     Py_CLEAR(self->register_cb);
     Py_CLEAR(self->slow_run);
-    Py_CLEAR(self->slow_run_pushed);
     opprof_user_code_clear(&self->user);
     return 0;
 }
@@ -1183,15 +1178,18 @@ static PyObject *hot_run_pushed(Hot *self, PyObject *const *args, Py_ssize_t nar
         PyErr_SetString(PyExc_TypeError, "run_pushed(name, seq, reads, writes, fn, *args)");
         return NULL;
     }
-    if (!self->recording) goto slow;
+    if (!self->recording) { /* paused: the op runs, as bare as without a profile (nothing to note) */
+        PyObject *res = PyObject_Vectorcall(args[4], args + 5, (size_t)(nargs - 5), NULL);
+        if (res == NULL) return NULL;
+        Py_DECREF(res);
+        Py_RETURN_NONE;
+    }
     if (this_threads_records(self) == NULL) return NULL;
     PyObject *inv = current_invocation();
     if (inv == NULL) return NULL;
     if (inv != Py_None) return run_pushed_inside(self, inv, args, nargs);
     call_t c = timed_call(args[4], args + 5, nargs - 5);
     return finished(&c, keep_pushed(self, args, c.t0, c.t1));
-slow:
-    return PyObject_Vectorcall(self->slow_run_pushed, args, (size_t)nargs, NULL);
 }
 
 /* The recorder's count as an iterator: next(hot) takes a slot, as next(itertools.count()) does. */

@@ -21,7 +21,6 @@ class Hot:
         max_events: int,
         register: Callable[[], Any],
         run: Callable[..., Any],
-        run_pushed: Callable[..., Any],
         not_user: tuple[str, ...],
         thread_state: Any,
         internal: Any,

@@ -351,7 +351,10 @@ class Recorder(EngineObserver):
     ) -> None:
         # The naive engine's plain op: its push and its start are one instant on one thread, so
         # one clock read and one frame serve both (on_push + run: two frames, three reads, an Opr).
-        if not self.recording or thread_state.invocation is not None:
+        if not self.recording:  # paused: the op runs bare (on_push and run would note nothing)
+            fn(*args)
+            return
+        if thread_state.invocation is not None:
             EngineObserver.run_pushed(self, name, seq, reads, writes, fn, *args)
             return
         clock = self.clock
@@ -602,7 +605,7 @@ def _thread_order(name: str) -> tuple[int, int, str]:
 #: The contract between this module and ``_spanlog.c`` (the hooks' arguments, ``Hot``'s): raised
 #: with every change of it on both sides, so that a compiled part left from an older install (a
 #: build that failed quietly keeps the old one) is not used but said, rather than failing a profile.
-SPANLOG_API = 5
+SPANLOG_API = 6
 
 
 def compiled_mismatch(module: Any) -> str:
@@ -644,7 +647,6 @@ class _CompiledRecorder(Recorder):
             max_events=self.max_events,
             register=self._records,
             run=Recorder.run.__get__(self),
-            run_pushed=Recorder.run_pushed.__get__(self),
             not_user=_sites.NOT_USER,
             thread_state=thread_state,
             internal=INTERNAL,

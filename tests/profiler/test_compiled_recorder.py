@@ -164,7 +164,9 @@ def test_the_cap_keeps_the_first_ops_and_counts_the_rest(compiled: bool) -> None
 
 
 @pytest.mark.parametrize("compiled", PATHS)
-def test_a_pause_records_nothing_until_resumed(compiled: bool) -> None:
+def test_a_pause_records_nothing_until_resumed(compiled: bool, engine: Any) -> None:
+    """Paused, the ops run (on the naive engine through its one-frame push, bare) and leave nothing;
+    resumed, they are recorded again, a custom op's family included."""
     a = mx.nd.ones((2, 2))
     a.wait_to_read()
     rec = Recorder(compiled=compiled).attach()
@@ -172,15 +174,24 @@ def test_a_pause_records_nothing_until_resumed(compiled: bool) -> None:
         rec.recording = False
         for _ in range(5):
             a = a + 1
+        a = mx.nd.Custom(a, op_type="CompiledRecAddOne")
         a.wait_to_read()
         assert rec.recording is False
         rec.recording = True
-        b = a * 3
+        b = mx.nd.Custom(a * 3, op_type="CompiledRecAddOne")
         b.wait_to_read()
     finally:
         rec.detach()
-    names = _names(rec.build())
-    assert "_mul_scalar" in names and "_plus_scalar" not in names
+
+    def op(x: np.ndarray) -> np.ndarray:  # the custom op's forward
+        return (2 * np.tanh(x) + 1) * 3
+
+    np.testing.assert_allclose(b.asnumpy(), op(op(np.full((2, 2), 6.0, np.float32)) * 3), rtol=1e-6)
+    trace = rec.build()
+    names = _names(trace)
+    assert "_plus_scalar" not in names and names.count("_mul_scalar") == 1
+    assert names.count("CompiledRecAddOne") == 1 and "CompiledRecAddOne::_plus_scalar" in names
+    assert trace.metadata["incomplete_invocations"] == 0
 
 
 @pytest.mark.parametrize("compiled", PATHS)
