@@ -296,10 +296,13 @@ def _normalised(events: MemoryEvents) -> list[tuple[int, int, int, str | None]]:
     return [(s, rank[v], n, events.site_of(k)) for s, v, n, k in cols]
 
 
-def _record(compiled: bool) -> tuple[list[tuple[int, int, int, str | None]], Any]:
+def _record(
+    compiled: bool, workload: Callable[[], Any] = aliasing_workload
+) -> tuple[list[tuple[int, int, int, str | None]], Any]:
+    """``workload`` recorded on the given path: its events, normalised, and what it returned (kept alive)."""
     rec = _recording(compiled)
     rec.start()
-    kept = aliasing_workload()
+    kept = workload()
     rec.stop()
     events = rec.table()
     assert events is not None and events.check() == []
@@ -331,20 +334,15 @@ def _on_both_paths(program: Callable[[list[Any]], None]) -> None:
     engine (each step done in place: the same order of frees both times): the same events, and the
     same lines for the arrays still alive at the stop."""
 
-    def run(compiled: bool) -> tuple[list[tuple[int, int, int, str | None]], list[Any]]:
-        rec = _recording(compiled)
+    def run() -> list[Any]:
         slots: list[Any] = [None] * 200
-        rec.start()
         program(slots)
-        rec.stop()
-        events = rec.table()
-        assert events is not None and events.check() == []
-        return _normalised(events), slots
+        return slots
 
     mx.set_engine("naive")
     try:
-        pure, kept_pure = run(False)
-        compiled, kept_compiled = run(True)
+        pure, kept_pure = _record(False, run)
+        compiled, kept_compiled = _record(True, run)
     finally:
         mx.set_engine("threaded")
     assert compiled == pure
