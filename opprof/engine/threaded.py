@@ -116,6 +116,11 @@ class CustomPool:
                 return
             try:
                 task()
+            except BaseException:
+                # A task completes its op whatever happens in it (each is shielded); one that
+                # raised anyway is a bug, said as an uncaught exception in a thread is, and the
+                # pool keeps this thread: a thread gone would still count as one of its size.
+                threading.excepthook(threading.ExceptHookArgs((*sys.exc_info(), threading.current_thread())))
             finally:
                 task = None  # its closure holds the custom op's arrays: not until the next task
                 with self._lock:

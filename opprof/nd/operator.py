@@ -373,15 +373,20 @@ def _run_python(
             call_user(body, fresh_in, fresh_out, fresh_aux)
         except BaseException as e:  # becomes the error of the op's outputs
             error = e
-        finally:
+        try:
             numpy_peak = npm.leave(token) if npm is not None else -1
-        if obs is not None:
-            t1 = obs.clock()
-            cpu = thread_time_ns() - cpu0
-            if numpy_peak < 0:  # as an observer written before memory was recorded takes it
-                obs.on_python(inv, t0, t1, cpu)
-            else:  # the peak in the same call: on the path of the hand-off to the sub-ops' worker
-                obs.on_python(inv, t0, t1, cpu, numpy_peak)
+            if obs is not None:
+                t1 = obs.clock()
+                cpu = thread_time_ns() - cpu0
+                if numpy_peak < 0:  # as an observer written before memory was recorded takes it
+                    obs.on_python(inv, t0, t1, cpu)
+                else:  # the peak in the same call: on the path of the hand-off to the sub-ops' worker
+                    obs.on_python(inv, t0, t1, cpu, numpy_peak)
+        except BaseException as e:
+            # An observer that fails (a bug in it, out of memory) fails the op, as on the naive
+            # engine, where it raises in the pusher: escaping here, it left the invocation never
+            # completed, its outputs' readers waiting forever, and a pool thread gone.
+            error = error or e
         fresh_vars = tuple(x._var for x in itertools.chain(fresh_in, fresh_out, fresh_aux))  # each a new Var
         dummy_wait = functools.partial(_dummy_wait, engine, inv, error, fresh_vars, on_complete)
         try:

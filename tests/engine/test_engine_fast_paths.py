@@ -211,3 +211,20 @@ def test_a_kernel_op_that_fails_fails_its_output_and_the_engine_goes_on() -> Non
     with pytest.raises(ValueError, match="broadcast"):
         eng.wait_for_var(b)
     np.testing.assert_array_equal((mx.nd.ones((2,)) + 1).asnumpy(), [2.0, 2.0])
+
+
+def test_a_custom_pool_task_that_raises_is_reported_and_the_thread_stays() -> None:
+    # A task that raised used to end its thread, which the pool went on counting as one of its
+    # size: a pool of 1 then never ran another task.
+    pool = CustomPool(1, "test-raise-")
+    seen: list[BaseException | None] = []
+    hook, threading.excepthook = threading.excepthook, lambda args: seen.append(args.exc_value)
+    try:
+        pool.submit(lambda: 1 / 0)
+        ran = threading.Event()
+        pool.submit(ran.set)
+        assert ran.wait(5), "the pool's only thread died with the task that raised"
+    finally:
+        threading.excepthook = hook
+        pool.close()
+    assert len(seen) == 1 and isinstance(seen[0], ZeroDivisionError)
