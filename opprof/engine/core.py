@@ -151,10 +151,13 @@ class Engine:
 
     @property
     def observers(self) -> tuple[EngineObserver, ...]:
+        """The observers added, each as it was added (the hot path may call a stand-in for one:
+        :attr:`EngineObserver.hot_path`)."""
         obs = self.observer
         if obs is None:
             return ()
-        return obs.observers if isinstance(obs, Observers) else (obs,)
+        called = obs.observers if isinstance(obs, Observers) else (obs,)
+        return tuple(getattr(o, "reports_to", o) for o in called)
 
     # ------------------------------------------------------------------ public API
     def new_var(self, name: str | None = None) -> Var:
@@ -603,9 +606,11 @@ class Engine:
 
 
 def _combine(observers: list[EngineObserver]) -> EngineObserver | None:
+    """What the hot path calls for ``observers``: None, one's hot path, or all of theirs as one."""
     if not observers:
         return None
-    return observers[0] if len(observers) == 1 else Observers(observers)
+    hot = [o.hot_path for o in observers]
+    return hot[0] if len(hot) == 1 else Observers(hot)
 
 
 def _ran(*args: Any) -> None:

@@ -67,7 +67,7 @@ typedef struct {
  * writes, site). */
 /* The hooks' contract with opprof/profiler/recorder.py (its SPANLOG_API): raised on both sides with
  * every change of Hot's arguments or a hook's, so that a module left from an older install is not used. */
-#define SPANLOG_API 6
+#define SPANLOG_API 7
 #define PLAIN_SCHEMA "iiniiiiiivv"
 #define SUB_SCHEMA "iiniN"
 #define FAM_SCHEMA "iiioi"
@@ -232,6 +232,9 @@ struct Hot {
     PyObject *thread_state; /* opprof.engine.state.thread_state */
     PyObject *internal;     /* opprof.engine.INTERNAL */
     PyObject *numpy_peaks;  /* the recorder's dict: inv.id -> (t0 of its Python, NumPy peak bytes) */
+    /* What makes a Hot the engine's observer itself (the recorder's hot_path): the recorder, which
+     * the rare hooks go to; the clock and NumPy-memory meter the custom-op machinery asks for. */
+    PyObject *reports_to, *clock, *numpy_memory;
 };
 
 /* ------------------------------------------------------------------ Log: one thread's records of one shape */
@@ -822,12 +825,18 @@ static int hot_traverse(Hot *self, visitproc visit, void *arg) {
     Py_VISIT(self->register_cb);
     Py_VISIT(self->slow_run);
     Py_VISIT(self->user.not_user);
+    Py_VISIT(self->reports_to);
+    Py_VISIT(self->clock);
+    Py_VISIT(self->numpy_memory);
     return 0;
 }
 
 static int hot_clear(Hot *self) {
     Py_CLEAR(self->register_cb);
     Py_CLEAR(self->slow_run);
+    Py_CLEAR(self->reports_to);
+    Py_CLEAR(self->clock);
+    Py_CLEAR(self->numpy_memory);
     opprof_user_code_clear(&self->user);
     return 0;
 }
@@ -1223,12 +1232,39 @@ static PyObject *hot_on_ready(Hot *Py_UNUSED(self), PyObject *const *args, Py_ss
     Py_RETURN_NONE;
 }
 
+/* The hooks an engine calls rarely (a wait, a held-back push, a failed custom op, an engine switch):
+ * handed to the recorder's own methods of the same name. */
+static PyObject *forward(Hot *self, const char *name, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    if (self->reports_to == NULL) {
+        PyErr_Format(PyExc_RuntimeError, "%s: this Hot reports to no recorder", name);
+        return NULL;
+    }
+    PyObject *fn = PyObject_GetAttrString(self->reports_to, name);
+    if (fn == NULL) return NULL;
+    PyObject *res = PyObject_Vectorcall(fn, args, nargsf, kwnames);
+    Py_DECREF(fn);
+    return res;
+}
+#define FORWARD(hook)                                                                                        \
+    static PyObject *hot_##hook(Hot *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) { \
+        return forward(self, #hook, args, nargsf, kwnames);                                                  \
+    }
+FORWARD(on_wait)
+FORWARD(on_held_back)
+FORWARD(on_error)
+FORWARD(follow)
+#undef FORWARD
+
 static PyMethodDef hot_methods[] = {
     {"on_push", (PyCFunction)hot_on_push, METH_O, "The engine's push hook (see Recorder.on_push)."},
     {"run", (PyCFunction)(void (*)(void))hot_run, METH_FASTCALL, "The engine's run hook (see Recorder.run)."},
     {"run_pushed", (PyCFunction)(void (*)(void))hot_run_pushed, METH_FASTCALL, "The naive engine's push-and-run hook."},
     {"on_python", (PyCFunction)(void (*)(void))hot_on_python, METH_FASTCALL, "A custom op's Python ran (see Recorder.on_python)."},
     {"on_ready", (PyCFunction)(void (*)(void))hot_on_ready, METH_FASTCALL, "Ops made ready by a completion (see EngineObserver.on_ready)."},
+    {"on_wait", (PyCFunction)(void (*)(void))hot_on_wait, METH_FASTCALL | METH_KEYWORDS, "The recorder's on_wait."},
+    {"on_held_back", (PyCFunction)(void (*)(void))hot_on_held_back, METH_FASTCALL | METH_KEYWORDS, "The recorder's on_held_back."},
+    {"on_error", (PyCFunction)(void (*)(void))hot_on_error, METH_FASTCALL | METH_KEYWORDS, "The recorder's on_error."},
+    {"follow", (PyCFunction)(void (*)(void))hot_follow, METH_FASTCALL | METH_KEYWORDS, "The recorder's follow."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1237,6 +1273,9 @@ static PyMemberDef hot_members[] = {
     {"full", T_INT, offsetof(Hot, full), 0, "1 once a record was dropped at the cap"},
     {"count", T_LONGLONG, offsetof(Hot, count), 0, "records attempted so far"},
     {"max_events", T_LONGLONG, offsetof(Hot, max_events), READONLY, "the cap"},
+    {"reports_to", T_OBJECT, offsetof(Hot, reports_to), 0, "the recorder this stands for on the engine's hot path"},
+    {"clock", T_OBJECT, offsetof(Hot, clock), 0, "the recorder's clock (time.perf_counter_ns)"},
+    {"numpy_memory", T_OBJECT, offsetof(Hot, numpy_memory), 0, "the recorder's NumPy-memory meter, or None"},
     {NULL, 0, 0, 0, NULL},
 };
 

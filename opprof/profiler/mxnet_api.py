@@ -167,8 +167,7 @@ def _since(trace: Trace, t_ns: int | None) -> Trace:
 
 
 def _recorder() -> Recorder | None:
-    obs = get_engine().observer
-    return obs if isinstance(obs, Recorder) else None
+    return next((o for o in get_engine().observers if isinstance(o, Recorder)), None)
 
 
 class Domain:

@@ -171,6 +171,13 @@ class Recorder(EngineObserver):
         self.watched = False
         #: Each invocation's NumPy peak (:meth:`note_numpy_peak`): ``inv.id -> (t0 of its Python, bytes)``.
         self._numpy_peaks: dict[int, tuple[int, int]] = {}
+        #: What measures the NumPy data a custom op's Python allocates (:mod:`.npmem`'s C part:
+        #: ``enter()`` and ``leave(token)`` around the Python, on its thread), where this recorder
+        #: records memory and it is available; else None. An attribute and the C functions, not a
+        #: property and npmem's Python ones: 0.49 µs a call against 1.0. The custom-op machinery
+        #: hands the peak to ``on_python`` (either recorder's, which keeps it as
+        #: :meth:`note_numpy_peak` does).
+        self.numpy_memory: Any = _npmem._npmem if memory and _npmem.AVAILABLE else None
         self._start_counting()
         self.engine: Engine | None = None
         self.t_start = clock()
@@ -181,13 +188,6 @@ class Recorder(EngineObserver):
         self.cpu_wait = CpuWaitRecording()
         #: Each NDArray's storage, made and freed, while attached (with ``memory=True``).
         self.memory = MemoryRecording(clock, compiled=False if compiled is False else None) if memory else None
-        #: What measures the NumPy data a custom op's Python allocates (:mod:`.npmem`'s C part:
-        #: ``enter()`` and ``leave(token)`` around the Python, on its thread), where this recorder
-        #: records memory and it is available; else None. An attribute and the C functions, not a
-        #: property and npmem's Python ones: 0.49 µs a call against 1.0. The custom-op machinery
-        #: hands the peak to ``on_python`` (either recorder's, which keeps it as
-        #: :meth:`note_numpy_peak` does).
-        self.numpy_memory: Any = _npmem._npmem if memory and _npmem.AVAILABLE else None
         #: (when, engine kind) of each engine switch followed while recording.
         self.switches: list[tuple[int, str]] = []
 
@@ -605,7 +605,7 @@ def _thread_order(name: str) -> tuple[int, int, str]:
 #: The contract between this module and ``_spanlog.c`` (the hooks' arguments, ``Hot``'s): raised
 #: with every change of it on both sides, so that a compiled part left from an older install (a
 #: build that failed quietly keeps the old one) is not used but said, rather than failing a profile.
-SPANLOG_API = 6
+SPANLOG_API = 7
 
 
 def compiled_mismatch(module: Any) -> str:
@@ -630,6 +630,7 @@ if _spanlog is not None:
 COMPILED_WHY_NOT: str = _why_not
 
 
+
 class _CompiledRecorder(Recorder):
     """The recorder with its hot path in C (:mod:`opprof.profiler._spanlog`): the engine calls the C
     ``on_push``/``run``/``run_pushed``/``on_python``/``on_ready`` directly (instance attributes, found before
@@ -652,6 +653,9 @@ class _CompiledRecorder(Recorder):
             internal=INTERNAL,
             numpy_peaks=self._numpy_peaks,
         )
+        # The engine calls ``hot`` itself (:attr:`hot_path`): a C object, its hooks C methods found on
+        # its type, where an instance attribute of this object cost a dict lookup a call.
+        hot.reports_to, hot.clock, hot.numpy_memory = self, self.clock, self.numpy_memory
         self._hot = hot
         self._count = hot  # next(self._count) takes a slot in C, as next(itertools.count()) does
         self.on_push = hot.on_push  # type: ignore[method-assign]
@@ -659,6 +663,12 @@ class _CompiledRecorder(Recorder):
         self.run_pushed = hot.run_pushed  # type: ignore[method-assign]
         self.on_python = hot.on_python  # type: ignore[method-assign]
         self.on_ready = hot.on_ready  # type: ignore[method-assign]
+
+    @property
+    def hot_path(self) -> EngineObserver:
+        """What the engine calls: the C object (``_spanlog.Hot``), which hands the rare hooks
+        (``on_wait``, ``on_held_back``, ``on_error``, ``follow``) to this recorder."""
+        return self._hot
 
     @property
     def recording(self) -> bool:

@@ -6,11 +6,14 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pytest
 
 import opprof as mx
 from opprof.engine import EngineObserver, Invocation, Observers, Opr
-from opprof.profiler import ProfilerError, Recorder, profile
+from opprof.profiler import ProfilerError, Recorder, npmem, profile
+from opprof.profiler.recorder import COMPILED_WHY_NOT
+from opprof.profiler.session import Profiler
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -155,3 +158,79 @@ def _two_made_ready_at_once(engine: mx.engine.Engine) -> None:
     assert len({o.by for o in ops}) == 1 and ops[0].by > 0
     assert len({o.ready_ns for o in ops}) == 1 and 1_000 < ops[0].ready_ns <= first.now
     assert second.reads == 0
+
+
+@pytest.mark.parametrize("compiled", [False, True] if not COMPILED_WHY_NOT else [False], ids=lambda c: f"compiled={c}")
+def test_the_engine_calls_a_recorders_hot_path_and_names_the_recorder(engine: mx.engine.Engine, compiled: bool) -> None:
+    """A compiled recorder puts its C object on the engine's hot path (hooks found on its type, not
+    looked up in the recorder's dict at every call); everything that asks which observers are there
+    gets the recorder itself, and the hooks the C object does not keep reach the recorder."""
+    rec = Recorder(compiled=compiled)
+    rec.attach(engine)
+    try:
+        assert engine.observers == (rec,)
+        assert (engine.observer is not rec) == compiled and engine.observer is rec.hot_path
+        y = mx.nd.ones((3,)) + 1
+        y.wait_to_read()  # a WaitForVar: on_wait, which the C object hands to the recorder
+        with pytest.raises(ProfilerError, match="already recording"):
+            Recorder(compiled=compiled).attach(engine)
+    finally:
+        rec.detach()
+    assert engine.observer is None and engine.observers == ()
+    names = [s.name for s in rec.build().spans]
+    assert "_plus_scalar" in names and "WaitForVar" in names
+
+
+@pytest.mark.parametrize("compiled", [False, True] if not COMPILED_WHY_NOT else [False], ids=lambda c: f"compiled={c}")
+def test_a_recorder_beside_another_observer_still_meters_a_custom_ops_numpy(engine: mx.engine.Engine, compiled: bool) -> None:
+    """Several observers are called as one (:class:`Observers`), which offers the custom-op machinery
+    the recorder's NumPy-memory meter: without it a recording with memory next to another observer
+    measured no custom op's own NumPy data."""
+    if not npmem.AVAILABLE:
+        pytest.skip(f"opprof.profiler._npmem not in use: {npmem.WHY_NOT}")
+    log: list[tuple[str, str, str]] = []
+    engine.add_observer(Log("other", log))
+    prof = Profiler(memory=True, compiled=compiled).start()
+    try:
+        x = mx.nd.ones((4, 4))
+        x = mx.nd.Custom(x, op_type="ObserverBigTemp")
+        x.wait_to_read()
+    finally:
+        trace = prof.stop()
+    assert isinstance(engine.observer, Log) and ("other", "python", "ObserverBigTemp") in log
+    (row,) = [r for r in trace.custom_ops() if r.op_type == "ObserverBigTemp"]
+    assert row.python_numpy_peak_bytes is not None and row.python_numpy_peak_bytes >= 8_000_000
+
+
+class _BigTemp(mx.operator.CustomOp):
+    def forward(self, is_train, req, in_data, out_data, aux):  # type: ignore[no-untyped-def]
+        t = np.ones(1_000_000)  # 8 MB of NumPy data the Python makes itself
+        del t
+        self.assign(out_data[0], req[0], in_data[0])
+
+
+@mx.operator.register("ObserverBigTemp")
+class _BigTempProp(mx.operator.CustomOpProp):
+    def create_operator(self, ctx, in_shapes, in_dtypes):  # type: ignore[no-untyped-def]
+        return _BigTemp()
+
+
+class _FailsOnPython(EngineObserver):
+    def on_python(self, inv: Invocation, t0: int, t1: int, cpu_ns: int = -1) -> None:
+        raise TypeError("an observer's own bug")
+
+
+def test_an_observer_that_fails_on_a_custom_ops_python_fails_the_op_not_the_engine(engine: mx.engine.Engine) -> None:
+    """The custom op fails with the observer's error on both engines; on the threaded one it used to
+    hang its readers (the invocation never completed) and lose a custom-op thread."""
+    bad = _FailsOnPython()
+    engine.add_observer(bad)
+    try:
+        for _ in range(3):  # more calls than the pool has threads: none may be lost
+            y = mx.nd.Custom(mx.nd.ones((2, 2)), op_type="ObserverBigTemp")
+            with pytest.raises(mx.base.MXNetError, match="an observer's own bug"):
+                y.wait_to_read()
+    finally:
+        engine.remove_observer(bad)
+    z = mx.nd.Custom(mx.nd.ones((2, 2)), op_type="ObserverBigTemp")
+    assert float(z.asnumpy().sum()) == 4.0
