@@ -67,7 +67,7 @@ typedef struct {
  * writes, site). */
 /* The hooks' contract with opprof/profiler/recorder.py (its SPANLOG_API): raised on both sides with
  * every change of Hot's arguments or a hook's, so that a module left from an older install is not used. */
-#define SPANLOG_API 7
+#define SPANLOG_API 8
 #define PLAIN_SCHEMA "iiniiiiiivv"
 #define SUB_SCHEMA "iiniN"
 #define FAM_SCHEMA "iiioi"
@@ -213,6 +213,101 @@ static PyObject *table_value(table_t *t, int64_t code) {
     PyObject *v = PyList_GetItem(t->list, (Py_ssize_t)code);
     Py_XINCREF(v);
     return v;
+}
+
+/* ------------------------------------------------------------------ Note: a push's note */
+/* What on_push keeps on the op (``Opr.prof``) from its push to its run, in build's NOTE_* order: when
+ * it was pushed, the pusher's records (their index), the invocation whose Python pushed it (or None)
+ * and, for a sub-op, the user's line that did ((code, offset), or None). It was a tuple of four and
+ * an int for the time: ~500 instructions an op to make and free (PyTuple_Pack, PyLong_FromLongLong
+ * and their deallocs: callgrind, threaded 10x10 loop, 2026-12-06); here the numbers stay numbers.
+ * Read as a sequence it is that tuple, which the Python recorder's general path unpacks. Out of the
+ * garbage collector's sight: numbers, an Invocation (untracked), a site pair, in no cycle. */
+typedef struct {
+    PyObject_HEAD
+    int64_t ts;
+    int64_t pusher;
+    PyObject *inv;
+    PyObject *site;
+} Note;
+static PyTypeObject NoteType;
+
+/* A new note; ``site`` is stolen. */
+static PyObject *note_new(int64_t ts, int64_t pusher, PyObject *inv, PyObject *site) {
+    Note *n = PyObject_New(Note, &NoteType);
+    if (n == NULL) {
+        Py_DECREF(site);
+        return NULL;
+    }
+    n->ts = ts, n->pusher = pusher;
+    n->inv = Py_NewRef(inv);
+    n->site = site;
+    return (PyObject *)n;
+}
+
+static void note_dealloc(Note *n) {
+    Py_XDECREF(n->inv);
+    Py_XDECREF(n->site);
+    PyObject_Free(n);
+}
+
+static Py_ssize_t note_length(PyObject *Py_UNUSED(n)) { return 4; }
+
+static PyObject *note_item(Note *n, Py_ssize_t i) {
+    switch (i) {
+    case 0: return PyLong_FromLongLong(n->ts);
+    case 1: return PyLong_FromLongLong(n->pusher);
+    case 2: return Py_NewRef(n->inv);
+    case 3: return Py_NewRef(n->site);
+    default: PyErr_SetString(PyExc_IndexError, "a push's note has four fields (ts, records, invocation, site)"); return NULL;
+    }
+}
+
+static PyObject *note_repr(Note *n) {
+    return PyUnicode_FromFormat("Note(ts=%lld, records=%lld, invocation=%R, site=%R)", (long long)n->ts, (long long)n->pusher,
+                                n->inv, n->site);
+}
+
+static PySequenceMethods note_as_sequence = {.sq_length = note_length, .sq_item = (ssizeargfunc)note_item};
+
+static PyTypeObject NoteType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "opprof.profiler._spanlog.Note",
+    .tp_doc = "A push's note (ts, records, invocation, site), as the compiled on_push keeps it on the op.",
+    .tp_basicsize = sizeof(Note),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_dealloc = (destructor)note_dealloc,
+    .tp_repr = (reprfunc)note_repr,
+    .tp_as_sequence = &note_as_sequence,
+};
+
+/* A note's fields, from a Note or (the Python recorder's) tuple of four; ``inv`` and ``site``
+ * borrowed. 0, or -1 with an exception set. */
+static int note_fields(PyObject *note, int64_t *ts, int64_t *pusher, PyObject **inv, PyObject **site) {
+    if (Py_IS_TYPE(note, &NoteType)) {
+        Note *n = (Note *)note;
+        *ts = n->ts, *pusher = n->pusher, *inv = n->inv, *site = n->site;
+        return 0;
+    }
+    if (!PyTuple_Check(note) || PyTuple_GET_SIZE(note) != 4) {
+        PyErr_SetString(PyExc_TypeError, "a push's note is (ts, records, invocation, site)");
+        return -1;
+    }
+    int err = 0;
+    *ts = opprof_as_i64(PyTuple_GET_ITEM(note, 0));
+    if (*ts == -1 && PyErr_Occurred()) err = 1;
+    *pusher = err ? 0 : opprof_as_i64(PyTuple_GET_ITEM(note, 1));
+    if (*pusher == -1 && PyErr_Occurred()) err = 1;
+    *inv = PyTuple_GET_ITEM(note, 2), *site = PyTuple_GET_ITEM(note, 3);
+    return err ? -1 : 0;
+}
+
+static inline int is_note(PyObject *note) {
+    return Py_IS_TYPE(note, &NoteType) || (PyTuple_CheckExact(note) && PyTuple_GET_SIZE(note) == 4);
+}
+
+/* A note's invocation (borrowed), from either form (see is_note). */
+static inline PyObject *note_inv(PyObject *note) {
+    return Py_IS_TYPE(note, &NoteType) ? ((Note *)note)->inv : PyTuple_GET_ITEM(note, 2);
 }
 
 typedef struct Hot Hot;
@@ -422,17 +517,16 @@ static int given_field(Log *log, char kind, PyObject *v, int64_t *f, int *err) {
         f[0] = site_code(&h->sites, v);
         *err = f[0] == -1 && PyErr_Occurred();
         return 1;
-    case 'N':
-        if (!PyTuple_Check(v) || PyTuple_GET_SIZE(v) != 4) {
-            PyErr_SetString(PyExc_TypeError, "a push's note is a tuple (ts, records, invocation, site)");
+    case 'N': {
+        PyObject *inv, *site;
+        if (note_fields(v, &f[0], &f[1], &inv, &site) < 0) {
             *err = 1;
             return 4;
         }
-        f[0] = given_int(PyTuple_GET_ITEM(v, 0), err);
-        if (!*err) f[1] = given_int(PyTuple_GET_ITEM(v, 1), err);
-        if (!*err) f[2] = object_code(&h->objects, PyTuple_GET_ITEM(v, 2)), *err = f[2] == -1 && PyErr_Occurred();
-        if (!*err) f[3] = site_code(&h->sites, PyTuple_GET_ITEM(v, 3)), *err = f[3] == -1 && PyErr_Occurred();
+        f[2] = object_code(&h->objects, inv), *err = f[2] == -1 && PyErr_Occurred();
+        if (!*err) f[3] = site_code(&h->sites, site), *err = f[3] == -1 && PyErr_Occurred();
         return 4;
+    }
     default:
         f[0] = given_int(v, err);
         return 1;
@@ -898,16 +992,8 @@ static PyObject *hot_on_push(Hot *self, PyObject *opr) {
     int64_t ts = monotonic_ns();
     PyObject *site = inv != Py_None && info == Py_None ? user_site(self) : Py_NewRef(Py_None);
     if (site == NULL) return NULL;
-    PyObject *t = PyLong_FromLongLong(ts);
-    if (t == NULL) {
-        Py_DECREF(site);
-        return NULL;
-    }
-    PyObject *note = PyTuple_Pack(4, t, tls.index, inv, site);
-    Py_DECREF(t);
-    Py_DECREF(site);
+    PyObject *note = note_new(ts, tls.index_value, inv, site);
     if (note == NULL) return NULL;
-    PyObject_GC_UnTrack(note); /* numbers, an Invocation, a site: in no cycle, and one an op until it runs */
     int bad = slot_set(&S_PROF, opr, note);
     Py_DECREF(note);
     if (bad) return NULL;
@@ -918,9 +1004,9 @@ static PyObject *hot_on_push(Hot *self, PyObject *opr) {
  * its vars coded into ``log``'s extras; 0, or -1 with an exception set. */
 static int op_edges(Hot *self, Log *log, int64_t *d, PyObject *opr, PyObject *note) {
     int err = 0;
+    PyObject *inv, *site;
+    if (note_fields(note, &d[1], &d[2], &inv, &site) < 0) return -1;
     d[0] = slot_int(&S_SEQ, opr, &err);
-    if (!err) d[1] = given_int(PyTuple_GET_ITEM(note, 0), &err);
-    if (!err) d[2] = given_int(PyTuple_GET_ITEM(note, 1), &err);
     if (!err) d[3] = slot_int(&S_READY, opr, &err);
     if (!err) d[4] = slot_int(&S_BY, opr, &err);
     if (!err) d[5] = slot_int(&S_BY_VAR, opr, &err);
@@ -935,7 +1021,7 @@ static int op_edges(Hot *self, Log *log, int64_t *d, PyObject *opr, PyObject *no
     d[7] = vars_field(log, writes, &err);
     Py_DECREF(writes);
     if (err) return -1;
-    d[8] = site_code(&self->sites, PyTuple_GET_ITEM(note, 3));
+    d[8] = site_code(&self->sites, site);
     return d[8] == -1 && PyErr_Occurred() ? -1 : 0;
 }
 
@@ -987,7 +1073,7 @@ static int keep_other(Hot *self, PyObject *opr, PyObject *note, PyObject *info, 
     int64_t d[9];
     if (op_edges(self, tls.deps, d, opr, note) < 0) return -1;
     if (info == Py_None) {
-        int64_t inv = inv_code(self, PyTuple_GET_ITEM(note, 2));
+        int64_t inv = inv_code(self, note_inv(note));
         if (inv == -1 && PyErr_Occurred()) return -1;
         int64_t r[8] = {t0, t1, op_name(self, opr), d[0], d[1], d[2], inv, d[8]};
         if (r[2] < 0 || log_put(tls.sub, r) < 0) return -1;
@@ -1063,10 +1149,9 @@ static PyObject *hot_run(Hot *self, PyObject *const *args, Py_ssize_t nargs) {
     PyObject *info = slot_get(&S_INFO, opr);
     if (info == NULL) return NULL;
     Py_DECREF(info);
-    if (!PyTuple_CheckExact(note) || PyTuple_GET_SIZE(note) != 4)
-        return PyObject_Vectorcall(self->slow_run, args, (size_t)nargs, NULL);
+    if (!is_note(note)) return PyObject_Vectorcall(self->slow_run, args, (size_t)nargs, NULL);
     if (info == Py_None) /* a plain op, or a sub-op (pushed inside a custom op's Python) */
-        return timed(self, opr, note, PyTuple_GET_ITEM(note, 2) == Py_None ? NULL : Py_None, fn, args + 2, nargs - 2);
+        return timed(self, opr, note, note_inv(note) == Py_None ? NULL : Py_None, fn, args + 2, nargs - 2);
     if (Py_TYPE(info) != custom_info_type) return PyObject_Vectorcall(self->slow_run, args, (size_t)nargs, NULL);
     PyObject *part = slot_get(&S_CPART, info);
     if (part == NULL) return NULL;
@@ -1337,13 +1422,15 @@ PyMODINIT_FUNC PyInit__spanlog(void) {
     str_invocation = PyUnicode_InternFromString("invocation");
     str_id = PyUnicode_InternFromString("id");
     if (str_invocation == NULL || str_id == NULL) return NULL;
-    if (PyType_Ready(&LogType) < 0 || PyType_Ready(&HotType) < 0) return NULL;
+    if (PyType_Ready(&LogType) < 0 || PyType_Ready(&HotType) < 0 || PyType_Ready(&NoteType) < 0) return NULL;
     PyObject *m = PyModule_Create(&moddef);
     if (m == NULL) return NULL;
     Py_INCREF(&LogType);
     Py_INCREF(&HotType);
+    Py_INCREF(&NoteType);
     if (PyModule_AddObject(m, "Log", (PyObject *)&LogType) < 0 ||
         PyModule_AddObject(m, "Hot", (PyObject *)&HotType) < 0 ||
+        PyModule_AddObject(m, "Note", (PyObject *)&NoteType) < 0 ||
         PyModule_AddIntConstant(m, "RECORD_SIZE", (long)sizeof(plain_t)) < 0 ||
         PyModule_AddIntConstant(m, "FIELDS", FIELDS) < 0 || PyModule_AddIntConstant(m, "API", SPANLOG_API) < 0 || PyModule_AddStringConstant(m, "PLAIN_SCHEMA", PLAIN_SCHEMA) < 0 ||
         PyModule_AddStringConstant(m, "SUB_SCHEMA", SUB_SCHEMA) < 0 || PyModule_AddStringConstant(m, "FAM_SCHEMA", FAM_SCHEMA) < 0 ||

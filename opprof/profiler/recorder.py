@@ -605,7 +605,7 @@ def _thread_order(name: str) -> tuple[int, int, str]:
 #: The contract between this module and ``_spanlog.c`` (the hooks' arguments, ``Hot``'s): raised
 #: with every change of it on both sides, so that a compiled part left from an older install (a
 #: build that failed quietly keeps the old one) is not used but said, rather than failing a profile.
-SPANLOG_API = 7
+SPANLOG_API = 8
 
 
 def compiled_mismatch(module: Any) -> str:

@@ -482,3 +482,31 @@ def test_the_compiled_ready_hook_stamps_as_the_observers_own() -> None:
     rec.on_ready([], 7)  # nothing made ready: nothing to do
     with pytest.raises(TypeError, match="on_ready"):
         rec.on_ready(tuple(oprs), 7)
+
+
+@needs_compiled
+def test_a_compiled_push_note_reads_as_the_python_recorders_tuple() -> None:
+    """The compiled ``on_push`` keeps a push's note as a C object (its numbers not made into ints):
+    read as a sequence it is the Python recorder's tuple (ts, records, invocation, site), which the
+    Python recorder's general path unpacks, and a log takes it where it takes that tuple."""
+    from opprof.engine import Opr
+
+    compiled, pure = Recorder(compiled=True), Recorder(compiled=False)
+    ours, theirs = (Opr(lambda: None, (), (), "op", False, False, None) for _ in range(2))
+    compiled.on_push(ours)
+    pure.on_push(theirs)
+    note = ours.prof
+    assert type(note) is not tuple and len(note) == 4 and "Note(" in repr(note)
+    ts, records, inv, site = note  # as Recorder.run and _record unpack it
+    assert (records, inv, site) == theirs.prof[1:] == (0, None, None)
+    assert isinstance(ts, int) and 0 <= theirs.prof[0] - ts < 10**9  # CLOCK_MONOTONIC, perf_counter_ns's
+    with pytest.raises(IndexError):
+        note[4]
+    log = _spanlog.Log(compiled._hot, SUB_SCHEMA)
+    log.extend([(1, 2, "op", 3, note), (1, 2, "op", 3, tuple(note))])
+    assert log[0] == log[1] == (1, 2, "op", 3, tuple(note))
+    # An op of an info the C hooks leave to the Python recorder: recorded there, from the C note.
+    odd = Opr(lambda: None, (), (), "odd", False, False, object())
+    compiled.on_push(odd)
+    compiled.run(odd, odd.fn)
+    assert [s.name for s in compiled.build().spans] == ["odd"]
