@@ -310,6 +310,8 @@ static inline PyObject *note_inv(PyObject *note) {
     return Py_IS_TYPE(note, &NoteType) ? ((Note *)note)->inv : PyTuple_GET_ITEM(note, 2);
 }
 
+#define SITE_CACHE_BITS 3
+#define SITE_CACHE (1 << SITE_CACHE_BITS) /* entries of Hot.site_cache */
 typedef struct Hot Hot;
 static PyTypeObject HotType;
 
@@ -321,6 +323,16 @@ struct Hot {
     long long max_events; /* the cap */
     unsigned long long generation;
     table_t names, objects, sites;
+    /* The sites last coded, by (code, offset): a loop pushes from a handful of lines, and a hit
+     * hands out the site pair made before and its code, with no pair made, hashed and compared
+     * (~500 instructions a sub-op's push: its pair, the key pair of site_code, a tuple-keyed dict
+     * lookup). Each entry holds its pair (the sites table does too). */
+    struct site_entry {
+        PyObject *code; /* borrowed: the pair holds it */
+        int offset;
+        PyObject *pair; /* (code, offset) */
+        int64_t coded;
+    } site_cache[SITE_CACHE];
     PyObject *register_cb;  /* () -> this thread's ThreadRecords (made on first record) */
     PyObject *slow_run; /* the Python recorder's run, for every op that is not plain */
     opprof_user_code user;  /* whose code is not the user's (the not_user prefixes) */
@@ -922,6 +934,7 @@ static int hot_traverse(Hot *self, visitproc visit, void *arg) {
     Py_VISIT(self->reports_to);
     Py_VISIT(self->clock);
     Py_VISIT(self->numpy_memory);
+    for (int i = 0; i < SITE_CACHE; i++) Py_VISIT(self->site_cache[i].pair);
     return 0;
 }
 
@@ -931,6 +944,7 @@ static int hot_clear(Hot *self) {
     Py_CLEAR(self->reports_to);
     Py_CLEAR(self->clock);
     Py_CLEAR(self->numpy_memory);
+    for (int i = 0; i < SITE_CACHE; i++) Py_CLEAR(self->site_cache[i].pair);
     opprof_user_code_clear(&self->user);
     return 0;
 }
@@ -959,10 +973,36 @@ static inline int admit(Hot *self) {
 /* The user's line that pushed (the innermost frame outside the not_user prefixes) as a new
  * ``(code, offset)`` pair, which the build turns into ``(file, line)`` (opprof.profiler.sites.resolve);
  * None where no frame is the user's; NULL with an exception set. */
+/* Fibonacci hashing of (code, offset): a loop's lines are a few code units apart in one code object,
+ * and the low bits of either alone put two such pushes in one slot. */
+static inline struct site_entry *site_slot(Hot *self, PyObject *code, int offset) {
+    uint64_t h = ((uint64_t)(uintptr_t)code ^ ((uint64_t)(uint32_t)offset << 32)) * 0x9E3779B97F4A7C15ULL;
+    return &self->site_cache[h >> (64 - SITE_CACHE_BITS)];
+}
+
+/* site_code for the hooks: a pair met before, by identity or by (first item, offset), from the cache. */
+static int64_t hot_site_code(Hot *self, PyObject *site) {
+    int64_t off;
+    if (!PyTuple_CheckExact(site) || PyTuple_GET_SIZE(site) != 2 || !opprof_small_int(PyTuple_GET_ITEM(site, 1), &off) ||
+        off < INT_MIN || off > INT_MAX)
+        return site_code(&self->sites, site);
+    PyObject *first = PyTuple_GET_ITEM(site, 0);
+    struct site_entry *e = site_slot(self, first, (int)off);
+    if (e->pair != NULL && (e->pair == site || (e->code == first && e->offset == (int)off))) return e->coded;
+    int64_t coded = site_code(&self->sites, site);
+    if (coded >= 0) {
+        Py_XSETREF(e->pair, Py_NewRef(site));
+        e->code = first, e->offset = (int)off, e->coded = coded;
+    }
+    return coded;
+}
+
 static PyObject *user_site(Hot *self) {
     int offset = 0;
     PyObject *code = opprof_user_frame(&self->user, &offset);
     if (code == NULL) return Py_NewRef(Py_None);
+    struct site_entry *e = site_slot(self, code, offset);
+    if (e->pair != NULL && e->code == code && e->offset == offset) return Py_NewRef(e->pair);
     PyObject *off = PyLong_FromLong(offset);
     if (off == NULL) return NULL;
     PyObject *pair = PyTuple_New(2);
@@ -1021,7 +1061,7 @@ static int op_edges(Hot *self, Log *log, int64_t *d, PyObject *opr, PyObject *no
     d[7] = vars_field(log, writes, &err);
     Py_DECREF(writes);
     if (err) return -1;
-    d[8] = site_code(&self->sites, site);
+    d[8] = hot_site_code(self, site);
     return d[8] == -1 && PyErr_Occurred() ? -1 : 0;
 }
 
@@ -1187,7 +1227,7 @@ static int keep_pushed_sub(Hot *self, PyObject *inv, PyObject *site, PyObject *c
     int64_t seq = given_int(args[1], &err);
     int64_t name = err ? -1 : thread_name_code(self, args[0]);
     int64_t invc = name < 0 ? -1 : inv_code(self, inv);
-    int64_t sitec = invc < 0 ? -1 : site_code(&self->sites, site);
+    int64_t sitec = invc < 0 ? -1 : hot_site_code(self, site);
     if (name < 0 || invc < 0 || (sitec == -1 && PyErr_Occurred())) return -1;
     int64_t reads = vars_field(tls.deps, args[2], &err);
     int64_t writes = err ? 0 : vars_field(tls.deps, args[3], &err);

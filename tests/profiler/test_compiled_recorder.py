@@ -510,3 +510,57 @@ def test_a_compiled_push_note_reads_as_the_python_recorders_tuple() -> None:
     compiled.on_push(odd)
     compiled.run(odd, odd.fn)
     assert [s.name for s in compiled.build().spans] == ["odd"]
+
+
+class _ManyLines(mx.operator.CustomOp):
+    """Sub-ops pushed from twelve lines a few code units apart in one function (more than the
+    compiled hooks' cache of sites holds), the same ones at every call."""
+
+    def forward(self, is_train, req, in_data, out_data, aux):  # type: ignore[no-untyped-def]
+        x = in_data[0]
+        a = x + 1
+        b = x + 2
+        c = x + 3
+        d = x + 4
+        e = x + 5
+        f = x + 6
+        g = x + 7
+        h = x + 8
+        i = x + 9
+        j = x + 10
+        k = x + 11
+        m = x + 12
+        self.assign(out_data[0], req[0], a + b + c + d + e + f + g + h + i + j + k + m)
+
+
+@mx.operator.register("CompiledManyLines")
+class _ManyLinesProp(mx.operator.CustomOpProp):
+    def create_operator(self, ctx, in_shapes, in_dtypes):  # type: ignore[no-untyped-def]
+        return _ManyLines()
+
+
+@needs_compiled
+@pytest.mark.parametrize("engine", ["threaded", "naive"])
+def test_each_sub_op_keeps_the_line_that_pushed_it_through_the_cache_of_sites(engine: str) -> None:
+    """The compiled hooks hand out a site met before from a small cache: every sub-op of every call
+    still names its own line, as the Python recorder does."""
+
+    def lines(compiled: bool) -> list[str]:
+        mx.set_engine(engine)
+        try:
+            prof = mx.Profiler(compiled=compiled).start()
+            x = mx.nd.ones((2, 2))
+            for _ in range(5):
+                x = mx.nd.Custom(x, op_type="CompiledManyLines")
+            x.wait_to_read()
+            trace = prof.stop()
+        finally:
+            mx.set_engine("threaded")
+        ops = trace.ops
+        assert ops is not None
+        pushed = np.flatnonzero(ops.site >= 0)
+        return [ops.strings[ops.site[i]] for i in pushed[np.argsort(ops.op[pushed], kind="stable")]]  # in push order
+
+    pure, compiled = lines(False), lines(True)
+    assert compiled == pure
+    assert len(set(compiled)) >= 13 and len(compiled) >= 5 * 13  # twelve lines and the sum's, every call
