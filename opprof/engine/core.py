@@ -31,7 +31,7 @@ from . import interrupts as _guard
 from .handoff import Gate
 from .handoff import closed_gate as _closed_gate
 from .interrupts import call_user, shielded
-from .observer import EngineObserver, Observers
+from .observer import EngineObserver, Observers, tell_ready
 from .opr import INTERNAL, OP_SEQ, EngineError, Opr, OprInfo, Var, as_mxnet_error
 from .state import thread_state
 
@@ -509,7 +509,7 @@ class Engine:
             if ready and obs is not None:
                 # The enabling edge: this op's completion made them ready, now. (Which var did
                 # it is noted by _release, which knows.)
-                obs.on_ready(ready, opr.seq)
+                tell_ready(obs, ready, opr.seq)
         finally:
             lock.release()
         return ready

@@ -15,6 +15,7 @@ from . import interrupts as _guard
 from .core import Engine, closed_gate, open_gates
 from .handoff import Gate
 from .interrupts import call_user, shielded
+from .observer import tell_ready
 from .opr import OP_SEQ, Opr, OprInfo, Var
 from .state import thread_state
 
@@ -142,7 +143,7 @@ class NaiveEngine(Engine):
                 self._last_done = seq
                 open_gates(self._idle_gates)
             if ready and obs is not None:  # the enabling edge, as _complete notes it
-                obs.on_ready(ready, seq)
+                tell_ready(obs, ready, seq)
         finally:
             lock.release()
         for nxt in ready:

@@ -10,6 +10,8 @@ several (a recorder and a live view), so that an engine with one observer pays f
 from __future__ import annotations
 
 import functools
+import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -17,7 +19,19 @@ from typing import Any
 from .opr import Opr, Var
 from .state import Invocation
 
-__all__ = ["EngineObserver", "Observers"]
+__all__ = ["EngineObserver", "Observers", "tell_ready"]
+
+
+def tell_ready(observer: EngineObserver, ready: list[Opr], by: int) -> None:
+    """``observer.on_ready(ready, by)`` for the engine, which calls it under its lock with ops it
+    dispatches next: an observer that fails there (a bug in it, out of memory in a recorder) must
+    not keep them from running, so its error is said as an uncaught exception in a thread is
+    (``threading.excepthook``: printed, or a test's warning) and the engine goes on; the ops lose
+    their ready stamps only."""
+    try:
+        observer.on_ready(ready, by)
+    except Exception:
+        threading.excepthook(threading.ExceptHookArgs((*sys.exc_info(), threading.current_thread())))
 
 
 class EngineObserver:
@@ -38,7 +52,9 @@ class EngineObserver:
         """``opr`` is being pushed (on the pushing thread, before it is registered on its vars)."""
 
     def run(self, opr: Opr, fn: Callable[..., Any], *args: Any) -> None:
-        """Run ``opr`` by calling ``fn(*args)`` on the executing thread (time it, if you like)."""
+        """Run ``opr`` by calling ``fn(*args)`` on the executing thread (time it, if you like).
+        Call it exactly once, before anything of your own that may fail: the engine's own ops
+        (a wait's, ``Dummy_Wait``) release their waiters in ``fn``."""
         fn(*args)
 
     def run_pushed(

@@ -234,3 +234,29 @@ def test_an_observer_that_fails_on_a_custom_ops_python_fails_the_op_not_the_engi
         engine.remove_observer(bad)
     z = mx.nd.Custom(mx.nd.ones((2, 2)), op_type="ObserverBigTemp")
     assert float(z.asnumpy().sum()) == 4.0
+
+
+class _FailsOnReady(EngineObserver):
+    def on_ready(self, ready: list[Opr], by: int) -> None:
+        raise TypeError("an observer's own bug in on_ready")
+
+
+def test_an_observer_that_fails_on_ready_loses_its_stamps_not_the_ops(engine: mx.engine.Engine) -> None:
+    """``on_ready`` runs under the engine's lock with the ops it dispatches next: an observer that
+    failed there left them undispatched on the threaded engine, and every reader waited forever.
+    Now its error is said as a thread's uncaught exception is, and the ops run."""
+    errors: list[BaseException | None] = []
+    hook, threading.excepthook = threading.excepthook, lambda args: errors.append(args.exc_value)
+    bad = _FailsOnReady()
+    engine.add_observer(bad)
+    try:
+        x = mx.nd.ones((2, 2))
+        for _ in range(3):
+            x = x + 1
+        x = mx.nd.Custom(x, op_type="ObserverBigTemp")
+        assert float(x.asnumpy().sum()) == 16.0
+    finally:
+        engine.remove_observer(bad)
+        threading.excepthook = hook
+    assert all(isinstance(e, TypeError) and "on_ready" in str(e) for e in errors)
+    assert errors or engine.kind == "naive"  # the naive engine runs this chain inline: nothing waits to be made ready
