@@ -10,13 +10,11 @@ several (a recorder and a live view), so that an engine with one observer pays f
 from __future__ import annotations
 
 import functools
-import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .opr import Opr, Var
+from .opr import Opr, Var, report_uncaught
 from .state import Invocation
 
 __all__ = ["EngineObserver", "Observers", "tell_ready"]
@@ -31,7 +29,7 @@ def tell_ready(observer: EngineObserver, ready: list[Opr], by: int) -> None:
     try:
         observer.on_ready(ready, by)
     except Exception:
-        threading.excepthook(threading.ExceptHookArgs((*sys.exc_info(), threading.current_thread())))
+        report_uncaught()
 
 
 class EngineObserver:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import itertools
+import sys
+import threading
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Final, TypeAlias
 
 from .state import CustomOpInfo
 
-__all__ = ["INTERNAL", "EngineError", "MXNetError", "Opr", "OprInfo", "Var", "as_mxnet_error"]
+__all__ = ["INTERNAL", "EngineError", "MXNetError", "Opr", "OprInfo", "Var", "as_mxnet_error", "report_uncaught"]
 
 _var_ids = itertools.count(1)
 
@@ -43,6 +45,13 @@ OP_SEQ = itertools.count(1)
 
 class EngineError(MXNetError):
     """Misuse of the engine that would otherwise deadlock or corrupt state."""
+
+
+def report_uncaught() -> None:
+    """Say the exception being handled as an uncaught exception in this thread is
+    (``threading.excepthook``: printed, or a test's warning), where the engine must go on past it:
+    an observer failing under the engine's lock, a pool task that raised."""
+    threading.excepthook(threading.ExceptHookArgs((*sys.exc_info(), threading.current_thread())))
 
 
 _AS_MXNET: dict[type[BaseException], type[MXNetError]] = {}

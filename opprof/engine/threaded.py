@@ -22,7 +22,7 @@ from . import gil, handoff
 from . import interrupts as _guard
 from .core import Engine
 from .interrupts import shielded
-from .opr import OP_SEQ, Opr, OprInfo, Var
+from .opr import OP_SEQ, Opr, OprInfo, Var, report_uncaught
 from .state import thread_state
 
 __all__ = ["CUSTOM_THREAD_PREFIX", "ENGINE_THREAD_PREFIX", "CustomPool", "ThreadedEngine"]
@@ -120,7 +120,7 @@ class CustomPool:
                 # A task completes its op whatever happens in it (each is shielded); one that
                 # raised anyway is a bug, said as an uncaught exception in a thread is, and the
                 # pool keeps this thread: a thread gone would still count as one of its size.
-                threading.excepthook(threading.ExceptHookArgs((*sys.exc_info(), threading.current_thread())))
+                report_uncaught()
             finally:
                 task = None  # its closure holds the custom op's arrays: not until the next task
                 with self._lock:

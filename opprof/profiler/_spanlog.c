@@ -970,9 +970,6 @@ static inline int admit(Hot *self) {
     return 0;
 }
 
-/* The user's line that pushed (the innermost frame outside the not_user prefixes) as a new
- * ``(code, offset)`` pair, which the build turns into ``(file, line)`` (opprof.profiler.sites.resolve);
- * None where no frame is the user's; NULL with an exception set. */
 /* Fibonacci hashing of (code, offset): a loop's lines are a few code units apart in one code object,
  * and the low bits of either alone put two such pushes in one slot. */
 static inline struct site_entry *site_slot(Hot *self, PyObject *code, int offset) {
@@ -980,7 +977,12 @@ static inline struct site_entry *site_slot(Hot *self, PyObject *code, int offset
     return &self->site_cache[h >> (64 - SITE_CACHE_BITS)];
 }
 
-/* site_code for the hooks: a pair met before, by identity or by (first item, offset), from the cache. */
+/* Whether ``e`` holds the site (code, offset). */
+static inline int site_hit(const struct site_entry *e, PyObject *code, int offset) {
+    return e->pair != NULL && e->code == code && e->offset == offset;
+}
+
+/* site_code for the hooks: a pair met before (its first item and offset) from the cache. */
 static int64_t hot_site_code(Hot *self, PyObject *site) {
     int64_t off;
     if (!PyTuple_CheckExact(site) || PyTuple_GET_SIZE(site) != 2 || !opprof_small_int(PyTuple_GET_ITEM(site, 1), &off) ||
@@ -988,7 +990,7 @@ static int64_t hot_site_code(Hot *self, PyObject *site) {
         return site_code(&self->sites, site);
     PyObject *first = PyTuple_GET_ITEM(site, 0);
     struct site_entry *e = site_slot(self, first, (int)off);
-    if (e->pair != NULL && (e->pair == site || (e->code == first && e->offset == (int)off))) return e->coded;
+    if (site_hit(e, first, (int)off)) return e->coded;
     int64_t coded = site_code(&self->sites, site);
     if (coded >= 0) {
         Py_XSETREF(e->pair, Py_NewRef(site));
@@ -997,12 +999,16 @@ static int64_t hot_site_code(Hot *self, PyObject *site) {
     return coded;
 }
 
+/* The user's line that pushed (the innermost frame outside the not_user prefixes) as a
+ * ``(code, offset)`` pair, which the build turns into ``(file, line)`` (opprof.profiler.sites.resolve):
+ * the cache's pair where that site was met before, else a new one; None where no frame is the
+ * user's; NULL with an exception set. */
 static PyObject *user_site(Hot *self) {
     int offset = 0;
     PyObject *code = opprof_user_frame(&self->user, &offset);
     if (code == NULL) return Py_NewRef(Py_None);
     struct site_entry *e = site_slot(self, code, offset);
-    if (e->pair != NULL && e->code == code && e->offset == offset) return Py_NewRef(e->pair);
+    if (site_hit(e, code, offset)) return Py_NewRef(e->pair);
     PyObject *off = PyLong_FromLong(offset);
     if (off == NULL) return NULL;
     PyObject *pair = PyTuple_New(2);

@@ -630,7 +630,6 @@ if _spanlog is not None:
 COMPILED_WHY_NOT: str = _why_not
 
 
-
 class _CompiledRecorder(Recorder):
     """The recorder with its hot path in C (:mod:`opprof.profiler._spanlog`): the engine calls the C
     ``on_push``/``run``/``run_pushed``/``on_python``/``on_ready`` directly (instance attributes, found before
