@@ -60,6 +60,7 @@ from ..trace.records import (
     ENGINE_CATEGORY,
     ENGINE_POOL,
     ENGINE_THREAD_PREFIX,
+    GC_CATEGORY,
     MAX_PENDING_KEY,
 )
 from . import npmem as _npmem
@@ -82,6 +83,7 @@ from .build import (
     build_columns,
 )
 from .cpuwait import CpuWaitRecording
+from .gcpause import GcRecording
 from .gil import GilRecording
 from .memory import PYTHON_UNSEEN, MemoryRecording
 
@@ -165,7 +167,10 @@ class Recorder(EngineObserver):
         self.clock = clock
         self._local = threading.local()
         self._buffers: list[ThreadRecords] = []
-        self._lock = threading.Lock()
+        # Reentrant: a garbage collection can start at any allocation, inside this lock's holder too,
+        # and its span may register the collecting thread (:meth:`_on_collection`). What the lock
+        # guards stays whole either way: the list of threads is only appended to.
+        self._lock = threading.RLock()
         #: Whether a live feed reads these records (:class:`~.live.LiveFeed`): its last poll, after
         #: stop(), brings stop()'s own final wait, so :meth:`release` leaves them to the collector.
         self.watched = False
@@ -186,6 +191,8 @@ class Recorder(EngineObserver):
         self.gil = GilRecording(clock, enabled=gil)
         #: How long the OS kept each thread waiting for a CPU while attached (:mod:`.cpuwait`).
         self.cpu_wait = CpuWaitRecording()
+        #: Each collection of Python's garbage collector while attached (:mod:`.gcpause`).
+        self.gc = GcRecording(clock, self._on_collection)
         #: Each NDArray's storage, made and freed, while attached (with ``memory=True``).
         self.memory = MemoryRecording(clock, compiled=False if compiled is False else None) if memory else None
         #: (when, engine kind) of each engine switch followed while recording.
@@ -215,6 +222,7 @@ class Recorder(EngineObserver):
         self.engine = engine
         self.gil.start()
         self.cpu_wait.start()
+        self.gc.start()
         if self.memory is not None:
             self.memory.start()
         return self
@@ -230,6 +238,7 @@ class Recorder(EngineObserver):
             self.engine.remove_observer(self)
         if self.memory is not None:
             self.memory.stop()
+        self.gc.stop()
         self.t_stop = self.clock()
         self.gil.stop()
         self.cpu_wait.stop()
@@ -455,6 +464,13 @@ class Recorder(EngineObserver):
             buf = self._buf()
             buf.append((USER, t0, t1, name, cat, None, None))
 
+    def _on_collection(self, t0: int, t1: int, name: str) -> None:
+        """A garbage collection ran on this thread (:mod:`.gcpause`): a span, the thread registered
+        if it had recorded nothing yet (a custom op's Python, whose first record comes at its end).
+        No slot of the cap: a few a second, and a span dropped at the cap would hide what held the GIL."""
+        if self.recording and not self.full:
+            self._buf().append((USER, t0, t1, name, GC_CATEGORY, None, None))
+
     def on_held_back(self, t0: int, t1: int, pending: int) -> None:
         """The engine's back-pressure held a push: a span on the pushing thread, so that the time
         is not left unexplained between its pushes (:data:`BACKPRESSURE`)."""
@@ -543,6 +559,7 @@ class Recorder(EngineObserver):
             # Engines switched to while recording (the recording followed each): "engine" is the last.
             **({"engine_switches": [{"t_ns": t, "engine": kind} for t, kind in self.switches]} if self.switches else {}),
             **self.gil.metadata(),
+            **self.gc.metadata(),
             **(self.cpu_wait.metadata(native) if not live else {}),
             **(self.memory.metadata() if self.memory is not None else {}),
         }

@@ -28,6 +28,8 @@ __all__ = [
     "ENGINE_POOL",
     "ENGINE_THREAD_PREFIX",
     "FAMILY_ARGS",
+    "GC_CATEGORY",
+    "GC_METADATA",
     "MAX_PENDING_KEY",
     "OPERATOR",
     "ROLE_OF",
@@ -43,6 +45,7 @@ __all__ = [
     "Role",
     "Span",
     "ThreadInfo",
+    "gc_span_name",
     "recorded_cpus",
     "role_of",
 ]
@@ -90,6 +93,20 @@ ENGINE_CATEGORY = "engine"
 #: 128): it waits until half of them have run, so that a program pushing in a loop does not
 #: allocate every output at once. The pushing thread is blocked meanwhile, its Python not running.
 BACKPRESSURE = "Backpressure"
+#: A collection of Python's cyclic garbage collector: a span on the thread whose allocation set it
+#: off, named by its generation (:func:`gc_span_name`). The collector holds the GIL throughout, so
+#: another thread's wait for the GIL meanwhile is named after it, not after the op it interrupted.
+GC_CATEGORY = "gc"
+#: Metadata: every collection while recording, on any thread (``collections``, ``ns``, and per
+#: generation), including those of threads that recorded nothing else and so have no lane.
+GC_METADATA = "gc"
+
+
+def gc_span_name(generation: int) -> str:
+    """The span name of a collection of ``generation`` (0-2: the youngest objects to all of them)."""
+    return f"garbage collection (generation {generation})"
+
+
 #: Metadata: the threaded engine's ``max_pending`` while recording (None for the naive engine;
 #: absent in files made before it was recorded), which a what-if replay holds pushes at.
 MAX_PENDING_KEY = "max_pending"

@@ -6,6 +6,7 @@ pushing thread and has no pools to queue for)."""
 
 from __future__ import annotations
 
+import gc
 import inspect
 import os
 import subprocess
@@ -14,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -25,6 +27,7 @@ from opprof.trace import Role, Trace
 from opprof.trace.analysis.critical import BLOCKED_WORDS
 from opprof.trace.analysis.gil import PYTHON_GIL_PARTS, handoff_costs
 from opprof.trace.columns import ROLE_CODE
+from opprof.trace.records import GC_CATEGORY, gc_span_name
 from opprof.trace.text import why_text
 from opprof.trace.threadstates import STATES, cpu_wait_ns
 from tests.helpers import register_op, retried, spin
@@ -52,12 +55,32 @@ class _Nap3(opprof.operator.CustomOp):
         self.assign(out_data[0], req[0], in_data[0] + 1)
 
 
+class _SpinCollect(opprof.operator.CustomOp):
+    """Spins 20 ms (the GIL dropped at each switch interval), then runs a full garbage collection
+    (the GIL held throughout): ``took`` keeps each collection's wall time as measured around it."""
+
+    took: ClassVar[list[int]] = []
+
+    def forward(self, is_train, req, in_data, out_data, aux):  # type: ignore[no-untyped-def]
+        spin(0.02)
+        t = time.perf_counter_ns()
+        gc.collect()
+        _SpinCollect.took.append(time.perf_counter_ns() - t)
+        self.assign(out_data[0], req[0], in_data[0] + 1)
+
+
 class _Tiny(opprof.operator.CustomOp):
     def forward(self, is_train, req, in_data, out_data, aux):  # type: ignore[no-untyped-def]
         self.assign(out_data[0], req[0], in_data[0] + 1)
 
 
-for _name, _op in (("KnownSpin", _Spin), ("KnownNap", _Nap), ("KnownNap3", _Nap3), ("KnownTiny", _Tiny)):
+for _name, _op in (
+    ("KnownSpin", _Spin),
+    ("KnownNap", _Nap),
+    ("KnownNap3", _Nap3),
+    ("KnownTiny", _Tiny),
+    ("KnownSpinCollect", _SpinCollect),
+):
     register_op(_name, _op)
 
 
@@ -157,15 +180,23 @@ def _gil_share(w: dict[str, int]) -> float:
     return (w.get("custom_pool_gil", 0) + w.get("subop_queue_gil", 0)) / max(1, sum(w.values()))
 
 
+def _tiny_ops_behind(op_type: str, n: int) -> Callable[[nd.NDArray], None]:
+    """Work that pushes a custom op of ``op_type`` and, once its Python has its thread, ``n`` small ones."""
+
+    def work(x: nd.NDArray) -> None:
+        nd.Custom(x, op_type=op_type)
+        time.sleep(0.002)  # the first op's Python has its thread
+        for _ in range(n):
+            nd.Custom(x, op_type="KnownTiny")
+
+    return work
+
+
 def test_small_ops_behind_a_spinning_python_wait_for_the_gil_it_holds() -> None:
     """Known answer 1: a custom op's Python spins 40 ms while four small custom ops are ready and
     the engine workers idle: >= 80 % of their waiting is the GIL, held by the spinner's Python."""
 
-    def work(x: nd.NDArray) -> None:
-        nd.Custom(x, op_type="KnownSpin")
-        time.sleep(0.002)  # the spinner has its thread
-        for _ in range(4):
-            nd.Custom(x, op_type="KnownTiny")
+    work = _tiny_ops_behind("KnownSpin", 4)
 
     def check() -> None:
         trace = _profile(work)
@@ -198,6 +229,43 @@ def test_small_ops_behind_a_spinning_python_wait_for_the_gil_it_holds() -> None:
         assert sum(s.dur for s in spinner) >= 0.5 * path.total, path.by_name()
 
     _judged(check, tries=4)
+
+
+def test_small_ops_behind_a_garbage_collection_wait_for_the_collector_not_the_op_it_ran_in() -> None:
+    """Known answer: a custom op's Python spins 20 ms and then runs a full collection of 400,000
+    objects (~40 ms, the GIL held throughout, never dropped at the switch interval) while eight small
+    custom ops are under way: their waiting is the GIL, held most by the collection, which is named
+    (not the Python it ran in); the collection is a span inside that Python, as long as it was measured."""
+    heap = [[i] for i in range(400_000)]
+
+    work = _tiny_ops_behind("KnownSpinCollect", 8)
+
+    def check() -> None:
+        _SpinCollect.took.clear()
+        trace = _profile(work)
+        (py,) = [s for s in trace.spans if s.name == "KnownSpinCollect::pure_python"]
+        (full,) = [s for s in trace.spans if s.cat == GC_CATEGORY and s.name == gc_span_name(2) and s.tid == py.tid]
+        assert py.start <= full.start and full.end <= py.end
+        assert 0.8 * _SpinCollect.took[0] <= full.end - full.start <= _SpinCollect.took[0]
+        # The premise: a small op had started (its engine op) before the collection and its Python
+        # waited through it (past its middle: the collector's last step, running finalizers, may
+        # drop the GIL). The forced switches of the spin decide whether any did: ~40 % of tries
+        # here; the rest ran all their Pythons before it, or were pushed after it.
+        starts = sorted(s.start for s in trace.spans if s.name == "KnownTiny")
+        pys = sorted(s.start for s in trace.spans if s.name == "KnownTiny::pure_python")
+        middle = (full.start + full.end) // 2
+        if not any(a < full.start and middle <= b for a, b in zip(starts, pys, strict=True)):
+            raise _NotHeldUp("no small op waited through the collection: all ran before it, or were pushed after it")
+        w = _waiting(trace, "KnownTiny")
+        assert _gil_share(w) >= 0.8, (w, _diagnosis(trace))
+        holders = trace.analysis().queue_gil_holders.get("custom_pool", {}).get("KnownTiny", [])
+        assert holders and holders[0].running == gc_span_name(2), holders
+        assert f"held most by {gc_span_name(2)} on opprof-custom-" in why_text(trace)
+
+    try:
+        _judged(check, tries=8)
+    finally:
+        del heap
 
 
 @contextmanager

@@ -1,0 +1,144 @@
+"""Python's garbage collector in the timeline: each collection while recording is a span on the
+thread that ran it, timed as the collection was, on both recorders and both engines; every
+collection is counted in the metadata; nothing is recorded while paused or after stop."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+import opprof
+from opprof import nd
+from opprof.profiler import Profiler
+from opprof.profiler.gcpause import MIN_SPAN_NS
+from opprof.profiler.recorder import COMPILED_WHY_NOT
+from opprof.trace import Trace, load
+from opprof.trace.records import GC_CATEGORY, GC_METADATA, gc_span_name
+
+RECORDERS = [False, pytest.param(True, marks=pytest.mark.skipif(bool(COMPILED_WHY_NOT), reason=COMPILED_WHY_NOT or ""))]
+
+
+@pytest.fixture
+def heap() -> Iterator[list[list[int]]]:
+    """200,000 small lists: a full collection walks them all (~20 ms here)."""
+    objs = [[i] for i in range(200_000)]
+    yield objs
+    del objs
+
+
+def _collect() -> int:
+    """A full collection, its wall time in ns as measured around it."""
+    t = time.perf_counter_ns()
+    gc.collect()
+    return time.perf_counter_ns() - t
+
+
+def _gc_spans(trace: Trace) -> list[tuple[str, str, int, int]]:
+    names = {th.tid: th.name for th in trace.threads}
+    return [(s.name, names[s.tid], s.start, s.end) for s in trace.spans if s.cat == GC_CATEGORY]
+
+
+@pytest.mark.parametrize("compiled", RECORDERS)
+@pytest.mark.parametrize("engine", ["naive", "threaded"])
+def test_a_full_collection_is_a_span_on_its_thread_timed_as_it_ran(engine: str, compiled: bool, heap: list[list[int]]) -> None:
+    opprof.set_engine(engine)
+    prof = Profiler(compiled=compiled).start()
+    try:
+        x = nd.ones((4, 4)) + 1
+        took = _collect()
+        (x + 1).wait_to_read()
+    finally:
+        trace = prof.stop()
+    assert trace.validate() == []
+    full = [s for s in _gc_spans(trace) if s[0] == gc_span_name(2)]
+    assert len(full) == 1, _gc_spans(trace)
+    _, thread, start, end = full[0]
+    assert thread == "MainThread"
+    # Stamped inside the measurement around gc.collect(): at most its length, and most of it.
+    assert 0.8 * took <= end - start <= took, (end - start, took)
+    if engine == "naive":  # its two ops ran on this thread, one before the collection, one after: one clock
+        main = next(th.tid for th in trace.threads if th.name == "MainThread")
+        ops = sorted(s.start for s in trace.spans if s.cat != GC_CATEGORY and s.tid == main)
+        assert ops[0] < start and end < ops[-1]
+    meta = trace.metadata[GC_METADATA]
+    assert meta["by_generation"][2]["collections"] >= 1
+    assert meta["by_generation"][2]["ns"] >= end - start
+    assert meta["collections"] == sum(g["collections"] for g in meta["by_generation"])
+
+
+@pytest.mark.parametrize("compiled", RECORDERS)
+def test_no_collection_is_recorded_while_paused_or_after_stop(compiled: bool, heap: list[list[int]]) -> None:
+    opprof.set_engine("naive")
+    callbacks = list(gc.callbacks)
+    prof = Profiler(compiled=compiled).start()
+    try:
+        (nd.ones((2, 2)) + 1).wait_to_read()
+        prof.pause()
+        _collect()
+        prof.resume()
+    finally:
+        trace = prof.stop()
+    assert gc.callbacks == callbacks  # the recording's callback is gone
+    _collect()
+    assert _gc_spans(trace) == []
+    # Counted all the same: the metadata counts every collection while attached, paused or not.
+    assert trace.metadata[GC_METADATA]["by_generation"][2]["collections"] == 1
+
+
+def test_a_thread_that_recorded_nothing_else_gets_a_lane_for_its_collection(heap: list[list[int]]) -> None:
+    """A user's thread that pushed nothing (a data loader) but ran a collection, which held the GIL:
+    its lane holds the collection's span."""
+    opprof.set_engine("naive")
+    took: list[int] = []
+    with opprof.profile() as prof:
+        (nd.ones((2, 2)) + 1).wait_to_read()
+        t = threading.Thread(target=lambda: took.append(_collect()), name="loader")
+        t.start()
+        t.join()
+    trace = prof.trace
+    assert trace is not None and trace.validate() == []
+    ((name, _, start, end),) = [s for s in _gc_spans(trace) if s[1] == "loader"]
+    assert name == gc_span_name(2) and 0.8 * took[0] <= end - start <= took[0]
+    assert trace.metadata[GC_METADATA]["by_generation"][2]["collections"] == 1
+
+
+def test_a_file_keeps_the_collections(tmp_path, heap: list[list[int]]) -> None:  # type: ignore[no-untyped-def]
+    opprof.set_engine("naive")
+    with opprof.profile() as prof:
+        (nd.ones((2, 2)) + 1).wait_to_read()
+        _collect()
+    trace = prof.trace
+    assert trace is not None
+    for suffix in (".opprof", ".json"):
+        path = tmp_path / f"t{suffix}"
+        trace.save(path)
+        back = load(path)
+        assert _gc_spans(back) == _gc_spans(trace) != []
+        assert back.metadata[GC_METADATA] == trace.metadata[GC_METADATA]
+
+
+@pytest.mark.parametrize("compiled", RECORDERS)
+def test_young_collections_are_counted_and_only_long_ones_drawn(compiled: bool) -> None:
+    """A young collection (generation 0: the objects made since the last one, microseconds here)
+    is counted in the metadata; a span only where it lasted MIN_SPAN_NS or more."""
+    opprof.set_engine("naive")
+    prof = Profiler(compiled=compiled).start()
+    try:
+        took = []
+        for _ in range(5):
+            (nd.ones((2, 2)) + 1).wait_to_read()
+            t = time.perf_counter_ns()
+            gc.collect(0)
+            took.append(time.perf_counter_ns() - t)
+    finally:
+        trace = prof.stop()
+    meta = trace.metadata[GC_METADATA]
+    assert meta["by_generation"][0]["collections"] >= 5 and meta["min_span_ns"] == MIN_SPAN_NS
+    young = [s for s in _gc_spans(trace) if s[0] == gc_span_name(0)]
+    assert len(young) <= sum(ns >= MIN_SPAN_NS for ns in took) + (meta["by_generation"][0]["collections"] - 5)
+    assert all(end - start >= MIN_SPAN_NS for _, _, start, end in _gc_spans(trace))
+    assert meta["spans"] == len(_gc_spans(trace))
