@@ -147,7 +147,7 @@ def _profile(work: Callable[[nd.NDArray], None], *, warm: bool = True) -> Trace:
 
 def _diagnosis(trace: Trace) -> str:
     """What a failed assertion prints beside its values: the threads the trace has, each one's ms
-    per GIL state, the machine's load and the threads alive (a full suite failed where alone it
+    per GIL state, the garbage collections, the machine's load and the threads alive (a full suite failed where alone it
     passes: this says how the process and the machine differed)."""
     import os
 
@@ -165,6 +165,7 @@ def _diagnosis(trace: Trace) -> str:
     return (
         f"states (ms): {per}; waited for a CPU (ms): {cpu}; "
         f"gil metadata: {trace.metadata.get('gil', {}).get('samples')} samples; "
+        f"garbage collections: {trace.metadata.get('gc')}; "
         f"load {os.getloadavg()}; {len(alive)} threads alive: {alive}; switch interval {__import__('sys').getswitchinterval()}"
     )
 
@@ -201,13 +202,17 @@ def test_small_ops_behind_a_spinning_python_wait_for_the_gil_it_holds() -> None:
     def check() -> None:
         trace = _profile(work)
         w = _waiting(trace, "KnownTiny")
-        if sum(w.values()) < sys.getswitchinterval() * 1e9:
-            # The premise: the spinner held the small ops up, for a switch interval at least. Beside
+        if sum(w.values()) < 2 * sys.getswitchinterval() * 1e9:
+            # The premise: the spinner held the small ops up, for two switch intervals at least. Beside
             # a full suite's run on the 2 cores, three tries in a row waited ~0.2 ms in all: the small
-            # ops ran before the spinner, its thread not yet running, had the GIL. Nothing to judge.
+            # ops ran before the spinner, its thread not yet running, had the GIL. Alone, 40 tries here
+            # waited 22-84 ms where held up, at most 4.5 ms where not; beside a spinning process, tries
+            # that waited 5-9 ms were mostly the OS waking threads it had no CPU for. Nothing to judge.
             waited = sum(w.values()) / 1e6
-            raise _NotHeldUp(f"the small ops waited {waited:.2f} ms in all: the spinner held them up for no switch interval")
-        assert _gil_share(w) >= 0.8, w
+            raise _NotHeldUp(
+                f"the small ops waited {waited:.2f} ms in all: the spinner held them up for less than two switch intervals"
+            )
+        assert _gil_share(w) >= 0.8, (w, _diagnosis(trace))
         # An assertion, not a KeyError, where no holder was named: a loaded machine's run is retried.
         holders = trace.analysis().queue_gil_holders.get("custom_pool", {}).get("KnownTiny", [])
         assert holders, trace.analysis().queue_gil_holders
@@ -331,7 +336,7 @@ def test_a_program_spinning_after_its_pushes_holds_the_gil_at_its_line() -> None
     def check() -> None:
         trace = _profile(work)
         w = _waiting(trace, "KnownTiny")
-        assert _gil_share(w) >= 0.8, w
+        assert _gil_share(w) >= 0.8, (w, _diagnosis(trace))
         holders = trace.analysis().queue_gil_holders.get("custom_pool", {})
         assert "KnownTiny" in holders, holders  # an assertion, so that a loaded machine's run is retried
         (top, *_) = holders["KnownTiny"]
