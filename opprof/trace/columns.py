@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .records import BACKPRESSURE, SPLIT_ARGS, Flow, Role, Span
+from .records import BACKPRESSURE, GC_CATEGORY, SPLIT_ARGS, Flow, Role, Span
 
 __all__ = [
     "NO_ROLE",
@@ -478,6 +478,13 @@ class SpanTable:
         tid, start, end = self.tid[held], self.start[held], self.end[held]
         order = np.lexsort((start, tid))
         return tid[order], start[order], end[order]
+
+    def collections(self) -> np.ndarray:
+        """Rows of the garbage collector's spans (category :data:`~.records.GC_CATEGORY`), sorted by
+        thread then start: a thread's collections never overlap (one collector), so by end too."""
+        code = self.strings.index(GC_CATEGORY) if GC_CATEGORY in self.strings else -1
+        rows = np.flatnonzero(self.cat == code) if code >= 0 else np.zeros(0, dtype=np.int64)
+        return rows[np.lexsort((self.start[rows], self.tid[rows]))]
 
     @property
     def length_ns(self) -> int:

@@ -142,3 +142,49 @@ def test_young_collections_are_counted_and_only_long_ones_drawn(compiled: bool) 
     assert len(young) <= sum(ns >= MIN_SPAN_NS for ns in took) + (meta["by_generation"][0]["collections"] - 5)
     assert all(end - start >= MIN_SPAN_NS for _, _, start, end in _gc_spans(trace))
     assert meta["spans"] == len(_gc_spans(trace))
+
+
+@pytest.mark.parametrize("compiled", RECORDERS)
+@pytest.mark.parametrize("engine", ["naive", "threaded"])
+def test_the_critical_path_names_a_collection_of_the_program(engine: str, compiled: bool, heap: list[list[int]]) -> None:
+    """The program collects right after its pushes (the GIL held: no engine worker can start them):
+    the path's largest piece is that collection on MainThread, as long as it was measured, not
+    "the program's own Python"; the pieces still tile the path."""
+    opprof.set_engine(engine)
+    prof = Profiler(compiled=compiled).start()
+    try:
+        x = nd.ones((4, 4))
+        for _ in range(4):
+            x = x + 1
+        took = _collect()
+        x.wait_to_read()
+    finally:
+        trace = prof.stop()
+    path = trace.critical_path()
+    assert path.check() == []
+    kind, label, ns = path.by_name()[0]
+    assert (kind, label) == ("program", f"{gc_span_name(2)} on MainThread"), path.by_name()
+    assert 0.8 * took <= ns <= took
+
+
+@pytest.mark.parametrize("engine", ["naive", "threaded"])
+def test_a_collection_after_the_last_op_closes_the_path_it_does_not_replace(engine: str, heap: list[list[int]]) -> None:
+    """A collection that ends the recording (after the last op completed, stopped without the final
+    wait): the path still runs through the ops, and closes with the collection on MainThread. Taken
+    as the last thing to finish, it left the walk no op to start from: one "program" piece."""
+    opprof.set_engine(engine)
+    prof = Profiler().start()
+    try:
+        x = nd.ones((4, 4))
+        for _ in range(4):
+            x = x + 1
+        x.wait_to_read()
+        took = _collect()
+    finally:
+        trace = prof.stop(wait=False)
+    path = trace.critical_path()
+    assert path.check() == []
+    assert "run" in [s.kind.value for s in path.segments], path.by_name()
+    last = path.segments[-1]
+    assert (last.kind.value, last.name) == ("program", f"{gc_span_name(2)} on MainThread"), path.by_name()
+    assert 0.8 * took <= last.dur <= took

@@ -43,6 +43,7 @@ __all__ = [
     "Segment",
     "SegmentKind",
     "critical_path",
+    "mark_collections",
     "mark_held_back",
     "refine_by_thread_states",
     "thread_runs",
@@ -260,7 +261,8 @@ def _label(kind: SegmentKind, name: str, trace: TraceData | None, tid: int, engi
         return f"{name} handed over: waking a thread"
     if kind is SegmentKind.PROGRAM:
         thread = (trace.thread_name(tid) if trace is not None else "") or f"thread {tid}"
-        return f"{thread} (the program's own Python)"
+        # On a span: a garbage collection it ran (:func:`mark_collections`), not its own Python.
+        return f"{name} on {thread}" if name else f"{thread} (the program's own Python)"
     if kind is SegmentKind.BLOCKED:
         thread = (trace.thread_name(tid) if trace is not None else "") or f"thread {tid}"
         return f"{thread} {BLOCKED_WORDS}"
@@ -532,9 +534,14 @@ def _walk(trace: TraceData, t: SpanTable, ops: OpTable) -> CriticalPath:
     pushes = ops.push[ops.push >= 0]
     start = min(int(t.start.min()), int(pushes.min()) if len(pushes) else end)
     g = _Nodes(t, ops, start)
-    # The last thing to finish: an engine op or wait among the spans ending at ``end``.
-    last = np.flatnonzero(t.end == end)
-    with_op = last[t.op[last] >= 0]
+    # The last thing to finish: an engine op or wait. Where a span that is none ends later (a
+    # garbage collection after the last op, a user's Task around the run), the walk starts from the
+    # last op, and the path closes with the program's time on the thread whose span ended last:
+    # taken from that span instead, the walk found no op to start from, and a run with a collection
+    # at its end had a path of one "program" piece, no op on it.
+    has_op = np.flatnonzero(t.op >= 0)
+    walk_end = int(t.end[has_op].max()) if len(has_op) else end
+    with_op = has_op[t.end[has_op] == walk_end]
     first_node = -1
     if len(with_op):
         first_node = int(ops.rows_of(t.op[with_op[:1]])[0])
@@ -568,7 +575,7 @@ def _walk(trace: TraceData, t: SpanTable, ops: OpTable) -> CriticalPath:
     a, b, kind, tid, span, about = (rows[:, k] for k in range(2, 8))
     # Backwards from the end, each segment ends where the walk came from and starts no later.
     a = np.minimum(a, b)
-    cursor = np.minimum.accumulate(np.concatenate([[end], a]))
+    cursor = np.minimum.accumulate(np.concatenate([[walk_end], a]))
     b = np.minimum(b, cursor[:-1])
     a = np.maximum(np.minimum(a, b), start)
     b = np.maximum(b, start)
@@ -577,7 +584,7 @@ def _walk(trace: TraceData, t: SpanTable, ops: OpTable) -> CriticalPath:
     # Time order, and the program before the first recorded event.
     a, b, kind, tid, span, about = a[::-1], b[::-1], kind[::-1], tid[::-1], span[::-1], about[::-1]
     if len(a) == 0 or a[0] > start:
-        first = int(a[0]) if len(a) else end
+        first = int(a[0]) if len(a) else walk_end
         a, b = np.concatenate([[start], a]), np.concatenate([[first], b])
         kind, tid = np.concatenate([[_PROG], kind]), np.concatenate([[0], tid])
         span, about = np.concatenate([[-1], span]), np.concatenate([[-1], about])
@@ -591,7 +598,11 @@ def _walk(trace: TraceData, t: SpanTable, ops: OpTable) -> CriticalPath:
         tid = np.concatenate([tid, tid[hole - 1]])[order]
         span = np.concatenate([span, np.full(len(hole), -1)])[order]
         about = np.concatenate([about, about[hole - 1]])[order]
-        b = np.concatenate([a[1:], [end]])  # contiguous now: each ends where the next starts
+        b = np.concatenate([a[1:], [walk_end]])  # contiguous now: each ends where the next starts
+    if walk_end < end:
+        a, b = np.append(a, walk_end), np.append(b, end)
+        kind, tid = np.append(kind, _PROG), np.append(tid, t.tid[int(np.argmax(t.end))])
+        span, about = np.append(span, -1), np.append(about, -1)
     return CriticalPath(start, end, a, b, kind.astype(np.int8), tid, span, about, False, note, _trace=trace)
 
 
@@ -978,6 +989,50 @@ def mark_held_back(path: CriticalPath, table: SpanTable) -> CriticalPath:
     if not cut:
         return path
     return _with_pieces(path, cut, np.array(pieces, dtype=np.int64).reshape(-1, 7))
+
+
+def mark_collections(path: CriticalPath, table: SpanTable) -> CriticalPath:
+    """The path with the program's own time during a garbage collection on its thread named after
+    the collection: a ``program`` piece cut where the collection's span begins and ends, the part
+    inside it a ``program`` segment on that span ("garbage collection (generation 2) on
+    MainThread"). A program that collected for 44 ms right after its pushes, holding the GIL so that
+    no engine worker could start them, had a path of 100 % "MainThread (the program's own Python)".
+    (A collection on a thread whose GIL others waited for is named by :func:`refine_by_thread_states`:
+    its ``gil`` pieces run the span the holder ran, the collection's.)"""
+    rows = table.collections()
+    if not len(rows) or not len(path):
+        return path
+    c_tid, c_start, c_end = table.tid[rows], table.start[rows], table.end[rows]
+    kind_of, a, b, seg_tid = path.seg_kind, path.seg_start, path.seg_end, path.seg_tid
+    pieces: list[tuple[int, int, int, int, int, int, int]] = []  # (segment index, start, end, kind, tid, span, about)
+    cut: list[int] = []
+    # The program pieces each collection meets: the path tiles time, so they lie between two sorted
+    # searches of its starts. Collections are few (a millisecond or more each); a loop's program
+    # gaps may be a million, so these are found from the collections' side.
+    met: list[np.ndarray] = []
+    for ct, cs, ce in zip(c_tid.tolist(), c_start.tolist(), c_end.tolist(), strict=True):
+        idx = np.arange(max(0, int(np.searchsorted(a, cs, side="right")) - 1), int(np.searchsorted(a, ce, side="left")))
+        met.append(idx[(kind_of[idx] == _PROG) & (seg_tid[idx] == ct) & (b[idx] > cs)])
+    for i in np.unique(np.concatenate(met)).tolist():
+        lo, hi, tid = int(a[i]), int(b[i]), int(seg_tid[i])
+        runs = thread_runs(c_tid, c_start, c_end, tid, lo, hi)
+        if runs:
+            cut.append(i)
+            over = [(x, y, _PROG, tid) for x, y in runs]
+            _tile(pieces, i, lo, hi, _PROG, tid, int(path.seg_span[i]), int(path.seg_about[i]), over)
+    if not cut:
+        return path
+    p = np.array(pieces, dtype=np.int64).reshape(-1, 7)
+    # The pieces inside a collection run on its span: the collection of their thread open at their
+    # middle, found by one sorted search per thread (the rest keep the gap's: none).
+    for tid in np.unique(p[:, 4]).tolist():
+        mine = np.flatnonzero(p[:, 4] == tid)
+        lo_i, hi_i = int(np.searchsorted(c_tid, tid, side="left")), int(np.searchsorted(c_tid, tid, side="right"))
+        mid = (p[mine, 1] + p[mine, 2]) // 2
+        j = lo_i + np.searchsorted(c_start[lo_i:hi_i], mid, side="right") - 1
+        inside = (j >= lo_i) & (c_end[np.maximum(j, 0)] > mid)
+        p[mine[inside], 5] = rows[j[inside]]
+    return _with_pieces(path, cut, p)
 
 
 def thread_runs(r_tid: np.ndarray, r_start: np.ndarray, r_end: np.ndarray, tid: int, lo: int, hi: int) -> list[tuple[int, int]]:

@@ -28,7 +28,7 @@ from ..ops import OpKind, OpTable
 from ..records import CUSTOM_POOL, ENGINE_POOL, CustomOpRow, Role
 from ..threadstates import STATES, PoolCondition, ThreadState, ThreadStates
 from .causes import Causes, has_edges, pool_busy_with, waiting_causes, workers_busy_with
-from .critical import CriticalPath, critical_path, mark_held_back, refine_by_thread_states
+from .critical import CriticalPath, critical_path, mark_collections, mark_held_back, refine_by_thread_states
 from .gil import GilHolder, PythonGil, python_gil, queue_holders
 from .memory import MemoryAnalysis, invocation_memory, memory_analysis
 from .split import callers, family_members, family_splits
@@ -248,13 +248,14 @@ class Analysis:
         """The critical path and every op's slack (:mod:`.critical`); where the GIL held it back (a
         pool's threads, a woken thread or the path's own thread waiting for it), the path steps
         across to the GIL's holder, and where the program was blocked between its pushes it says
-        so (:func:`.critical.refine_by_thread_states`), on either engine."""
+        so (:func:`.critical.refine_by_thread_states`), on either engine; the program's time in a
+        garbage collection is named after it (:func:`.critical.mark_collections`)."""
         path = critical_path(self.data, table=self.table)
         states = self.thread_states
         custom, engine = self.pool_conditions
         if states is not None and not path.approximate:
             path = refine_by_thread_states(path, self.table, states, custom, engine)
-        return mark_held_back(path, self.table)
+        return mark_collections(mark_held_back(path, self.table), self.table)
 
     @cached_property
     def memory(self) -> MemoryAnalysis | None:
