@@ -127,6 +127,12 @@ class ProfilerError(RuntimeError):
     """The profiler was used in a way that would lose or mix up data."""
 
 
+#: The threads ``threading`` has listed as started, by ident (``threading._active``, read without
+#: its lock: a dict lookup; an interpreter without it lists none, and collections then get a span
+#: only on threads that recorded something before).
+_THREADS_STARTED: Any = getattr(threading, "_active", {})
+
+
 class Recorder(EngineObserver):
     """Engine observer that records spans; one per profiling session."""
 
@@ -268,13 +274,17 @@ class Recorder(EngineObserver):
 
     def _register(self) -> ThreadRecords:
         """This thread's lists (see :class:`~.build.ThreadRecords`), made on its first record."""
-        lists = ThreadRecords(threading.current_thread().name, threading.get_native_id())
-        self._new_records(lists)
-        with self._lock:
-            lists.index = len(self._buffers)
-            self._buffers.append(lists)
         local = self._local
-        local.rec, local.buf, local.fam = lists, lists.buf, lists.fam
+        local.registering = True  # a garbage collection meanwhile must not register it a second time
+        try:
+            lists = ThreadRecords(threading.current_thread().name, threading.get_native_id())
+            self._new_records(lists)
+            with self._lock:
+                lists.index = len(self._buffers)
+                self._buffers.append(lists)
+            local.rec, local.buf, local.fam = lists, lists.buf, lists.fam
+        finally:
+            local.registering = False
         return lists
 
     def _new_records(self, lists: ThreadRecords) -> None:
@@ -467,9 +477,19 @@ class Recorder(EngineObserver):
     def _on_collection(self, t0: int, t1: int, name: str) -> None:
         """A garbage collection ran on this thread (:mod:`.gcpause`): a span, the thread registered
         if it had recorded nothing yet (a custom op's Python, whose first record comes at its end).
-        No slot of the cap: a few a second, and a span dropped at the cap would hide what held the GIL."""
-        if self.recording and not self.full:
-            self._buf().append((USER, t0, t1, name, GC_CATEGORY, None, None))
+        Only counted: one inside this thread's registration (its allocations; registered again from
+        here, the thread had two lanes), and one on a thread that ``threading`` does not know yet (a
+        thread's start allocates before it is listed: ``current_thread()`` then made it a
+        "Dummy-1", the lane's name, taking a lock its start may hold)."""
+        local = self._local
+        buf = getattr(local, "buf", None)
+        if buf is None and (getattr(local, "registering", False) or threading.get_ident() not in _THREADS_STARTED):
+            return
+        if not self._admit():  # paused, or at the cap (max_events counts these spans as any other)
+            return
+        if buf is None:
+            buf = self._register().buf
+        buf.append((USER, t0, t1, name, GC_CATEGORY, None, None))
 
     def on_held_back(self, t0: int, t1: int, pending: int) -> None:
         """The engine's back-pressure held a push: a span on the pushing thread, so that the time

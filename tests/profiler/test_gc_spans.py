@@ -188,3 +188,51 @@ def test_a_collection_after_the_last_op_closes_the_path_it_does_not_replace(engi
     last = path.segments[-1]
     assert (last.kind.value, last.name) == ("program", f"{gc_span_name(2)} on MainThread"), path.by_name()
     assert 0.8 * took <= last.dur <= took
+
+
+@pytest.mark.parametrize("compiled", RECORDERS)
+def test_a_collection_inside_a_threads_registration_leaves_it_one_lane(compiled: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every allocation a collection (threshold 1) and every collection a span: the collections
+    that run inside a new thread's registration (its lists being made) must not register it again."""
+    from opprof.profiler import gcpause
+
+    monkeypatch.setattr(gcpause, "MIN_SPAN_NS", 0)
+    opprof.set_engine("naive")
+    thresholds = gc.get_threshold()
+    prof = Profiler(compiled=compiled).start()
+    try:
+        gc.set_threshold(1)
+
+        def pusher() -> None:
+            (nd.ones((2, 2)) + 1).wait_to_read()
+
+        threads = [threading.Thread(target=pusher, name=f"pusher-{i}") for i in range(3)]
+        for t in threads:
+            t.start()
+            t.join()
+    finally:
+        gc.set_threshold(*thresholds)
+        trace = prof.stop()
+    assert trace.validate() == []
+    names = [th.name for th in trace.threads]
+    assert sorted(n for n in names if n.startswith("pusher-")) == ["pusher-0", "pusher-1", "pusher-2"], names
+    assert trace.metadata[GC_METADATA]["spans"] >= 1
+
+
+@pytest.mark.parametrize("compiled", RECORDERS)
+def test_a_collection_past_the_event_cap_is_dropped_as_any_event(compiled: bool, heap: list[list[int]]) -> None:
+    """max_events counts collections' spans as any other: past the cap, a collection is counted
+    in the metadata and among the dropped events, with no span."""
+    opprof.set_engine("naive")
+    prof = Profiler(max_events=5, compiled=compiled).start()
+    try:
+        x = nd.ones((2, 2))
+        for _ in range(10):
+            x = x + 1
+        x.wait_to_read()
+        _collect()
+    finally:
+        trace = prof.stop()
+    assert len(trace.spans) <= 5 and _gc_spans(trace) == []
+    assert trace.metadata[GC_METADATA]["by_generation"][2]["collections"] == 1
+    assert trace.metadata["dropped_events"] >= 10 + 1 - 5  # the ops, and the collection
