@@ -11,6 +11,8 @@ import numpy as np
 
 import opprof as mx
 from opprof.engine import EngineObserver
+from opprof.trace import Span, Trace
+from opprof.trace.records import GC_CATEGORY
 
 
 class PushRecorder(EngineObserver):
@@ -48,6 +50,13 @@ def record_pushes() -> Iterator[PushRecorder]:
             mx.nd.waitall()
         finally:
             eng.observer = prev
+
+
+def engine_spans(trace: Trace) -> list[Span]:
+    """The spans of the engine's records: all but the garbage collector's, which come whenever a
+    collection of a millisecond or more runs (a full one, in a suite's large heap) and take no
+    slot of the event cap. Counts of ops, of drops and of lanes are read from these."""
+    return [s for s in trace.spans if s.cat != GC_CATEGORY]
 
 
 def spin(seconds: float) -> None:

@@ -477,15 +477,18 @@ class Recorder(EngineObserver):
     def _on_collection(self, t0: int, t1: int, name: str) -> None:
         """A garbage collection ran on this thread (:mod:`.gcpause`): a span, the thread registered
         if it had recorded nothing yet (a custom op's Python, whose first record comes at its end).
-        Only counted: one inside this thread's registration (its allocations; registered again from
-        here, the thread had two lanes), and one on a thread that ``threading`` does not know yet (a
-        thread's start allocates before it is listed: ``current_thread()`` then made it a
-        "Dummy-1", the lane's name, taking a lock its start may hold)."""
+        No slot of the cap (``max_events`` bounds the engine's records; collections of a
+        millisecond or more are a few a second at most), so that a collection changes no count of
+        dropped events; none once the cap is reached. Only counted: one inside this thread's
+        registration (its allocations; registered again from here, the thread had two lanes), and
+        one on a thread that ``threading`` does not list yet (a thread's start allocates before
+        it is listed: ``current_thread()`` then named the lane "Dummy-1", and took a lock the
+        start may hold)."""
         local = self._local
         buf = getattr(local, "buf", None)
         if buf is None and (getattr(local, "registering", False) or threading.get_ident() not in _THREADS_STARTED):
             return
-        if not self._admit():  # paused, or at the cap (max_events counts these spans as any other)
+        if not self.recording or self.full:
             return
         if buf is None:
             buf = self._register().buf
@@ -511,6 +514,14 @@ class Recorder(EngineObserver):
         their tails: :class:`~.live.LiveFeed`)."""
         with self._lock:
             return list(self._buffers)
+
+    def recorded_any(self) -> bool:
+        """Whether a thread recorded anything but garbage collections: a Dask client whose engine
+        ran nothing had collections of the suite's heap recorded, was then stopped with a final
+        wait, and that wait, ending after every worker's work, started the critical path."""
+        return any(
+            r.plain or r.sub or r.fam or any(e[0] != USER or e[4] != GC_CATEGORY for e in r.buf) for r in self.thread_records()
+        )
 
     @property
     def events(self) -> int:

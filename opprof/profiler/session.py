@@ -121,7 +121,7 @@ class Profiler:
     def recorded_any(self) -> bool:
         """Whether the running recording holds any record yet (a Dask worker sends none otherwise)."""
         rec = self._recorder
-        return rec is not None and any(r.plain or r.sub or r.fam or r.buf for r in rec.thread_records())
+        return rec is not None and rec.recorded_any()
 
     def snapshot(self) -> Trace:
         """The trace recorded so far, while recording goes on (unfinished custom-op calls left out)."""

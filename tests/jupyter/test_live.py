@@ -26,6 +26,7 @@ from opprof.profiler.live import LiveFeed, LiveSpans
 from opprof.trace import Role
 from opprof.trace.columns import ROLE_CODE
 from opprof.trace.records import BACKPRESSURE
+from tests.helpers import engine_spans
 
 WIDGET = "application/vnd.jupyter.widget-view+json"
 
@@ -141,11 +142,16 @@ def test_a_poll_is_capped_and_says_how_many_it_left_out() -> None:
     assert 0 < len(s) <= 100
     assert prof.trace is not None
     held = sum(sp.name == BACKPRESSURE for sp in prof.trace.spans)  # pushes the engine held back, all before the poll
-    assert len(s) + s.skipped == s.total == 1_002 + held  # the ops, ones(), the wait and the holds
+    # The ops, ones(), the wait and the holds; and any garbage collection of a millisecond or more
+    # before the poll (a span of its own: none, unless the suite's heap is collected meanwhile).
+    collections = len(prof.trace.spans) - len(engine_spans(prof.trace))
+    assert len(s) + s.skipped == s.total
+    assert 1_002 + held <= s.total <= 1_002 + held + collections
     # An even stride: the sample spans the burst, not its first 100.
     plus = np.sort(s.start[np.array(s.name) == "_plus_scalar"])
     assert plus[-1] - plus[0] > 0.8 * (s.end.max() - s.start.min())
-    assert len(empty) == 0 and empty.skipped == 0 and empty.total == 1_002 + held
+    # Nothing new by the next poll: none, but a collection that ran between the two.
+    assert len(empty) == empty.total - s.total <= collections and empty.skipped == 0
     assert empty.thread.dtype == np.int32 and empty.start.dtype == np.float64 and empty.role.dtype == np.int8
     with pytest.raises(ValueError):
         LiveFeed(feed.recorder, cap=0)

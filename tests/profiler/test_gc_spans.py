@@ -236,3 +236,18 @@ def test_a_collection_past_the_event_cap_is_dropped_as_any_event(compiled: bool,
     assert len(trace.spans) <= 5 and _gc_spans(trace) == []
     assert trace.metadata[GC_METADATA]["by_generation"][2]["collections"] == 1
     assert trace.metadata["dropped_events"] >= 10 + 1 - 5  # the ops, and the collection
+
+
+def test_a_recording_of_only_collections_has_recorded_nothing(heap: list[list[int]]) -> None:
+    """A Dask client whose engine ran nothing is stopped without a final wait (``recorded_any``):
+    its collections, which get a lane, do not make it one that ran something."""
+    opprof.set_engine("naive")
+    prof = Profiler().start()
+    try:
+        _collect()
+        assert not prof.recorded_any
+        (nd.ones((2, 2)) + 1).wait_to_read()
+        assert prof.recorded_any
+    finally:
+        trace = prof.stop()
+    assert len(_gc_spans(trace)) == 1

@@ -30,7 +30,7 @@ from opprof.engine import Engine
 from opprof.profiler import ProfilerError, Recorder, profile
 from opprof.trace import Span, Trace, from_chrome
 from opprof.trace.formats.chrome import to_chrome
-from tests.helpers import MyAddOneProp
+from tests.helpers import MyAddOneProp, engine_spans
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -204,7 +204,7 @@ def check_trace(trace: Trace, kind: str, expected: Counter[tuple[str, bool]], ma
             assert sum(s.role == "subop" for s in kids) >= 2
 
     ids = set(fams)
-    for s in trace.spans:
+    for s in engine_spans(trace):
         if s.role == "subop":
             assert s.invocation in ids
         if s.role is None:  # regular ops and waits keep their plain names, with no invocation
@@ -638,13 +638,13 @@ def test_event_cap_drops_and_counts(engine: Engine) -> None:
     with profile() as full:
         body()
     assert full.trace is not None
-    attempted = len(full.trace.spans)  # every op and wait is one record
+    attempted = len(engine_spans(full.trace))  # every op and wait is one record
     assert attempted == 101  # 100 ops + WaitForAll
     with profile(max_events=10) as capped:
         body()
     trace = capped.trace
     assert trace is not None
-    assert len(trace.spans) == 10
+    assert len(engine_spans(trace)) == 10
     assert trace.metadata["max_events"] == 10
     assert trace.metadata["dropped_events"] == attempted - 10 > 0
     assert trace.validate() == []
@@ -664,7 +664,7 @@ def test_event_cap_drops_incomplete_invocations(engine: Engine, check_chrome: Ca
     check_trace(full.trace, engine.kind, Counter({("ProfMultiSub", False): 30}))
     # Records that count toward the cap: every span but the python ones (never dropped) and the
     # parents (one per custom op's engine op record).
-    attempted = sum(s.role != "python" for s in full.trace.spans)
+    attempted = sum(s.role != "python" for s in engine_spans(full.trace))
     with profile(max_events=40) as capped:
         body()
     trace = capped.trace
