@@ -251,3 +251,26 @@ def test_a_recording_of_only_collections_has_recorded_nothing(heap: list[list[in
     finally:
         trace = prof.stop()
     assert len(_gc_spans(trace)) == 1
+
+
+def test_an_approximate_path_starts_from_the_last_work_not_a_later_collection() -> None:
+    """A trace without the engine's edges (another tool's, a merged Dask run): the path by threads
+    starts from the last span that is no collection and closes with the collection after it."""
+    from opprof.trace import Span, ThreadInfo
+
+    ms = 1_000_000
+    spans = [
+        Span("load", "op", 1, 0, 10 * ms),
+        Span("step", "op", 1, 10 * ms, 20 * ms),
+        Span(gc_span_name(2), GC_CATEGORY, 2, 25 * ms, 30 * ms),
+    ]
+    trace = Trace([ThreadInfo(1, "worker"), ThreadInfo(2, "MainThread")], spans)
+    path = trace.critical_path()
+    assert path.approximate and path.check() == []
+    names = [(s.kind.value, s.name, s.dur // ms) for s in path.segments]
+    assert names == [
+        ("run", "load", 10),
+        ("run", "step", 10),
+        ("program", "MainThread (the program's own Python)", 5),
+        ("program", f"{gc_span_name(2)} on MainThread", 5),
+    ], names

@@ -654,8 +654,15 @@ def _by_thread(trace: TraceData, t: SpanTable) -> CriticalPath:
     names = t.str_list(t.name)
     segs: list[tuple[int, int, SegmentKind, int, str, int]] = []
     cur = end
-    last = np.flatnonzero(t.end[top] == end)
-    s = int(top[last[0]]) if len(last) else int(np.argmax(t.end))
+    # From the last span that is no garbage collection: a collection of the client's heap after
+    # every worker's task started a Dask run's path, which then held that collection alone. The
+    # time after it closes the path, the program's on the thread whose span ended last.
+    work = top[~np.isin(top, t.collections())]
+    if len(work) and int(t.end[work].max()) < end:
+        cur = int(t.end[work].max())
+        segs.append((cur, end, SegmentKind.PROGRAM, int(t.tid[int(np.argmax(t.end))]), "after the last work", -1))
+    last = np.flatnonzero(t.end[work] == cur)
+    s = int(work[last[0]]) if len(last) else int(np.argmax(t.end))
     tid = int(t.tid[s])
     steps, limit = 0, 4 * len(t) + 16
     while s >= 0 and cur > start and steps < limit:
