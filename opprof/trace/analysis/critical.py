@@ -24,6 +24,7 @@ source of a flow arrow arriving at its start.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -1011,35 +1012,22 @@ def mark_collections(path: CriticalPath, table: SpanTable) -> CriticalPath:
         return path
     c_tid, c_start, c_end = table.tid[rows], table.start[rows], table.end[rows]
     kind_of, a, b, seg_tid = path.seg_kind, path.seg_start, path.seg_end, path.seg_tid
-    pieces: list[tuple[int, int, int, int, int, int, int]] = []  # (segment index, start, end, kind, tid, span, about)
-    cut: list[int] = []
     # The program pieces each collection meets: the path tiles time, so they lie between two sorted
     # searches of its starts. Collections are few (a millisecond or more each); a loop's program
     # gaps may be a million, so these are found from the collections' side.
-    met: list[np.ndarray] = []
-    for ct, cs, ce in zip(c_tid.tolist(), c_start.tolist(), c_end.tolist(), strict=True):
+    over: dict[int, list[tuple[int, int, int, int, int]]] = {}  # segment -> (start, end, kind, tid, span)
+    for row, ct, cs, ce in zip(rows.tolist(), c_tid.tolist(), c_start.tolist(), c_end.tolist(), strict=True):
         idx = np.arange(max(0, int(np.searchsorted(a, cs, side="right")) - 1), int(np.searchsorted(a, ce, side="left")))
-        met.append(idx[(kind_of[idx] == _PROG) & (seg_tid[idx] == ct) & (b[idx] > cs)])
-    for i in np.unique(np.concatenate(met)).tolist():
-        lo, hi, tid = int(a[i]), int(b[i]), int(seg_tid[i])
-        runs = thread_runs(c_tid, c_start, c_end, tid, lo, hi)
-        if runs:
-            cut.append(i)
-            over = [(x, y, _PROG, tid) for x, y in runs]
-            _tile(pieces, i, lo, hi, _PROG, tid, int(path.seg_span[i]), int(path.seg_about[i]), over)
-    if not cut:
+        for i in idx[(kind_of[idx] == _PROG) & (seg_tid[idx] == ct) & (b[idx] > cs)].tolist():
+            over.setdefault(i, []).append((max(cs, int(a[i])), min(ce, int(b[i])), _PROG, ct, row))
+    if not over:
         return path
-    p = np.array(pieces, dtype=np.int64).reshape(-1, 7)
-    # The pieces inside a collection run on its span: the collection of their thread open at their
-    # middle, found by one sorted search per thread (the rest keep the gap's: none).
-    for tid in np.unique(p[:, 4]).tolist():
-        mine = np.flatnonzero(p[:, 4] == tid)
-        lo_i, hi_i = int(np.searchsorted(c_tid, tid, side="left")), int(np.searchsorted(c_tid, tid, side="right"))
-        mid = (p[mine, 1] + p[mine, 2]) // 2
-        j = lo_i + np.searchsorted(c_start[lo_i:hi_i], mid, side="right") - 1
-        inside = (j >= lo_i) & (c_end[np.maximum(j, 0)] > mid)
-        p[mine[inside], 5] = rows[j[inside]]
-    return _with_pieces(path, cut, p)
+    pieces: list[tuple[int, int, int, int, int, int, int]] = []  # (segment index, start, end, kind, tid, span, about)
+    cut = sorted(over)
+    for i in cut:
+        span, about = int(path.seg_span[i]), int(path.seg_about[i])
+        _tile(pieces, i, int(a[i]), int(b[i]), _PROG, int(seg_tid[i]), span, about, over[i])
+    return _with_pieces(path, cut, np.array(pieces, dtype=np.int64).reshape(-1, 7))
 
 
 def thread_runs(r_tid: np.ndarray, r_start: np.ndarray, r_end: np.ndarray, tid: int, lo: int, hi: int) -> list[tuple[int, int]]:
@@ -1062,20 +1050,22 @@ def _tile(
     tid: int,
     span: int,
     about: int,
-    over: list[tuple[int, int, int, int]],
+    over: Sequence[tuple[int, ...]],
 ) -> None:
     """Segment ``i`` (``[lo, hi)``, its kind, thread, span and about) as pieces appended to ``pieces``:
-    ``over``'s ``(start, end, kind, tid)`` parts in their own kind (no span: a GIL piece's is found
-    by its caller; a ``wake`` piece, or a GIL one of no known holder, keeps the segment's: it is
-    still that op's wait), the rest in the segment's, tiling it in time order."""
+    ``over``'s ``(start, end, kind, tid[, span])`` parts in their own kind, on the span given (a
+    collection's), else on none (a GIL piece's is found by its caller; a ``wake`` piece, or a GIL
+    one of no known holder, keeps the segment's: it is still that op's wait), the rest in the
+    segment's, tiling it in time order."""
     at = lo
-    for x, y, k, who in sorted(over):
+    for x, y, k, who, *on in sorted(over):
         x = max(x, at)
         if y <= x:
             continue
         if x > at:
             pieces.append((i, at, x, kind, tid, span, about))
-        pieces.append((i, x, y, k, who, span if k == _WAKE or (k == _GIL and who < 0) else -1, about))
+        own = on[0] if on else (span if k == _WAKE or (k == _GIL and who < 0) else -1)
+        pieces.append((i, x, y, k, who, own, about))
         at = y
     if hi > at:
         pieces.append((i, at, hi, kind, tid, span, about))
