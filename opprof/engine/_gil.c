@@ -129,6 +129,7 @@ typedef struct {
     int64_t last_cpu;     /* CPU ns at the previous sample, -1 before the first */
     int last_syscall;     /* syscall_state() at the previous sample, SYS_UNREAD when not read then */
     int foreign;          /* registered by another thread (register_others), for one profile */
+    int parked;           /* set by the thread itself while it is parked in one of the engine's C waits */
 } slot_t;
 
 static struct _gil_runtime_state *gil_ptr = NULL;
@@ -292,6 +293,15 @@ static int take_sample(void) {
             s->last_syscall = SYS_UNREAD;
             continue;
         }
+        /* Parked in one of the engine's own waits (a work queue, a program's wait), as it says itself
+         * (see set_parked): in a futex that is not the GIL's, which is what /proc would have shown,
+         * read here for nothing. Most /proc reads of a busy custom-op profile were of such threads
+         * (an engine worker that ran an op since the last sample, then parked). */
+        if (__atomic_load_n(&s->parked, __ATOMIC_ACQUIRE)) {
+            s->last_syscall = SYS_OTHER;
+            r.blocked |= bit;
+            continue;
+        }
         /* Not scheduled at all since the previous sample (its CPU clock did not move): it is still
          * in the state /proc showed then, read after that sample's clock read. Idle threads cost
          * one clock read per sample, not a /proc read. */
@@ -389,6 +399,27 @@ static void *sampler_main(void *arg) {
     return NULL;
 }
 
+/* ------------------------------------------------------------------ a thread's own word: parked
+
+ * The calling thread's slot, for the word it sets while parked in the engine's C waits
+ * (opprof.engine._handoff, given set_parked through the capsule `_set_parked`). Only a thread that
+ * registered itself for good has one: its slot is retired only by its own unregister_thread, which
+ * clears this, or by its death, so a live thread never writes into a slot reused by another. (A
+ * foreign slot is retired by unregister_foreign from another thread, its owner maybe parked.) */
+static __thread int my_slot = -1;
+static __thread pid_t my_tid = 0;
+
+/* Without the GIL and without the lock: a relaxed check that the slot is still this thread's, then
+ * the word. Costs a few ns beside a park's futex wait (a wake is ~20 us of CPU here). */
+static void set_parked(int on) {
+    int i = my_slot;
+    if (i < 0) return;
+    slot_t *s = &slots[i];
+    if (__atomic_load_n(&s->tid, __ATOMIC_RELAXED) != my_tid || __atomic_load_n(&s->state, __ATOMIC_RELAXED) != SLOT_USED)
+        return;
+    __atomic_store_n(&s->parked, on, __ATOMIC_RELEASE);
+}
+
 /* ------------------------------------------------------------------ after fork: no sampler, no threads */
 
 static void after_fork_child(void) {
@@ -461,6 +492,7 @@ static int claim_slot_locked(pid_t tid, unsigned long ident, PyThreadState *ts, 
     s->last_cpu = cpu;
     s->last_syscall = SYS_UNREAD;
     s->foreign = foreign;
+    __atomic_store_n(&s->parked, 0, __ATOMIC_RELAXED);
     *fd = -1;
     return free_slot;
 }
@@ -487,7 +519,12 @@ static PyObject *gil_register_thread(PyObject *self, PyObject *args, PyObject *k
 
     lock_nogil();
     int found = claim_slot_locked(tid, ident, ts, clk, &fd, cpu, foreign);
+    int kept = found >= 0 && !slots[found].foreign;
     pthread_mutex_unlock(&lock);
+    if (kept) { /* see set_parked: only a slot that only this thread retires */
+        my_tid = tid;
+        my_slot = found;
+    }
     if (fd >= 0) close(fd);
     if (found < 0) {
         PyErr_Format(PyExc_RuntimeError,
@@ -574,6 +611,7 @@ static PyObject *gil_unregister_foreign(PyObject *self, PyObject *unused) {
 static PyObject *gil_unregister_thread(PyObject *self, PyObject *unused) {
     pid_t tid = (pid_t)syscall(SYS_gettid);
     int done = 0;
+    my_slot = -1;
     lock_nogil();
     for (int i = 0; i < MAX_SLOTS; i++) {
         if (slots[i].state == SLOT_USED && slots[i].tid == tid) {
@@ -626,6 +664,11 @@ static PyObject *gil_start(PyObject *self, PyObject *args, PyObject *kwargs) {
     sampler_nice_applied = 0;
     sampler_slice_applied = 0;
     prev_sample_t = 0;
+    /* stats() counts one run: a profile's metadata said "sampler_cpu_ns" of every sampler run of the
+     * process since it started (the tenth profile of a notebook, ten times its own). */
+    n_samples = n_dropped = n_proc_reads = 0;
+    __atomic_store_n(&n_missed, 0, __ATOMIC_RELAXED);
+    sampler_cpu_ns_total = 0;
     for (int i = 0; i < MAX_SLOTS; i++) /* CPU advance counts from the first sample on */
         if (slots[i].state == SLOT_USED && !slots[i].dead) {
             if (clock_ns(slots[i].cpu_clock, &slots[i].last_cpu) != 0) slots[i].last_cpu = -1;
@@ -777,7 +820,8 @@ static PyMethodDef gil_methods[] = {
      "(RECORD_SIZE-byte records, see opprof.engine.gil) and every slot they may name."},
     {"thread_slots", gil_thread_slots, METH_NOARGS, "thread_slots() -> [(slot, native_id, ident)] of the registered threads."},
     {"stats", gil_stats, METH_NOARGS,
-     "stats() -> dict: samples, dropped (buffer full), missed (ticks skipped when late), proc_reads, sampler_cpu_ns, ..."},
+     "stats() -> dict: of the last (or running) sampler run: samples, dropped (buffer full), missed (ticks skipped when late), "
+     "proc_reads, sampler_cpu_ns, ..."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -808,7 +852,8 @@ PyMODINIT_FUNC PyInit__gil(void) {
     if (PyModule_AddIntConstant(m, "RECORD_SIZE", (long)sizeof(record_t)) < 0 ||
         PyModule_AddIntConstant(m, "MAX_THREADS", MAX_SLOTS) < 0 ||
         PyModule_AddIntConstant(m, "DEFAULT_PERIOD_NS", (long)DEFAULT_PERIOD_NS) < 0 ||
-        PyModule_AddStringConstant(m, "SAMPLER_THREAD_NAME", SAMPLER_THREAD_NAME) < 0) {
+        PyModule_AddStringConstant(m, "SAMPLER_THREAD_NAME", SAMPLER_THREAD_NAME) < 0 ||
+        PyModule_AddObject(m, "_set_parked", PyCapsule_New((void *)set_parked, "opprof.engine._gil._set_parked", NULL)) < 0) {
         Py_DECREF(m);
         return NULL;
     }

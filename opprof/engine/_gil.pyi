@@ -6,6 +6,8 @@ RECORD_SIZE: int
 MAX_THREADS: int
 DEFAULT_PERIOD_NS: int
 SAMPLER_THREAD_NAME: str
+#: A capsule of set_parked(int): opprof.engine._handoff's parked threads say so through it.
+_set_parked: object
 
 def available() -> bool: ...
 def reason() -> str: ...

@@ -3,6 +3,8 @@
 from typing import Any
 
 RECORD_SIZE: int
+#: 1 when opprof.engine._gil was loaded with it: a parked thread says so to the GIL sampler.
+TELLS_SAMPLER: int
 
 class Queue:
     def __init__(self, kind: int = ..., spin_ns: int = ...) -> None: ...

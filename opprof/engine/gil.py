@@ -531,8 +531,9 @@ class GilSampler:
         ]
 
     def stats(self) -> dict[str, Any]:
-        """The sampler's counters: samples, dropped (buffer full), missed (ticks skipped while the
-        sampler was descheduled), proc_reads, sampler_cpu_ns (its own CPU time), nice_applied..."""
+        """The counters of the last (or running) sampler run, from its start(): samples, dropped
+        (buffer full), missed (ticks skipped while the sampler was descheduled), proc_reads (of
+        /proc/<tid>/syscall), sampler_cpu_ns (its own CPU time), nice_applied..."""
         return dict(_native.stats()) if _native is not None else {}
 
     def drain(self) -> GilSamples:
@@ -594,11 +595,10 @@ def sampler_cpu_share(
                 sustained_period_ns=sustained_period_ns,
                 sustained_after_ns=sustained_after_ns,
             )
-            cpu0 = sampler.stats().get("sampler_cpu_ns", 0)
             sampler.start()
             time.sleep(seconds)
             sampler.stop()
-            share[period] = (sampler.stats()["sampler_cpu_ns"] - cpu0) / (seconds * 1e9)
+            share[period] = sampler.stats()["sampler_cpu_ns"] / (seconds * 1e9)
             sampler.drain()
     finally:
         stop.set()

@@ -52,6 +52,7 @@ __all__ = [
     "ping_pong_us",
     "start",
     "stop",
+    "tells_sampler",
     "timed_ping_pong",
     "work_queue",
 ]
@@ -154,6 +155,12 @@ def _locked_lock() -> Gate:
 #: ``threading.Lock``. The type itself where compiled, not a function around it: made, opened and
 #: passed, a gate costs 124 ns that way and 296 ns through a function (a Lock's 218 ns, 2026-12-04).
 closed_gate: Callable[[], Gate] = functools.partial(_native.Gate, int(QueueKind.WAIT)) if _native is not None else _locked_lock
+
+
+def tells_sampler() -> bool:
+    """Whether a thread parked in these queues and gates says so to the GIL sampler (both compiled
+    parts loaded): the sampler then knows it BLOCKED without reading its /proc/<tid>/syscall."""
+    return _native is not None and bool(_native.TELLS_SAMPLER)
 
 
 def spin_stats() -> dict[str, int]:

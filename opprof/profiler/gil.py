@@ -38,15 +38,21 @@ QUIET_PERIOD_NS = 4_000_000
 #: two seconds of it now take 1.5-1.6 % (2 ms: 1.5-1.9 %, too near the goal). Still two samples per
 #: switch interval; a long episode has hundreds either way.
 SUSTAINED_PERIOD_NS = 2_500_000
-#: 100 ms of unbroken contention (20 switch intervals, 100 samples at the fine rate) before the
+#: 50 ms of unbroken contention (10 switch intervals, 50 samples at the fine rate) before the
 #: sampler backs off: short episodes (a 30-40 ms spin, a notebook cell of a few ms) keep 1 kHz.
+#: 100 ms held a busy profile of a few hundred ms (2,000 chained custom ops, 4-wide custom ops,
+#: 20,000 small ops: 110-270 ms each) at 1.5-2.0 % of a core, on the goal's line; 50 ms takes it to
+#: 1.3-1.8 % (2026-12-06). The known answers of the spinning Python and of the collection passed
+#: 35 of 37 judged single tries at 50 ms, 42 of 43 at 100 ms; the misses were the machine's (a
+#: spinner 4 ms off its CPU, the OS taking 1.6 ms a wake; at 100 ms, once, the collection's
+#: waiters named its op's Python instead).
 #: 25 ms was tried (2026-12-05): its wakes cost a profiled program more than their own CPU (each
 #: preempts a thread, often the GIL's holder), but the on/off rows it gained were within what
 #: repeated runs swing by (2,000 trivial custom ops 1.07-1.09x against 1.16-1.19x in two runs, then
 #: 1.05x against 1.08x), and a holder became coarser: a custom-op thread's engine Python seen once
 #: at 2.5 ms counts 2.5 ms of holding; known answer 1 (the spinner named as the holder) failed three
 #: tries in a row on Python 3.10 in a CI run with it, a custom-op thread's 4 ms ahead of the spinner's 1.2.
-SUSTAINED_AFTER_NS = 100_000_000
+SUSTAINED_AFTER_NS = 50_000_000
 
 
 def _as_handoffs(opened: np.ndarray) -> np.ndarray:

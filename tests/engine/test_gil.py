@@ -18,12 +18,13 @@ import time
 import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 import opprof
-from opprof.engine import gil
+from opprof.engine import gil, handoff
 from opprof.engine.gil import GilSampler, GilSamples, GilState
 from tests.helpers import retried
 
@@ -237,6 +238,28 @@ def test_start_stop_drain_twice_and_register_is_idempotent(sampler: GilSampler) 
 
 
 @native
+def test_stats_count_one_sampler_run(sampler: GilSampler) -> None:
+    """stats() is the last run's, from its start(): a profile's metadata once carried every run's
+    samples and CPU since the process started (the tenth profile, ten times its own cost)."""
+    sampler.register_thread()
+    assert sampler.start()
+    time.sleep(0.2)
+    sampler.stop()
+    long_run = sampler.stats()
+    t0 = time.monotonic_ns()
+    assert sampler.start()
+    time.sleep(0.005)
+    sampler.stop()
+    wall = time.monotonic_ns() - t0
+    short_run = sampler.stats()
+    assert long_run["samples"] >= 40, long_run  # 5 kHz for 0.2 s: ~1,000 on an idle machine
+    assert short_run["samples"] <= wall / sampler.period_ns + 2, (short_run, wall)
+    # One thread's CPU time within its own run's wall time (the long run's alone is ~5 ms here).
+    assert 0 < short_run["sampler_cpu_ns"] <= wall, (short_run, wall)
+    assert len(sampler.drain()) == long_run["samples"] + short_run["samples"]
+
+
+@native
 def test_a_thread_that_exits_unregistered_is_noticed(sampler: GilSampler) -> None:
     slots: list[int | None] = []
     t = threading.Thread(target=lambda: slots.append(gil.register_thread()))
@@ -367,6 +390,70 @@ def test_the_samplers_own_cpu_cost_at_5_khz_with_4_threads(sampler: GilSampler, 
     record_property("sampler_cpu_share_1khz", cost[1_000_000])
     print(f"sampler CPU, 4 threads: {cost[200_000]:.1%} of a core at 5 kHz, {cost[1_000_000]:.1%} at 1 kHz")
     assert cost[200_000] < 0.25 and cost[1_000_000] < 0.06
+
+
+@native
+@pytest.mark.skipif(not handoff.AVAILABLE, reason=f"no compiled hand-offs here: {handoff.WHY_NOT}")
+def test_a_thread_parked_in_the_engines_queue_says_so_and_costs_the_sampler_no_proc_reads(sampler: GilSampler) -> None:
+    """Known answer: a registered thread that works briefly on each of 150 items and parks in a
+    work queue between them is BLOCKED whenever it is parked, and the sampler learns that from the
+    thread itself: next to none of its samples read /proc (a thread parked on a threading.Event,
+    which cannot say so, is read at each sample where it ran since the last: the control)."""
+    assert handoff.tells_sampler()
+
+    def run(parked_in_queue: bool) -> tuple[GilSamples, dict[str, Any], int, list[tuple[int, int]]]:
+        q = handoff.work_queue(handoff.QueueKind.ENGINE)
+        bell, done, slot = threading.Event(), threading.Event(), []
+
+        def worker() -> None:
+            got = gil.register_thread()
+            assert got is not None
+            slot.append(got)
+            try:
+                while not done.is_set():
+                    if parked_in_queue:
+                        q.get()
+                    else:
+                        bell.wait()
+                        bell.clear()
+                    end = time.monotonic_ns() + 200_000  # 0.2 ms of Python, then park again
+                    while time.monotonic_ns() < end:
+                        pass
+            finally:
+                gil.unregister_thread()
+
+        gil.unregister_thread()  # the main thread, woken at every put, would be read then: not sampled
+        t = threading.Thread(target=worker, daemon=True)
+        t.start()
+        time.sleep(0.02)
+        assert sampler.start()
+        windows = []
+        for _ in range(150):
+            t0 = time.monotonic_ns()
+            q.put(1) if parked_in_queue else bell.set()
+            time.sleep(0.0015)
+            windows.append((t0 + 600_000, time.monotonic_ns()))  # it worked 0.2 ms, then parked
+        sampler.stop()
+        stats = sampler.stats()
+        done.set()
+        q.put(None) if parked_in_queue else bell.set()
+        t.join(5)
+        return sampler.drain(), stats, slot[0], windows
+
+    samples, stats, slot, windows = run(True)
+    state, t = samples.state(slot), samples.t
+    parked = np.zeros(len(t), dtype=bool)
+    for lo, hi in windows:
+        parked |= (t >= lo) & (t < hi)
+    assert parked.sum() > 50, stats
+    counts = np.unique(state[parked], return_counts=True)
+    assert (state[parked] == GilState.BLOCKED).mean() >= 0.95, counts
+    # The worker, the one thread sampled, ran 150 times between samples: its parks were never read
+    # (a sample that caught it working or taking the GIL back may be).
+    assert stats["proc_reads"] <= 15, stats
+    # Parked on an Event, it is read once after each time it ran (its later idle samples reuse that).
+    _, control, _, _ = run(False)
+    assert control["proc_reads"] >= 100, control
 
 
 @contextlib.contextmanager

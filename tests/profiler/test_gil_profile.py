@@ -62,6 +62,8 @@ def test_two_spinning_pythons_wait_for_the_gil_held_by_each_other() -> None:
         trace = _profile("GilProfileSpin", "GilProfileSpin")
         meta = trace.metadata["gil"]
         assert meta["period_ns"] > 0 and meta["samples"] > 0
+        # This profile's own sampler, not every one the process ran: its CPU within the profile's time.
+        assert 0 < meta["sampler_cpu_ns"] <= trace.metadata["t_stop_ns"] - trace.metadata["t_start_ns"], meta
         p = _parts(trace, "GilProfileSpin")
         python = sum(p.values())
         sampled = python - p["not sampled"] - p["CPU wait"]
