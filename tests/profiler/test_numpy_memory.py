@@ -167,6 +167,29 @@ def test_enter_leave_nest_and_count_realloc() -> None:
 
 
 @needs_npmem
+def test_a_leave_that_skipped_inner_ones_ends_them_and_a_wrong_token_is_refused() -> None:
+    """Tokens are depths on this thread: a leave whose inner enters were never left (an error
+    skipped their leave) ends them too and puts NumPy's handler back; a token of no open enter is a
+    ValueError; an enter nested past the 32 kept measures nothing (None) and spoils no outer one."""
+    outer = npmem.enter()
+    a = np.ones(1_000_000)  # 8 MB
+    npmem.enter()  # never left
+    b = np.ones(1_000_000)
+    assert abs(npmem.leave(outer) - 2 * MB8) <= 1024
+    assert get_handler_name() == "default_allocator" and npmem._npmem.counters()[2] == 0
+    with pytest.raises(ValueError, match="not yet left"):
+        npmem.leave(outer)
+    del a, b
+    tokens = [npmem.enter() for _ in range(40)]
+    assert all(isinstance(t, int) for t in tokens[:32]) and tokens[32:] == [None] * 8
+    c = np.ones(1_000_000)
+    assert [npmem.leave(t) for t in reversed(tokens[32:])] == [-1] * 8
+    assert abs(npmem.leave(tokens[0]) - MB8) <= 1024
+    assert get_handler_name() == "default_allocator" and npmem._npmem.counters()[2] == 0
+    del c
+
+
+@needs_npmem
 @pytest.mark.parametrize("escaping", [3, 40])  # fewer blocks than the leave pops one by one, and more
 def test_blocks_that_escape_a_python_leave_the_table_empty(escaping: int) -> None:
     """Arrays made inside and kept past ``leave`` (a custom op's outputs) are forgotten at the
