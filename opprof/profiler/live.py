@@ -30,7 +30,8 @@ import numpy as np
 
 from ..engine import Invocation
 from ..trace import Role
-from ..trace.columns import NO_ROLE, ROLE_CODE
+from ..trace.columns import COLLECTION_ROLE, NO_ROLE, ROLE_CODE
+from ..trace.records import GC_CATEGORY
 from .build import (
     BUF_INFO,
     BUF_KIND,
@@ -75,8 +76,9 @@ class LiveSpans:
     ``start``/``end`` are µs since the recording started; ``thread`` indexes ``threads`` (every
     recording thread's name so far, in the order they first recorded: a lane each); ``role`` holds
     the trace's role codes (:data:`~opprof.trace.columns.ROLE_CODE`, 0 for a span outside any
-    custom op); ``outer`` marks spans that others on their thread nest in (a custom op's Python,
-    a user's ``Task``/``Frame``), which a view draws underneath.
+    custom op, :data:`~opprof.trace.columns.COLLECTION_ROLE` for a garbage collection); ``outer``
+    marks spans that others on their thread nest in (a custom op's Python, a user's
+    ``Task``/``Frame``), which a view draws underneath.
     """
 
     threads: list[str]
@@ -208,7 +210,7 @@ class LiveFeed:
                     o_role.append(_WAIT if own else NO_ROLE)
                 elif kind == USER:
                     o_name.append(name)
-                    o_role.append(NO_ROLE)
+                    o_role.append(COLLECTION_ROLE if r[BUF_INFO] == GC_CATEGORY else NO_ROLE)
                 else:  # errors, instants, counters: not spans
                     continue
                 o_thread.append(index)

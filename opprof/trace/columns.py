@@ -42,6 +42,11 @@ ROLES: tuple[Role | None, ...] = (None, *Role, None)
 ROLE_CODE: dict[Role, int] = {r: i for i, r in enumerate(Role, start=1)}
 NO_ROLE = 0
 OTHER_ROLE = len(ROLES) - 1
+#: What the views colour a garbage collection's span by (category :data:`~.records.GC_CATEGORY`):
+#: a code past the roles' (not a :class:`Role`: a collection belongs to no invocation). A span
+#: outside the engine's ops is no "regular op", and a 30 ms collection drawn as one read as an op.
+#: Not stored in the ``role`` column (where this number means some other role, kept verbatim).
+COLLECTION_ROLE = len(Role) + 1
 _ROLE_OF_VALUE: dict[Any, int] = {**ROLE_CODE, **{r.value: c for r, c in ROLE_CODE.items()}}
 _I64 = np.int64
 _EMPTY_I64 = np.zeros(0, dtype=_I64)

@@ -39,7 +39,8 @@ class SpanChunk(Protocol):
 
     @property
     def role(self) -> np.ndarray:
-        """The trace's role codes (:data:`opprof.trace.columns.ROLE_CODE`), 0 outside any custom op."""
+        """The trace's role codes (:data:`opprof.trace.columns.ROLE_CODE`), 0 outside any custom op,
+        :data:`~opprof.trace.columns.COLLECTION_ROLE` for a garbage collection."""
 
     @property
     def outer(self) -> np.ndarray:

@@ -143,6 +143,7 @@ ROLE_LABELS = {
     "subop": "sub-op",
     "wait": "wait",
     "dummy_wait": "Dummy_Wait",
+    "gc": "garbage collection",
 }
 #: Fixed colours, so a role looks the same in every trace and every session. The parent is pale
 #: because its children are drawn on top of it.
@@ -153,9 +154,10 @@ ROLE_COLORS = {
     "subop": "#b07aa1",
     "wait": "#e15759",
     "dummy_wait": "#333333",
+    "gc": "#9c755f",  # brown: nobody's op, the interpreter's own pause
 }
-#: Colour index column ``c``: role code for a span, role code + 6 for a block of merged spans. A
-#: block has its role's colour too: its paleness is its alpha, which says how busy its pixels are.
+#: Colour index column ``c``: role code for a span, role code + len(ROLE_NAMES) for a block of
+#: merged spans. A block has its role's colour too: its paleness is its alpha, which says how busy its pixels are.
 PALETTE = [ROLE_COLORS[r] for r in ROLE_NAMES] * 2
 #: Outlines: the same as the fill, except a parent's, so adjacent invocations stay apart; none for
 #: a merged block. Blocks are a third of a screen pixel wide (merged at twice the figure's width,

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..trace import Role, TraceData
 from ..trace.analysis.per_trace import analysis_of
-from ..trace.columns import OTHER_ROLE, ROLES
+from ..trace.columns import COLLECTION_ROLE, OTHER_ROLE, ROLES
 
 __all__ = [
     "MAX_LANES",
@@ -45,9 +45,11 @@ __all__ = [
     "thread_labels",
 ]
 
-#: Role codes in the ``role`` column: 0 ("op") is a span outside any custom op, then each Role.
-ROLE_NAMES: tuple[str, ...] = ("op", *(r.value for r in Role))
-assert ROLE_NAMES[1:] == tuple(r.value for r in ROLES[1:-1] if r is not None)  # the table's codes
+#: Role codes in the ``role`` column: 0 ("op") is a span outside any custom op, then each Role,
+#: then a garbage collection's span (:data:`~opprof.trace.columns.COLLECTION_ROLE`).
+ROLE_NAMES: tuple[str, ...] = ("op", *(r.value for r in Role), "gc")
+assert ROLE_NAMES[1:-1] == tuple(r.value for r in ROLES[1:-1] if r is not None)  # the table's codes
+assert ROLE_NAMES.index("gc") == COLLECTION_ROLE
 _ROLE_CODE = {r: i for i, r in enumerate(ROLE_NAMES)}
 ROW_HEIGHT = 1.0
 LANE_GAP = 0.6
@@ -245,8 +247,10 @@ class _Columns:
     @classmethod
     def of(cls, trace: TraceData) -> _Columns:
         t = trace.table
-        # The table's role codes are ROLE_NAMES' codes, but for "some other role" (drawn as an op).
+        # The table's role codes are ROLE_NAMES' codes, but for "some other role" (drawn as an op);
+        # a collection's span has its own colour.
         roles = np.where(t.role == OTHER_ROLE, 0, t.role).astype(np.int8)
+        roles[t.collections()] = COLLECTION_ROLE
         return cls(t.start, t.end, t.tid, roles, t.inv)
 
 

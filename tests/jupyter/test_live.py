@@ -24,7 +24,7 @@ from opprof.jupyter import magics
 from opprof.jupyter.live import LiveView
 from opprof.profiler.live import LiveFeed, LiveSpans
 from opprof.trace import Role
-from opprof.trace.columns import ROLE_CODE
+from opprof.trace.columns import COLLECTION_ROLE, ROLE_CODE
 from opprof.trace.records import BACKPRESSURE
 from tests.helpers import engine_spans
 
@@ -62,6 +62,35 @@ def _rows(s: LiveSpans, t0_ns: int) -> list[tuple[str, str, int, int]]:
 
 
 # ---------------------------------------------------------------------------- the feed
+def test_a_garbage_collection_is_its_own_colour_live_and_in_the_final_timeline() -> None:
+    """A full collection of a 300,000-list heap (~20 ms) while recording: the live feed codes its
+    span COLLECTION_ROLE, and the final timeline draws it in the "garbage collection" colour, not as
+    a regular op; the legend says which."""
+    from opprof.view.figure import PALETTE, ROLE_COLORS, ROLE_LABELS, build_timeline
+    from opprof.view.layout import ROLE_NAMES, build_layout
+
+    heap = [[i] for i in range(300_000)]
+    prof = mx.Profiler().start()
+    feed = prof.live_feed()
+    (mx.nd.ones((3, 3)) + 1).wait_to_read()
+    gc.collect()
+    s = feed.poll()
+    trace = prof.stop()
+    del heap
+    live = [r for n, r in zip(s.name, s.role.tolist(), strict=True) if n == "garbage collection (generation 2)"]
+    assert live == [COLLECTION_ROLE]
+    assert ROLE_NAMES[COLLECTION_ROLE] == "gc" and ROLE_LABELS["gc"] == "garbage collection"
+    lay = build_layout(trace)
+    (row,) = trace.table.collections().tolist()
+    assert lay.role[lay.span_index == row].tolist() == [COLLECTION_ROLE]
+    assert (lay.role == COLLECTION_ROLE).sum() == 1  # the engine's ops keep theirs
+    tl = build_timeline(trace)
+    c = np.asarray(tl.source.data["c"])  # every span drawn as itself at this size: its colour index
+    assert (c == COLLECTION_ROLE).sum() == 1 and PALETTE[COLLECTION_ROLE] == ROLE_COLORS["gc"]
+    (legend,) = tl.figure.legend
+    assert "garbage collection" in [item.label["value"] for item in legend.items]
+
+
 def test_the_feed_returns_spans_as_they_finish_each_once() -> None:
     prof = mx.Profiler().start()
     feed = prof.live_feed()
@@ -116,6 +145,8 @@ def test_custom_op_spans_are_named_and_roled_like_the_final_trace() -> None:
     got = Counter(zip(s.name, s.role.tolist(), strict=True))
     parent = ROLE_CODE[Role.PARENT]
     codes = trace.table.role.tolist()
+    for i in trace.table.collections().tolist():  # a collection meanwhile: its own colour, live too
+        codes[i] = COLLECTION_ROLE
     want = Counter(
         (sp.name, c) for sp, c in zip(trace.spans, codes, strict=True) if c != parent and sp.name != "WaitForAll"
     ) + Counter({("WaitForAll", 0): sum(1 for sp in trace.spans if sp.name == "WaitForAll") - 1})  # stop()'s own
