@@ -31,7 +31,7 @@ from . import interrupts as _guard
 from .handoff import Gate
 from .handoff import closed_gate as _closed_gate
 from .interrupts import call_user, shielded
-from .observer import EngineObserver, Observers, tell_ready
+from .observer import EngineObserver, Observers, guarded, tell_ready
 from .opr import INTERNAL, OP_SEQ, EngineError, Opr, OprInfo, Var, as_mxnet_error
 from .state import thread_state
 
@@ -609,7 +609,7 @@ def _combine(observers: list[EngineObserver]) -> EngineObserver | None:
     """What the hot path calls for ``observers``: None, one's hot path, or all of theirs as one."""
     if not observers:
         return None
-    hot = [o.hot_path for o in observers]
+    hot = [guarded(o.hot_path) for o in observers]
     return hot[0] if len(hot) == 1 else Observers(hot)
 
 

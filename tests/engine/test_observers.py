@@ -78,7 +78,8 @@ def test_removing_observers_leaves_the_rest_and_then_none(engine: mx.engine.Engi
     engine.add_observer(a)
     engine.add_observer(b)
     engine.remove_observer(a)
-    assert engine.observer is b and engine.observers == (b,)
+    # The hot path calls b alone (behind the guard every observer not opprof's has: see the end).
+    assert getattr(engine.observer, "reports_to", None) is b and engine.observers == (b,)
     (mx.nd.ones((1,)) * 2).wait_to_read()
     assert {t for t, _, _ in log} == {"b"}
     engine.remove_observer(b)
@@ -197,7 +198,7 @@ def test_a_recorder_beside_another_observer_still_meters_a_custom_ops_numpy(engi
         x.wait_to_read()
     finally:
         trace = prof.stop()
-    assert isinstance(engine.observer, Log) and ("other", "python", "ObserverBigTemp") in log
+    assert [type(o) for o in engine.observers] == [Log] and ("other", "python", "ObserverBigTemp") in log
     (row,) = [r for r in trace.custom_ops() if r.op_type == "ObserverBigTemp"]
     assert row.python_numpy_peak_bytes is not None and row.python_numpy_peak_bytes >= 8_000_000
 
@@ -260,3 +261,60 @@ def test_an_observer_that_fails_on_ready_loses_its_stamps_not_the_ops(engine: mx
         threading.excepthook = hook
     assert all(isinstance(e, TypeError) and "on_ready" in str(e) for e in errors)
     assert errors or engine.kind == "naive"  # the naive engine runs this chain inline: nothing waits to be made ready
+
+
+class _RunFailsFirst(EngineObserver):
+    """An observer whose ``run`` fails before calling the op's function, or (``call=None``) returns
+    without ever calling it: the protocol asks otherwise, and a user's observer may not listen."""
+
+    def __init__(self, fail: bool) -> None:
+        self.fail = fail
+        self.seen: list[str] = []
+
+    def run(self, opr: Opr, fn: Callable[..., Any], *args: Any) -> None:
+        self.seen.append(opr.name)
+        if self.fail:
+            raise TypeError(f"an observer's own bug running {opr.name}")
+
+
+@pytest.mark.parametrize("fail", [True, False], ids=["raises-first", "never-calls"])
+def test_an_observer_that_does_not_run_the_engines_own_ops_hangs_no_waiter(engine: mx.engine.Engine, fail: bool) -> None:
+    """The engine's own ops (a wait's release, ``Dummy_Wait``, a delete) release the threads waiting
+    on them in their function: an observer's ``run`` that raised before calling it, or never did,
+    left ``wait_to_read`` and a custom op's readers waiting forever. Now the engine calls it; the
+    observer's error fails the op as any op's does, and the engine goes on."""
+    bad = _RunFailsFirst(fail)
+    engine.add_observer(bad)
+    try:
+        x = mx.nd.ones((2, 2))
+        if fail:
+            with pytest.raises(mx.base.MXNetError, match="an observer's own bug"):
+                (x + 1).wait_to_read()  # the plain op fails with it: nothing ran
+        y = mx.nd.Custom(x, op_type="ObserverBigTemp")
+        if fail:
+            with pytest.raises(mx.base.MXNetError, match="an observer's own bug"):
+                y.wait_to_read()
+        else:  # a run that calls nothing ran nothing: the op's own work is lost, no waiter hangs
+            y.wait_to_read()
+        del y
+        try:  # returns, or raises what failed and nobody waited for: the observer's errors only
+            mx.nd.waitall()
+        except mx.base.MXNetError as e:
+            assert fail and "an observer's own bug" in str(e), e
+    finally:
+        engine.remove_observer(bad)
+    assert "WaitForVar" in bad.seen or engine.kind == "naive"  # the threaded engine's wait is an op
+    z = mx.nd.Custom(mx.nd.ones((2, 2)), op_type="ObserverBigTemp")
+    assert float(z.asnumpy().sum()) == 4.0  # the engine is usable, the observer gone
+
+
+def test_opprofs_own_observers_run_unguarded_and_others_behind_the_guard() -> None:
+    from opprof.engine.observer import guarded
+
+    base = EngineObserver()
+    assert guarded(base) is base  # the base's run calls fn first
+    bad = _RunFailsFirst(True)
+    wrapped = guarded(bad)
+    assert wrapped is not bad and wrapped.reports_to is bad
+    rec = Recorder()
+    assert guarded(rec.hot_path) is rec.hot_path
