@@ -4,9 +4,10 @@ small ops and of trivial custom ops), and nothing when off.
 Each round runs the loop profiled without memory and with it (same engine, same machine minute),
 in turn without-with and with-without (the order alternates: the engine's threads poll before they
 park, and a run leaves them polling or parked for the next, so a fixed order favoured one side); the
-row is the median of the per-round ratios over 15 rounds (7 gave 1.46x and 0.78x for the threaded
-custom ops in two runs minutes apart: a run of them is bimodal, 40-150 µs a call). The profile's
-build after ``stop()`` is outside the timed region, as in the profiler section's on/off rows.
+row is the median of the per-round ratios over 25 rounds (7 gave 1.46x and 0.78x for the threaded
+custom ops in two runs minutes apart: a run of them is bimodal, 40-150 µs a call; 15 gave 1.11x in
+a full run and 1.05x and 0.99x in two runs of the row alone minutes later, 2026-12-06). The
+profile's build after ``stop()`` is outside the timed region, as in the profiler section's on/off rows.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def _custom(calls: int) -> Callable[[], None]:
 
 def rows(quick: bool = False, repeats: int | None = None) -> list[Row]:
     ops, calls = (2_000, 200) if quick else (20_000, 2_000)
-    rounds = repeats or (1 if quick else 15)
+    rounds = repeats or (1 if quick else 25)
     path = "compiled" if not _memory.COMPILED_WHY_NOT else f"python ({_memory.COMPILED_WHY_NOT})"
     out: list[Row] = []
     try:
