@@ -355,6 +355,7 @@ static PyObject *npmem_leave(PyObject *module, PyObject *token) {
      * replaced by this one's, whose own is what goes back. */
     while (depth > k) {
         depth--;
+        if (frames[depth].saved > peak) peak = frames[depth].saved; /* the outer ones' peaks before it */
         Py_CLEAR(frames[depth].old);
     }
     frame_t f = frames[k - 1];

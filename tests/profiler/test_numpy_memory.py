@@ -180,6 +180,12 @@ def test_a_leave_that_skipped_inner_ones_ends_them_and_a_wrong_token_is_refused(
     with pytest.raises(ValueError, match="not yet left"):
         npmem.leave(outer)
     del a, b
+    # The outer one's peak before an inner enter that was never left still counts.
+    outer = npmem.enter()
+    big = np.ones(2_000_000)  # 16 MB, gone before the inner enter
+    del big
+    npmem.enter()  # never left
+    assert abs(npmem.leave(outer) - 2 * MB8) <= 1024
     tokens = [npmem.enter() for _ in range(40)]
     assert all(isinstance(t, int) for t in tokens[:32]) and tokens[32:] == [None] * 8
     c = np.ones(1_000_000)
