@@ -196,10 +196,8 @@ class _RunGuard(EngineObserver):
         if not ran:  # returned without running it: it runs all the same (an async op's completion is in it)
             once(*args)
 
-    def run_pushed(
-        self, name: str, seq: int, reads: tuple[Var, ...], writes: tuple[Var, ...], fn: Callable[..., Any], *args: Any
-    ) -> None:
-        self.inner.run_pushed(name, seq, reads, writes, fn, *args)  # a plain op: nothing waits on it
+    # run_pushed: the base's, on_push then the guarded run (an observer's own run_pushed would call
+    # its own run, which may never call the function: the naive engine's plain op then never ran).
 
     def on_ready(self, ready: list[Opr], by: int) -> None:
         self.inner.on_ready(ready, by)

@@ -290,6 +290,8 @@ def test_an_observer_that_does_not_run_the_engines_own_ops_hangs_no_waiter(engin
         if fail:
             with pytest.raises(mx.base.MXNetError, match="an observer's own bug"):
                 (x + 1).wait_to_read()  # the plain op fails with it: nothing ran
+        else:  # the plain op ran all the same (the naive engine's fast path too)
+            assert float((x + 1).asnumpy().sum()) == 8.0
         y = mx.nd.Custom(x, op_type="ObserverBigTemp")
         if fail:
             with pytest.raises(mx.base.MXNetError, match="an observer's own bug"):
