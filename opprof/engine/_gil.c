@@ -91,7 +91,6 @@ PyMODINIT_FUNC PyInit__gil(void) {
 #include <stdlib.h>
 #include <string.h>
 #include <linux/futex.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -355,7 +354,6 @@ static void sleep_until(const struct timespec *next) {
 
 static void *sampler_main(void *arg) {
     (void)arg;
-    prctl(PR_SET_NAME, SAMPLER_THREAD_NAME, 0, 0, 0);
     /* Under load the sampler, at the default weight, waits its turn behind busy threads and skips
      * most ticks (2 of 5 kHz taken with 4 spinners on 2 cores); at nice -10 it takes ~90 % of them.
      * Lowering nice needs privilege: without it the sampler runs at the default weight. */
@@ -683,6 +681,9 @@ static PyObject *gil_start(PyObject *self, PyObject *args, PyObject *kwargs) {
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (err == 0) {
         running = 1;
+        /* Named here, before start() returns, not by the thread itself: on a busy machine it had not
+         * yet run when the profile listed its threads, and went by "python" (a CI run of 3.13). */
+        pthread_setname_np(sampler_thread, SAMPLER_THREAD_NAME);
         if (pthread_getcpuclockid(sampler_thread, &sampler_clock) != 0) sampler_clock = (clockid_t)-1;
     }
     pthread_mutex_unlock(&lock);
