@@ -277,6 +277,18 @@ def _dots() -> None:
     nd.waitall()
 
 
+def _median_recording(work: Callable[[], None]) -> Trace:
+    """Three profiles of ``work``: the median by end-to-end time (what ``what_if`` calls
+    ``recorded_ns``), so that one run the machine slowed does not decide a row."""
+    traces = []
+    for _ in range(3):
+        with opprof.profile() as prof:
+            work()
+        assert prof.trace is not None
+        traces.append(prof.trace)
+    return sorted(traces, key=lambda t: extent(t)[1])[1]
+
+
 def _timed(work: Callable[[], None]) -> float:
     work()  # warm: the pools' threads exist
     runs = []
@@ -294,17 +306,12 @@ def _case(
     _SLEEP.clear()
     _SLEEP.update(before)
     work()
-    # The recording is the median of three profiles by end-to-end time, as the measured side is the
-    # median of three runs: one recording the machine slowed (32 ms of dots that run in 18-20) made
-    # a prediction 70 % off on 2026-12-06, of a program that had not changed.
-    traces = []
-    for _ in range(3):
-        with opprof.profile() as prof:
-            work()
-        assert prof.trace is not None
-        traces.append(prof.trace)
-    trace = sorted(traces, key=lambda t: t.metadata["t_stop_ns"] - t.metadata["t_start_ns"])[1]
-    result = trace.what_if(change.get("speedup"), engine_threads=change.get("engine"), custom_threads=change.get("custom"))
+    # The recording is the median of three, as the measured side is the median of three runs: one
+    # recording the machine slowed (32 ms of dots that run in 18-20) made a prediction 70 % off on
+    # 2026-12-06, of a program that had not changed.
+    result = _median_recording(work).what_if(
+        change.get("speedup"), engine_threads=change.get("engine"), custom_threads=change.get("custom")
+    )
     if change.get("engine") or change.get("custom"):
         mx.set_engine("threaded", workers=change.get("engine") or pools[0], custom_workers=change.get("custom") or pools[1])
     _SLEEP.clear()
@@ -392,14 +399,7 @@ def _baseline_row(label: str, work: Callable[[], None], pools: tuple[int, int] |
     work()  # warm: the pools' threads exist
     errors, lengths = [], []
     for _ in range(recordings):
-        profiles = []
-        for _ in range(3):
-            with opprof.profile() as prof:
-                work()
-            assert prof.trace is not None
-            profiles.append(prof.trace)
-        # The median by end-to-end time (what what_if calls recorded_ns), then one replay of it.
-        w = sorted(profiles, key=lambda p: extent(p)[1])[1].what_if()
+        w = _median_recording(work).what_if()  # one replay of it
         errors.append(w.model_error)
         lengths.append(w.recorded_ns)
     mx.set_engine("threaded")
