@@ -15,6 +15,7 @@ then say they cannot tell the GIL from sleep or I/O rather than guess.
 from __future__ import annotations
 
 import enum
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -160,23 +161,35 @@ class ThreadStates:
     def take(self, keep: np.ndarray) -> ThreadStates:
         return ThreadStates(self.tid[keep], self.state[keep], self.start[keep], self.end[keep], self.holder[keep], self.period_ns)
 
-    def overlaid(self, exact: ThreadStates) -> ThreadStates:
+    def overlaid(self, exact: ThreadStates, holds: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> ThreadStates:
         """These runs with ``exact`` ones (timed, not sampled: the engine's hand-offs) in their place
         wherever the exact ones are. An exact ``WAIT`` run without a holder, or one a sampling
         period long or longer, gets the thread these runs saw holding the GIL for most of it (where
-        they saw none: its own, or -1). ``exact``'s runs of a thread must not overlap each other."""
-        if not len(exact):
+        they saw none: its own, or -1). ``exact``'s runs of a thread must not overlap each other.
+
+        ``holds``, ``(tid, start, end)`` columns, disjoint: who held the GIL when by a timed taking
+        of it (:func:`opprof.profiler.gil._held_until`). Another thread's sampled holding stretched
+        over one (a sample's run lasts a whole period) is cut away, and every wait for the GIL it
+        covers names its thread (:func:`_waits_named_by`); its own thread's state stays as the
+        samples say (it may have let the GIL go in a sleep, with no one else wanting it)."""
+        z = np.zeros(0, dtype=np.int64)
+        h_tid, h_a, h_b = (np.asarray(c, dtype=np.int64) for c in holds) if holds is not None else (z, z, z)
+        if not len(exact) and not len(h_tid):
             return self
+        by_start = np.argsort(h_a, kind="stable")
+        h_tid, h_a, h_b = h_tid[by_start], h_a[by_start], h_b[by_start]
         # The samples outside the exact runs, each part keeping its run's state and holder: one
         # sweep for all (one per distinct state and holder cost 3-5 ms of a 2,000-call profile's
         # 21 ms build, 2026-12-04).
         tids, a, b, src = _runs_outside(self.tid, self.start, self.end, exact.tid, exact.start, exact.end)
         cut = ThreadStates(tids, self.state[src], a, b, self.holder[src], self.period_ns)
+        if len(h_tid):
+            cut = _holding_outside(cut, h_tid, h_a, h_b)
         # Holders are read from the samples *outside* the exact runs: a sampled HELD run stretches
         # one sample over a period (up to 4 ms while quiet), and where the exact runs say its
         # thread was parked meanwhile (the program gone into its wait just after the sample), it
         # did not hold the GIL then. Seen: a custom-op thread's 1 ms wait charged to "WaitForAll on
-        # MainThread". (Exact runs are never HELD: the cut's HELD runs are all there are.)
+        # MainThread". With them, the exact holds.
         # An exact wait's own holder (the thread that held the GIL as it began: a hand-off reads it)
         # stands for a wait shorter than a sampling period, which no sample can resolve; a longer
         # one may have outlasted that holder (a putter that let go, then a spinner's turns), and
@@ -184,16 +197,16 @@ class ThreadStates:
         holder = exact.holder.copy()
         wait = exact.state == ThreadState.WAIT
         ask = np.flatnonzero(wait & ((holder < 0) | (exact.end - exact.start >= max(self.period_ns, 1))))
-        sampled = cut._most_held(exact.tid[ask], exact.start[ask], exact.end[ask])
-        holder[ask] = np.where(sampled >= 0, sampled, holder[ask])
-        return ThreadStates(
-            np.concatenate([exact.tid, cut.tid]),
-            np.concatenate([exact.state, cut.state]),
-            np.concatenate([exact.start, cut.start]),
-            np.concatenate([exact.end, cut.end]),
-            np.concatenate([holder, cut.holder]),
-            self.period_ns,
-        )
+        # (The parts a hold covers name the hold's thread below, whatever the samples said.)
+        if len(ask):
+            sampled = cut._most_held(exact.tid[ask], exact.start[ask], exact.end[ask])
+            holder[ask] = np.where(sampled >= 0, sampled, holder[ask])
+        out = _joined(_unsorted(exact.tid, exact.state, exact.start, exact.end, holder, self.period_ns), cut)
+        if len(h_tid):
+            out = _waits_named_by(out, h_tid, h_a, h_b)
+        # One sort, here: the steps above keep their parts in any order (each sort of a 2,000-call
+        # profile's ~25,000 runs costs ~1 ms, and there were six).
+        return ThreadStates(out.tid, out.state, out.start, out.end, out.holder, self.period_ns)
 
     def _most_held(self, tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
         """Per wait ``[start, end)`` of thread ``tid``: the other thread these runs saw holding the
@@ -472,6 +485,129 @@ def _stretches(run_start: np.ndarray, run_end: np.ndarray, start: np.ndarray, en
     first = np.searchsorted(run_end, start, side="right")
     last = np.searchsorted(run_start, end, side="left") - 1
     return first, np.maximum(last - first + 1, 0)
+
+
+def _unsorted(
+    tid: np.ndarray, state: np.ndarray, start: np.ndarray, end: np.ndarray, holder: np.ndarray, period_ns: int
+) -> ThreadStates:
+    """Runs in any order, for the steps of :meth:`ThreadStates.overlaid` only (which sorts once at
+    the end): the columns as given, with no check and no sort."""
+    out = object.__new__(ThreadStates)
+    out.tid, out.state, out.start, out.end, out.holder, out.period_ns = tid, state, start, end, holder, period_ns
+    return out
+
+
+def _subset(states: ThreadStates, keep: np.ndarray) -> ThreadStates:
+    """:meth:`ThreadStates.take` without the order check (see :func:`_unsorted`)."""
+    s = states
+    return _unsorted(s.tid[keep], s.state[keep], s.start[keep], s.end[keep], s.holder[keep], s.period_ns)
+
+
+def _joined(x: ThreadStates, y: ThreadStates) -> ThreadStates:
+    """Two sets of runs (of one period) as one, unsorted (see :func:`_unsorted`): the caller keeps
+    each thread's runs disjoint."""
+    tid, state, start, end, holder = (
+        np.concatenate([getattr(x, c), getattr(y, c)]) for c in ("tid", "state", "start", "end", "holder")
+    )
+    return _unsorted(tid, state, start, end, holder, max(x.period_ns, y.period_ns))
+
+
+def _cover(
+    states: ThreadStates, rows: np.ndarray, iv_tid: np.ndarray, iv_a: np.ndarray, iv_b: np.ndarray, *, same: bool
+) -> tuple[np.ndarray, tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
+    """Runs ``rows`` of ``states`` against intervals ``[iv_a, iv_b)`` of threads ``iv_tid``, sorted
+    and disjoint, of the run's own thread only (``same``) or of other threads only: (which rows
+    some interval meets; the parts covered as (row, interval, start, end); the parts not covered
+    of those rows as (row, start, end)). Two sorted searches and index arithmetic, no pass per
+    run: a 2,000-call profile has ~25,000 runs and ~4,000 intervals, where a sort of their edges
+    per step cost ~1 ms."""
+    a, b, tid = states.start[rows], states.end[rows], states.tid[rows]
+    first, n = _stretches(iv_a, iv_b, a, b)
+    q, k = _pairs(first, n)
+    x, y = np.maximum(a[q], iv_a[k]), np.minimum(b[q], iv_b[k])
+    ok = (y > x) & ((iv_tid[k] == tid[q]) if same else (iv_tid[k] != tid[q]))
+    q, k, x, y = q[ok], k[ok], x[ok], y[ok]
+    met = np.zeros(len(states), dtype=bool)
+    if not len(q):
+        z = np.zeros(0, dtype=np.int64)
+        return met, (z, z, z, z), (z, z, z)
+    met[rows[q]] = True
+    # Between the covered parts of a run (in order: ``q`` ascends, and ``k`` within it), and at its
+    # two ends, the parts not covered.
+    last_of = np.ones(len(q), dtype=bool)
+    last_of[:-1] = q[1:] != q[:-1]
+    prev_end = np.empty(len(q), dtype=np.int64)
+    prev_end[0] = a[q[0]]
+    prev_end[1:] = np.where(q[1:] == q[:-1], y[:-1], a[q[1:]])
+    gap_q = np.concatenate([q, q[last_of]])
+    gap_a = np.concatenate([prev_end, y[last_of]])
+    gap_b = np.concatenate([x, b[q[last_of]]])
+    g = gap_b > gap_a
+    return met, (rows[q], k, x, y), (rows[gap_q[g]], gap_a[g], gap_b[g])
+
+
+def _parts(states: ThreadStates, row: np.ndarray, a: np.ndarray, b: np.ndarray, holder: np.ndarray | None = None) -> ThreadStates:
+    """Parts ``[a, b)`` of runs ``row``, each in its run's state (and holder, unless given)."""
+    h = states.holder[row] if holder is None else holder
+    return _unsorted(states.tid[row], states.state[row], a, b, h, states.period_ns)
+
+
+def _holding_outside(states: ThreadStates, h_tid: np.ndarray, h_a: np.ndarray, h_b: np.ndarray) -> ThreadStates:
+    """``states`` with each thread's holding runs cut where another thread's hold ``[h_a, h_b)``
+    (sorted, disjoint) is: one thread holds the GIL at a time, and a sampled run is one moment
+    stretched over a period (what its thread did after another took the GIL is not known: a gap)."""
+    rows = np.flatnonzero(np.isin(states.state, HOLDING))
+    met, _, (g_row, g_a, g_b) = _cover(states, rows, h_tid, h_a, h_b, same=False)
+    if not met.any():
+        return states
+    return _joined(_subset(states, ~met), _parts(states, g_row, g_a, g_b))
+
+
+def _waits_named_by(states: ThreadStates, h_tid: np.ndarray, h_a: np.ndarray, h_b: np.ndarray) -> ThreadStates:
+    """``states`` with every ``WAIT`` run's parts that holds ``[h_a, h_b)`` (sorted, disjoint)
+    cover naming those holds' threads, and those threads ``HELD`` while they were so waited for.
+
+    A wait named by the one moment it began (a sample's, or a hand-off's at its wake) outlasted
+    that holder as often as not. And a hold's thread held the GIL for sure while another waited for
+    it: had it let the GIL go (a sleep), the waiter would have taken it, and a timed taking ends the
+    hold. Where no one waited, its state stays as the samples say."""
+    rows = np.flatnonzero(states.state == ThreadState.WAIT)
+    met, (c_row, k, x, y), (g_row, g_a, g_b) = _cover(states, rows, h_tid, h_a, h_b, same=False)
+    if not met.any():
+        return states
+    named = _joined(_parts(states, c_row, x, y, h_tid[k]), _parts(states, g_row, g_a, g_b))
+    # Then the holders held: a holder's own wait under its own hold (a stale sample's) was not named
+    # by it above, and gives way to the holding here.
+    return _held_while_waited_for(_joined(_subset(states, ~met), named), h_tid[k], x, y)
+
+
+def _held_while_waited_for(states: ThreadStates, tid: np.ndarray, a: np.ndarray, b: np.ndarray) -> ThreadStates:
+    """``states`` with thread ``tid`` ``HELD`` over each ``[a, b)`` (moments another thread waited
+    for the GIL it held, inside its holds: they may overlap), its other runs cut around them."""
+    order = np.lexsort((a, tid))
+    tid, a, b = tid[order], a[order], b[order]
+    # Overlapping moments of one thread as one run: a new run where the thread changes or a moment
+    # starts after every earlier one of its thread ended (a running maximum per thread: a handful).
+    new_tid = np.ones(len(tid), dtype=bool)
+    new_tid[1:] = tid[1:] != tid[:-1]
+    reach = np.empty(len(tid), dtype=np.int64)
+    bounds = np.append(np.flatnonzero(new_tid), len(tid)).tolist()
+    for lo, hi in itertools.pairwise(bounds):
+        reach[lo:hi] = np.maximum.accumulate(b[lo:hi])
+    starts = new_tid.copy()
+    starts[1:] |= a[1:] > reach[:-1]
+    first = np.flatnonzero(starts)
+    last = np.append(first[1:], len(tid)) - 1
+    r_tid, r_a, r_b = tid[first], a[first], reach[last]
+    # Inside holds, which are disjoint: so are these runs, of all threads at once.
+    by_time = np.argsort(r_a, kind="stable")
+    r_tid, r_a, r_b = r_tid[by_time], r_a[by_time], r_b[by_time]
+    rows = np.flatnonzero(np.isin(states.tid, r_tid))
+    met, _, (g_row, g_a, g_b) = _cover(states, rows, r_tid, r_a, r_b, same=True)
+    held = _unsorted(
+        r_tid, np.full(len(r_tid), int(ThreadState.HELD), np.int8), r_a, r_b, np.full(len(r_tid), -1), states.period_ns
+    )
+    return _joined(_joined(_subset(states, ~met), _parts(states, g_row, g_a, g_b)), held)
 
 
 def _pairs(first: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -175,35 +175,87 @@ def _at(ts: ThreadStates, tid: int, t: int) -> tuple[int, int] | None:
     return None if k is None else (int(ts.state[k]), int(ts.holder[k]))
 
 
+Holds = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+@st.composite
+def _holds(draw: st.DrawFn) -> Holds:
+    """Timed takings of the GIL: disjoint ``(tid, start, end)`` holds, one thread at a time."""
+    rows, t = [], draw(st.integers(0, 60))
+    for _ in range(draw(st.integers(0, 6))):
+        t += draw(st.integers(0, 25))
+        d = draw(st.integers(1, 30))
+        rows.append((draw(st.integers(1, 6)), t, t + d))
+        t += d
+    cols = list(zip(*rows, strict=True)) if rows else [(), (), ()]
+    return tuple(np.array(c, dtype=np.int64) for c in cols)  # type: ignore[return-value]
+
+
+def _taker(holds: Holds, tid: int, x: int) -> int | None:
+    """The thread other than ``tid`` whose hold covers ``x``."""
+    for h, a, b in zip(*(c.tolist() for c in holds), strict=True):
+        if h != tid and a <= x < b:
+            return int(h)
+    return None
+
+
 @settings(max_examples=200, deadline=None)
-@given(sampled=_states(), exact=_states(), period=st.sampled_from([100, 15]))
-def test_exact_runs_replace_the_samples_where_they_are(sampled: ThreadStates, exact: ThreadStates, period: int) -> None:
+@given(sampled=_states(), exact=_states(), period=st.sampled_from([100, 15]), holds=_holds())
+def test_exact_runs_replace_the_samples_where_they_are(
+    sampled: ThreadStates, exact: ThreadStates, period: int, holds: Holds
+) -> None:
     """The engine's timed hand-offs laid over the samples: at every instant a thread is in its exact
     state where it has one (a WAIT without a holder, or one a sampling period long or longer, gets
-    the thread sampled holding the GIL for most of it, outside that thread's own exact runs, and
-    keeps its own where the samples name none), else in its sampled one; runs never overlap."""
+    the thread holding the GIL for most of it, by another's exact holds and by the samples outside
+    that thread's own exact runs, and keeps its own where none is known), else in its sampled one.
+    Another thread's hold (a timed taking of the GIL) names every wait it covers and leaves no
+    sampled holding of that thread under it; a thread's own holds leave its state as it was. Runs
+    never overlap."""
     sampled.period_ns = period
-    got = sampled.overlaid(exact)
+    got = sampled.overlaid(exact, holds)
     assert got.check() == []
-    ends = np.concatenate([sampled.start, sampled.end, exact.start, exact.end])
-    for tid in set(sampled.tid.tolist()) | set(exact.tid.tolist()):
+    ends = np.concatenate([sampled.start, sampled.end, exact.start, exact.end, holds[1], holds[2]])
+    was_held = {(int(s), -1) for s in HOLDING}  # held, on a CPU or off one
+
+    def before(tid: int, t: int) -> tuple[int, int] | None:  # the exact state, else the sampled
+        return _at(exact, tid, t) if _run_at(exact, tid, t) is not None else _at(sampled, tid, t)
+
+    threads = set(sampled.tid.tolist()) | set(exact.tid.tolist()) | set(holds[0].tolist())
+    for tid in threads:
         for t in sorted(set(ends.tolist())):
             k = _run_at(exact, tid, t)
+            taker = _taker(holds, tid, t)
+            if _taker(holds, -1, t) == tid and any(
+                (s := before(w, t)) is not None and s[0] == ThreadState.WAIT for w in threads - {tid}
+            ):
+                assert _at(got, tid, t) == (int(ThreadState.HELD), -1), (tid, t)  # another waited for its GIL
+                continue
             if k is None:
-                assert _at(got, tid, t) == _at(sampled, tid, t), (tid, t)
+                want = _at(sampled, tid, t)
+                if taker is not None and want in was_held:
+                    want = None  # another thread took the GIL meanwhile: not known what this one did
+                elif taker is not None and want is not None and want[0] == ThreadState.WAIT:
+                    want = (int(ThreadState.WAIT), taker)
+                assert _at(got, tid, t) == want, (tid, t)
                 continue
             state, holder = int(exact.state[k]), int(exact.holder[k])
             long = int(exact.end[k] - exact.start[k]) >= period
-            if state == ThreadState.WAIT and (holder < 0 or long):
+            if state == ThreadState.WAIT and taker is not None:
+                assert _at(got, tid, t) == (state, taker), (tid, t)
+            elif state == ThreadState.WAIT and (holder < 0 or long):
                 # The other thread sampled holding the GIL for most of the wait, instant by instant,
                 # where no exact run of its own says otherwise (a sample's run stretched over a
-                # moment the thread is known to have been parked is not evidence of holding).
+                # moment the thread is known to have been parked is not evidence of holding) and
+                # no other thread's hold is.
                 a, b = int(exact.start[k]), int(exact.end[k])
                 others = set(sampled.tid.tolist()) - {tid}
-                # Held, on a CPU or off one.
-                was_held = {(int(s), -1) for s in HOLDING}
-                held = {h: sum(_run_at(exact, h, x) is None and _at(sampled, h, x) in was_held for x in range(a, b))
-                        for h in others}  # fmt: skip
+                held = {
+                    h: sum(
+                        _run_at(exact, h, x) is None and _at(sampled, h, x) in was_held and _taker(holds, h, x) is None
+                        for x in range(a, b)
+                    )
+                    for h in others
+                }
                 most = max(held.values(), default=0)
                 holders = {h for h, n in held.items() if n == most and n > 0} or {holder}
                 got_here = _at(got, tid, t)
@@ -255,11 +307,13 @@ def _one_holder_at_a_time(ts: ThreadStates) -> ThreadStates:
 
 
 @settings(max_examples=200, deadline=None)
-@given(sampled=_states(), exact=_states())
-def test_exact_waits_under_one_holder_at_a_time_get_the_holder_of_most(sampled: ThreadStates, exact: ThreadStates) -> None:
+@given(sampled=_states(), exact=_states(), holds=_holds())
+def test_exact_waits_under_one_holder_at_a_time_get_the_holder_of_most(
+    sampled: ThreadStates, exact: ThreadStates, holds: Holds
+) -> None:
     """As :func:`test_exact_runs_replace_the_samples_where_they_are`, on samples with one holder at
     a time (the sampler's shape, where most waits meet one sampled holder and are found at once)."""
-    test_exact_runs_replace_the_samples_where_they_are.hypothesis.inner_test(_one_holder_at_a_time(sampled), exact, 100)  # type: ignore[attr-defined]
+    test_exact_runs_replace_the_samples_where_they_are.hypothesis.inner_test(_one_holder_at_a_time(sampled), exact, 100, holds)  # type: ignore[attr-defined]
 
 
 def test_a_sampled_holder_known_to_be_parked_is_not_the_holder() -> None:
