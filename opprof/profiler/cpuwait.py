@@ -72,8 +72,10 @@ class CpuWaitRecording:
     per thread of the trace as :meth:`metadata`, with the CPU time the threads outside Python ran."""
 
     def __init__(self) -> None:
-        self.why_not = "" if run_queue_ns(threading.get_native_id()) is not None else (
-            "the OS's scheduler statistics (/proc/self/task/<tid>/schedstat) are not readable here"
+        self.why_not = (
+            ""
+            if run_queue_ns(threading.get_native_id()) is not None
+            else ("the OS's scheduler statistics (/proc/self/task/<tid>/schedstat) are not readable here")
         )
         self._start: _Snapshot | None = None
         self._waited: dict[int, int] | None = None

@@ -21,6 +21,7 @@ from benchmarks.notebook import live_run
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
+
 # In Notebook 7: the widget code is JupyterLab's in both, and the other browser tests run in
 # JupyterLab 4, so this one is the suite's Notebook 7 test too (each front end costs ~25 s here;
 # pass "lab/tree" to run it in JupyterLab, which was checked to pass as well).

@@ -805,7 +805,11 @@ def test_threaded_engine_names_and_joins_its_threads():
         mine = opprof_threads() - before
         # The custom-op pool's own threads start with the engine, as its workers do.
         assert sorted(t.name for t in mine) == [
-            "opprof-custom-0", "opprof-custom-1", "opprof-engine-0", "opprof-engine-1", "opprof-engine-2"
+            "opprof-custom-0",
+            "opprof-custom-1",
+            "opprof-engine-0",
+            "opprof-engine-1",
+            "opprof-engine-2",
         ]
 
         on_thread: list[tuple[str, bool]] = []

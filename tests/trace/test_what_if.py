@@ -400,8 +400,10 @@ def test_the_handoffs_note_gives_each_latency_and_what_it_was_measured_on(traini
     for kind, words in LATENCY_WORDS.items():
         m = re.search(re.escape(words) + r" ([\d.,]+ [µm]?s) \(([^)]*)\)", note)
         assert m is not None, (kind, note)
-        assert m.group(2) == "none seen: default" or re.fullmatch(r"mean of [1-9]\d*", m.group(2)) or (
-            m.group(2) == f"none seen: as {LATENCY_WORDS[BORROWED[kind]]}" and lat[kind] == lat[BORROWED[kind]]
+        assert (
+            m.group(2) == "none seen: default"
+            or re.fullmatch(r"mean of [1-9]\d*", m.group(2))
+            or (m.group(2) == f"none seen: as {LATENCY_WORDS[BORROWED[kind]]}" and lat[kind] == lat[BORROWED[kind]])
         ), (kind, m.group(2))
     assert "median" not in note
     assert re.search(re.escape(LATENCY_WORDS["engine_wake"]) + r" [^(]*\(mean of [1-9]", note)

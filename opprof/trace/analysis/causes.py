@@ -382,9 +382,7 @@ def pool_busy_with(table: SpanTable, causes: Causes, limit: int = 5000) -> dict[
     return {n: dict(sorted(v.items(), key=lambda kv: -kv[1])) for n, v in out.items()}
 
 
-def workers_busy_with(
-    table: SpanTable, causes: Causes, workers: np.ndarray, limit: int = 5000
-) -> dict[str, dict[str, int]]:
+def workers_busy_with(table: SpanTable, causes: Causes, workers: np.ndarray, limit: int = 5000) -> dict[str, dict[str, int]]:
     """For each op type (parent name), what the engine workers (``workers``: tids) ran while its
     invocations' sub-ops were ready and queued for one (``subop_queue``): ns of the workers' spans
     by name, most first. So "every engine worker busy" can say with what (a user's large dots, a

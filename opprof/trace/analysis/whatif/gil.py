@@ -121,9 +121,7 @@ MIN_NAME_SAMPLES = 5
 _MAX_INSTANTS = 1_000_000
 
 
-def name_shares(
-    states: ThreadStates | None, tid: np.ndarray, start: np.ndarray, end: np.ndarray, name: np.ndarray
-) -> np.ndarray:
+def name_shares(states: ThreadStates | None, tid: np.ndarray, start: np.ndarray, end: np.ndarray, name: np.ndarray) -> np.ndarray:
     """For each op's run ``[start, end)`` on ``tid`` (the runs of one thread do not overlap), the
     share of the GIL held at the sampler's instants that fell inside the runs of its ``name``: HELD
     (on a CPU or not) over HELD, RUNNING, BLOCKED and RUNNABLE (a WAIT is left to the model). NaN
