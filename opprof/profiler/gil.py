@@ -17,7 +17,7 @@ import numpy as np
 
 from ..engine import gil, handoff
 from ..trace.records import ThreadInfo
-from ..trace.threadstates import GIL_METADATA, ThreadState, ThreadStates
+from ..trace.threadstates import GIL_METADATA, ThreadState, ThreadStates, _pairs, _stretches
 
 __all__ = ["PERIOD_NS", "QUIET_PERIOD_NS", "SUSTAINED_AFTER_NS", "SUSTAINED_PERIOD_NS", "TURNED_OFF", "GilRecording"]
 
@@ -96,6 +96,30 @@ def _held_until(tid: np.ndarray, park: np.ndarray, gil: np.ndarray, hi: int, sam
         end = np.minimum(end, np.where(j < len(sample_t), sample_t[np.minimum(j, len(sample_t) - 1)], hi))
     # Where a later sample or park came before the taking (clock ties), the hold is empty.
     return np.where(took, np.maximum(end, gil), gil)
+
+
+def _held_while_waited(
+    tid: np.ndarray, took: np.ndarray, until: np.ndarray, wait_a: np.ndarray, wait_b: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per hand-off: the part of its getter's hold ``[took, until)`` (:func:`_held_until`; the holds
+    are disjoint) from the first moment another getter's timed GIL wait ``[wait_a, wait_b)`` met
+    it to the last, as (start, end); (0, 0) where none did. There the getter held the GIL for sure:
+    had it let it go (a sleep), the waiter would have taken it, and that taking ends the hold.
+    Where no one waited, its own state stays as the samples say (a custom op that sleeps 2 ms right
+    after its taking is blocked, not holding)."""
+    n = len(tid)
+    lo = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+    hi = np.zeros(n, dtype=np.int64)
+    by_start = np.argsort(took, kind="stable")
+    first, count = _stretches(took[by_start], until[by_start], wait_a, wait_b)
+    w, k = _pairs(first, count)
+    k = by_start[k]
+    x, y = np.maximum(wait_a[w], took[k]), np.minimum(wait_b[w], until[k])
+    ok = (y > x) & (tid[w] != tid[k])
+    np.minimum.at(lo, k[ok], x[ok])
+    np.maximum.at(hi, k[ok], y[ok])
+    met = hi > lo
+    return np.where(met, lo, 0), np.where(met, hi, 0)
 
 
 def _as_handoffs(opened: np.ndarray) -> np.ndarray:
@@ -243,16 +267,18 @@ class GilRecording:
         put = np.concatenate([h.signal, np.full(len(opened), hi, dtype=np.int64)]) if len(opened) else h.signal
         woke = r["woke"]
         none = np.full(len(r), -1, dtype=np.int64)
+        took = r["gil"]
+        until = np.minimum(_held_until(tid, r["park"], took, hi, sample_t), hi)
+        held_a, held_b = _held_while_waited(tid, took, until, woke, took)
         edges = [
             (ThreadState.BLOCKED, r["park"], put, none),
             (ThreadState.RUNNABLE, put, woke, none),
-            (ThreadState.WAIT, woke, r["gil"], self._holder_tids(r["holder"], tid, native_ids)),
+            (ThreadState.WAIT, woke, took, self._holder_tids(r["holder"], tid, native_ids)),
+            (ThreadState.HELD, held_a, held_b, none),
         ]
-        took = r["gil"]
-        until = np.minimum(_held_until(tid, r["park"], took, hi, sample_t), hi)
         held = (tid >= 0) & (until > np.maximum(took, t0))
         holds = (tid[held], np.maximum(took, t0)[held], until[held])
-        # A hand-off's three runs side by side, then in the order ThreadStates keeps (by thread,
+        # A hand-off's four runs side by side, then in the order ThreadStates keeps (by thread,
         # then time): a thread's hand-offs are recorded one after another (each by its getter, once
         # it holds the GIL), so a stable sort by thread alone does it, a radix sort of small
         # numbers, where sorting by (thread, time) cost ~0.4 ms of a 2,000-call profile's build.

@@ -15,7 +15,6 @@ then say they cannot tell the GIL from sleep or I/O rather than guess.
 from __future__ import annotations
 
 import enum
-import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -170,8 +169,10 @@ class ThreadStates:
         ``holds``, ``(tid, start, end)`` columns, disjoint: who held the GIL when by a timed taking
         of it (:func:`opprof.profiler.gil._held_until`). Another thread's sampled holding stretched
         over one (a sample's run lasts a whole period) is cut away, and every wait for the GIL it
-        covers names its thread (:func:`_waits_named_by`); its own thread's state stays as the
-        samples say (it may have let the GIL go in a sleep, with no one else wanting it)."""
+        covers names its thread (:func:`_waits_named_by`). Its own thread's state is what the runs
+        say: the recording gives it an exact ``HELD`` run where a timed wait of another met the
+        hold (:func:`opprof.profiler.gil._held_while_waited`), and leaves the samples elsewhere
+        (it may have let the GIL go in a sleep, with no one else wanting it)."""
         z = np.zeros(0, dtype=np.int64)
         h_tid, h_a, h_b = (np.asarray(c, dtype=np.int64) for c in holds) if holds is not None else (z, z, z)
         if not len(exact) and not len(h_tid):
@@ -522,18 +523,29 @@ def _cover(
     run: a 2,000-call profile has ~25,000 runs and ~4,000 intervals, where a sort of their edges
     per step cost ~1 ms."""
     a, b, tid = states.start[rows], states.end[rows], states.tid[rows]
-    first, n = _stretches(iv_a, iv_b, a, b)
-    q, k = _pairs(first, n)
-    x, y = np.maximum(a[q], iv_a[k]), np.minimum(b[q], iv_b[k])
-    ok = (y > x) & ((iv_tid[k] == tid[q]) if same else (iv_tid[k] != tid[q]))
+    if same:  # per thread, against its own intervals only: a long parked run meets every other thread's
+        q_parts, k_parts = [], []
+        for t in np.unique(iv_tid).tolist():
+            own, mine = np.flatnonzero(iv_tid == t), np.flatnonzero(tid == t)
+            q_t, k_t = _pairs(*_stretches(iv_a[own], iv_b[own], a[mine], b[mine]))
+            q_parts.append(mine[q_t])
+            k_parts.append(own[k_t])
+        z = np.zeros(0, dtype=np.int64)
+        q, k = np.concatenate([z, *q_parts]), np.concatenate([z, *k_parts])
+        x, y = np.maximum(a[q], iv_a[k]), np.minimum(b[q], iv_b[k])
+        ok = y > x
+    else:
+        q, k = _pairs(*_stretches(iv_a, iv_b, a, b))
+        x, y = np.maximum(a[q], iv_a[k]), np.minimum(b[q], iv_b[k])
+        ok = (y > x) & (iv_tid[k] != tid[q])
     q, k, x, y = q[ok], k[ok], x[ok], y[ok]
     met = np.zeros(len(states), dtype=bool)
     if not len(q):
         z = np.zeros(0, dtype=np.int64)
         return met, (z, z, z, z), (z, z, z)
     met[rows[q]] = True
-    # Between the covered parts of a run (in order: ``q`` ascends, and ``k`` within it), and at its
-    # two ends, the parts not covered.
+    # Between the covered parts of a run (in order: each run's parts are together, ``k`` ascending
+    # within them), and at its two ends, the parts not covered.
     last_of = np.ones(len(q), dtype=bool)
     last_of[:-1] = q[1:] != q[:-1]
     prev_end = np.empty(len(q), dtype=np.int64)
@@ -565,49 +577,14 @@ def _holding_outside(states: ThreadStates, h_tid: np.ndarray, h_a: np.ndarray, h
 
 def _waits_named_by(states: ThreadStates, h_tid: np.ndarray, h_a: np.ndarray, h_b: np.ndarray) -> ThreadStates:
     """``states`` with every ``WAIT`` run's parts that holds ``[h_a, h_b)`` (sorted, disjoint)
-    cover naming those holds' threads, and those threads ``HELD`` while they were so waited for.
-
-    A wait named by the one moment it began (a sample's, or a hand-off's at its wake) outlasted
-    that holder as often as not. And a hold's thread held the GIL for sure while another waited for
-    it: had it let the GIL go (a sleep), the waiter would have taken it, and a timed taking ends the
-    hold. Where no one waited, its state stays as the samples say."""
+    cover naming those holds' threads: a wait named by the one moment it began (a sample's, or a
+    hand-off's at its wake) outlasted that holder as often as not."""
     rows = np.flatnonzero(states.state == ThreadState.WAIT)
     met, (c_row, k, x, y), (g_row, g_a, g_b) = _cover(states, rows, h_tid, h_a, h_b, same=False)
     if not met.any():
         return states
     named = _joined(_parts(states, c_row, x, y, h_tid[k]), _parts(states, g_row, g_a, g_b))
-    # Then the holders held: a holder's own wait under its own hold (a stale sample's) was not named
-    # by it above, and gives way to the holding here.
-    return _held_while_waited_for(_joined(_subset(states, ~met), named), h_tid[k], x, y)
-
-
-def _held_while_waited_for(states: ThreadStates, tid: np.ndarray, a: np.ndarray, b: np.ndarray) -> ThreadStates:
-    """``states`` with thread ``tid`` ``HELD`` over each ``[a, b)`` (moments another thread waited
-    for the GIL it held, inside its holds: they may overlap), its other runs cut around them."""
-    order = np.lexsort((a, tid))
-    tid, a, b = tid[order], a[order], b[order]
-    # Overlapping moments of one thread as one run: a new run where the thread changes or a moment
-    # starts after every earlier one of its thread ended (a running maximum per thread: a handful).
-    new_tid = np.ones(len(tid), dtype=bool)
-    new_tid[1:] = tid[1:] != tid[:-1]
-    reach = np.empty(len(tid), dtype=np.int64)
-    bounds = np.append(np.flatnonzero(new_tid), len(tid)).tolist()
-    for lo, hi in itertools.pairwise(bounds):
-        reach[lo:hi] = np.maximum.accumulate(b[lo:hi])
-    starts = new_tid.copy()
-    starts[1:] |= a[1:] > reach[:-1]
-    first = np.flatnonzero(starts)
-    last = np.append(first[1:], len(tid)) - 1
-    r_tid, r_a, r_b = tid[first], a[first], reach[last]
-    # Inside holds, which are disjoint: so are these runs, of all threads at once.
-    by_time = np.argsort(r_a, kind="stable")
-    r_tid, r_a, r_b = r_tid[by_time], r_a[by_time], r_b[by_time]
-    rows = np.flatnonzero(np.isin(states.tid, r_tid))
-    met, _, (g_row, g_a, g_b) = _cover(states, rows, r_tid, r_a, r_b, same=True)
-    held = _unsorted(
-        r_tid, np.full(len(r_tid), int(ThreadState.HELD), np.int8), r_a, r_b, np.full(len(r_tid), -1), states.period_ns
-    )
-    return _joined(_joined(_subset(states, ~met), _parts(states, g_row, g_a, g_b)), held)
+    return _joined(_subset(states, ~met), named)
 
 
 def _pairs(first: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
