@@ -97,6 +97,30 @@ def test_a_gil_handover_is_measured_from_the_holders_park() -> None:
     assert gil_transfer_ns(trace) == 5 * US
 
 
+def test_a_wait_named_by_two_holders_is_one_handover() -> None:
+    """Known answer: the same handovers, each wait for the GIL named by engine-1 until its park and
+    by no one after it (the recording names the holder of each part of a wait: two runs back to
+    back). The wait still ends when engine-0 holds the GIL, 12 µs after the park: read as the first
+    run's end, each handover was 0 µs."""
+    trace = synthetic_trace(200)
+    _handovers(trace, 12 * US, MIN_TRANSFERS, 30 * US)
+    ts = trace.thread_states
+    assert ts is not None
+    e1 = _tid(trace, "opprof-engine-1")
+    parks = ts.start[(ts.tid == e1) & (ts.state == B)]
+    rows: list[tuple[int, int, int, int, int]] = []
+    for tid, state, a, b in zip(ts.tid.tolist(), ts.state.tolist(), ts.start.tolist(), ts.end.tolist(), strict=True):
+        cut = [int(p) for p in parks if a < p < b]
+        if state == W and cut:
+            rows += [(tid, state, a, cut[0], e1), (tid, state, cut[0], b, -1)]
+        else:
+            rows.append((tid, state, a, b, -1))
+    cols = [np.array(c) for c in zip(*rows, strict=True)]
+    trace.thread_states = ThreadStates(cols[0], cols[1].astype(np.int8), cols[2], cols[3], cols[4], period_ns=1_000_000)
+    assert int(np.count_nonzero(trace.thread_states.state == W)) == 2 * MIN_TRANSFERS
+    assert gil_transfer_ns(trace) == 12 * US
+
+
 def test_a_park_is_no_handover_where_another_thread_held_the_gil_after_it() -> None:
     """Known answer: a convoy. Engine-1 parks 15 µs before the waiter holds the GIL (an asleep
     handover of 15 µs), but in four of seven a Python on the custom thread held the GIL from just
