@@ -249,9 +249,7 @@ def measure(tasks: int = 2_000, repeats: int = 5, maps: int = 4, per_map: int = 
     import distributed
 
     out: list[Row] = []
-    cluster = distributed.LocalCluster(
-        processes=True, n_workers=2, threads_per_worker=1, dashboard_address=None, silence_logs=50
-    )
+    cluster = distributed.LocalCluster(processes=True, n_workers=2, threads_per_worker=1, dashboard_address=None, silence_logs=50)
     client = distributed.Client(cluster)
     try:
         progress(f"dask: per-task cost, {repeats} interleaved rounds of {tasks:,} trivial tasks")
