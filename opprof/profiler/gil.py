@@ -67,7 +67,7 @@ def _held_until(tid: np.ndarray, park: np.ndarray, gil: np.ndarray, hi: int, sam
 
     Why: the GIL changes hands every ~100 µs in a busy engine and the sampler sees one moment per
     ms, so most of a hand-off's GIL wait fell between samples with no holder known: on the demo,
-    11-15 ms of a 31-36 ms critical path "holder not seen" (2.3-3.2 ms with the holds). These
+    11-15 ms of a 31-36 ms critical path "holder not seen" (1.7-4.4 ms with the holds). These
     moments are exact and free: each hand-off already stamps when its getter took the GIL.
 
     What a hold does not say: that its thread ran Python all along. It may have let the GIL go in C
@@ -78,7 +78,7 @@ def _held_until(tid: np.ndarray, park: np.ndarray, gil: np.ndarray, hi: int, sam
     end = np.full(n, hi, dtype=np.int64)
     took = gil > 0
     if not took.any():
-        return np.where(took, end, gil)
+        return gil.copy()
     # The next park of the same getter (its records are in order: each parks after its previous
     # taking), and the next taking by any thread, by one sort each.
     order = np.lexsort((park, tid))
@@ -242,7 +242,7 @@ class GilRecording:
         native_ids: dict[int, int],
         t0: int,
         t1: int | None,
-        sample_t: np.ndarray | None = None,
+        sample_t: np.ndarray | None,
     ) -> tuple[ThreadStates, Holds]:
         """Each timed hand-off as exact runs of its getter: parked (``BLOCKED``) until the put, being
         woken (``RUNNABLE``) until the OS ran it, then waiting for the GIL (``WAIT``) until it held

@@ -500,8 +500,8 @@ def _unsorted(
 
 def _subset(states: ThreadStates, keep: np.ndarray) -> ThreadStates:
     """:meth:`ThreadStates.take` without the order check (see :func:`_unsorted`)."""
-    s = states
-    return _unsorted(s.tid[keep], s.state[keep], s.start[keep], s.end[keep], s.holder[keep], s.period_ns)
+    t = states
+    return _unsorted(t.tid[keep], t.state[keep], t.start[keep], t.end[keep], t.holder[keep], t.period_ns)
 
 
 def _joined(x: ThreadStates, y: ThreadStates) -> ThreadStates:
@@ -514,38 +514,25 @@ def _joined(x: ThreadStates, y: ThreadStates) -> ThreadStates:
 
 
 def _cover(
-    states: ThreadStates, rows: np.ndarray, iv_tid: np.ndarray, iv_a: np.ndarray, iv_b: np.ndarray, *, same: bool
+    states: ThreadStates, rows: np.ndarray, iv_tid: np.ndarray, iv_a: np.ndarray, iv_b: np.ndarray
 ) -> tuple[np.ndarray, tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
     """Runs ``rows`` of ``states`` against intervals ``[iv_a, iv_b)`` of threads ``iv_tid``, sorted
-    and disjoint, of the run's own thread only (``same``) or of other threads only: (which rows
-    some interval meets; the parts covered as (row, interval, start, end); the parts not covered
-    of those rows as (row, start, end)). Two sorted searches and index arithmetic, no pass per
-    run: a 2,000-call profile has ~25,000 runs and ~4,000 intervals, where a sort of their edges
-    per step cost ~1 ms."""
+    and disjoint, of other threads than the run's own: (which rows some interval meets; the parts
+    covered as (row, interval, start, end); the parts not covered of those rows as (row, start,
+    end)). Two sorted searches and index arithmetic, no pass per run: a 2,000-call profile has
+    ~25,000 runs and ~4,000 intervals, where a sort of their edges per step cost ~1 ms."""
     a, b, tid = states.start[rows], states.end[rows], states.tid[rows]
-    if same:  # per thread, against its own intervals only: a long parked run meets every other thread's
-        q_parts, k_parts = [], []
-        for t in np.unique(iv_tid).tolist():
-            own, mine = np.flatnonzero(iv_tid == t), np.flatnonzero(tid == t)
-            q_t, k_t = _pairs(*_stretches(iv_a[own], iv_b[own], a[mine], b[mine]))
-            q_parts.append(mine[q_t])
-            k_parts.append(own[k_t])
-        z = np.zeros(0, dtype=np.int64)
-        q, k = np.concatenate([z, *q_parts]), np.concatenate([z, *k_parts])
-        x, y = np.maximum(a[q], iv_a[k]), np.minimum(b[q], iv_b[k])
-        ok = y > x
-    else:
-        q, k = _pairs(*_stretches(iv_a, iv_b, a, b))
-        x, y = np.maximum(a[q], iv_a[k]), np.minimum(b[q], iv_b[k])
-        ok = (y > x) & (iv_tid[k] != tid[q])
+    q, k = _pairs(*_stretches(iv_a, iv_b, a, b))
+    x, y = np.maximum(a[q], iv_a[k]), np.minimum(b[q], iv_b[k])
+    ok = (y > x) & (iv_tid[k] != tid[q])
     q, k, x, y = q[ok], k[ok], x[ok], y[ok]
     met = np.zeros(len(states), dtype=bool)
     if not len(q):
         z = np.zeros(0, dtype=np.int64)
         return met, (z, z, z, z), (z, z, z)
     met[rows[q]] = True
-    # Between the covered parts of a run (in order: each run's parts are together, ``k`` ascending
-    # within them), and at its two ends, the parts not covered.
+    # Between the covered parts of a run (in order: ``q`` ascends, and ``k`` within it), and at its
+    # two ends, the parts not covered.
     last_of = np.ones(len(q), dtype=bool)
     last_of[:-1] = q[1:] != q[:-1]
     prev_end = np.empty(len(q), dtype=np.int64)
@@ -569,7 +556,7 @@ def _holding_outside(states: ThreadStates, h_tid: np.ndarray, h_a: np.ndarray, h
     (sorted, disjoint) is: one thread holds the GIL at a time, and a sampled run is one moment
     stretched over a period (what its thread did after another took the GIL is not known: a gap)."""
     rows = np.flatnonzero(np.isin(states.state, HOLDING))
-    met, _, (g_row, g_a, g_b) = _cover(states, rows, h_tid, h_a, h_b, same=False)
+    met, _, (g_row, g_a, g_b) = _cover(states, rows, h_tid, h_a, h_b)
     if not met.any():
         return states
     return _joined(_subset(states, ~met), _parts(states, g_row, g_a, g_b))
@@ -580,7 +567,7 @@ def _waits_named_by(states: ThreadStates, h_tid: np.ndarray, h_a: np.ndarray, h_
     cover naming those holds' threads: a wait named by the one moment it began (a sample's, or a
     hand-off's at its wake) outlasted that holder as often as not."""
     rows = np.flatnonzero(states.state == ThreadState.WAIT)
-    met, (c_row, k, x, y), (g_row, g_a, g_b) = _cover(states, rows, h_tid, h_a, h_b, same=False)
+    met, (c_row, k, x, y), (g_row, g_a, g_b) = _cover(states, rows, h_tid, h_a, h_b)
     if not met.any():
         return states
     named = _joined(_parts(states, c_row, x, y, h_tid[k]), _parts(states, g_row, g_a, g_b))
