@@ -56,6 +56,9 @@ class BlockingPool(Protocol):
 class ThreadState(threading.local):
     engine_worker: object | None = None  # the engine whose op this thread is running
     custom_pool: BlockingPool | None = None  # the custom-op pool this thread works for
+    #: On an engine worker: custom ops' Python to hand to the custom-op pool when the running op
+    #: returns (:meth:`opprof.engine.threaded.ThreadedEngine.run_custom`).
+    custom_handoffs: list[Any] | None = None
     async_body: bool = False  # running an async op's body inline (naive engine)
     invocation: Invocation | None = None  # the custom-op invocation whose Python this thread runs
     #: What left a NumPy data-memory handler installed on this thread for its next custom op (a

@@ -228,3 +228,49 @@ def test_a_custom_pool_task_that_raises_is_reported_and_the_thread_stays() -> No
         threading.excepthook = hook
         pool.close()
     assert len(seen) == 1 and isinstance(seen[0], ZeroDivisionError)
+
+
+_STARTS: list[float] = []  # perf_counter at each _Stamp.forward's start
+
+
+class _Stamp(mx.operator.CustomOp):
+    def forward(self, is_train, req, in_data, out_data, aux):  # type: ignore[no-untyped-def]
+        _STARTS.append(time.perf_counter())
+        self.assign(out_data[0], req[0], in_data[0] + 1)
+
+
+@mx.operator.register("FastPathsStamp")
+class _StampProp(mx.operator.CustomOpProp):
+    def create_operator(self, ctx, shapes, dtypes):  # type: ignore[no-untyped-def]
+        return _Stamp()
+
+
+class _SlowToReturn(mx.engine.EngineObserver):
+    """Wraps each op and, once it has run, sleeps 20 ms (the GIL released) before it returns."""
+
+    def __init__(self) -> None:
+        self.returned: dict[str, float] = {}
+
+    def run(self, opr: mx.engine.Opr, fn: Any, *args: Any) -> None:
+        fn(*args)
+        time.sleep(0.02)
+        self.returned[opr.name] = time.perf_counter()
+
+
+def test_a_custom_ops_python_is_handed_to_its_thread_when_the_worker_is_done_with_its_op() -> None:
+    # The worker holds the GIL from the hand-over until it parks again; a custom-op thread woken
+    # before that only waits for it (the hop to a custom-op thread was 2x a ping-pong's). Here the
+    # worker's op takes 20 ms to return with the GIL free: handed over inside the op, the Python
+    # would start during that sleep.
+    eng = ThreadedEngine(workers=1, custom_workers=1)
+    obs = _SlowToReturn()
+    try:
+        with mx.engine.use(eng):
+            eng.add_observer(obs)
+            _STARTS.clear()
+            y = mx.nd.Custom(mx.nd.ones((2, 2)), op_type="FastPathsStamp")
+            assert float(y.asnumpy()[0, 0]) == 2.0
+    finally:
+        eng.shutdown()
+    (started,) = _STARTS
+    assert started >= obs.returned["FastPathsStamp"]
