@@ -368,15 +368,21 @@ class GilSamples:
         syscall beats an advancing CPU clock beats waiting for a CPU. A holder whose CPU clock did
         not move at all since the previous sample held the GIL off a CPU (``HELD_OFF_CPU``): one
         that ran for any part of that window is ``HELD``, so only a whole window without a CPU says so."""
-        bit = np.uint64(1) << np.uint64(slot)
-        st = np.full(len(self.t), GilState.BLOCKED, dtype=np.int8)
+        return self._states(np.array([slot], dtype=np.int64))[0]
+
+    def _states(self, slots: npt.NDArray[np.int64]) -> npt.NDArray[np.int8]:
+        """:meth:`state` of each of ``slots`` at once, one row each: each step one NumPy operation
+        for all of them (one pass per slot cost ~0.2 ms of a profile's build, at 8 threads)."""
+        bit = (np.uint64(1) << slots.astype(np.uint64))[:, None]
+        st = np.full((len(slots), len(self.t)), GilState.BLOCKED, dtype=np.int8)
         st[(self.runnable & bit) != 0] = GilState.RUNNABLE
-        st[(self.on_cpu & bit) != 0] = GilState.RUNNING_WITHOUT_GIL
+        on_cpu = (self.on_cpu & bit) != 0
+        st[on_cpu] = GilState.RUNNING_WITHOUT_GIL
         st[(self.blocked & bit) != 0] = GilState.BLOCKED
         st[(self.gil_wait & bit) != 0] = GilState.WAIT
-        holds = self.holder == slot
+        holds = self.holder.astype(np.int64)[None, :] == slots[:, None]
         st[holds] = GilState.HELD
-        st[holds & ((self.on_cpu & bit) == 0)] = GilState.HELD_OFF_CPU
+        st[holds & ~on_cpu] = GilState.HELD_OFF_CPU
         st[(self.alive & bit) == 0] = GilState.NONE
         return st
 
@@ -387,31 +393,32 @@ class GilSamples:
         return float((st[alive] == state).mean()) if alive.any() else 0.0
 
     def intervals(self) -> GilIntervals:
-        """Every registered thread's runs of one state (NONE left out), from the samples with NumPy
-        only: a Python loop per slot, none per sample."""
+        """Every registered thread's runs of one state (NONE left out), ordered by start (then by
+        slot), from the samples with NumPy only: no pass per slot or per sample."""
         n = len(self.t)
-        if n == 0:
+        if n == 0 or not self.threads:
             return _empty_intervals()
-        parts: list[tuple[npt.NDArray[Any], ...]] = []
-        last_end = self.t[-1] + self.period_ns
-        for slot in sorted(self.threads):
-            st = self.state(slot)
-            # A WAIT under another holder is another interval: the key carries the holder.
-            key = st.astype(np.int32) * 256 + np.where(st == GilState.WAIT, self.holder.astype(np.int32) + 2, 0)
-            starts = np.concatenate(([0], np.flatnonzero(key[1:] != key[:-1]) + 1))
-            ends_t = np.append(self.t[starts[1:]], last_end)
-            keep = st[starts] != GilState.NONE
-            starts, ends_t = starts[keep], ends_t[keep]
-            state = st[starts]
-            holder = np.where(state == GilState.WAIT, self.holder[starts], -1).astype(np.int8)
-            parts.append((np.full(len(starts), slot, np.int8), state, self.t[starts], ends_t, holder))
-        if not parts:
-            return _empty_intervals()
-        slot_c, state_c, start_c, end_c, holder_c = (np.concatenate(cols) for cols in zip(*parts, strict=True))
-        order = np.argsort(start_c, kind="stable")
+        slots = np.array(sorted(self.threads), dtype=np.int64)
+        st = self._states(slots)
+        # A WAIT under another holder is another interval: the key carries the holder.
+        holder = self.holder.astype(np.int32)
+        key = st.astype(np.int32) * 256 + np.where(st == GilState.WAIT, holder[None, :] + 2, 0)
+        change = np.ones(st.shape, dtype=bool)
+        change[:, 1:] = key[:, 1:] != key[:, :-1]
+        at = np.flatnonzero(change)  # row-major: slot by slot, each in time
+        row, col = at // n, at % n
+        # Each run ends where its slot's next one starts, the last a period after the last sample.
+        ends_t = np.full(len(at), self.t[-1] + self.period_ns, dtype=np.int64)
+        same = row[1:] == row[:-1]
+        ends_t[:-1][same] = self.t[col[1:][same]]
+        state = st[row, col]
+        keep = state != GilState.NONE
+        row, col, state, ends_t = row[keep], col[keep], state[keep], ends_t[keep]
+        order = np.argsort(self.t[col], kind="stable")
+        row, col, state = row[order], col[order], state[order]
         return GilIntervals(
-            slot_c[order].astype(np.int8), state_c[order].astype(np.int8), start_c[order].astype(np.int64),
-            end_c[order].astype(np.int64), holder_c[order],
+            slots[row].astype(np.int8), state.astype(np.int8), self.t[col].astype(np.int64), ends_t[order],
+            np.where(state == GilState.WAIT, self.holder[col], -1).astype(np.int8),
         )  # fmt: skip
 
 

@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import opprof
 from opprof.engine import gil, handoff
@@ -691,6 +693,43 @@ def test_states_and_intervals_from_samples_with_known_answers() -> None:
     )
     assert (np.diff(iv.start) >= 0).all() and iv.of(1, GilState.WAIT).total_ns() == 400
     assert s.share(1, GilState.WAIT) == pytest.approx(4 / 6)
+
+
+@st.composite
+def _any_samples(draw: st.DrawFn) -> GilSamples:
+    n = draw(st.integers(1, 12))
+    masks = st.lists(st.integers(0, 0b111), min_size=n, max_size=n)
+    t = np.cumsum(np.array(draw(st.lists(st.integers(1, 50), min_size=n, max_size=n)), np.int64))
+    u = lambda xs: np.array(xs, np.uint64)
+    return GilSamples(
+        t=t, holder=np.array(draw(st.lists(st.integers(-1, 2), min_size=n, max_size=n)), np.int8),
+        locked=np.ones(n, bool), on_cpu=u(draw(masks)), gil_wait=u(draw(masks)), blocked=u(draw(masks)),
+        runnable=u(draw(masks)), alive=u(draw(masks)), switches=np.zeros(n, np.uint32), period_ns=10,
+        threads={k: gil.GilThread(k, 10 + k, k + 1, f"t{k}", True) for k in range(3)},
+    )  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(_any_samples())
+def test_the_intervals_are_each_threads_states_sample_by_sample(s: GilSamples) -> None:
+    # Oracle: each slot's state at each sample (state(), its own known answers above) is the state
+    # of the one interval of that slot around the sample, and a WAIT's holder is that sample's;
+    # NONE is no interval. Each interval starts at a sample and runs to the slot's next change.
+    iv = s.intervals()
+    assert (np.diff(iv.start) >= 0).all()
+    for slot in s.threads:
+        mine = iv.slot == slot
+        a, b, state, holder = iv.start[mine], iv.end[mine], iv.state[mine], iv.holder[mine]
+        for i, want in enumerate(s.state(slot).tolist()):
+            at = np.flatnonzero((a <= s.t[i]) & (s.t[i] < b))
+            if want == GilState.NONE:
+                assert not len(at)
+                continue
+            (k,) = at
+            assert state[k] == want and holder[k] == (s.holder[i] if want == GilState.WAIT else -1)
+        assert set(a.tolist()) <= set(s.t.tolist())
+        ends = sorted(b.tolist())
+        assert all(e in s.t.tolist() or e == s.t[-1] + s.period_ns for e in ends)
 
 
 def test_a_holder_whose_cpu_clock_stood_still_held_the_gil_off_a_cpu() -> None:
