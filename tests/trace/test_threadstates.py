@@ -443,3 +443,32 @@ def test_queue_holders_count_each_pool_threads_wait_per_call_and_not_what_the_ho
                 want.setdefault(name, {}).setdefault(h, 0)
                 want[name][h] += ns
     assert {name: {g.tid: g.ns for g in hs} for name, hs in got.items()} == {n: w for n, w in want.items() if w}
+
+
+def test_on_the_critical_path_a_thread_ready_and_not_yet_run_is_a_wake() -> None:
+    """Known answer: a hand-off to thread 2 while 2 was being woken (RUNNABLE) is a ``wake`` piece,
+    not the engine's bookkeeping after the op; so is the part of the program's wait on thread 3
+    after its gate opened, until the OS ran it."""
+    from opprof.trace.analysis.critical import _KINDS, CriticalPath, SegmentKind, refine_by_thread_states
+    from opprof.trace.columns import SpanTable
+
+    kinds = [SegmentKind.RUN, SegmentKind.HANDOFF, SegmentKind.RUN, SegmentKind.WAIT]
+    path = CriticalPath(
+        0, 400,
+        np.array([0, 100, 200, 300]), np.array([100, 200, 300, 400]),
+        np.array([_KINDS.index(k) for k in kinds], dtype=np.int8), np.array([1, 1, 2, 3]),
+        np.array([-1, -1, -1, -1]), np.array([-1, -1, -1, -1]), False, "",
+    )  # fmt: skip
+    runnable, held = int(ThreadState.RUNNABLE), int(ThreadState.HELD)
+    states = ThreadStates([2, 2, 3], [runnable, held, runnable], [120, 180, 350], [180, 300, 400], [-1, -1, -1])
+    got = refine_by_thread_states(path, SpanTable.empty(), states, None, None)
+    rows = list(zip(got.seg_start.tolist(), got.seg_end.tolist(), [_KINDS[k].value for k in got.seg_kind], strict=True))
+    assert rows == [
+        (0, 100, "run"),
+        (100, 120, "handoff"),
+        (120, 180, "wake"),
+        (180, 200, "handoff"),
+        (200, 300, "run"),
+        (300, 350, "wait"),
+        (350, 400, "wake"),
+    ]
