@@ -448,7 +448,8 @@ def test_queue_holders_count_each_pool_threads_wait_per_call_and_not_what_the_ho
 def test_on_the_critical_path_a_thread_ready_and_not_yet_run_is_a_wake() -> None:
     """Known answer: a hand-off to thread 2 while 2 was being woken (RUNNABLE) is a ``wake`` piece,
     not the engine's bookkeeping after the op; so is the part of the program's wait on thread 3
-    after its gate opened, until the OS ran it."""
+    after its gate opened, until the OS ran it. Within thread 2's own run, a moment without a CPU
+    is still its run (busy beside others, not being handed work)."""
     from opprof.trace.analysis.critical import _KINDS, CriticalPath, SegmentKind, refine_by_thread_states
     from opprof.trace.columns import SpanTable
 
@@ -460,7 +461,9 @@ def test_on_the_critical_path_a_thread_ready_and_not_yet_run_is_a_wake() -> None
         np.array([-1, -1, -1, -1]), np.array([-1, -1, -1, -1]), False, "",
     )  # fmt: skip
     runnable, held = int(ThreadState.RUNNABLE), int(ThreadState.HELD)
-    states = ThreadStates([2, 2, 3], [runnable, held, runnable], [120, 180, 350], [180, 300, 400], [-1, -1, -1])
+    states = ThreadStates(
+        [2, 2, 2, 3], [runnable, held, runnable, runnable], [120, 180, 250, 350], [180, 250, 300, 400], [-1] * 4
+    )
     got = refine_by_thread_states(path, SpanTable.empty(), states, None, None)
     rows = list(zip(got.seg_start.tolist(), got.seg_end.tolist(), [_KINDS[k].value for k in got.seg_kind], strict=True))
     assert rows == [

@@ -894,7 +894,8 @@ def refine_by_thread_states(
     rest the GIL (51 % of the path "gil" now, 38 % of it with no holder known). Likewise where the
     thread a piece waits on (an op's woken thread after a ``handoff``, the program woken from its
     wait) was ready and not yet run by the OS (``RUNNABLE``): a ``wake`` segment, not the engine's
-    bookkeeping after the op (0.6-3.8 points of the demo's path read "after mean" that way).
+    bookkeeping after the op (0.6-3.8 points of the demo's path read "after mean" that way); not
+    within a thread's own work, where a thread without a CPU is busy beside others.
 
     The pieces still tile the path exactly; a GIL wait with no known holder (the GIL free while its
     waiters were still being woken, or held by a thread the sampler did not know) is a ``gil``
@@ -937,11 +938,13 @@ def refine_by_thread_states(
     blocked_ns = np.zeros(n, dtype=np.int64)
     if len(prog) and len(blk):
         blocked_ns[prog] = states.overlap(seg_tid[prog], a[prog], b[prog])[:, STATES.index(ThreadState.BLOCKED)]
-    # The thread a segment waits on, ready and not yet run by the OS: woken (a hand-off's, or the
-    # GIL's own: free, its waiter signalled) or without a CPU. A wake, not the segment's own kind.
+    # The thread a hand-off or a program's wait waits on, ready and not yet run by the OS (woken,
+    # not yet on a CPU): a wake, not the engine's bookkeeping after the op. Not within a thread's
+    # own work (an op's run, a Python): a thread without a CPU there is one busy beside others
+    # (BLAS's threads on every core: 16 % of a path of dots read "wake" that way).
     rnb = np.flatnonzero(states.state == ThreadState.RUNNABLE)
     rnb_tid, rnb_start, rnb_end = states.tid[rnb], states.start[rnb], states.end[rnb]
-    on_w = np.flatnonzero(whose >= 0)
+    on_w = np.flatnonzero((whose >= 0) & (hand | (kind_of == _WAIT)))
     if len(on_w) and len(rnb):
         wake_ns[on_w] = states.overlap(whose[on_w], a[on_w], b[on_w])[:, STATES.index(ThreadState.RUNNABLE)]
     cut = np.flatnonzero((gil_ns > 0) | (blocked_ns > 0) | (wake_ns > 0))
@@ -951,7 +954,7 @@ def refine_by_thread_states(
     cols = (a[cut], b[cut], kind_of[cut], seg_tid[cut], path.seg_span[cut], path.seg_about[cut], whose[cut])
     for i, lo, hi, kind, tid, span, about, w in zip(cut.tolist(), *(c.tolist() for c in cols), strict=True):
         over: list[tuple[int, int, int, int]] = []  # (start, end, kind, tid) replacing the segment's own kind
-        if wake_ns[i] > 0 and w >= 0:
+        if wake_ns[i] > 0 and kind in (_HAND, _WAIT):
             over += [(x, y, _WAKE, tid) for x, y in thread_runs(rnb_tid, rnb_start, rnb_end, w, lo, hi)]
         elif wake_ns[i] > 0:
             over += [(x, y, _WAKE, tid) for x, y in _pieces_in(conds[kind], PoolCondition.IDLE, lo, hi)]
