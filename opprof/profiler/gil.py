@@ -59,6 +59,13 @@ SUSTAINED_AFTER_NS = 50_000_000
 Holds = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
+def _by_getter(tid: np.ndarray) -> np.ndarray:
+    """The hand-offs' stable order by getter (``tid``; -1: no trace thread), each getter's in the
+    order recorded: a radix sort of small numbers where the tids fit in 16 bits (a trace's few)."""
+    small = len(tid) and 0 <= int(tid.min()) + 1 and int(tid.max()) < 1 << 15
+    return np.argsort(tid.astype(np.int16) if small else tid, kind="stable")
+
+
 def _held_until(tid: np.ndarray, park: np.ndarray, gil: np.ndarray, hi: int, sample_t: np.ndarray | None) -> np.ndarray:
     """Per hand-off (its getter ``tid``, the moments it parked and took the GIL; 0: not yet), until
     when its getter is known to have held the GIL it took: its own next park (it lets the GIL go
@@ -82,8 +89,7 @@ def _held_until(tid: np.ndarray, park: np.ndarray, gil: np.ndarray, hi: int, sam
     # The next park of the same getter (its records are in order: each parks after its previous
     # taking, so a stable sort by getter alone keeps each one's in time), and the next taking by
     # any thread (the records are in the order of their takings, but for the open waits at the end).
-    small = 0 <= int(tid.min()) + 1 and int(tid.max()) < 1 << 15  # tids are few and small; -1: none
-    order = np.argsort(tid.astype(np.int16) if small else tid, kind="stable")
+    order = _by_getter(tid)
     nxt = np.full(n, hi, dtype=np.int64)
     same = tid[order][1:] == tid[order][:-1]
     nxt[order[:-1][same]] = park[order][1:][same]
@@ -297,8 +303,7 @@ class GilRecording:
         # getter, once it holds the GIL), so a stable sort of the hand-offs by thread alone does it,
         # a radix sort of small numbers, before their runs are laid out (sorting the runs after
         # cost 4x the entries; by (thread, time), ~0.4 ms of a 2,000-call profile's build).
-        small = 0 <= int(tid.min()) + 1 and int(tid.max()) < 1 << 15  # -1: no trace thread
-        by = np.argsort(tid.astype(np.int16) if small else tid, kind="stable")
+        by = _by_getter(tid)
         tid = tid[by]
         n = len(tid)
         starts = np.stack([np.maximum(a[by], t0) for _, a, _, _ in edges], axis=1)

@@ -17,7 +17,7 @@ import pytest
 import opprof as mx
 from opprof.engine import EngineError, get_engine
 from opprof.engine.threaded import CustomPool, ThreadedEngine
-from tests.helpers import record_pushes, retried
+from tests.helpers import record_pushes, register_op, retried
 
 # Every test on both engines (the ``engine`` fixture in tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("engine")
@@ -162,10 +162,7 @@ class _Nap(mx.operator.CustomOp):
         self.assign(out_data[0], req[0], in_data[0] + 1)
 
 
-@mx.operator.register("FastPathsBurstNap")
-class _NapProp(mx.operator.CustomOpProp):
-    def create_operator(self, ctx, shapes, dtypes):  # type: ignore[no-untyped-def]
-        return _Nap()
+register_op("FastPathsBurstNap", _Nap)
 
 
 def test_a_fresh_engines_custom_pool_of_three_runs_three_custom_ops_at_once() -> None:
@@ -239,10 +236,7 @@ class _Stamp(mx.operator.CustomOp):
         self.assign(out_data[0], req[0], in_data[0] + 1)
 
 
-@mx.operator.register("FastPathsStamp")
-class _StampProp(mx.operator.CustomOpProp):
-    def create_operator(self, ctx, shapes, dtypes):  # type: ignore[no-untyped-def]
-        return _Stamp()
+register_op("FastPathsStamp", _Stamp)
 
 
 class _SlowToReturn(mx.engine.EngineObserver):

@@ -946,7 +946,7 @@ def refine_by_thread_states(
     rnb_tid, rnb_start, rnb_end = states.tid[rnb], states.start[rnb], states.end[rnb]
     on_w = np.flatnonzero((whose >= 0) & (hand | (kind_of == _WAIT)))
     if len(on_w) and len(rnb):
-        wake_ns[on_w] = states.overlap(whose[on_w], a[on_w], b[on_w])[:, STATES.index(ThreadState.RUNNABLE)]
+        wake_ns[on_w] = ThreadStates._covered(rnb_tid, rnb_start, rnb_end, whose[on_w], a[on_w], b[on_w])
     cut = np.flatnonzero((gil_ns > 0) | (blocked_ns > 0) | (wake_ns > 0))
     if not len(cut):
         return path
